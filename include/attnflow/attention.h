@@ -1,0 +1,92 @@
+// attnflow/attention.h — the attention API: options, validation, the float64
+// reference (the oracle, kept forever) and the dispatching entry point.
+//
+// Signatures follow "outputs first, inputs next, options last".
+// Shapes (semantics in attnflow/semantics.h and docs/semantics.md):
+//   q    [B, H,   Lq, D]      any strides, F32 (reference also F64/F16/BF16)
+//   k    [B, Hkv, Lk, D]      F32 / F16 / BF16
+//   v    [B, Hkv, Lk, Dv]     F32 / F16 / BF16
+//   out  [B, H,   Lq, Dv]     F32 (reference: F32 or F64)
+//   lse  [B, H,   Lq]         F32/F64, optional (rank -1 view = not wanted)
+//   attn_mask  BOOL or float, broadcastable to [B,H,Lq,Lk], rank 2..4
+//   kv_lens    I64 or I32 [B], 0 <= kv_lens[b] <= Lk
+// A zero-sized dimension is legal and gives an empty result (LSE -inf for
+// rows that exist with Lk == 0, out zeros).
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <string>
+
+#include "attnflow/semantics.h"
+#include "attnflow/stages.h"
+#include "attnflow/status.h"
+#include "attnflow/tensor.h"
+
+namespace attnflow {
+
+struct SdpaOptions {
+  Causal causal = Causal::kNone;
+  // NaN = default 1/sqrt(D).
+  double scale = std::numeric_limits<double>::quiet_NaN();
+  TensorView attn_mask;  // absent when rank < 0
+  TensorView kv_lens;    // absent when rank < 0
+  int64_t window_left = -1;   // -1 = unbounded
+  int64_t window_right = -1;  // -1 = unbounded
+  TensorView alibi_slopes;    // F32/F64 [H], absent when rank < 0
+};
+
+// Checked dimensions of a validated call.
+struct SdpaDims {
+  int64_t batch, num_heads, num_kv_heads, q_len, kv_len, head_dim, v_dim;
+  double scale;
+};
+
+// Validates every argument; errors name `op` and the offending shapes/values.
+// `out`/`lse` may be absent views when only checking inputs.
+Status ValidateSdpa(const char* op, const TensorView& out,
+                    const TensorView& lse, const TensorView& q,
+                    const TensorView& k, const TensorView& v,
+                    const SdpaOptions& opt, SdpaDims* dims);
+
+// Broadcasts a rank 2..4 mask to [B,H,Lq,Lk] by setting stride 0 on size-1
+// dims. Returns false (and leaves *out untouched) if not broadcastable.
+bool BroadcastMask(const TensorView& mask, const int64_t target[4],
+                   TensorView* out);
+
+namespace reference {
+
+// Float64 scaled-dot-product attention. Captures stages: scores scaled
+// masked weights lse out.
+Status Sdpa(const TensorView& out, const TensorView& lse, const TensorView& q,
+            const TensorView& k, const TensorView& v, const SdpaOptions& opt,
+            StageSink* sink = nullptr);
+
+// torch.nn.MultiheadAttention semantics (batch first) with GQA projections.
+//   x_q [B,Lq,E], x_k [B,Lk,E], x_v [B,Lk,E]
+//   w_q [E,E], w_k/w_v [Hkv*E/H, E], b_* optional, w_o [E,E], b_o [E]
+// Captures q k v (after projection and head split), scores ... lse,
+// heads_out, concat, out.
+struct MhaWeights {
+  TensorView w_q, w_k, w_v, w_o;
+  TensorView b_q, b_k, b_v, b_o;  // optional
+  int64_t num_heads = 1;
+  int64_t num_kv_heads = 0;  // 0 = num_heads
+};
+Status Mha(const TensorView& out, const TensorView& x_q, const TensorView& x_k,
+           const TensorView& x_v, const MhaWeights& w, const SdpaOptions& opt,
+           StageSink* sink = nullptr);
+
+}  // namespace reference
+
+// Merges two partial attention results over disjoint key sets:
+//   lse = log(exp(lse_a) + exp(lse_b))
+//   out = out_a * exp(lse_a - lse) + out_b * exp(lse_b - lse)
+// out/out_a/out_b [B,H,Lq,Dv] F32, lse/lse_a/lse_b [B,H,Lq] F32. Rows where
+// both are -inf give out 0, lse -inf. out may alias out_a, lse may alias
+// lse_a.
+Status MergeAttentionStates(const TensorView& out, const TensorView& lse,
+                            const TensorView& out_a, const TensorView& lse_a,
+                            const TensorView& out_b, const TensorView& lse_b);
+
+}  // namespace attnflow

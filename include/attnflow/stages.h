@@ -1,0 +1,47 @@
+// attnflow/stages.h — explicit stage capture ("cheap when off").
+//
+// An implementation that supports capture takes a StageSink*. When the
+// pointer is null nothing is copied or allocated. When non-null, the
+// implementation asks Wants(name) before materialising a stage and calls
+// Put(name, view) with a float64 (reference) or float32 (kernels) view that is
+// only valid during the call. Stage names follow docs/golden-format.md:
+// q k v scores scaled masked weights lse out heads_out concat.
+#pragma once
+
+#include <map>
+#include <string>
+#include <string_view>
+
+#include "attnflow/tensor.h"
+
+namespace attnflow {
+
+class StageSink {
+ public:
+  virtual ~StageSink() = default;
+  virtual bool Wants(std::string_view stage) const = 0;
+  virtual void Put(std::string_view stage, const TensorView& value) = 0;
+};
+
+// Keeps a deep copy of every stage it is given (all stages by default, or
+// only those listed).
+class StageRecorder : public StageSink {
+ public:
+  StageRecorder() = default;
+  explicit StageRecorder(std::vector<std::string> only) : only_(std::move(only)) {}
+  bool Wants(std::string_view stage) const override;
+  void Put(std::string_view stage, const TensorView& value) override;
+  const std::map<std::string, Tensor, std::less<>>& stages() const {
+    return stages_;
+  }
+  const Tensor* Find(std::string_view name) const;
+  // First error while copying (allocation failure), if any.
+  const Status& status() const { return status_; }
+
+ private:
+  std::vector<std::string> only_;
+  std::map<std::string, Tensor, std::less<>> stages_;
+  Status status_;
+};
+
+}  // namespace attnflow

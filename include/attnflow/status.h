@@ -1,0 +1,93 @@
+// attnflow/status.h — error reporting without exceptions.
+//
+// Every public operation returns a Status (or Result<T>). A failed Status
+// carries a code and a message that names the operation and the offending
+// shapes or values, e.g. "sdpa: q has rank 3 [2,5,8], expected rank 4
+// [B,H,Lq,D]". The library never aborts or throws on bad input.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <variant>
+
+namespace attnflow {
+
+enum class StatusCode {
+  kOk = 0,
+  kInvalidArgument,    // bad shapes, values, flags
+  kOutOfRange,         // index or length outside its valid range
+  kIoError,            // file cannot be opened / read / written
+  kCorrupt,            // a file's content is malformed
+  kUnimplemented,      // a valid request that this build does not support
+  kResourceExhausted,  // allocation failed or a size overflows
+  kInternal,
+};
+
+const char* StatusCodeName(StatusCode code);
+
+class [[nodiscard]] Status {
+ public:
+  Status() = default;
+  Status(StatusCode code, std::string message)
+      : code_(code), message_(std::move(message)) {}
+  static Status Ok() { return Status(); }
+
+  bool ok() const { return code_ == StatusCode::kOk; }
+  StatusCode code() const { return code_; }
+  const std::string& message() const { return message_; }
+  // "invalid_argument: sdpa: ..." — for logs and the CLI.
+  std::string ToString() const;
+
+ private:
+  StatusCode code_ = StatusCode::kOk;
+  std::string message_;
+};
+
+inline Status InvalidArgument(std::string m) {
+  return Status(StatusCode::kInvalidArgument, std::move(m));
+}
+inline Status OutOfRange(std::string m) {
+  return Status(StatusCode::kOutOfRange, std::move(m));
+}
+inline Status IoError(std::string m) {
+  return Status(StatusCode::kIoError, std::move(m));
+}
+inline Status Corrupt(std::string m) {
+  return Status(StatusCode::kCorrupt, std::move(m));
+}
+inline Status Unimplemented(std::string m) {
+  return Status(StatusCode::kUnimplemented, std::move(m));
+}
+inline Status ResourceExhausted(std::string m) {
+  return Status(StatusCode::kResourceExhausted, std::move(m));
+}
+
+// A value or an error. Access value() only when ok().
+template <typename T>
+class [[nodiscard]] Result {
+ public:
+  Result(T value) : v_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(Status status) : v_(std::move(status)) {}  // NOLINT
+  bool ok() const { return std::holds_alternative<T>(v_); }
+  const Status& status() const {
+    static const Status kOkStatus;
+    return ok() ? kOkStatus : std::get<Status>(v_);
+  }
+  T& value() & { return std::get<T>(v_); }
+  const T& value() const& { return std::get<T>(v_); }
+  T&& value() && { return std::get<T>(std::move(v_)); }
+  T* operator->() { return &value(); }
+  const T* operator->() const { return &value(); }
+  T& operator*() & { return value(); }
+
+ private:
+  std::variant<T, Status> v_;
+};
+
+#define ATTNFLOW_RETURN_IF_ERROR(expr)          \
+  do {                                          \
+    ::attnflow::Status _af_st = (expr);         \
+    if (!_af_st.ok()) return _af_st;            \
+  } while (0)
+
+}  // namespace attnflow

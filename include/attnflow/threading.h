@@ -1,0 +1,55 @@
+// attnflow/threading.h — a small explicit thread pool.
+//
+// ParallelFor(num_tasks, fn) calls fn(task, worker) exactly once for every
+// task in [0, num_tasks); `worker` is in [0, NumWorkers()) and identifies the
+// per-worker scratch the callee may use. Which worker runs which task is not
+// fixed, so results must never depend on the worker id — only on the task id
+// (this is how kernels stay bit-identical for any thread count).
+// The calling thread participates as worker 0. Calls from several threads at
+// once are serialised per pool; each pool is independent.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+#include <atomic>
+
+namespace attnflow {
+
+class ThreadPool {
+ public:
+  // num_threads <= 0: hardware concurrency.
+  explicit ThreadPool(int num_threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int NumWorkers() const { return num_workers_; }
+  void ParallelFor(int64_t num_tasks,
+                   const std::function<void(int64_t task, int worker)>& fn);
+
+ private:
+  void WorkerLoop(int worker);
+  void RunTasks(int worker);
+
+  int num_workers_;
+  std::vector<std::thread> threads_;
+  std::mutex call_mu_;  // serialises ParallelFor calls
+  std::mutex mu_;
+  std::condition_variable cv_start_, cv_done_;
+  uint64_t generation_ = 0;
+  int active_ = 0;
+  bool stop_ = false;
+  const std::function<void(int64_t, int)>* fn_ = nullptr;
+  int64_t num_tasks_ = 0;
+  std::atomic<int64_t> next_{0};
+};
+
+// Process-wide default pool, sized by ATTNFLOW_NUM_THREADS or hardware
+// concurrency. Created on first use.
+ThreadPool& DefaultPool();
+
+}  // namespace attnflow

@@ -1,0 +1,86 @@
+// thread_pool.cc — ParallelFor over a fixed set of workers (see threading.h).
+#include "attnflow/threading.h"
+
+#include <cstdlib>
+#include <string>
+
+namespace attnflow {
+
+ThreadPool::ThreadPool(int num_threads) {
+  if (num_threads <= 0) {
+    num_threads = static_cast<int>(std::thread::hardware_concurrency());
+    if (num_threads <= 0) num_threads = 1;
+  }
+  num_workers_ = num_threads;
+  for (int w = 1; w < num_workers_; ++w) {
+    threads_.emplace_back([this, w] { WorkerLoop(w); });
+  }
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_start_.notify_all();
+  for (auto& t : threads_) t.join();
+}
+
+void ThreadPool::RunTasks(int worker) {
+  for (;;) {
+    const int64_t t = next_.fetch_add(1, std::memory_order_relaxed);
+    if (t >= num_tasks_) break;
+    (*fn_)(t, worker);
+  }
+}
+
+void ThreadPool::WorkerLoop(int worker) {
+  uint64_t seen = 0;
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_start_.wait(lock, [&] { return stop_ || generation_ != seen; });
+      if (stop_) return;
+      seen = generation_;
+    }
+    RunTasks(worker);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (--active_ == 0) cv_done_.notify_one();
+    }
+  }
+}
+
+void ThreadPool::ParallelFor(
+    int64_t num_tasks, const std::function<void(int64_t, int)>& fn) {
+  if (num_tasks <= 0) return;
+  std::lock_guard<std::mutex> call_lock(call_mu_);
+  if (num_workers_ == 1 || num_tasks == 1) {
+    for (int64_t t = 0; t < num_tasks; ++t) fn(t, 0);
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    fn_ = &fn;
+    num_tasks_ = num_tasks;
+    next_.store(0);
+    active_ = num_workers_ - 1;
+    ++generation_;
+  }
+  cv_start_.notify_all();
+  RunTasks(0);
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_done_.wait(lock, [&] { return active_ == 0; });
+  fn_ = nullptr;
+}
+
+ThreadPool& DefaultPool() {
+  static ThreadPool* pool = [] {
+    int n = 0;
+    if (const char* env = std::getenv("ATTNFLOW_NUM_THREADS")) n = std::atoi(env);
+    return new ThreadPool(n);
+  }();
+  return *pool;
+}
+
+}  // namespace attnflow

@@ -1,0 +1,171 @@
+// sdpa.cc — the float64 reference attention (the oracle; it stays forever).
+//
+// Straightforward row-by-row evaluation of docs/semantics.md in double
+// precision. No tiling, no SIMD, no threads: clarity over speed. Stages are
+// materialised only when a StageSink asks for them (cheap when off).
+//
+// Non-finite inputs (documented in docs/semantics.md):
+//  * a NaN among a row's visible logits makes that row's weights, lse and out
+//    NaN (only that row);
+//  * a -inf float-mask value hides the key exactly like a false bool;
+//  * a +inf visible logit makes the row NaN (inf - inf), as in PyTorch.
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "attnflow/attention.h"
+
+namespace attnflow {
+namespace reference {
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+struct StageBuffers {
+  Tensor scores, scaled, masked, weights, lse, out;
+  bool any = false;
+};
+
+Status AllocStage(StageSink* sink, const char* name, const Shape& shape,
+                  Tensor* t, bool* any) {
+  if (sink == nullptr || !sink->Wants(name)) return Status::Ok();
+  Result<Tensor> r = Tensor::Zeros(DType::kF64, shape);
+  if (!r.ok()) return r.status();
+  *t = std::move(r).value();
+  *any = true;
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status Sdpa(const TensorView& out, const TensorView& lse, const TensorView& q,
+            const TensorView& k, const TensorView& v, const SdpaOptions& opt,
+            StageSink* sink) {
+  SdpaDims d;
+  ATTNFLOW_RETURN_IF_ERROR(ValidateSdpa("reference::sdpa", out, lse, q, k, v, opt, &d));
+  const int64_t B = d.batch, H = d.num_heads, Hkv = d.num_kv_heads;
+  const int64_t Lq = d.q_len, Lk = d.kv_len, D = d.head_dim, Dv = d.v_dim;
+
+  TensorView mask;
+  const bool has_mask = !opt.attn_mask.empty_view();
+  if (has_mask) {
+    const int64_t target[4] = {B, H, Lq, Lk};
+    BroadcastMask(opt.attn_mask, target, &mask);  // validated above
+  }
+  const bool bool_mask = has_mask && mask.dtype == DType::kBool;
+
+  StageBuffers st;
+  const Shape sq = {B, H, Lq, Lk};
+  ATTNFLOW_RETURN_IF_ERROR(AllocStage(sink, "scores", sq, &st.scores, &st.any));
+  ATTNFLOW_RETURN_IF_ERROR(AllocStage(sink, "scaled", sq, &st.scaled, &st.any));
+  ATTNFLOW_RETURN_IF_ERROR(AllocStage(sink, "masked", sq, &st.masked, &st.any));
+  ATTNFLOW_RETURN_IF_ERROR(AllocStage(sink, "weights", sq, &st.weights, &st.any));
+  ATTNFLOW_RETURN_IF_ERROR(AllocStage(sink, "lse", {B, H, Lq}, &st.lse, &st.any));
+  ATTNFLOW_RETURN_IF_ERROR(AllocStage(sink, "out", {B, H, Lq, Dv}, &st.out, &st.any));
+
+  std::vector<double> s(static_cast<size_t>(Lk)), m(static_cast<size_t>(Lk));
+  std::vector<double> w(static_cast<size_t>(Lk)), o(static_cast<size_t>(Dv));
+
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t valid_kv =
+        opt.kv_lens.empty_view()
+            ? Lk
+            : static_cast<int64_t>(opt.kv_lens.load(b * opt.kv_lens.strides[0]));
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t hk = KvHeadFor(h, H, Hkv);
+      const double slope = opt.alibi_slopes.empty_view()
+                               ? 0.0
+                               : opt.alibi_slopes.load(h * opt.alibi_slopes.strides[0]);
+      for (int64_t i = 0; i < Lq; ++i) {
+        const KeyRange kr = VisibleKeys(opt.causal, opt.window_left,
+                                        opt.window_right, i, Lq, Lk, valid_kv);
+        double row_max = kNegInf;
+        bool row_nan = false;
+        for (int64_t j = 0; j < Lk; ++j) {
+          double acc = 0.0;
+          for (int64_t c = 0; c < D; ++c) {
+            acc += q.load(q.offset(b, h, i, c)) * k.load(k.offset(b, hk, j, c));
+          }
+          s[j] = acc;
+          double x = acc * d.scale;
+          double mx = x;
+          bool allowed = j >= kr.first && j <= kr.last;
+          if (has_mask) {
+            const double mv = mask.load(mask.offset(b, h, i, j));
+            if (bool_mask) {
+              allowed = allowed && mv != 0.0;
+            } else {
+              mx += mv;
+            }
+          }
+          if (!opt.alibi_slopes.empty_view()) mx += AlibiBias(slope, i, j, Lq, Lk);
+          if (!allowed || mx == kNegInf) {
+            mx = kNegInf;
+          } else if (std::isnan(mx)) {
+            row_nan = true;
+          } else if (mx > row_max) {
+            row_max = mx;
+          }
+          m[j] = mx;
+          if (st.any) {
+            const int64_t so = ((b * H + h) * Lq + i) * Lk + j;
+            if (st.scores.defined()) st.scores.data<double>()[so] = acc;
+            if (st.scaled.defined()) st.scaled.data<double>()[so] = x;
+            if (st.masked.defined()) st.masked.data<double>()[so] = mx;
+          }
+        }
+        // Softmax with the dead-row rule.
+        double row_lse;
+        if (row_nan) {
+          row_lse = kNaN;
+          for (int64_t j = 0; j < Lk; ++j) w[j] = kNaN;
+        } else if (row_max == kNegInf) {  // no visible key
+          row_lse = kNegInf;
+          for (int64_t j = 0; j < Lk; ++j) w[j] = 0.0;
+        } else {
+          double sum = 0.0;
+          for (int64_t j = 0; j < Lk; ++j) {
+            w[j] = m[j] == kNegInf ? 0.0 : std::exp(m[j] - row_max);
+            sum += w[j];
+          }
+          for (int64_t j = 0; j < Lk; ++j) w[j] /= sum;
+          row_lse = row_max + std::log(sum);
+        }
+        for (int64_t c = 0; c < Dv; ++c) o[c] = 0.0;
+        for (int64_t j = 0; j < Lk; ++j) {
+          if (w[j] == 0.0) continue;  // exact zeros contribute nothing (also Inf*0)
+          for (int64_t c = 0; c < Dv; ++c) o[c] += w[j] * v.load(v.offset(b, hk, j, c));
+        }
+        if (row_nan) {
+          for (int64_t c = 0; c < Dv; ++c) o[c] = kNaN;
+        }
+        if (!out.empty_view()) {
+          for (int64_t c = 0; c < Dv; ++c) out.store(out.offset(b, h, i, c), o[c]);
+        }
+        if (!lse.empty_view()) lse.store(lse.offset(b, h, i), row_lse);
+        if (st.any) {
+          const int64_t ro = (b * H + h) * Lq + i;
+          if (st.weights.defined()) {
+            for (int64_t j = 0; j < Lk; ++j) st.weights.data<double>()[ro * Lk + j] = w[j];
+          }
+          if (st.lse.defined()) st.lse.data<double>()[ro] = row_lse;
+          if (st.out.defined()) {
+            for (int64_t c = 0; c < Dv; ++c) st.out.data<double>()[ro * Dv + c] = o[c];
+          }
+        }
+      }
+    }
+  }
+  if (st.any) {
+    const std::pair<const char*, const Tensor*> order[] = {
+        {"scores", &st.scores}, {"scaled", &st.scaled},   {"masked", &st.masked},
+        {"weights", &st.weights}, {"lse", &st.lse},       {"out", &st.out}};
+    for (const auto& [name, t] : order) {
+      if (t->defined()) sink->Put(name, t->view());
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace reference
+}  // namespace attnflow

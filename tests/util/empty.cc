@@ -1,0 +1,1 @@
+// empty.cc — keeps the test utility library non-empty.
