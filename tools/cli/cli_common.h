@@ -28,6 +28,6 @@ void PrintError(const std::string& cmd, const std::string& msg);
 
 }  // namespace attnflow::cli
 
-#define ATTNFLOW_REGISTER_COMMAND(ident, name, description, setup) \
+#define ATTNFLOW_REGISTER_COMMAND(ident, name, description, ...)   \
   static const bool attnflow_cli_registered_##ident =              \
-      ::attnflow::cli::RegisterCommand(name, description, setup)
+      ::attnflow::cli::RegisterCommand(name, description, __VA_ARGS__)
