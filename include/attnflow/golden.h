@@ -1,0 +1,108 @@
+// attnflow/golden.h — golden cases (docs/golden-format.md): load and validate
+// a case, run an implementation on its inputs, compare stage by stage, and
+// write new cases from the float64 reference.
+//
+// Invariants:
+//  * LoadGoldenCase fully validates metadata and inputs before anything runs;
+//    every error names the file, the tensor and the field.
+//  * Stages are compared in the canonical order of the format; a report names
+//    the first stage that does not match.
+//  * Comparison rule: |got - expected| <= atol + rtol*|expected|; an infinity
+//    matches only the same infinity; NaN never matches.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "attnflow/attention.h"
+#include "attnflow/kernels.h"
+#include "attnflow/safetensors.h"
+
+namespace attnflow {
+
+constexpr const char* kGoldenFormatV1 = "attnflow-golden/1";
+constexpr double kGoldenDefaultTol = 1e-4;
+
+// Canonical stage order for a kind ("sdpa", "mha").
+const std::vector<std::string>& GoldenStageOrder(const std::string& kind);
+
+struct GoldenCase {
+  std::string path;
+  std::string kind;  // "sdpa" or "mha"
+  SdpaOptions opt;   // causal, scale, mask, kv_lens, window, alibi (views into file)
+  double atol = kGoldenDefaultTol, rtol = kGoldenDefaultTol;
+  std::string description;
+  // sdpa inputs
+  TensorView q, k, v;
+  // mha inputs
+  TensorView x_q, x_k, x_v;
+  reference::MhaWeights weights;
+  std::shared_ptr<const SafetensorsFile> file;  // owns the mapping the views point into
+};
+
+Result<GoldenCase> LoadGoldenCase(const std::string& path);
+// Same validation on an already-open file (fuzzing, tests).
+Result<GoldenCase> ValidateGoldenCase(SafetensorsFile file);
+
+struct StageReport {
+  std::string stage;
+  bool compared = false;  // false: absent on one side (see note)
+  bool match = false;
+  double max_abs = 0, max_rel = 0;
+  int64_t mismatches = 0;
+  int64_t first_bad = -1;      // flat index of the first bad element
+  std::string first_bad_index; // "[0,1,5,3]"
+  double got_at_bad = 0, expected_at_bad = 0;
+  std::string note;
+};
+
+struct CaseReport {
+  std::string path;
+  std::string kind;
+  std::string implementation;  // "reference" or a kernel name
+  std::vector<StageReport> stages;
+  bool ok() const;                          // every compared stage matches
+  const StageReport* FirstMismatch() const; // nullptr if ok
+};
+
+// Compares one tensor pair (shapes must agree; any float dtypes).
+StageReport CompareStage(const std::string& name, const TensorView& got,
+                         const TensorView& expected, double atol, double rtol);
+
+enum class VerifyImpl { kReference, kKernels };
+
+// Runs the implementation on the case inputs and compares every stage present
+// in the file that the implementation produces (kernels produce out and lse
+// only).
+Result<CaseReport> VerifyGoldenCase(const GoldenCase& c, VerifyImpl impl,
+                                    const KernelOptions& kopt = {});
+
+// Compares the stages present in `got` with the same-named tensors of
+// `expected` (canonical order first, then other names alphabetically).
+// Tolerances: explicit values if >= 0, else expected's metadata, else 1e-4.
+Result<CaseReport> CompareFiles(const SafetensorsFile& got,
+                                const SafetensorsFile& expected, double atol,
+                                double rtol);
+
+// Parameters for writing a new case from the reference.
+struct GoldenSpec {
+  std::string kind = "sdpa";
+  int64_t batch = 1, num_heads = 2, num_kv_heads = 0, q_len = 4, kv_len = 4;
+  int64_t head_dim = 8, v_dim = 0;  // v_dim 0 = head_dim; mha: embed = H*head_dim
+  Causal causal = Causal::kNone;
+  double scale = std::numeric_limits<double>::quiet_NaN();
+  std::string mask = "none";  // none | bool | float
+  std::vector<int64_t> mask_shape;  // empty = [Lq, Lk]
+  std::vector<int64_t> kv_lens;     // empty = none
+  int64_t window_left = -1, window_right = -1;
+  bool alibi = false;
+  uint64_t seed = 0;
+  std::string description;
+};
+Status WriteGoldenCase(const GoldenSpec& spec, const std::string& path);
+
+}  // namespace attnflow

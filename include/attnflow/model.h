@@ -1,0 +1,98 @@
+// attnflow/model.h — the shared interface of real pretrained models, so the
+// CLI (embed / generate / chat / trace) and the benchmarks treat every model
+// the same way.
+//
+// Invariants:
+//  * Loading validates every size and offset of the files (they come from
+//    outside) and never downloads anything.
+//  * Token ids are int32; text is UTF-8.
+//  * Stage capture: when `capture.sink` is non-null, the model reports the
+//    stages of layer `capture.layer` under the golden-format names (q k v
+//    scores scaled masked weights lse heads_out concat out ...), plus model
+//    level stages (embed, residual, norm, ffn, block_out), cheap when off.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "attnflow/stages.h"
+#include "attnflow/status.h"
+#include "attnflow/tensor.h"
+
+namespace attnflow {
+
+struct ModelInfo {
+  std::string name;          // e.g. "all-MiniLM-L6-v2"
+  std::string architecture;  // "bert" | "llama"
+  int64_t num_layers = 0, hidden = 0, num_heads = 0, num_kv_heads = 0;
+  int64_t head_dim = 0, ffn_hidden = 0, vocab_size = 0, max_positions = 0;
+  int64_t num_params = 0;
+  std::string weight_dtype;  // "F32", "Q4_1", ...
+};
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+  // add_special: [CLS]/[SEP] for WordPiece, BOS (if the model uses one) for BPE.
+  virtual Result<std::vector<int32_t>> Encode(std::string_view text,
+                                              bool add_special) const = 0;
+  virtual Result<std::string> Decode(const std::vector<int32_t>& ids,
+                                     bool skip_special) const = 0;
+  // The vocabulary string of one id (for displays and traces).
+  virtual std::string TokenText(int32_t id) const = 0;
+  virtual int64_t VocabSize() const = 0;
+};
+
+struct StageCapture {
+  StageSink* sink = nullptr;  // nullptr = off
+  int64_t layer = 0;          // which layer's attention stages to report
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  virtual const ModelInfo& info() const = 0;
+  virtual const Tokenizer& tokenizer() const = 0;
+};
+
+// Sentence encoder (BERT family).
+class EncoderModel : public Model {
+ public:
+  // ids: one sequence per sentence (with specials); padded to the longest
+  // internally. hidden: [B, Lmax, E] F32 last hidden state; embeddings:
+  // [B, E] F32 mean-pooled over real tokens and L2-normalised.
+  virtual Status Embed(const std::vector<std::vector<int32_t>>& ids,
+                       Tensor* embeddings, Tensor* hidden,
+                       const StageCapture& capture = {}) = 0;
+  // Per-layer hidden states [num_layers+1] of [B, Lmax, E] (index 0 =
+  // embeddings output), for layer-by-layer checks.
+  virtual Status HiddenStates(const std::vector<std::vector<int32_t>>& ids,
+                              std::vector<Tensor>* states) = 0;
+};
+
+// Autoregressive decoder (Llama family) with a KV cache.
+class DecoderModel : public Model {
+ public:
+  // Clears the KV cache.
+  virtual void Reset() = 0;
+  // Number of positions in the cache.
+  virtual int64_t CacheLength() const = 0;
+  // Appends `ids` at positions CacheLength()..; one pass over all of them
+  // (prefill) or one token (decode). logits: [ids.size(), vocab] F32 when
+  // all_logits, else [1, vocab] for the last position.
+  virtual Status Forward(const std::vector<int32_t>& ids, bool all_logits,
+                         Tensor* logits, const StageCapture& capture = {}) = 0;
+  // Chat template of the model (from its metadata), applied to messages of
+  // (role, content).
+  virtual Result<std::string> ApplyChatTemplate(
+      const std::vector<std::pair<std::string, std::string>>& messages,
+      bool add_generation_prompt) const = 0;
+};
+
+// Opens a model: a directory with config.json + model.safetensors + vocab.txt
+// (BERT) or a .gguf file (Llama). Errors name the file and the field.
+Result<std::unique_ptr<Model>> LoadModel(const std::string& path);
+}  // namespace attnflow

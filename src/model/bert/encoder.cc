@@ -1,0 +1,305 @@
+// encoder.cc — the BERT encoder forward pass (fp32), mean pooling and L2
+// normalisation; see bert.h for the equations.
+//
+// Layout: activations are row-major [B*L, E] (token rows), padded to the
+// longest sequence L of the batch with the pad id; padded rows are computed
+// like Hugging Face does (they attend to the real keys only) but never enter
+// the pooled embedding. Attention reads Q/K/V as zero-copy strided
+// [B,H,L,Dh] views of the fused [B*L, 3E] projection and writes its output
+// as a strided view of [B*L, E]; key padding is expressed with kv_lens.
+//
+// Stage capture (StageCapture): model-level "embed" [B,L,E]; for layer
+// `capture.layer`: q k v [B,H,L,Dh], then the float64 reference attention's
+// scores scaled masked weights lse and heads_out (its "out") [B,H,L,Dh],
+// concat [B,L,E], out (attention output dense) [B,L,E], residual
+// (x + out) [B,L,E], norm (LayerNorm 1) [B,L,E], ffn (second FFN dense)
+// [B,L,E], block_out (LayerNorm 2) [B,L,E]. The captured layer runs the
+// reference attention so every intermediate exists; other layers use the
+// fast kernels.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+
+#include "attnflow/attention.h"
+#include "attnflow/kernels.h"
+#include "attnflow/threading.h"
+#include "model/bert/bert.h"
+#include "model/bert/gemm.h"
+
+namespace attnflow::bert {
+namespace {
+
+// Renames the reference attention's "out" to the golden-format "heads_out".
+class HeadsOutSink : public StageSink {
+ public:
+  explicit HeadsOutSink(StageSink* inner) : inner_(inner) {}
+  bool Wants(std::string_view s) const override { return inner_->Wants(Map(s)); }
+  void Put(std::string_view s, const TensorView& v) override { inner_->Put(Map(s), v); }
+
+ private:
+  static std::string_view Map(std::string_view s) { return s == "out" ? "heads_out" : s; }
+  StageSink* inner_;
+};
+
+// Runs fn(row_begin, row_end) over [0, rows) in fixed chunks on the default
+// pool (chunking depends only on `rows`).
+template <typename Fn>
+void ParallelRows(int64_t rows, int64_t chunk, Fn fn) {
+  const int64_t tasks = (rows + chunk - 1) / chunk;
+  if (tasks <= 1) {
+    if (rows > 0) fn(int64_t{0}, rows);
+    return;
+  }
+  DefaultPool().ParallelFor(tasks, [&](int64_t t, int) {
+    fn(t * chunk, std::min(rows, (t + 1) * chunk));
+  });
+}
+
+// y[r] = LayerNorm(x[r]) * g + b, rows of width n (statistics in double).
+void LayerNorm(float* y, const float* x, const float* g, const float* b, int64_t rows,
+               int64_t n, double eps) {
+  ParallelRows(rows, 64, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* xr = x + r * n;
+      float* yr = y + r * n;
+      double mean = 0;
+      for (int64_t i = 0; i < n; ++i) mean += xr[i];
+      mean /= static_cast<double>(n);
+      double var = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        const double d = xr[i] - mean;
+        var += d * d;
+      }
+      var /= static_cast<double>(n);
+      const double inv = 1.0 / std::sqrt(var + eps);
+      for (int64_t i = 0; i < n; ++i) {
+        yr[i] = static_cast<float>((xr[i] - mean) * inv) * g[i] + b[i];
+      }
+    }
+  });
+}
+
+// x = gelu(x) = 0.5 x (1 + erf(x / sqrt 2)), in place.
+void GeluErf(float* x, int64_t rows, int64_t n) {
+  ParallelRows(rows, 16, [&](int64_t r0, int64_t r1) {
+    for (int64_t i = r0 * n; i < r1 * n; ++i) {
+      const float v = x[i];
+      x[i] = 0.5f * v * (1.0f + std::erf(v * 0.70710678118654752f));
+    }
+  });
+}
+
+void AddInPlace(float* y, const float* x, int64_t count) {
+  for (int64_t i = 0; i < count; ++i) y[i] += x[i];
+}
+
+Result<Tensor> Alloc(const Shape& s) { return Tensor::Zeros(DType::kF32, s); }
+
+}  // namespace
+
+Result<std::vector<int32_t>> BertModel::EncodeText(std::string_view text) const {
+  Result<std::vector<int32_t>> r = tokenizer_->Encode(text, /*add_special=*/true);
+  if (!r.ok()) return r;
+  std::vector<int32_t>& ids = r.value();
+  const size_t max_len = static_cast<size_t>(cfg_.max_seq_length);
+  if (ids.size() > max_len) {
+    ids.resize(max_len);
+    ids.back() = tokenizer_->sep_id();
+  }
+  return r;
+}
+
+Status BertModel::Embed(const std::vector<std::vector<int32_t>>& ids, Tensor* embeddings,
+                        Tensor* hidden, const StageCapture& capture) {
+  return Forward(ids, embeddings, hidden, nullptr, capture);
+}
+
+Status BertModel::HiddenStates(const std::vector<std::vector<int32_t>>& ids,
+                               std::vector<Tensor>* states) {
+  if (states == nullptr) return InvalidArgument("bert: HiddenStates: states is null");
+  return Forward(ids, nullptr, nullptr, states, {});
+}
+
+Status BertModel::EmbedTexts(const std::vector<std::string>& texts, int64_t batch_size,
+                             Tensor* embeddings) {
+  if (batch_size <= 0) return InvalidArgument("bert: batch_size must be > 0");
+  const int64_t n = static_cast<int64_t>(texts.size());
+  const int64_t E = cfg_.hidden;
+  Result<Tensor> out = Alloc({n, E});
+  if (!out.ok()) return out.status();
+  std::vector<std::vector<int32_t>> ids(texts.size());
+  for (size_t i = 0; i < texts.size(); ++i) {
+    Result<std::vector<int32_t>> r = EncodeText(texts[i]);
+    if (!r.ok()) {
+      return Status(r.status().code(),
+                    "bert: text " + std::to_string(i) + ": " + r.status().message());
+    }
+    ids[i] = std::move(r).value();
+  }
+  // Like sentence-transformers: longest first, so each batch has little
+  // padding; results go back to the input order.
+  std::vector<size_t> order(texts.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return ids[a].size() > ids[b].size(); });
+  for (int64_t s = 0; s < n; s += batch_size) {
+    const int64_t e = std::min(n, s + batch_size);
+    std::vector<std::vector<int32_t>> batch;
+    for (int64_t i = s; i < e; ++i) batch.push_back(ids[order[static_cast<size_t>(i)]]);
+    Tensor emb;
+    ATTNFLOW_RETURN_IF_ERROR(Embed(batch, &emb, nullptr));
+    for (int64_t i = s; i < e; ++i) {
+      std::memcpy(out->data<float>() + static_cast<int64_t>(order[static_cast<size_t>(i)]) * E,
+                  emb.data<float>() + (i - s) * E, sizeof(float) * static_cast<size_t>(E));
+    }
+  }
+  *embeddings = std::move(out).value();
+  return Status::Ok();
+}
+
+Status BertModel::Forward(const std::vector<std::vector<int32_t>>& ids, Tensor* embeddings,
+                          Tensor* hidden, std::vector<Tensor>* states,
+                          const StageCapture& capture) {
+  const int64_t B = static_cast<int64_t>(ids.size());
+  const int64_t E = cfg_.hidden, H = cfg_.num_heads, Dh = E / H, F = cfg_.intermediate;
+  int64_t L = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    const auto& seq = ids[static_cast<size_t>(b)];
+    if (seq.empty()) {
+      return InvalidArgument("bert: sequence " + std::to_string(b) + " is empty");
+    }
+    if (static_cast<int64_t>(seq.size()) > cfg_.max_positions) {
+      return OutOfRange("bert: sequence " + std::to_string(b) + " has " +
+                        std::to_string(seq.size()) + " tokens, more than max_positions " +
+                        std::to_string(cfg_.max_positions));
+    }
+    for (size_t i = 0; i < seq.size(); ++i) {
+      if (seq[i] < 0 || seq[i] >= cfg_.vocab_size) {
+        return OutOfRange("bert: sequence " + std::to_string(b) + " token " +
+                          std::to_string(i) + " has id " + std::to_string(seq[i]) +
+                          " outside [0, " + std::to_string(cfg_.vocab_size) + ")");
+      }
+    }
+    L = std::max<int64_t>(L, static_cast<int64_t>(seq.size()));
+  }
+  if (capture.sink != nullptr && (capture.layer < 0 || capture.layer >= cfg_.num_layers)) {
+    return OutOfRange("bert: capture layer " + std::to_string(capture.layer) +
+                      " is outside [0, " + std::to_string(cfg_.num_layers) + ")");
+  }
+  const int64_t rows = B * L;
+  Result<Tensor> x_t = Alloc({B, L, E}), tmp_t = Alloc({rows, E}), ctx_t = Alloc({rows, E}),
+                 qkv_t = Alloc({rows, 3 * E}), ffn_t = Alloc({rows, F});
+  for (const auto* r : {&x_t, &tmp_t, &ctx_t, &qkv_t, &ffn_t}) {
+    if (!r->ok()) return r->status();
+  }
+  float* x = x_t->data<float>();
+  float* tmp = tmp_t->data<float>();
+  float* ctx = ctx_t->data<float>();
+  float* qkv = qkv_t->data<float>();
+  float* ffn = ffn_t->data<float>();
+  std::vector<int64_t> lens(static_cast<size_t>(B));
+  for (int64_t b = 0; b < B; ++b) lens[static_cast<size_t>(b)] = static_cast<int64_t>(ids[static_cast<size_t>(b)].size());
+
+  StageSink* sink = capture.sink;
+  auto put = [&](const char* name, float* data, const Shape& shape) {
+    if (sink != nullptr && sink->Wants(name)) sink->Put(name, MakeView(data, DType::kF32, shape));
+  };
+  auto keep_state = [&]() -> Status {
+    if (states == nullptr) return Status::Ok();
+    Result<Tensor> s = Tensor::FromView(x_t->view());
+    if (!s.ok()) return s.status();
+    states->push_back(std::move(s).value());
+    return Status::Ok();
+  };
+  if (states != nullptr) states->clear();
+
+  // Embeddings: word + position + token type 0, then LayerNorm.
+  const int32_t pad = std::max(tokenizer_->pad_id(), 0);
+  for (int64_t b = 0; b < B; ++b) {
+    const auto& seq = ids[static_cast<size_t>(b)];
+    for (int64_t i = 0; i < L; ++i) {
+      const int64_t id = i < static_cast<int64_t>(seq.size()) ? seq[static_cast<size_t>(i)] : pad;
+      const float* w = word_ + id * E;
+      const float* p = pos_ + i * E;
+      float* t = tmp + (b * L + i) * E;
+      for (int64_t e = 0; e < E; ++e) t[e] = w[e] + p[e] + type_[e];
+    }
+  }
+  LayerNorm(x, tmp, emb_ln_g_, emb_ln_b_, rows, E, cfg_.layer_norm_eps);
+  put("embed", x, {B, L, E});
+  ATTNFLOW_RETURN_IF_ERROR(keep_state());
+
+  const TensorView kv_lens = MakeView(lens.data(), DType::kI64, {B});
+  for (int64_t l = 0; l < cfg_.num_layers; ++l) {
+    const BertLayer& W = layers_[static_cast<size_t>(l)];
+    const bool cap = sink != nullptr && l == capture.layer;
+    // Q|K|V = x · Wqkvᵀ + b            [B*L, 3E]
+    LinearForward(qkv, 3 * E, x, E, W.w_qkv, E, W.b_qkv, rows, 3 * E, E);
+    // Zero-copy head split: [B,L,3E] viewed as [B,H,L,Dh].
+    const Shape qkv_strides = {L * 3 * E, Dh, 3 * E, 1};
+    const TensorView q = MakeStridedView(qkv, DType::kF32, {B, H, L, Dh}, qkv_strides);
+    const TensorView k = MakeStridedView(qkv + E, DType::kF32, {B, H, L, Dh}, qkv_strides);
+    const TensorView v = MakeStridedView(qkv + 2 * E, DType::kF32, {B, H, L, Dh}, qkv_strides);
+    const TensorView out = MakeStridedView(ctx, DType::kF32, {B, H, L, Dh}, {L * E, Dh, E, 1});
+    SdpaOptions opt;
+    opt.kv_lens = kv_lens;
+    if (cap) {
+      for (auto [name, view] : {std::pair<const char*, const TensorView*>{"q", &q},
+                                {"k", &k}, {"v", &v}}) {
+        if (sink->Wants(name)) sink->Put(name, *view);
+      }
+      HeadsOutSink rename(sink);
+      Result<Tensor> lse = Tensor::Zeros(DType::kF32, {B, H, L});
+      if (!lse.ok()) return lse.status();
+      ATTNFLOW_RETURN_IF_ERROR(reference::Sdpa(out, lse->view(), q, k, v, opt, &rename));
+      put("concat", ctx, {B, L, E});
+    } else {
+      ATTNFLOW_RETURN_IF_ERROR(Attention(out, TensorView{}, q, k, v, opt));
+    }
+    // Attention output dense, residual, LayerNorm 1.
+    LinearForward(tmp, E, ctx, E, W.w_o, E, W.b_o, rows, E, E);
+    if (cap) put("out", tmp, {B, L, E});
+    AddInPlace(tmp, x, rows * E);
+    if (cap) put("residual", tmp, {B, L, E});
+    LayerNorm(x, tmp, W.ln1_g, W.ln1_b, rows, E, cfg_.layer_norm_eps);
+    if (cap) put("norm", x, {B, L, E});
+    // FFN: W2 · gelu(W1 · x + b1) + b2, residual, LayerNorm 2.
+    LinearForward(ffn, F, x, E, W.w_1, E, W.b_1, rows, F, E);
+    GeluErf(ffn, rows, F);
+    LinearForward(tmp, E, ffn, F, W.w_2, F, W.b_2, rows, E, F);
+    if (cap) put("ffn", tmp, {B, L, E});
+    AddInPlace(tmp, x, rows * E);
+    LayerNorm(x, tmp, W.ln2_g, W.ln2_b, rows, E, cfg_.layer_norm_eps);
+    if (cap) put("block_out", x, {B, L, E});
+    ATTNFLOW_RETURN_IF_ERROR(keep_state());
+  }
+
+  if (embeddings != nullptr) {
+    // Mean over real tokens, then x / max(||x||, 1e-12) (torch F.normalize).
+    Result<Tensor> emb = Alloc({B, E});
+    if (!emb.ok()) return emb.status();
+    std::vector<double> acc(static_cast<size_t>(E));
+    for (int64_t b = 0; b < B; ++b) {
+      std::fill(acc.begin(), acc.end(), 0.0);
+      const int64_t n = lens[static_cast<size_t>(b)];
+      for (int64_t i = 0; i < n; ++i) {
+        const float* xr = x + (b * L + i) * E;
+        for (int64_t e = 0; e < E; ++e) acc[static_cast<size_t>(e)] += xr[e];
+      }
+      double norm2 = 0;
+      for (double& a : acc) {
+        a /= static_cast<double>(n);
+        norm2 += a * a;
+      }
+      const double inv = 1.0 / std::max(std::sqrt(norm2), 1e-12);
+      float* o = emb->data<float>() + b * E;
+      for (int64_t e = 0; e < E; ++e) o[e] = static_cast<float>(acc[static_cast<size_t>(e)] * inv);
+    }
+    *embeddings = std::move(emb).value();
+  }
+  if (hidden != nullptr) *hidden = std::move(x_t).value();
+  return Status::Ok();
+}
+
+}  // namespace attnflow::bert

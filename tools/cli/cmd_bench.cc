@@ -1,0 +1,233 @@
+// cmd_bench.cc — `attnflow bench prefill|decode`: times attention kernels and
+// states results as GFLOP/s, GB/s and % of this machine's peaks measured in
+// the same run (built-in FMA loop and read-bandwidth loop).
+//
+// Useful FLOPs count only visible (query, key) pairs: 2·(D + Dv) per pair,
+// i.e. 4·B·H·Lq·Lk·D for a non-causal D == Dv problem. Decode GB/s counts the
+// K/V bytes that must be read: B·Hkv·Lk_visible·(D + Dv)·sizeof(kv dtype).
+// Each configuration runs --warmup untimed and --repeat timed calls; min and
+// median seconds are reported, GFLOP/s and GB/s from the median.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "attnflow/bench.h"
+#include "attnflow/kernels.h"
+#include "cli_common.h"
+
+namespace attnflow::cli {
+namespace {
+
+struct BenchArgs {
+  std::string mode;  // prefill | decode
+  std::vector<int64_t> batch{1}, heads{8}, kv_heads{0}, q_len{0}, kv_len{0}, head_dim{64};
+  std::string causal = "none";
+  std::string kv_dtype = "f32";
+  std::string kernel = "auto";
+  int threads = 0;
+  int repeat = 10;
+  int warmup = 2;
+  bool json = false;
+  bool explain = false;
+  bool no_peak = false;
+  int64_t window_left = -1, window_right = -1;
+};
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+struct Config {
+  int64_t B, H, Hkv, Lq, Lk, D;
+};
+
+int RunBench(const BenchArgs& a) {
+  Causal causal;
+  if (!ParseCausal(a.causal, &causal)) {
+    PrintError("bench", "--causal must be none, top_left or bottom_right, got " + a.causal);
+    return kExitUsage;
+  }
+  DType kv_dtype;
+  if (a.kv_dtype == "f32") kv_dtype = DType::kF32;
+  else if (a.kv_dtype == "f16") kv_dtype = DType::kF16;
+  else if (a.kv_dtype == "bf16") kv_dtype = DType::kBF16;
+  else {
+    PrintError("bench", "--kv-dtype must be f32, f16 or bf16, got " + a.kv_dtype);
+    return kExitUsage;
+  }
+  KernelKind force;
+  if (!ParseKernelKind(a.kernel, &force)) {
+    PrintError("bench", "--kernel must be auto, reference, tiled_prefill or split_kv_decode");
+    return kExitUsage;
+  }
+  const bool decode = a.mode == "decode";
+  ThreadPool pool(a.threads);
+  double peak_gflops = 0, peak_gbps = 0;
+  if (!a.no_peak) {
+    peak_gflops = MeasurePeakGflops(pool);
+    peak_gbps = MeasureReadGBps(pool, size_t{256} << 20);  // >> last-level cache
+  }
+  if (!a.json) {
+    std::printf("attnflow bench %s — %d thread(s), SIMD %s\n", a.mode.c_str(), pool.NumWorkers(),
+                PeakTargetName().c_str());
+    if (!a.no_peak)
+      std::printf("machine peak (measured now): %.1f GFLOP/s fp32 FMA, %.1f GB/s read\n",
+                  peak_gflops, peak_gbps);
+    std::printf("%-16s %3s %3s %4s %7s %7s %4s %-12s %-4s %10s %10s %9s %8s %8s %9s\n", "kernel",
+                "B", "H", "Hkv", "Lq", "Lk", "D", "causal", "kv", "min_ms", "median_ms",
+                "GFLOP/s", "%peak", "GB/s", "%peak_bw");
+  }
+  std::vector<Config> configs;
+  for (int64_t B : a.batch)
+    for (int64_t H : a.heads)
+      for (int64_t Hkv0 : a.kv_heads)
+        for (int64_t Lq0 : a.q_len)
+          for (int64_t Lk0 : a.kv_len)
+            for (int64_t D : a.head_dim) {
+              const int64_t Hkv = Hkv0 == 0 ? H : Hkv0;
+              const int64_t Lq = Lq0 != 0 ? Lq0 : (decode ? 1 : 1024);
+              const int64_t Lk = Lk0 != 0 ? Lk0 : (decode ? 4096 : Lq);
+              configs.push_back({B, H, Hkv, Lq, Lk, D});
+            }
+  for (const Config& c : configs) {
+    std::mt19937_64 gen(1);
+    std::normal_distribution<float> nd(0.f, 1.f);
+    Result<Tensor> q = Tensor::Zeros(DType::kF32, {c.B, c.H, c.Lq, c.D});
+    Result<Tensor> k = Tensor::Zeros(kv_dtype, {c.B, c.Hkv, c.Lk, c.D});
+    Result<Tensor> v = Tensor::Zeros(kv_dtype, {c.B, c.Hkv, c.Lk, c.D});
+    Result<Tensor> out = Tensor::Zeros(DType::kF32, {c.B, c.H, c.Lq, c.D});
+    for (auto* t : {&q, &k, &v, &out}) {
+      if (!t->ok()) {
+        PrintError("bench", t->status().message());
+        return kExitUsage;
+      }
+    }
+    for (auto* t : {&q, &k, &v})
+      for (int64_t i = 0; i < (*t)->numel(); ++i) (*t)->view().store(i, nd(gen));
+    SdpaOptions opt;
+    opt.causal = causal;
+    opt.window_left = a.window_left;
+    opt.window_right = a.window_right;
+    KernelOptions kopt;
+    kopt.pool = &pool;
+    kopt.force = force;
+    KernelChoice choice;
+    Status st = ExplainAttention(out->view(), {}, q->view(), k->view(), v->view(), opt, kopt,
+                                 &choice);
+    if (!st.ok()) {
+      PrintError("bench", st.message());
+      return kExitUsage;
+    }
+    if (a.explain && !a.json) std::printf("explain: %s\n", choice.ToString().c_str());
+    std::vector<double> times;
+    for (int r = 0; r < a.warmup + a.repeat; ++r) {
+      const double t0 = Now();
+      st = Attention(out->view(), {}, q->view(), k->view(), v->view(), opt, kopt, nullptr);
+      const double dt = Now() - t0;
+      if (!st.ok()) {
+        PrintError("bench", st.message());
+        return kExitUsage;
+      }
+      if (r >= a.warmup) times.push_back(dt);
+    }
+    std::sort(times.begin(), times.end());
+    const double tmin = times.front();
+    const double tmed = times.size() % 2 ? times[times.size() / 2]
+                                         : 0.5 * (times[times.size() / 2 - 1] + times[times.size() / 2]);
+    // Visible pairs from the shared semantics.
+    double pairs = 0, visible_keys_max = 0;
+    for (int64_t i = 0; i < c.Lq; ++i) {
+      const KeyRange r = VisibleKeys(causal, a.window_left, a.window_right, i, c.Lq, c.Lk, c.Lk);
+      const double n = r.last >= r.first ? static_cast<double>(r.last - r.first + 1) : 0.0;
+      pairs += n;
+      visible_keys_max = std::max(visible_keys_max, n);
+    }
+    const double flops = 2.0 * (c.D + c.D) * pairs * c.B * c.H;
+    const double gflops = flops / tmed * 1e-9;
+    // K/V bytes that must be read at least once (keys visible to some row).
+    double kv_keys = 0;
+    {
+      int64_t lo = c.Lk, hi = -1;
+      for (int64_t i = 0; i < c.Lq; ++i) {
+        const KeyRange r = VisibleKeys(causal, a.window_left, a.window_right, i, c.Lq, c.Lk, c.Lk);
+        if (r.last >= r.first) {
+          lo = std::min(lo, r.first);
+          hi = std::max(hi, r.last);
+        }
+      }
+      kv_keys = hi >= lo ? static_cast<double>(hi - lo + 1) : 0.0;
+    }
+    const double kv_bytes = static_cast<double>(c.B) * c.Hkv * kv_keys * (2.0 * c.D) *
+                            static_cast<double>(DTypeSize(kv_dtype));
+    const double gbps = kv_bytes / tmed * 1e-9;
+    const double pct = peak_gflops > 0 ? 100.0 * gflops / peak_gflops : 0.0;
+    const double pct_bw = peak_gbps > 0 ? 100.0 * gbps / peak_gbps : 0.0;
+    const char* kname = KernelKindName(choice.kernel);
+    if (a.json) {
+      std::printf(
+          "{\"mode\":\"%s\",\"kernel\":\"%s\",\"simd\":\"%s\",\"threads\":%d,\"batch\":%lld,"
+          "\"heads\":%lld,\"kv_heads\":%lld,\"q_len\":%lld,\"kv_len\":%lld,\"head_dim\":%lld,"
+          "\"causal\":\"%s\",\"kv_dtype\":\"%s\",\"repeat\":%d,\"min_s\":%.9g,\"median_s\":%.9g,"
+          "\"gflops\":%.6g,\"gbps\":%.6g,\"peak_gflops\":%.6g,\"peak_gbps\":%.6g,"
+          "\"pct_peak_gflops\":%.4g,\"pct_peak_gbps\":%.4g,\"kv_bytes\":%.0f,"
+          "\"peak_rss_bytes\":%lld,\"tile_q\":%lld,\"tile_kv\":%lld,\"num_splits\":%lld,"
+          "\"reason\":\"%s\"}\n",
+          a.mode.c_str(), kname, choice.simd_target.c_str(), pool.NumWorkers(),
+          (long long)c.B, (long long)c.H, (long long)c.Hkv, (long long)c.Lq, (long long)c.Lk,
+          (long long)c.D, a.causal.c_str(), a.kv_dtype.c_str(), a.repeat, tmin, tmed, gflops,
+          gbps, peak_gflops, peak_gbps, pct, pct_bw, kv_bytes, (long long)PeakRssBytes(),
+          (long long)choice.tile_q, (long long)choice.tile_kv, (long long)choice.num_splits,
+          [&] {
+            std::string s;
+            for (char ch : choice.reason) s += (ch == '"' || ch == '\\') ? '\'' : ch;
+            return s;
+          }().c_str());
+    } else {
+      std::printf("%-16s %3lld %3lld %4lld %7lld %7lld %4lld %-12s %-4s %10.4f %10.4f %9.1f %7.1f%% %8.1f %8.1f%%\n",
+                  kname, (long long)c.B, (long long)c.H, (long long)c.Hkv, (long long)c.Lq,
+                  (long long)c.Lk, (long long)c.D, a.causal.c_str(), a.kv_dtype.c_str(),
+                  tmin * 1e3, tmed * 1e3, gflops, pct, gbps, pct_bw);
+    }
+    std::fflush(stdout);
+  }
+  if (!a.json)
+    std::printf("peak RSS %.1f MiB\n", static_cast<double>(PeakRssBytes()) / (1 << 20));
+  return kExitOk;
+}
+
+}  // namespace
+
+ATTNFLOW_REGISTER_COMMAND(
+    bench, "bench", "Benchmark prefill or decode attention; GFLOP/s, GB/s, % of measured peak",
+    [](CLI::App& sub) -> std::function<int()> {
+      auto a = std::make_shared<BenchArgs>();
+      sub.add_option("mode", a->mode, "prefill or decode")
+          ->required()
+          ->check(CLI::IsMember({"prefill", "decode"}));
+      sub.add_option("--batch", a->batch, "B (comma list sweeps)")->delimiter(',');
+      sub.add_option("--heads", a->heads, "H")->delimiter(',');
+      sub.add_option("--kv-heads", a->kv_heads, "Hkv (default H)")->delimiter(',');
+      sub.add_option("--q-len", a->q_len, "Lq (default 1024 prefill, 1 decode)")->delimiter(',');
+      sub.add_option("--kv-len", a->kv_len, "Lk (default Lq prefill, 4096 decode)")->delimiter(',');
+      sub.add_option("--head-dim", a->head_dim, "D")->delimiter(',');
+      sub.add_option("--causal", a->causal, "none | top_left | bottom_right");
+      sub.add_option("--kv-dtype", a->kv_dtype, "f32 | f16 | bf16");
+      sub.add_option("--kernel", a->kernel, "auto | reference | tiled_prefill | split_kv_decode");
+      sub.add_option("--window-left", a->window_left, "Sliding window left (-1 unbounded)");
+      sub.add_option("--window-right", a->window_right, "Sliding window right (-1 unbounded)");
+      sub.add_option("--threads", a->threads, "Worker threads (default: all cores)");
+      sub.add_option("--repeat", a->repeat, "Timed repetitions")->check(CLI::Range(1, 100000));
+      sub.add_option("--warmup", a->warmup, "Untimed warm-up calls")->check(CLI::Range(0, 1000));
+      sub.add_flag("--json", a->json, "One JSON object per line per configuration");
+      sub.add_flag("--explain", a->explain, "Print the kernel choice and its reason");
+      sub.add_flag("--no-peak", a->no_peak, "Skip the peak measurements");
+      return [a] { return RunBench(*a); };
+    });
+
+}  // namespace attnflow::cli

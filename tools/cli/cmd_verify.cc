@@ -1,0 +1,151 @@
+// cmd_verify.cc — `attnflow verify`: check golden cases stage by stage.
+//
+//   attnflow verify CASE.safetensors...            run the reference (or
+//                                                  --impl kernels) on each case
+//   attnflow verify --compare GOT.st EXPECTED.st   compare a port's dumped
+//                                                  stages with expected ones
+// Exit: 0 all match, 1 any stage differs, 2 unreadable/invalid file or usage.
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "attnflow/golden.h"
+#include "cli_common.h"
+
+namespace attnflow::cli {
+namespace {
+
+struct VerifyArgs {
+  std::vector<std::string> files;
+  bool compare = false;
+  std::string impl = "reference";
+  double atol = -1, rtol = -1;
+  bool quiet = false;
+};
+
+void PrintReport(const CaseReport& r, double atol, double rtol, bool quiet) {
+  std::printf("case %s  kind=%s  impl=%s  atol=%g rtol=%g\n", r.path.c_str(),
+              r.kind.c_str(), r.implementation.c_str(), atol, rtol);
+  if (!quiet) {
+    std::printf("  %-10s %12s %12s %10s  %-18s %s\n", "stage", "max_abs", "max_rel",
+                "bad", "first_bad", "result");
+    for (const auto& s : r.stages) {
+      if (!s.compared) {
+        std::printf("  %-10s %12s %12s %10s  %-18s skipped (%s)\n", s.stage.c_str(), "-",
+                    "-", "-", "-", s.note.c_str());
+        continue;
+      }
+      std::printf("  %-10s %12.3e %12.3e %10lld  %-18s %s%s%s\n", s.stage.c_str(), s.max_abs,
+                  s.max_rel, static_cast<long long>(s.mismatches),
+                  s.first_bad < 0 ? "-" : s.first_bad_index.c_str(),
+                  s.match ? "ok" : "MISMATCH", s.note.empty() ? "" : "  ",
+                  s.note.c_str());
+    }
+  }
+  const StageReport* bad = r.FirstMismatch();
+  if (bad == nullptr) {
+    std::printf("  => match (%zu stages compared)\n",
+                static_cast<size_t>(std::count_if(r.stages.begin(), r.stages.end(),
+                                                  [](const StageReport& s) { return s.compared; })));
+  } else if (bad->first_bad >= 0) {
+    std::printf("  => FIRST MISMATCH: stage '%s' at %s: got %.9g, expected %.9g (%lld bad elements)\n",
+                bad->stage.c_str(), bad->first_bad_index.c_str(), bad->got_at_bad,
+                bad->expected_at_bad, static_cast<long long>(bad->mismatches));
+  } else {
+    std::printf("  => FIRST MISMATCH: stage '%s': %s\n", bad->stage.c_str(), bad->note.c_str());
+  }
+}
+
+int RunVerify(const VerifyArgs& a) {
+  if (a.compare) {
+    if (a.files.size() != 2) {
+      PrintError("verify", "--compare takes exactly two files: GOT EXPECTED (got " +
+                               std::to_string(a.files.size()) + ")");
+      return kExitUsage;
+    }
+    Result<SafetensorsFile> got = SafetensorsFile::Open(a.files[0]);
+    if (!got.ok()) {
+      PrintError("verify", got.status().message());
+      return kExitUsage;
+    }
+    Result<SafetensorsFile> exp = SafetensorsFile::Open(a.files[1]);
+    if (!exp.ok()) {
+      PrintError("verify", exp.status().message());
+      return kExitUsage;
+    }
+    Result<CaseReport> r = CompareFiles(got.value(), exp.value(), a.atol, a.rtol);
+    if (!r.ok()) {
+      PrintError("verify", r.status().message());
+      return kExitUsage;
+    }
+    const size_t compared = std::count_if(r->stages.begin(), r->stages.end(),
+                                          [](const StageReport& s) { return s.compared; });
+    std::printf("compare %s against %s\n", a.files[0].c_str(), a.files[1].c_str());
+    PrintReport(r.value(), a.atol >= 0 ? a.atol : kGoldenDefaultTol,
+                a.rtol >= 0 ? a.rtol : kGoldenDefaultTol, a.quiet);
+    if (compared == 0) {
+      PrintError("verify", "no stage of " + a.files[0] + " has a same-named tensor in " +
+                               a.files[1]);
+      return kExitCheckFailed;
+    }
+    return r->ok() ? kExitOk : kExitCheckFailed;
+  }
+  if (a.files.empty()) {
+    PrintError("verify", "no case files given");
+    return kExitUsage;
+  }
+  VerifyImpl impl;
+  if (a.impl == "reference") impl = VerifyImpl::kReference;
+  else if (a.impl == "kernels") impl = VerifyImpl::kKernels;
+  else {
+    PrintError("verify", "--impl must be reference or kernels, got " + a.impl);
+    return kExitUsage;
+  }
+  int invalid = 0, differ = 0, match = 0;
+  for (const auto& path : a.files) {
+    Result<GoldenCase> c = LoadGoldenCase(path);
+    if (!c.ok()) {
+      PrintError("verify", c.status().message());
+      ++invalid;
+      continue;
+    }
+    if (a.atol >= 0) c->atol = a.atol;
+    if (a.rtol >= 0) c->rtol = a.rtol;
+    Result<CaseReport> r = VerifyGoldenCase(c.value(), impl);
+    if (!r.ok()) {
+      PrintError("verify", path + ": " + r.status().message());
+      ++invalid;
+      continue;
+    }
+    PrintReport(r.value(), c->atol, c->rtol, a.quiet);
+    (r->ok() ? match : differ) += 1;
+  }
+  std::printf("%d case(s): %d match, %d differ, %d invalid\n", match + differ + invalid, match,
+              differ, invalid);
+  if (invalid > 0) return kExitUsage;
+  return differ > 0 ? kExitCheckFailed : kExitOk;
+}
+
+}  // namespace
+
+ATTNFLOW_REGISTER_COMMAND(
+    verify, "verify", "Check golden cases (format v1) stage by stage; --compare GOT EXPECTED",
+    [](CLI::App& sub) -> std::function<int()> {
+      auto a = std::make_shared<VerifyArgs>();
+      sub.add_option("files", a->files, "Case files (or GOT EXPECTED with --compare)")
+          ->required();
+      sub.add_flag("--compare", a->compare,
+                   "Compare the stages in GOT with the same-named tensors in EXPECTED");
+      sub.add_option("--impl", a->impl, "reference (float64 oracle) or kernels (fast path)")
+          ->check(CLI::IsMember({"reference", "kernels"}));
+      sub.add_option("--atol", a->atol, "Absolute tolerance (default: the case's, else 1e-4)")
+          ->check(CLI::NonNegativeNumber);
+      sub.add_option("--rtol", a->rtol, "Relative tolerance (default: the case's, else 1e-4)")
+          ->check(CLI::NonNegativeNumber);
+      sub.add_flag("-q,--quiet", a->quiet, "Only the verdict line per case");
+      return [a] { return RunVerify(*a); };
+    });
+
+}  // namespace attnflow::cli
