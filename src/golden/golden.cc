@@ -2,6 +2,7 @@
 // stage by stage, and write new cases from the float64 reference.
 // See attnflow/golden.h for the invariants and docs/golden-format.md.
 #include "attnflow/golden.h"
+#include "attnflow/nn_golden.h"
 
 #include <algorithm>
 #include <charconv>
@@ -103,8 +104,20 @@ Result<GoldenCase> ValidateGoldenCase(SafetensorsFile file) {
                                    std::string(kGoldenFormatV1) + "\")"));
   }
   if (!get_meta("kind", &c.kind)) return Corrupt(Where(path, "metadata 'kind': missing"));
+  if (nn::IsNnGoldenKind(c.kind)) {  // nn kinds (docs/nn.md): validated by the nn module
+    for (auto [key, dst] : {std::pair<const char*, double*>{"atol", &c.atol}, {"rtol", &c.rtol}}) {
+      std::string s;
+      if (get_meta(key, &s) && (!ParseDouble(s, dst) || !(*dst >= 0) || !std::isfinite(*dst))) {
+        return Corrupt(Where(path, std::string("metadata '") + key + "': \"" + s +
+                                       "\" is not a non-negative decimal"));
+      }
+    }
+    get_meta("description", &c.description);
+    c.file = std::make_shared<const SafetensorsFile>(std::move(file));
+    return c;
+  }
   if (c.kind != "sdpa" && c.kind != "mha") {
-    return Corrupt(Where(path, "metadata 'kind': \"" + c.kind + "\" is not sdpa or mha"));
+    return Corrupt(Where(path, "metadata 'kind': \"" + c.kind + "\" is not a known kind (sdpa, mha, or an nn kind from docs/nn.md)"));
   }
   if (!get_meta("causal", &causal)) return Corrupt(Where(path, "metadata 'causal': missing"));
   if (!ParseCausal(causal, &c.opt.causal)) {
@@ -249,10 +262,15 @@ StageReport CompareStage(const std::string& name, const TensorView& got,
 
 Result<CaseReport> VerifyGoldenCase(const GoldenCase& c, VerifyImpl impl,
                                     const KernelOptions& kopt) {
+  if (nn::IsNnGoldenKind(c.kind)) {
+    if (impl != VerifyImpl::kReference) {
+      return Unimplemented("verify: --impl kernels supports kind sdpa only (got " + c.kind + ")");
+    }
+    return nn::VerifyNnCase(*c.file, c.atol, c.rtol);
+  }
   CaseReport rep;
   rep.path = c.path;
   rep.kind = c.kind;
-  std::map<std::string, Tensor> produced;
   StageRecorder rec;
   if (impl == VerifyImpl::kReference) {
     rep.implementation = "reference";

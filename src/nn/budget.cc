@@ -1,0 +1,260 @@
+// nn/budget.cc — parameter / FLOP / KV-byte accounting (formulas in
+// attnflow/nn_budget.h and docs/nn.md) and the known configurations.
+//
+// Invariants: every product and sum is overflow-checked with
+// __builtin_*_overflow; a bad shape (non-positive size, H % Hkv != 0) is an
+// InvalidArgument naming the field.
+#include "attnflow/nn_budget.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cinttypes>
+#include <cstdio>
+#include <string>
+
+namespace attnflow::nn {
+namespace {
+
+// Overflow-checked accumulator.
+struct Acc {
+  bool overflow = false;
+  int64_t Mul(std::initializer_list<int64_t> xs) {
+    int64_t r = 1;
+    for (int64_t x : xs)
+      if (__builtin_mul_overflow(r, x, &r)) overflow = true;
+    return r;
+  }
+  int64_t Add(std::initializer_list<int64_t> xs) {
+    int64_t r = 0;
+    for (int64_t x : xs)
+      if (__builtin_add_overflow(r, x, &r)) overflow = true;
+    return r;
+  }
+};
+
+ModelShape Bert() {
+  ModelShape s;
+  s.name = "bert-base";
+  s.num_layers = 12, s.d_model = 768, s.num_heads = 12, s.ffn_dim = 3072;
+  s.act = Activation::kGelu;
+  s.vocab_size = 30522, s.max_positions = 512, s.type_vocab = 2;
+  s.embedding_norm = true, s.pooler = true, s.lm_head = false;
+  return s;
+}
+
+ModelShape Gpt2() {
+  ModelShape s;
+  s.name = "gpt2-small";
+  s.num_layers = 12, s.d_model = 768, s.num_heads = 12, s.ffn_dim = 3072;
+  s.act = Activation::kGeluTanh;
+  s.vocab_size = 50257, s.max_positions = 1024;
+  s.final_norm = true, s.tied_lm_head = true;
+  return s;
+}
+
+ModelShape Llama3() {
+  ModelShape s;
+  s.name = "llama-3-8b";
+  s.num_layers = 32, s.d_model = 4096, s.num_heads = 32, s.num_kv_heads = 8, s.ffn_dim = 14336;
+  s.act = Activation::kSwiGlu;
+  s.norm = NormKind::kRmsNorm;
+  s.qkv_bias = s.out_bias = s.ffn_bias = false;
+  s.vocab_size = 128256;
+  s.final_norm = true, s.tied_lm_head = false;
+  return s;
+}
+
+ModelShape TransformerBase() {
+  // The encoder stack of Vaswani et al. "base" (sinusoidal positions, ReLU,
+  // post-norm); vocabulary of the paper's shared 37000 BPE, tied head.
+  ModelShape s;
+  s.name = "transformer-base";
+  s.num_layers = 6, s.d_model = 512, s.num_heads = 8, s.ffn_dim = 2048;
+  s.act = Activation::kRelu;
+  s.vocab_size = 37000;
+  s.tied_lm_head = true;
+  return s;
+}
+
+}  // namespace
+
+Result<Budget> ComputeBudget(const ModelShape& s, int64_t seq_len, int64_t context) {
+  const char* op = "budget";
+  auto bad = [&](const std::string& m) { return InvalidArgument(std::string(op) + ": " + s.name + ": " + m); };
+  if (s.num_layers <= 0 || s.d_model <= 0 || s.num_heads <= 0 || s.ffn_dim <= 0) {
+    return bad("num_layers, d_model, num_heads and ffn_dim must be positive (got " +
+               std::to_string(s.num_layers) + ", " + std::to_string(s.d_model) + ", " +
+               std::to_string(s.num_heads) + ", " + std::to_string(s.ffn_dim) + ")");
+  }
+  const int64_t H = s.num_heads, Hkv = s.num_kv_heads == 0 ? H : s.num_kv_heads;
+  if (Hkv <= 0 || H % Hkv != 0) {
+    return bad("num_heads=" + std::to_string(H) + " is not a multiple of num_kv_heads=" +
+               std::to_string(Hkv));
+  }
+  if (s.head_dim == 0 && s.d_model % H != 0) {
+    return bad("d_model=" + std::to_string(s.d_model) + " is not divisible by num_heads=" +
+               std::to_string(H) + " (set head_dim)");
+  }
+  if (seq_len <= 0 || context < 0) {
+    return bad("seq_len must be > 0 and context >= 0 (got " + std::to_string(seq_len) + ", " +
+               std::to_string(context) + ")");
+  }
+  if (s.vocab_size < 0 || s.max_positions < 0 || s.type_vocab < 0 || s.kv_bytes_per_element <= 0) {
+    return bad("vocab_size, max_positions, type_vocab must be >= 0 and kv_bytes_per_element > 0");
+  }
+  const int64_t E = s.d_model, Dh = s.head_dim == 0 ? E / H : s.head_dim, F = s.ffn_dim;
+  const int64_t V = s.vocab_size, L = seq_len, Lk = context == 0 ? seq_len : context;
+  const int64_t mats = IsGated(s.act) ? 3 : 2;
+  Acc a;
+  Budget b;
+  b.shape = s;
+  b.seq_len = L;
+  b.context = Lk;
+  b.head_dim = Dh;
+  b.num_kv_heads = Hkv;
+  const int64_t qkv_rows = a.Mul({a.Add({H, a.Mul({2, Hkv})}), Dh});  // (H + 2Hkv)·Dh
+  // Parameters of one layer.
+  b.layer_params.qkv = a.Add({a.Mul({qkv_rows, E}), s.qkv_bias ? qkv_rows : 0});
+  b.layer_params.out = a.Add({a.Mul({H, Dh, E}), s.out_bias ? E : 0});
+  b.layer_params.ffn = a.Add({a.Mul({mats, E, F}), s.ffn_bias ? a.Add({a.Mul({mats - 1, F}), E}) : 0});
+  const int64_t per_norm = s.norm == NormKind::kLayerNorm ? 2 * E : E;
+  b.layer_params.norms = a.Mul({2, per_norm});
+  // FLOPs of one layer (2 per multiply-add).
+  b.layer_flops.qkv = a.Mul({2, L, E, qkv_rows});
+  b.layer_flops.scores = a.Mul({2, H, L, Lk, Dh});
+  b.layer_flops.aggregate = a.Mul({2, H, L, Lk, Dh});
+  b.layer_flops.out = a.Mul({2, L, H, Dh, E});
+  b.layer_flops.ffn = a.Mul({2, mats, L, E, F});
+  // Embeddings and heads.
+  b.embedding_params = a.Add({a.Mul({V, E}), a.Mul({s.max_positions, E}), a.Mul({s.type_vocab, E}),
+                              s.embedding_norm ? per_norm : 0});
+  b.head_params = a.Add({s.final_norm ? per_norm : 0,
+                         (s.lm_head && !s.tied_lm_head) ? a.Mul({V, E}) : 0,
+                         s.pooler ? a.Add({a.Mul({E, E}), E}) : 0});
+  b.total_params = a.Add({b.embedding_params, b.head_params, a.Mul({s.num_layers, b.layer_params.total()})});
+  b.lm_head_flops = s.lm_head ? a.Mul({2, L, E, V}) : 0;
+  b.total_flops = a.Add({a.Mul({s.num_layers, b.layer_flops.total()}), b.lm_head_flops});
+  b.kv_bytes_per_token = a.Mul({2, s.num_layers, Hkv, Dh, s.kv_bytes_per_element});
+  if (a.overflow) return ResourceExhausted(std::string(op) + ": " + s.name + ": counts overflow int64");
+  return b;
+}
+
+const std::vector<ModelShape>& KnownModelShapes() {
+  static const std::vector<ModelShape> k = {Bert(), Gpt2(), Llama3(), TransformerBase()};
+  return k;
+}
+
+Result<ModelShape> FindModelShape(const std::string& name) {
+  std::string names;
+  for (const auto& s : KnownModelShapes()) {
+    if (s.name == name) return s;
+    names += (names.empty() ? "" : ", ") + s.name;
+  }
+  return InvalidArgument("budget: unknown config '" + name + "' (known: " + names +
+                         "; or pass a JSON file)");
+}
+
+Result<ModelShape> ParseModelShapeJson(const std::string& text) {
+  using nlohmann::json;
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    return InvalidArgument("budget: config is not a JSON object");
+  }
+  ModelShape s;
+  s.name = "custom";
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    const std::string& k = it.key();
+    const json& v = it.value();
+    auto as_int = [&](int64_t* dst) -> Status {
+      if (!v.is_number_integer()) return InvalidArgument("budget: config field '" + k + "' must be an integer");
+      *dst = v.get<int64_t>();
+      return Status::Ok();
+    };
+    auto as_bool = [&](bool* dst) -> Status {
+      if (!v.is_boolean()) return InvalidArgument("budget: config field '" + k + "' must be true/false");
+      *dst = v.get<bool>();
+      return Status::Ok();
+    };
+    Status st;
+    if (k == "name") {
+      if (!v.is_string()) return InvalidArgument("budget: config field 'name' must be a string");
+      s.name = v.get<std::string>();
+    } else if (k == "num_layers") st = as_int(&s.num_layers);
+    else if (k == "d_model") st = as_int(&s.d_model);
+    else if (k == "num_heads") st = as_int(&s.num_heads);
+    else if (k == "num_kv_heads") st = as_int(&s.num_kv_heads);
+    else if (k == "head_dim") st = as_int(&s.head_dim);
+    else if (k == "ffn_dim") st = as_int(&s.ffn_dim);
+    else if (k == "vocab_size") st = as_int(&s.vocab_size);
+    else if (k == "max_positions") st = as_int(&s.max_positions);
+    else if (k == "type_vocab") st = as_int(&s.type_vocab);
+    else if (k == "kv_bytes_per_element") st = as_int(&s.kv_bytes_per_element);
+    else if (k == "qkv_bias") st = as_bool(&s.qkv_bias);
+    else if (k == "out_bias") st = as_bool(&s.out_bias);
+    else if (k == "ffn_bias") st = as_bool(&s.ffn_bias);
+    else if (k == "embedding_norm") st = as_bool(&s.embedding_norm);
+    else if (k == "final_norm") st = as_bool(&s.final_norm);
+    else if (k == "tied_lm_head") st = as_bool(&s.tied_lm_head);
+    else if (k == "lm_head") st = as_bool(&s.lm_head);
+    else if (k == "pooler") st = as_bool(&s.pooler);
+    else if (k == "act") {
+      if (!v.is_string() || !ParseActivation(v.get<std::string>(), &s.act))
+        return InvalidArgument("budget: config field 'act' must be relu, gelu, gelu_tanh or swiglu");
+    } else if (k == "norm") {
+      if (!v.is_string() || !ParseNormKind(v.get<std::string>(), &s.norm))
+        return InvalidArgument("budget: config field 'norm' must be layernorm or rmsnorm");
+    } else {
+      return InvalidArgument("budget: unknown config field '" + k + "'");
+    }
+    if (!st.ok()) return st;
+  }
+  return s;
+}
+
+std::string FormatBudget(const Budget& b) {
+  const ModelShape& s = b.shape;
+  std::string o;
+  char buf[512];
+  auto line = [&](const char* fmt, auto... args) {
+    std::snprintf(buf, sizeof(buf), fmt, args...);
+    o += buf;
+  };
+  auto human = [](double v) {
+    char h[32];
+    const char* u[] = {"", "K", "M", "G", "T", "P", "E"};
+    int i = 0;
+    while (v >= 1000.0 && i < 6) v /= 1000.0, ++i;
+    std::snprintf(h, sizeof(h), "%.2f%s", v, u[i]);
+    return std::string(h);
+  };
+  line("config %s: layers=%" PRId64 " d_model=%" PRId64 " heads=%" PRId64 " kv_heads=%" PRId64
+       " head_dim=%" PRId64 " ffn=%" PRId64 " act=%s norm=%s vocab=%" PRId64 "\n",
+       s.name.c_str(), s.num_layers, s.d_model, s.num_heads, b.num_kv_heads, b.head_dim, s.ffn_dim,
+       ActivationName(s.act), NormKindName(s.norm), s.vocab_size);
+  line("seq_len=%" PRId64 " context=%" PRId64 " (FLOPs: matmuls only, 2 per multiply-add, dense scores)\n",
+       b.seq_len, b.context);
+  line("\nper layer            %16s %16s\n", "params", "FLOPs");
+  const std::pair<const char*, std::pair<int64_t, int64_t>> rows[] = {
+      {"qkv_projection", {b.layer_params.qkv, b.layer_flops.qkv}},
+      {"scores (q.kT)", {0, b.layer_flops.scores}},
+      {"aggregate (w.v)", {0, b.layer_flops.aggregate}},
+      {"out_projection", {b.layer_params.out, b.layer_flops.out}},
+      {"ffn", {b.layer_params.ffn, b.layer_flops.ffn}},
+      {"norms", {b.layer_params.norms, 0}},
+  };
+  for (const auto& [name, pf] : rows)
+    line("  %-18s %16" PRId64 " %16" PRId64 "\n", name, pf.first, pf.second);
+  line("  %-18s %16" PRId64 " %16" PRId64 "\n", "layer total", b.layer_params.total(), b.layer_flops.total());
+  line("\nmodel\n");
+  line("  %-24s %16" PRId64 "\n", "embedding params", b.embedding_params);
+  line("  %-24s %16" PRId64 "\n", "layer params (all)", b.layer_params.total() * s.num_layers);
+  line("  %-24s %16" PRId64 "\n", "head params", b.head_params);
+  line("  %-24s %16" PRId64 "  (%s)\n", "total params", b.total_params, human(double(b.total_params)).c_str());
+  line("  %-24s %16" PRId64 "\n", "lm head FLOPs", b.lm_head_flops);
+  line("  %-24s %16" PRId64 "  (%s)\n", "total FLOPs", b.total_flops, human(double(b.total_flops)).c_str());
+  line("  %-24s %16" PRId64 "  (%" PRId64 " bytes/element)\n", "K/V bytes per token", b.kv_bytes_per_token,
+       s.kv_bytes_per_element);
+  return o;
+}
+
+}  // namespace attnflow::nn

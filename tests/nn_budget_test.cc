@@ -1,0 +1,150 @@
+// nn_budget_test.cc — parameter / FLOP / KV accounting against numbers
+// computed by hand (and the published totals: BERT-base 109,482,240 with the
+// pooler, GPT-2 small 124,439,808, Llama-3-8B 8,030,261,248), plus the
+// `attnflow budget` command.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include <sys/wait.h>
+
+#include "attnflow/nn_budget.h"
+
+namespace attnflow::nn {
+namespace {
+
+Budget Get(const std::string& name, int64_t L, int64_t ctx = 0) {
+  Result<ModelShape> s = FindModelShape(name);
+  EXPECT_TRUE(s.ok()) << s.status().ToString();
+  Result<Budget> b = ComputeBudget(s.value(), L, ctx);
+  EXPECT_TRUE(b.ok()) << b.status().ToString();
+  return b.value();
+}
+
+TEST(Budget, BertBase) {
+  Budget b = Get("bert-base", 128);
+  // qkv: 3·(768·768 + 768); out: 768·768 + 768; ffn: 2·768·3072 + 3072 + 768;
+  // norms: 2 LayerNorms · 2·768.
+  EXPECT_EQ(b.layer_params.qkv, 1771776);
+  EXPECT_EQ(b.layer_params.out, 590592);
+  EXPECT_EQ(b.layer_params.ffn, 4722432);
+  EXPECT_EQ(b.layer_params.norms, 3072);
+  EXPECT_EQ(b.layer_params.total(), 7087872);
+  // 30522·768 + 512·768 + 2·768 + 2·768 (embedding LayerNorm).
+  EXPECT_EQ(b.embedding_params, 23837184);
+  EXPECT_EQ(b.head_params, 590592);  // pooler
+  EXPECT_EQ(b.total_params, 109482240);
+  // FLOPs at L = 128: 2·128·768·2304, 2·12·128·128·64 (twice), 2·128·768·768,
+  // 2·2·128·768·3072.
+  EXPECT_EQ(b.layer_flops.qkv, 452984832);
+  EXPECT_EQ(b.layer_flops.scores, 25165824);
+  EXPECT_EQ(b.layer_flops.aggregate, 25165824);
+  EXPECT_EQ(b.layer_flops.out, 150994944);
+  EXPECT_EQ(b.layer_flops.ffn, 1207959552);
+  EXPECT_EQ(b.lm_head_flops, 0);
+  EXPECT_EQ(b.total_flops, 12 * (452984832LL + 2 * 25165824LL + 150994944LL + 1207959552LL));
+  EXPECT_EQ(b.kv_bytes_per_token, 2 * 12 * 12 * 64 * 2);  // 36864
+}
+
+TEST(Budget, Gpt2Small) {
+  Budget b = Get("gpt2-small", 1024);
+  EXPECT_EQ(b.embedding_params, 50257LL * 768 + 1024 * 768);
+  EXPECT_EQ(b.head_params, 2 * 768);  // ln_f; the head is tied
+  EXPECT_EQ(b.total_params, 124439808);
+  EXPECT_EQ(b.lm_head_flops, 2LL * 1024 * 768 * 50257);
+  EXPECT_EQ(b.layer_flops.scores, 2LL * 12 * 1024 * 1024 * 64);
+}
+
+TEST(Budget, Llama3_8bWithGqa) {
+  Budget b = Get("llama-3-8b", 1, 4096);  // decode one token against 4096 cached
+  EXPECT_EQ(b.num_kv_heads, 8);
+  EXPECT_EQ(b.head_dim, 128);
+  EXPECT_EQ(b.layer_params.qkv, (32 + 2 * 8) * 128LL * 4096);  // 25,165,824
+  EXPECT_EQ(b.layer_params.out, 4096LL * 4096);
+  EXPECT_EQ(b.layer_params.ffn, 3LL * 4096 * 14336);
+  EXPECT_EQ(b.layer_params.norms, 2 * 4096);  // RMSNorm: weight only
+  EXPECT_EQ(b.total_params, 8030261248LL);
+  EXPECT_EQ(b.kv_bytes_per_token, 131072);  // 2·32·8·128·2 = 128 KiB
+  EXPECT_EQ(b.layer_flops.qkv, 2LL * 4096 * 6144);
+  EXPECT_EQ(b.layer_flops.scores, 2LL * 32 * 1 * 4096 * 128);
+  EXPECT_EQ(b.layer_flops.ffn, 2LL * 3 * 4096 * 14336);
+}
+
+TEST(Budget, TinyConfigByHand) {
+  Result<ModelShape> s = ParseModelShapeJson(
+      R"({"name":"tiny","num_layers":2,"d_model":8,"num_heads":4,"num_kv_heads":2,"ffn_dim":12,
+          "act":"swiglu","norm":"rmsnorm","qkv_bias":true,"out_bias":false,"ffn_bias":false,
+          "vocab_size":10,"tied_lm_head":false,"final_norm":true,"kv_bytes_per_element":4})");
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  Result<Budget> b = ComputeBudget(s.value(), 3, 5);
+  ASSERT_TRUE(b.ok());
+  // Dh = 2; qkv rows (4 + 2·2)·2 = 16: 16·8 + 16 bias.
+  EXPECT_EQ(b->layer_params.qkv, 144);
+  EXPECT_EQ(b->layer_params.out, 64);
+  EXPECT_EQ(b->layer_params.ffn, 3 * 8 * 12);
+  EXPECT_EQ(b->layer_params.norms, 16);
+  EXPECT_EQ(b->embedding_params, 80);
+  EXPECT_EQ(b->head_params, 8 + 80);
+  EXPECT_EQ(b->total_params, 80 + 88 + 2 * (144 + 64 + 288 + 16));
+  EXPECT_EQ(b->layer_flops.qkv, 2 * 3 * 8 * 16);
+  EXPECT_EQ(b->layer_flops.scores, 2 * 4 * 3 * 5 * 2);
+  EXPECT_EQ(b->layer_flops.aggregate, 2 * 4 * 3 * 5 * 2);
+  EXPECT_EQ(b->layer_flops.out, 2 * 3 * 8 * 8);
+  EXPECT_EQ(b->layer_flops.ffn, 2 * 3 * 3 * 8 * 12);
+  EXPECT_EQ(b->kv_bytes_per_token, 2 * 2 * 2 * 2 * 4);
+}
+
+TEST(Budget, Errors) {
+  EXPECT_EQ(FindModelShape("gpt-5").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(FindModelShape("gpt-5").status().message().find("bert-base"), std::string::npos);
+  EXPECT_FALSE(ParseModelShapeJson("{\"d_model\": \"big\"}").ok());
+  EXPECT_FALSE(ParseModelShapeJson("{\"colour\": 1}").ok());
+  EXPECT_FALSE(ParseModelShapeJson("[1,2]").ok());
+  ModelShape s;
+  s.name = "bad", s.num_layers = 1, s.d_model = 8, s.num_heads = 3, s.ffn_dim = 4;
+  Result<Budget> b = ComputeBudget(s, 4);
+  EXPECT_NE(b.status().message().find("not divisible by num_heads=3"), std::string::npos);
+  s.num_heads = 4, s.num_kv_heads = 3;
+  EXPECT_NE(ComputeBudget(s, 4).status().message().find("num_kv_heads=3"), std::string::npos);
+  s.num_kv_heads = 0, s.num_layers = int64_t{1} << 40, s.vocab_size = int64_t{1} << 40;
+  s.d_model = int64_t{1} << 40, s.num_heads = 1, s.ffn_dim = int64_t{1} << 40;
+  EXPECT_EQ(ComputeBudget(s, 4).status().code(), StatusCode::kResourceExhausted);
+}
+
+std::string RunCli(const std::string& args, int* rc) {
+  const std::string cmd = std::string(ATTNFLOW_CLI) + " " + args + " 2>&1";
+  std::unique_ptr<FILE, int (*)(FILE*)> p(popen(cmd.c_str(), "r"), pclose);
+  std::string out;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p.get())) > 0) out.append(buf.data(), n);
+  *rc = WEXITSTATUS(pclose(p.release()));
+  return out;
+}
+
+TEST(BudgetCli, KnownConfigs) {
+  int rc = -1;
+  std::string out = RunCli("budget --config llama-3-8b --seq-len 1 --context 4096", &rc);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("8030261248"), std::string::npos) << out;
+  EXPECT_NE(out.find("131072"), std::string::npos) << out;
+  EXPECT_NE(out.find("qkv_projection"), std::string::npos) << out;
+  EXPECT_NE(out.find("aggregate"), std::string::npos) << out;
+  out = RunCli("budget --config bert-base --seq-len 128", &rc);
+  EXPECT_EQ(rc, 0);
+  EXPECT_NE(out.find("109482240"), std::string::npos) << out;
+  out = RunCli("budget --config gpt2-small", &rc);
+  EXPECT_NE(out.find("124439808"), std::string::npos) << out;
+  out = RunCli("budget --list", &rc);
+  EXPECT_EQ(rc, 0);
+  EXPECT_NE(out.find("gpt2-small"), std::string::npos);
+  out = RunCli("budget --config no-such-model", &rc);
+  EXPECT_EQ(rc, 2) << out;
+  EXPECT_NE(out.find("unknown config"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace attnflow::nn

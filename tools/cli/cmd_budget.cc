@@ -1,0 +1,91 @@
+// cmd_budget.cc — `attnflow budget`: parameters, FLOPs (split into QKV
+// projection, scores, value aggregation, output projection, FFN) and K/V
+// bytes per token of a Transformer configuration (attnflow/nn_budget.h).
+//
+//   attnflow budget --config llama-3-8b --seq-len 2048
+//   attnflow budget --config my_model.json
+//   attnflow budget --list
+// Exit: 0 ok, 2 unknown config / invalid JSON / usage.
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+
+#include "attnflow/nn_budget.h"
+#include "cli_common.h"
+
+namespace attnflow::cli {
+namespace {
+
+struct BudgetArgs {
+  std::string config;
+  int64_t seq_len = 512;
+  int64_t context = 0;
+  int64_t kv_bytes = 0;
+  bool list = false;
+};
+
+int RunBudget(const BudgetArgs& a) {
+  if (a.list) {
+    for (const auto& s : nn::KnownModelShapes()) {
+      std::printf("%-18s layers=%lld d_model=%lld heads=%lld kv_heads=%lld ffn=%lld act=%s norm=%s\n",
+                  s.name.c_str(), static_cast<long long>(s.num_layers),
+                  static_cast<long long>(s.d_model), static_cast<long long>(s.num_heads),
+                  static_cast<long long>(s.num_kv_heads == 0 ? s.num_heads : s.num_kv_heads),
+                  static_cast<long long>(s.ffn_dim), nn::ActivationName(s.act),
+                  nn::NormKindName(s.norm));
+    }
+    return kExitOk;
+  }
+  if (a.config.empty()) {
+    PrintError("budget", "--config NAME|FILE.json is required (see --list)");
+    return kExitUsage;
+  }
+  Result<nn::ModelShape> shape = nn::FindModelShape(a.config);
+  if (!shape.ok()) {
+    std::ifstream f(a.config);
+    if (!f) {
+      PrintError("budget", shape.status().message());
+      return kExitUsage;
+    }
+    std::stringstream ss;
+    ss << f.rdbuf();
+    shape = nn::ParseModelShapeJson(ss.str());
+    if (!shape.ok()) {
+      PrintError("budget", a.config + ": " + shape.status().message());
+      return kExitUsage;
+    }
+  }
+  if (a.kv_bytes > 0) shape->kv_bytes_per_element = a.kv_bytes;
+  Result<nn::Budget> b = nn::ComputeBudget(shape.value(), a.seq_len, a.context);
+  if (!b.ok()) {
+    PrintError("budget", b.status().message());
+    return kExitUsage;
+  }
+  std::fputs(nn::FormatBudget(b.value()).c_str(), stdout);
+  return kExitOk;
+}
+
+}  // namespace
+
+ATTNFLOW_REGISTER_COMMAND(
+    budget, "budget",
+    "Parameters, FLOPs per part and K/V bytes per token of a Transformer config",
+    [](CLI::App& sub) -> std::function<int()> {
+      auto a = std::make_shared<BudgetArgs>();
+      sub.add_option("--config", a->config,
+                     "Known config (bert-base, gpt2-small, llama-3-8b, transformer-base) or a "
+                     "JSON file with ModelShape fields");
+      sub.add_option("--seq-len", a->seq_len, "New tokens per forward pass (default 512)")
+          ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
+      sub.add_option("--context", a->context,
+                     "Keys each token attends to (default: seq-len; decode: cache length)")
+          ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
+      sub.add_option("--kv-bytes", a->kv_bytes, "Bytes per cached K/V element (default 2)")
+          ->check(CLI::Range(int64_t{1}, int64_t{16}));
+      sub.add_flag("--list", a->list, "List the known configs");
+      return [a] { return RunBudget(*a); };
+    });
+
+}  // namespace attnflow::cli
