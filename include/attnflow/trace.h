@@ -1,0 +1,206 @@
+// attnflow/trace.h — the attention player's data: run an input through the
+// frozen toy block or a real model with stage capture on, check it, and
+// export it (page JSON, the self-contained HTML player, safetensors, .npy,
+// CSV, PNG/SVG heatmaps). Prose, formats and the page: docs/player.md.
+//
+// Invariants:
+//  * A Trace holds every stage at full precision (float64 for the toy and the
+//    float64 reference attention, float32 where a model computes in float32),
+//    batch first with B = 1, under the golden-format names
+//    (docs/golden-format.md: q k v scores scaled masked weights lse heads_out
+//    concat out) plus the block-level names of attnflow/model.h (embed
+//    residual norm ffn block_out) and a few toy-only extras (tok_embed pos
+//    layer_in ffn_hidden residual2). Stages appear in TraceStageOrder().
+//  * The attention stages of a trace are the reference's own recorded stages
+//    (reference::Mha / reference::Sdpa with a StageRecorder, or a model's
+//    StageCapture, which runs the reference on the captured layer); nothing
+//    here re-derives softmax or masking.
+//  * The page JSON (format "attnflow-trace/1") drops the batch dimension and
+//    pools views longer than PageOptions::max_tokens (it says so in
+//    "view.note"); safetensors, .npy and CSV exports are never pooled.
+//  * Readers of page JSON validate everything (it comes from outside):
+//    a malformed, truncated or inconsistent file is kCorrupt with a message
+//    naming the file, the byte offset or the field.
+//  * Every file is written atomically (WriteFileAtomic); no exception
+//    escapes; errors are Status values.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "attnflow/attention.h"
+#include "attnflow/model.h"
+#include "attnflow/semantics.h"
+#include "attnflow/status.h"
+#include "attnflow/tensor.h"
+
+namespace attnflow::trace {
+
+constexpr const char* kTraceFormatV1 = "attnflow-trace/1";
+// Above this many tokens the page pools its L×L and token views.
+constexpr int64_t kDefaultPageTokens = 256;
+
+struct TraceToken {
+  int32_t id = 0;
+  std::string text;
+};
+
+struct NamedTensor {
+  std::string name;
+  Tensor value;
+};
+
+// The fast kernel (attnflow::Attention) run on the same q/k/v as the
+// reference: the numbers the player shows are the ones the fast path gives.
+struct KernelCheck {
+  bool ran = false;
+  std::string kernel;          // KernelChoice::ToString()
+  double max_abs_out = 0;      // |kernel out - reference heads_out|
+  double max_abs_lse = 0;      // over rows with finite LSE
+  double max_abs_weights = 0;  // |exp(masked - kernel lse) - reference weights|
+  std::string note;            // why it did not run
+};
+
+// One decode step: a single new query row against the KV cache.
+struct DecodeStep {
+  TraceToken token;
+  int64_t position = 0;  // position of the new token (= cache length before)
+  // q [1,H,1,Dh]; k, v [1,Hkv,Lk,Dh] (the cache including the new row);
+  // scores scaled masked weights [1,H,1,Lk]; lse [1,H,1]; heads_out [1,H,1,Dh].
+  std::vector<NamedTensor> stages;
+  KernelCheck kernel;
+  const Tensor* Find(std::string_view name) const;
+};
+
+struct Trace {
+  std::string source;  // "toy" | "encoder" | "decoder"
+  ModelInfo info;
+  std::string norm = "post";   // "post": norm(x + sublayer); "pre": x + sublayer(norm(x))
+  std::string ffn_activation;  // "relu", "gelu", "swiglu", or "" if unknown
+  std::string description;
+  int64_t layer = 0;
+  Causal causal = Causal::kNone;
+  double scale = 1.0;
+  std::vector<TraceToken> tokens;
+  // Golden-case inputs when they are known (the toy): x_q x_k x_v [1,L,E]
+  // F32, w_q w_k w_v w_o [E,E] F32. With them a trace's safetensors file is a
+  // valid golden case of kind "mha" (LoadGoldenCase / attnflow verify).
+  std::vector<NamedTensor> inputs;
+  std::vector<NamedTensor> stages;  // in TraceStageOrder()
+  std::vector<DecodeStep> decode;
+  KernelCheck kernel;  // prefill attention through the fast kernels
+  const Tensor* Find(std::string_view name) const;
+};
+
+// tok_embed pos embed layer_in q k v scores scaled masked weights lse
+// heads_out concat out residual norm ffn_norm ffn_hidden ffn residual2
+// block_out ("norm"/"ffn_norm": a pre-norm model's attention / FFN input norm)
+const std::vector<std::string>& TraceStageOrder();
+
+// ---- the four-token toy (frozen inputs, shared with `attnflow demo`) -------
+constexpr int64_t kToyEmbed = 8, kToyHeads = 2, kToyHeadDim = 4, kToyFfn = 16;
+constexpr double kToyLayerNormEps = 1e-5;
+
+// Token `pos` of the toy sequence "the cat sat down on a mat ..." (the first
+// four are the demo's; later ones cycle through a frozen vocabulary).
+TraceToken ToyToken(int64_t pos);
+// x[pos] = token embedding + sinusoidal position, both written (length E).
+void ToyInput(int64_t pos, double* tok_embed, double* position);
+
+// Frozen float64 weights of the toy post-norm block:
+//   a = Mha(x) (w_q w_k w_v w_o [E,E], no biases, H=2 heads of Dh=4)
+//   n1 = LayerNorm(x + a; ln1_g, ln1_b)
+//   f = relu(n1·w_1ᵀ + b_1)·w_2ᵀ + b_2     w_1 [F,E], w_2 [E,F]
+//   y = LayerNorm(n1 + f; ln2_g, ln2_b)
+struct ToyBlock {
+  Tensor w_q, w_k, w_v, w_o, w_1, b_1, w_2, b_2, ln1_g, ln1_b, ln2_g, ln2_b;
+};
+Result<ToyBlock> MakeToyBlock();
+
+struct ToyOptions {
+  int64_t num_tokens = 4;  // > 4 extends the sentence (large-input checks)
+  Causal causal = Causal::kTopLeft;
+  int64_t decode_steps = 0;  // teacher-forced: the next tokens of the sentence
+};
+Result<Trace> TraceToy(const ToyOptions& opt);
+
+// ---- real models (attnflow/model.h) ----------------------------------------
+struct ModelTraceOptions {
+  int64_t layer = 0;
+  int64_t decode_steps = 0;  // decoder only: greedy tokens after the prompt
+};
+// A sentence through a sentence encoder (BERT family): [CLS] text [SEP].
+Result<Trace> TraceEncoder(EncoderModel& model, std::string_view text,
+                           const ModelTraceOptions& opt);
+// A prompt through a decoder (prefill), then `decode_steps` greedy steps,
+// each one new query row against the KV cache. Resets the model's cache.
+Result<Trace> TraceDecoder(DecoderModel& model, std::string_view prompt,
+                           const ModelTraceOptions& opt);
+
+// ---- page JSON, checks, the player -----------------------------------------
+struct PageOptions {
+  int64_t max_tokens = kDefaultPageTokens;  // pool views above this length
+  std::vector<int64_t> heads;               // query heads shown; empty = all
+};
+Result<std::string> TraceToJson(const Trace& trace, const PageOptions& opt);
+
+enum class CheckState { kPass, kFail, kSkip };
+struct TraceCheck {
+  std::string name;
+  CheckState state = CheckState::kSkip;
+  std::string detail;
+};
+// What a valid page JSON holds, and the numeric checks the page's panel
+// also runs (rows sum to one, masked and future weights are zero, ...).
+struct TraceSummary {
+  std::string source, model;
+  int64_t num_tokens = 0, num_heads_shown = 0, decode_steps = 0;
+  int64_t pool = 1;  // 1 = full resolution
+  std::string note;  // the page's "view.note" (pooling), may be empty
+  std::vector<TraceCheck> checks;
+  bool all_pass() const;
+};
+// kCorrupt (label, byte offset or field) for anything malformed.
+Result<TraceSummary> ReadTraceJson(std::string_view json,
+                                   const std::string& label);
+Result<TraceSummary> ReadTraceJsonFile(const std::string& path);
+
+// The player page (web/player.html, embedded at build time) with the trace
+// JSON inlined: one self-contained file, no network access.
+std::string_view PlayerTemplate();
+Result<std::string> RenderPlayerHtml(std::string_view trace_json);
+
+// ---- exports ------------------------------------------------------------------
+Status WriteTextFile(const std::string& path, std::string_view text);
+// All stages (full precision) under their golden names, decode steps as
+// "decode.<s>.<stage>", the toy's inputs, and metadata (format, kind, causal,
+// scale, num_heads, ..., tokens as JSON).
+Status WriteTraceSafetensors(const std::string& path, const Trace& trace);
+// One NumPy .npy per stage ("<stage>.npy", "decode.<s>.<stage>.npy") plus
+// token_ids.npy; the directory is created if missing. `written` (optional)
+// receives the paths.
+Status WriteTraceNpy(const std::string& dir, const Trace& trace,
+                     std::vector<std::string>* written);
+// Spreadsheet CSVs: "<stage>_h<h>.csv" (query × key, or token × dim per head),
+// "<stage>.csv" (token × dim), decode rows "decode_<stage>_h<h>.csv".
+Status WriteTraceCsv(const std::string& dir, const Trace& trace,
+                     const std::vector<int64_t>& heads,
+                     std::vector<std::string>* written);
+enum class ImageFormat { kPng, kSvg };
+// Heatmaps of scores, masked and weights per head (+ decode weights rows):
+// "<stage>_h<h>.png|svg". Masked cells are hatched grey, not dark.
+Status WriteTraceHeatmaps(const std::string& dir, const Trace& trace,
+                          const std::vector<int64_t>& heads, ImageFormat format,
+                          std::vector<std::string>* written);
+
+// Low-level encoders (tested on their own).
+// RGB8 image -> PNG bytes (stored deflate blocks, CRC-32, Adler-32).
+Result<std::string> EncodePng(int64_t width, int64_t height,
+                              const std::vector<uint8_t>& rgb);
+// A float tensor -> .npy v1.0 bytes ('<f8' for F64, '<f4' otherwise,
+// C order); I32/I64 as '<i4'/'<i8'.
+Result<std::string> EncodeNpy(const TensorView& t);
+
+}  // namespace attnflow::trace

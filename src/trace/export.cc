@@ -1,0 +1,289 @@
+// export.cc — analysis exports of a Trace: safetensors (golden stage names),
+// NumPy .npy, spreadsheet CSV; plus the small file helpers of src/trace/.
+//
+// Invariants:
+//  * Exports are full precision (the stage's own dtype: F64 for the toy and
+//    the reference attention) and never pooled, whatever the page shows.
+//  * Every file goes through WriteFileAtomic (no partial file on failure).
+//  * Stage names are the golden-format names; decode steps are prefixed
+//    "decode.<s>." so a golden reader ignores them.
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <system_error>
+
+#include "attnflow/file_util.h"
+#include "attnflow/golden.h"
+#include "attnflow/safetensors.h"
+#include "attnflow/trace.h"
+#include "trace/internal.h"
+
+namespace attnflow::trace {
+namespace internal {
+
+Status MakeDirs(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return IoError("trace: cannot create directory " + dir + ": " + ec.message());
+  if (!std::filesystem::is_directory(dir, ec)) {
+    return IoError("trace: " + dir + " is not a directory");
+  }
+  return Status::Ok();
+}
+
+std::string JoinPath(const std::string& dir, const std::string& name) {
+  if (dir.empty()) return name;
+  return dir.back() == '/' ? dir + name : dir + "/" + name;
+}
+
+}  // namespace internal
+
+namespace {
+
+using internal::Elem;
+using internal::JoinPath;
+
+std::string TokensJson(const std::vector<TraceToken>& toks, bool ids) {
+  std::string o = "[";
+  for (size_t i = 0; i < toks.size(); ++i) {
+    if (i) o += ",";
+    if (ids) o += std::to_string(toks[i].id);
+    else internal::AppendJsonString(&o, toks[i].text);
+  }
+  return o + "]";
+}
+
+std::string Num(double v, bool f64) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v < 0 ? "-inf" : "inf";
+  char b[64];
+  std::snprintf(b, sizeof b, f64 ? "%.17g" : "%.9g", v);
+  return b;
+}
+
+std::string CsvField(const std::string& s) {
+  if (s.find_first_of(",\"\n\r") == std::string::npos && !s.empty() && s.front() != ' ' &&
+      s.back() != ' ') {
+    return s;
+  }
+  std::string o = "\"";
+  for (char c : s) {
+    if (c == '"') o += "\"\"";
+    else o += c;
+  }
+  return o + "\"";
+}
+
+std::string TokLabel(const std::vector<TraceToken>& toks, int64_t i) {
+  const std::string text =
+      i < static_cast<int64_t>(toks.size()) ? toks[static_cast<size_t>(i)].text : "";
+  return CsvField(std::to_string(i) + ":" + text);
+}
+
+bool IsMap(const std::string& n) {
+  return n == "scores" || n == "scaled" || n == "masked" || n == "weights";
+}
+
+}  // namespace
+
+Status WriteTextFile(const std::string& path, std::string_view text) {
+  return WriteFileAtomic(path, text);
+}
+
+Status WriteTraceSafetensors(const std::string& path, const Trace& t) {
+  std::vector<std::pair<std::string, TensorView>> tensors;
+  for (const auto& in : t.inputs) tensors.emplace_back(in.name, in.value.view());
+  for (const auto& s : t.stages) tensors.emplace_back(s.name, s.value.view());
+  for (size_t i = 0; i < t.decode.size(); ++i)
+    for (const auto& s : t.decode[i].stages)
+      tensors.emplace_back("decode." + std::to_string(i) + "." + s.name, s.value.view());
+  std::vector<int32_t> ids;
+  for (const auto& tok : t.tokens) ids.push_back(tok.id);
+  tensors.emplace_back("token_ids", MakeView(ids.data(), DType::kI32,
+                                             {static_cast<int64_t>(ids.size())}));
+  char scale[64];
+  std::snprintf(scale, sizeof scale, "%.17g", t.scale);
+  std::map<std::string, std::string> meta = {
+      // With the toy's inputs the file is a complete golden case.
+      {"format", t.inputs.empty() ? kTraceFormatV1 : kGoldenFormatV1},
+      {"trace_format", kTraceFormatV1},
+      {"kind", "mha"},
+      {"causal", CausalName(t.causal)},
+      {"scale", scale},
+      {"num_heads", std::to_string(t.info.num_heads)},
+      {"num_kv_heads", std::to_string(t.info.num_kv_heads > 0 ? t.info.num_kv_heads
+                                                               : t.info.num_heads)},
+      {"source", t.source},
+      {"model", t.info.name},
+      {"layer", std::to_string(t.layer)},
+      {"norm", t.norm},
+      {"description", t.description},
+      {"tokens", TokensJson(t.tokens, false)},
+      {"decode_tokens", [&] {
+         std::vector<TraceToken> d;
+         for (const auto& s : t.decode) d.push_back(s.token);
+         return TokensJson(d, false);
+       }()},
+  };
+  return WriteSafetensors(path, tensors, meta);
+}
+
+Result<std::string> EncodeNpy(const TensorView& t) {
+  const char* descr = nullptr;
+  switch (t.dtype) {
+    case DType::kF64: descr = "<f8"; break;
+    case DType::kF32: case DType::kF16: case DType::kBF16: descr = "<f4"; break;
+    case DType::kI32: descr = "<i4"; break;
+    case DType::kI64: descr = "<i8"; break;
+    default:
+      return Unimplemented(std::string("trace: .npy export of dtype ") + DTypeName(t.dtype));
+  }
+  std::string shape = "(";
+  for (int i = 0; i < t.rank; ++i) shape += (i ? ", " : "") + std::to_string(t.shape[i]);
+  shape += t.rank == 1 ? ",)" : ")";
+  std::string header = std::string("{'descr': '") + descr +
+                       "', 'fortran_order': False, 'shape': " + shape + ", }";
+  // magic(6) + version(2) + len(2) + header + '\n' is a multiple of 64.
+  const size_t total = 10 + header.size() + 1;
+  header.append((64 - total % 64) % 64, ' ');
+  header += '\n';
+  std::string o = "\x93NUMPY";
+  o += '\x01';
+  o += '\x00';
+  o += static_cast<char>(header.size() & 0xff);
+  o += static_cast<char>((header.size() >> 8) & 0xff);
+  o += header;
+  const int64_t n = t.numel();
+  int64_t idx[4] = {0, 0, 0, 0};
+  for (int64_t e = 0; e < n; ++e) {
+    const int64_t off = t.offset(idx[0], idx[1], idx[2], idx[3]);
+    if (t.dtype == DType::kF64) {
+      const double v = t.load(off);
+      o.append(reinterpret_cast<const char*>(&v), 8);
+    } else if (t.dtype == DType::kI32) {
+      const int32_t v = t.ptr<int32_t>()[off];
+      o.append(reinterpret_cast<const char*>(&v), 4);
+    } else if (t.dtype == DType::kI64) {
+      const int64_t v = t.ptr<int64_t>()[off];
+      o.append(reinterpret_cast<const char*>(&v), 8);
+    } else {
+      const float v = static_cast<float>(t.load(off));
+      o.append(reinterpret_cast<const char*>(&v), 4);
+    }
+    for (int k = t.rank - 1; k >= 0; --k) {
+      if (++idx[k] < t.shape[k]) break;
+      idx[k] = 0;
+    }
+  }
+  return o;
+}
+
+Status WriteTraceNpy(const std::string& dir, const Trace& t, std::vector<std::string>* written) {
+  ATTNFLOW_RETURN_IF_ERROR(internal::MakeDirs(dir));
+  auto put = [&](const std::string& name, const TensorView& v) -> Status {
+    Result<std::string> bytes = EncodeNpy(v);
+    if (!bytes.ok()) return bytes.status();
+    const std::string path = JoinPath(dir, name + ".npy");
+    ATTNFLOW_RETURN_IF_ERROR(WriteFileAtomic(path, bytes.value()));
+    if (written) written->push_back(path);
+    return Status::Ok();
+  };
+  for (const auto& s : t.stages) ATTNFLOW_RETURN_IF_ERROR(put(s.name, s.value.view()));
+  for (size_t i = 0; i < t.decode.size(); ++i)
+    for (const auto& s : t.decode[i].stages)
+      ATTNFLOW_RETURN_IF_ERROR(put("decode." + std::to_string(i) + "." + s.name, s.value.view()));
+  std::vector<int32_t> ids;
+  for (const auto& tok : t.tokens) ids.push_back(tok.id);
+  return put("token_ids", MakeView(ids.data(), DType::kI32, {static_cast<int64_t>(ids.size())}));
+}
+
+Status WriteTraceCsv(const std::string& dir, const Trace& t, const std::vector<int64_t>& heads_in,
+                     std::vector<std::string>* written) {
+  ATTNFLOW_RETURN_IF_ERROR(internal::MakeDirs(dir));
+  std::vector<int64_t> heads = heads_in;
+  if (heads.empty())
+    for (int64_t h = 0; h < t.info.num_heads; ++h) heads.push_back(h);
+  auto emit = [&](const std::string& name, const std::string& text) -> Status {
+    const std::string path = JoinPath(dir, name);
+    ATTNFLOW_RETURN_IF_ERROR(WriteFileAtomic(path, text));
+    if (written) written->push_back(path);
+    return Status::Ok();
+  };
+  const auto& toks = t.tokens;
+  for (const auto& st : t.stages) {
+    const Tensor& x = st.value;
+    const Shape s = x.shape();
+    const bool f64 = x.dtype() == DType::kF64;
+    if (x.rank() == 4 && s[0] == 1) {
+      const bool kv = st.name == "k" || st.name == "v";
+      std::vector<int64_t> hs;
+      if (kv) for (int64_t h = 0; h < s[1]; ++h) hs.push_back(h);
+      else hs = heads;
+      for (int64_t h : hs) {
+        if (h >= s[1]) continue;
+        std::string o = IsMap(st.name) ? "query" : "token";
+        for (int64_t j = 0; j < s[3]; ++j)
+          o += "," + (IsMap(st.name) ? TokLabel(toks, j) : "d" + std::to_string(j));
+        o += "\n";
+        for (int64_t i = 0; i < s[2]; ++i) {
+          o += TokLabel(toks, i);
+          for (int64_t j = 0; j < s[3]; ++j) o += "," + Num(Elem(x, (h * s[2] + i) * s[3] + j), f64);
+          o += "\n";
+        }
+        ATTNFLOW_RETURN_IF_ERROR(emit(st.name + "_h" + std::to_string(h) + ".csv", o));
+      }
+    } else if (x.rank() == 3 && s[0] == 1 && st.name == "lse") {
+      std::string o = "token";
+      for (int64_t h : heads) o += ",h" + std::to_string(h);
+      o += "\n";
+      for (int64_t i = 0; i < s[2]; ++i) {
+        o += TokLabel(toks, i);
+        for (int64_t h : heads) o += "," + Num(Elem(x, h * s[2] + i), f64);
+        o += "\n";
+      }
+      ATTNFLOW_RETURN_IF_ERROR(emit("lse.csv", o));
+    } else if (x.rank() == 3 && s[0] == 1) {
+      std::string o = "token";
+      for (int64_t j = 0; j < s[2]; ++j) o += ",d" + std::to_string(j);
+      o += "\n";
+      for (int64_t i = 0; i < s[1]; ++i) {
+        o += TokLabel(toks, i);
+        for (int64_t j = 0; j < s[2]; ++j) o += "," + Num(Elem(x, i * s[2] + j), f64);
+        o += "\n";
+      }
+      ATTNFLOW_RETURN_IF_ERROR(emit(st.name + ".csv", o));
+    }
+  }
+  // Decode rows: one line per step, keys k0..k{max-1} (empty = not yet cached).
+  if (!t.decode.empty()) {
+    for (const char* name : {"scores", "scaled", "masked", "weights"}) {
+      for (int64_t h : heads) {
+        int64_t max_k = 0;
+        for (const auto& d : t.decode)
+          if (const Tensor* w = d.Find(name)) max_k = std::max<int64_t>(max_k, w->shape()[3]);
+        if (max_k == 0) continue;
+        std::string o = "step,position,token";
+        for (int64_t j = 0; j < max_k; ++j) o += ",k" + std::to_string(j);
+        o += "\n";
+        for (size_t s = 0; s < t.decode.size(); ++s) {
+          const DecodeStep& d = t.decode[s];
+          const Tensor* w = d.Find(name);
+          o += std::to_string(s) + "," + std::to_string(d.position) + "," + CsvField(d.token.text);
+          const int64_t lk = w ? w->shape()[3] : 0;
+          for (int64_t j = 0; j < max_k; ++j) {
+            o += ",";
+            if (w && j < lk && h < w->shape()[1])
+              o += Num(Elem(*w, h * lk + j), w->dtype() == DType::kF64);
+          }
+          o += "\n";
+        }
+        ATTNFLOW_RETURN_IF_ERROR(
+            emit(std::string("decode_") + name + "_h" + std::to_string(h) + ".csv", o));
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace attnflow::trace

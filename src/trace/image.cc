@@ -1,0 +1,409 @@
+// image.cc — heatmap figures of a trace: PNG (written here: stored deflate
+// blocks, CRC-32, Adler-32; no zlib) and SVG (labels, per-cell <title> with
+// the exact value, a colour bar and a legend).
+//
+// Colours (the same as the page): probabilities (weights) use a viridis-like
+// sequential scale 0..1, other maps a blue-white-red diverging scale
+// symmetric around 0. A masked cell (-inf) is hatched light grey, never a
+// colour of the scale, so it cannot be confused with a near-zero weight; a
+// cell with no value (NaN: e.g. a key not yet in the cache) is white.
+// Large maps are pooled (weights: summed over keys, averaged over queries);
+// the SVG title says so.
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdio>
+
+#include "attnflow/file_util.h"
+#include "attnflow/trace.h"
+#include "trace/internal.h"
+
+namespace attnflow::trace {
+namespace {
+
+using internal::Heatmap;
+
+// ---- PNG ---------------------------------------------------------------------
+
+uint32_t Crc32(const uint8_t* p, size_t n, uint32_t crc = 0) {
+  static const std::array<uint32_t, 256> table = [] {
+    std::array<uint32_t, 256> t{};
+    for (uint32_t i = 0; i < 256; ++i) {
+      uint32_t c = i;
+      for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+      t[i] = c;
+    }
+    return t;
+  }();
+  crc = ~crc;
+  for (size_t i = 0; i < n; ++i) crc = table[(crc ^ p[i]) & 0xff] ^ (crc >> 8);
+  return ~crc;
+}
+
+void Be32(std::string* o, uint32_t v) {
+  for (int s = 24; s >= 0; s -= 8) o->push_back(static_cast<char>((v >> s) & 0xff));
+}
+
+void Chunk(std::string* o, const char* type, const std::string& data) {
+  Be32(o, static_cast<uint32_t>(data.size()));
+  std::string body = std::string(type, 4) + data;
+  o->append(body);
+  Be32(o, Crc32(reinterpret_cast<const uint8_t*>(body.data()), body.size()));
+}
+
+// ---- colours -----------------------------------------------------------------
+
+struct Rgb {
+  uint8_t r, g, b;
+};
+
+Rgb Lerp(Rgb a, Rgb b, double t) {
+  auto m = [t](uint8_t x, uint8_t y) {
+    return static_cast<uint8_t>(std::lround(x + (y - x) * t));
+  };
+  return {m(a.r, b.r), m(a.g, b.g), m(a.b, b.b)};
+}
+
+Rgb Viridis(double t) {
+  static const Rgb k[] = {{0x44, 0x01, 0x54}, {0x48, 0x28, 0x78}, {0x3e, 0x49, 0x89},
+                          {0x31, 0x68, 0x8e}, {0x26, 0x82, 0x8e}, {0x1f, 0x9e, 0x89},
+                          {0x35, 0xb7, 0x79}, {0x6e, 0xce, 0x58}, {0xfd, 0xe7, 0x25}};
+  t = std::clamp(t, 0.0, 1.0) * 8.0;
+  const int i = std::min(7, static_cast<int>(t));
+  return Lerp(k[i], k[i + 1], t - i);
+}
+
+Rgb Diverging(double t) {  // t in [-1, 1]
+  const Rgb blue{0x21, 0x66, 0xac}, white{0xf7, 0xf7, 0xf7}, red{0xb2, 0x18, 0x2b};
+  t = std::clamp(t, -1.0, 1.0);
+  return t < 0 ? Lerp(white, blue, -t) : Lerp(white, red, t);
+}
+
+constexpr Rgb kHatchBg{0xe4, 0xe4, 0xe4}, kHatchLine{0x9a, 0x9a, 0x9a}, kWhite{0xff, 0xff, 0xff};
+
+double MaxAbs(const Heatmap& h) {
+  double m = 0;
+  for (double v : h.values)
+    if (std::isfinite(v)) m = std::max(m, std::fabs(v));
+  return m > 0 ? m : 1.0;
+}
+
+Rgb CellColor(const Heatmap& h, double v, double max_abs) {
+  if (std::isnan(v)) return kWhite;
+  if (h.probabilities) return Viridis(v);
+  return Diverging(v / max_abs);
+}
+
+std::string Hex(Rgb c) {
+  char b[8];
+  std::snprintf(b, sizeof b, "#%02x%02x%02x", c.r, c.g, c.b);
+  return b;
+}
+
+std::string XmlEscape(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    switch (c) {
+      case '<': o += "&lt;"; break;
+      case '>': o += "&gt;"; break;
+      case '&': o += "&amp;"; break;
+      case '"': o += "&quot;"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) o += ' ';
+        else o += c;
+    }
+  }
+  return o;
+}
+
+std::string Exact(double v) {
+  if (std::isnan(v)) return "no value";
+  if (std::isinf(v)) return v < 0 ? "masked (-inf; weight exactly 0)" : "inf";
+  char b[64];
+  std::snprintf(b, sizeof b, "%.17g", v);
+  return b;
+}
+
+// Pools a heatmap to at most `max_cells` per side (see file comment).
+Heatmap PoolHeatmap(const Heatmap& h, int64_t max_cells) {
+  const int64_t n = std::max(h.rows, h.cols);
+  if (n <= max_cells) return h;
+  const int64_t f = (n + max_cells - 1) / max_cells;
+  Heatmap o = h;
+  o.pool = h.pool * f;
+  o.rows = (h.rows + f - 1) / f;
+  o.cols = (h.cols + f - 1) / f;
+  o.values.assign(static_cast<size_t>(o.rows * o.cols), 0.0);
+  o.row_labels.clear();
+  o.col_labels.clear();
+  for (int64_t a = 0; a < o.rows; ++a)
+    for (int64_t b = 0; b < o.cols; ++b) {
+      double sum = 0;
+      int64_t fin = 0, rows = 0;
+      bool masked_only = true, any = false;
+      for (int64_t i = a * f; i < std::min(h.rows, (a + 1) * f); ++i) {
+        ++rows;
+        for (int64_t j = b * f; j < std::min(h.cols, (b + 1) * f); ++j) {
+          const double v = h.values[static_cast<size_t>(i * h.cols + j)];
+          any = true;
+          if (std::isfinite(v)) {
+            sum += v;
+            ++fin;
+            masked_only = false;
+          } else if (!(std::isinf(v) && v < 0)) {
+            masked_only = false;
+          }
+        }
+      }
+      double v;
+      if (!any) v = NAN;
+      else if (fin == 0) v = masked_only ? -INFINITY : NAN;
+      else v = h.probabilities ? sum / static_cast<double>(rows) : sum / static_cast<double>(fin);
+      o.values[static_cast<size_t>(a * o.cols + b)] = v;
+    }
+  for (int64_t i = 0; i < o.rows; ++i)
+    o.row_labels.push_back(std::to_string(i * f) + "–" + std::to_string(std::min(h.rows, (i + 1) * f) - 1));
+  for (int64_t j = 0; j < o.cols; ++j)
+    o.col_labels.push_back(std::to_string(j * f) + "–" + std::to_string(std::min(h.cols, (j + 1) * f) - 1));
+  return o;
+}
+
+}  // namespace
+
+Result<std::string> EncodePng(int64_t width, int64_t height, const std::vector<uint8_t>& rgb) {
+  if (width <= 0 || height <= 0 || width > 16384 || height > 16384) {
+    return InvalidArgument("png: size " + std::to_string(width) + "x" + std::to_string(height) +
+                           " is outside 1..16384");
+  }
+  if (static_cast<int64_t>(rgb.size()) != width * height * 3) {
+    return InvalidArgument("png: " + std::to_string(rgb.size()) + " bytes of pixels, expected " +
+                           std::to_string(width * height * 3));
+  }
+  // Raw scanlines: filter byte 0 (None) + RGB.
+  std::string raw;
+  raw.reserve(static_cast<size_t>(height * (width * 3 + 1)));
+  for (int64_t y = 0; y < height; ++y) {
+    raw.push_back('\0');
+    raw.append(reinterpret_cast<const char*>(rgb.data() + y * width * 3),
+               static_cast<size_t>(width * 3));
+  }
+  // zlib stream of stored (uncompressed) deflate blocks.
+  std::string z;
+  z.push_back(0x78);
+  z.push_back(0x01);
+  size_t pos = 0;
+  do {
+    const size_t n = std::min<size_t>(65535, raw.size() - pos);
+    const bool last = pos + n == raw.size();
+    z.push_back(last ? 1 : 0);
+    z.push_back(static_cast<char>(n & 0xff));
+    z.push_back(static_cast<char>(n >> 8));
+    z.push_back(static_cast<char>(~n & 0xff));
+    z.push_back(static_cast<char>((~n >> 8) & 0xff));
+    z.append(raw, pos, n);
+    pos += n;
+  } while (pos < raw.size());
+  uint32_t a = 1, b = 0;  // Adler-32
+  for (unsigned char c : raw) {
+    a = (a + c) % 65521;
+    b = (b + a) % 65521;
+  }
+  Be32(&z, (b << 16) | a);
+
+  std::string png = "\x89PNG\r\n\x1a\n";
+  std::string ihdr;
+  Be32(&ihdr, static_cast<uint32_t>(width));
+  Be32(&ihdr, static_cast<uint32_t>(height));
+  ihdr += std::string("\x08\x02\x00\x00\x00", 5);  // 8-bit RGB, deflate, no filter/interlace
+  Chunk(&png, "IHDR", ihdr);
+  Chunk(&png, "IDAT", z);
+  Chunk(&png, "IEND", "");
+  return png;
+}
+
+namespace internal {
+
+Result<std::string> HeatmapPng(const Heatmap& in) {
+  const Heatmap h = PoolHeatmap(in, 1024);
+  const int64_t n = std::max<int64_t>(1, std::max(h.rows, h.cols));
+  const int64_t cell = std::clamp<int64_t>(512 / n, 1, 32);
+  const int64_t w = std::max<int64_t>(1, h.cols * cell), ht = std::max<int64_t>(1, h.rows * cell);
+  std::vector<uint8_t> px(static_cast<size_t>(w * ht * 3), 0xff);
+  const double m = MaxAbs(h);
+  for (int64_t i = 0; i < h.rows; ++i)
+    for (int64_t j = 0; j < h.cols; ++j) {
+      const double v = h.values[static_cast<size_t>(i * h.cols + j)];
+      const bool masked = std::isinf(v) && v < 0;
+      const Rgb c = masked ? kHatchBg : CellColor(h, v, m);
+      for (int64_t y = 0; y < cell; ++y)
+        for (int64_t x = 0; x < cell; ++x) {
+          Rgb p = c;
+          // Diagonal hatch lines on masked cells (every 4th anti-diagonal).
+          if (masked && cell >= 4 && ((x + y) % 4 == 0)) p = kHatchLine;
+          if (masked && cell < 4) p = kHatchLine;
+          uint8_t* d = px.data() + ((i * cell + y) * w + (j * cell + x)) * 3;
+          d[0] = p.r, d[1] = p.g, d[2] = p.b;
+        }
+    }
+  return EncodePng(w, ht, px);
+}
+
+std::string HeatmapSvg(const Heatmap& in) {
+  const Heatmap h = PoolHeatmap(in, 128);
+  const int64_t n = std::max<int64_t>(1, std::max(h.rows, h.cols));
+  const int64_t cell = std::clamp<int64_t>(480 / n, 3, 40);
+  const int64_t left = 110, top = 110;
+  const int64_t w = left + h.cols * cell + 140, ht = top + h.rows * cell + 60;
+  const double m = MaxAbs(h);
+  std::string title = h.title;
+  if (h.pool > 1) {
+    title += " (pooled " + std::to_string(h.pool) + "×" + std::to_string(h.pool) +
+             " for the figure; exports hold full precision)";
+  }
+  std::string o;
+  o += "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
+  o += "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + std::to_string(w) +
+       "\" height=\"" + std::to_string(ht) + "\" viewBox=\"0 0 " + std::to_string(w) + " " +
+       std::to_string(ht) + "\" font-family=\"sans-serif\" font-size=\"11\">\n";
+  o += "<title>" + XmlEscape(title) + "</title>\n";
+  o += "<defs><pattern id=\"masked\" width=\"6\" height=\"6\" patternUnits=\"userSpaceOnUse\" "
+       "patternTransform=\"rotate(45)\"><rect width=\"6\" height=\"6\" fill=\"" + Hex(kHatchBg) +
+       "\"/><line x1=\"0\" y1=\"0\" x2=\"0\" y2=\"6\" stroke=\"" + Hex(kHatchLine) +
+       "\" stroke-width=\"2\"/></pattern></defs>\n";
+  o += "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
+  o += "<text x=\"8\" y=\"18\" font-size=\"13\" font-weight=\"bold\">" + XmlEscape(title) +
+       "</text>\n";
+  const bool labels = cell >= 9;
+  if (labels) {
+    for (int64_t j = 0; j < h.cols && j < static_cast<int64_t>(h.col_labels.size()); ++j) {
+      const int64_t x = left + j * cell + cell / 2, y = top - 6;
+      o += "<text x=\"" + std::to_string(x) + "\" y=\"" + std::to_string(y) +
+           "\" transform=\"rotate(-50 " + std::to_string(x) + " " + std::to_string(y) + ")\">" +
+           XmlEscape(h.col_labels[static_cast<size_t>(j)]) + "</text>\n";
+    }
+    for (int64_t i = 0; i < h.rows && i < static_cast<int64_t>(h.row_labels.size()); ++i) {
+      o += "<text x=\"" + std::to_string(left - 6) + "\" y=\"" +
+           std::to_string(top + i * cell + cell / 2 + 4) + "\" text-anchor=\"end\">" +
+           XmlEscape(h.row_labels[static_cast<size_t>(i)]) + "</text>\n";
+    }
+  }
+  for (int64_t i = 0; i < h.rows; ++i)
+    for (int64_t j = 0; j < h.cols; ++j) {
+      const double v = h.values[static_cast<size_t>(i * h.cols + j)];
+      const bool masked = std::isinf(v) && v < 0;
+      const std::string fill = masked ? "url(#masked)" : Hex(CellColor(h, v, m));
+      std::string tip = "row " + (i < static_cast<int64_t>(h.row_labels.size())
+                                      ? h.row_labels[static_cast<size_t>(i)]
+                                      : std::to_string(i)) +
+                        ", col " + (j < static_cast<int64_t>(h.col_labels.size())
+                                        ? h.col_labels[static_cast<size_t>(j)]
+                                        : std::to_string(j)) +
+                        ": " + Exact(v);
+      o += "<rect x=\"" + std::to_string(left + j * cell) + "\" y=\"" +
+           std::to_string(top + i * cell) + "\" width=\"" + std::to_string(cell) +
+           "\" height=\"" + std::to_string(cell) + "\" fill=\"" + fill + "\"><title>" +
+           XmlEscape(tip) + "</title></rect>\n";
+    }
+  // Colour bar + legend.
+  const int64_t bx = left + h.cols * cell + 20, by = top, bh = std::max<int64_t>(120, h.rows * cell);
+  for (int k = 0; k < 50; ++k) {
+    const double t = 1.0 - k / 49.0;
+    const Rgb c = h.probabilities ? Viridis(t) : Diverging(2 * t - 1);
+    o += "<rect x=\"" + std::to_string(bx) + "\" y=\"" + std::to_string(by + k * bh / 50) +
+         "\" width=\"14\" height=\"" + std::to_string(bh / 50 + 1) + "\" fill=\"" + Hex(c) + "\"/>\n";
+  }
+  char hi[64], lo[64];
+  std::snprintf(hi, sizeof hi, "%.4g", h.probabilities ? 1.0 : m);
+  std::snprintf(lo, sizeof lo, "%.4g", h.probabilities ? 0.0 : -m);
+  o += "<text x=\"" + std::to_string(bx + 18) + "\" y=\"" + std::to_string(by + 9) + "\">" + hi + "</text>\n";
+  o += "<text x=\"" + std::to_string(bx + 18) + "\" y=\"" + std::to_string(by + bh) + "\">" + lo + "</text>\n";
+  o += "<rect x=\"" + std::to_string(bx) + "\" y=\"" + std::to_string(by + bh + 12) +
+       "\" width=\"14\" height=\"14\" fill=\"url(#masked)\"/><text x=\"" + std::to_string(bx + 18) +
+       "\" y=\"" + std::to_string(by + bh + 23) + "\">masked (−∞)</text>\n";
+  o += "</svg>\n";
+  return o;
+}
+
+}  // namespace internal
+
+Status WriteTraceHeatmaps(const std::string& dir, const Trace& t,
+                          const std::vector<int64_t>& heads_in, ImageFormat format,
+                          std::vector<std::string>* written) {
+  ATTNFLOW_RETURN_IF_ERROR(internal::MakeDirs(dir));
+  std::vector<int64_t> heads = heads_in;
+  if (heads.empty())
+    for (int64_t h = 0; h < t.info.num_heads; ++h) heads.push_back(h);
+  const char* ext = format == ImageFormat::kPng ? ".png" : ".svg";
+  auto emit = [&](const Heatmap& hm, const std::string& name) -> Status {
+    const std::string path = internal::JoinPath(dir, name + ext);
+    if (format == ImageFormat::kPng) {
+      Result<std::string> png = internal::HeatmapPng(hm);
+      if (!png.ok()) return png.status();
+      ATTNFLOW_RETURN_IF_ERROR(WriteFileAtomic(path, png.value()));
+    } else {
+      ATTNFLOW_RETURN_IF_ERROR(WriteFileAtomic(path, internal::HeatmapSvg(hm)));
+    }
+    if (written) written->push_back(path);
+    return Status::Ok();
+  };
+  std::vector<std::string> labels;
+  for (size_t i = 0; i < t.tokens.size(); ++i) labels.push_back(std::to_string(i) + " " + t.tokens[i].text);
+  for (const char* name : {"scores", "masked", "weights"}) {
+    const Tensor* x = t.Find(name);
+    if (x == nullptr || x->rank() != 4) continue;
+    const Shape s = x->shape();
+    for (int64_t h : heads) {
+      if (h >= s[1]) continue;
+      Heatmap hm;
+      hm.title = std::string(name) + " · head " + std::to_string(h) + " · layer " +
+                 std::to_string(t.layer) + " · " + t.info.name;
+      hm.rows = s[2];
+      hm.cols = s[3];
+      hm.probabilities = std::string(name) == "weights";
+      hm.row_labels = labels;
+      hm.col_labels = labels;
+      // Weights of masked keys are exactly 0; draw them as masked, not as 0.
+      const Tensor* m = hm.probabilities ? t.Find("masked") : nullptr;
+      if (m != nullptr && m->shape() != s) m = nullptr;
+      for (int64_t i = 0; i < s[2] * s[3]; ++i) {
+        const int64_t at = h * s[2] * s[3] + i;
+        const bool hidden = m != nullptr && internal::Elem(*m, at) == -INFINITY;
+        hm.values.push_back(hidden ? -INFINITY : internal::Elem(*x, at));
+      }
+      ATTNFLOW_RETURN_IF_ERROR(emit(hm, std::string(name) + "_h" + std::to_string(h)));
+    }
+  }
+  if (!t.decode.empty()) {
+    int64_t max_k = 0;
+    for (const auto& d : t.decode)
+      if (const Tensor* w = d.Find("weights")) max_k = std::max<int64_t>(max_k, w->shape()[3]);
+    for (int64_t h : heads) {
+      Heatmap hm;
+      hm.title = "decode weights · head " + std::to_string(h) +
+                 " · one row per step against the KV cache";
+      hm.rows = static_cast<int64_t>(t.decode.size());
+      hm.cols = max_k;
+      hm.probabilities = true;
+      hm.values.assign(static_cast<size_t>(hm.rows * hm.cols), NAN);
+      for (size_t s = 0; s < t.decode.size(); ++s) {
+        const Tensor* w = t.decode[s].Find("weights");
+        hm.row_labels.push_back("+" + std::to_string(s) + " " + t.decode[s].token.text);
+        if (w == nullptr || h >= w->shape()[1]) continue;
+        const int64_t lk = w->shape()[3];
+        for (int64_t j = 0; j < lk; ++j)
+          hm.values[s * max_k + j] = internal::Elem(*w, h * lk + j);
+      }
+      for (int64_t j = 0; j < max_k; ++j) {
+        const size_t ju = static_cast<size_t>(j);
+        if (ju < labels.size()) hm.col_labels.push_back(labels[ju]);
+        else if (ju - labels.size() < t.decode.size())
+          hm.col_labels.push_back(std::to_string(j) + " " + t.decode[ju - labels.size()].token.text);
+        else hm.col_labels.push_back(std::to_string(j));
+      }
+      ATTNFLOW_RETURN_IF_ERROR(emit(hm, "decode_weights_h" + std::to_string(h)));
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace attnflow::trace

@@ -1,0 +1,74 @@
+// internal.h — helpers shared by the src/trace/ files (not installed).
+//
+// Invariants: nothing here allocates outside Tensor::Zeros (so allocation
+// failures are Status values) and nothing throws.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "attnflow/stages.h"
+#include "attnflow/trace.h"
+
+namespace attnflow::trace::internal {
+
+// Keeps a deep copy of every stage, in arrival order; stages can be moved
+// out (unlike StageRecorder). Optionally renames one stage on the way in.
+class Collector : public StageSink {
+ public:
+  Collector() = default;
+  Collector(std::string from, std::string to)
+      : rename_from_(std::move(from)), rename_to_(std::move(to)) {}
+  bool Wants(std::string_view) const override { return true; }
+  void Put(std::string_view stage, const TensorView& value) override;
+  const Status& status() const { return status_; }
+  // Moves every collected stage into `out` in TraceStageOrder(), then any
+  // other names in arrival order.
+  void MoveOrdered(std::vector<NamedTensor>* out);
+  std::vector<NamedTensor>& items() { return items_; }
+
+ private:
+  std::string rename_from_, rename_to_;
+  std::vector<NamedTensor> items_;
+  Status status_;
+};
+
+const Tensor* FindIn(const std::vector<NamedTensor>& v, std::string_view name);
+
+// Runs attnflow::Attention (the dispatching fast path) on F32 copies of
+// q/k/v and compares with the reference stages.
+KernelCheck RunKernelCheck(const Tensor* q, const Tensor* k, const Tensor* v,
+                           Causal causal, double scale,
+                           const Tensor* heads_out, const Tensor* lse,
+                           const Tensor* masked, const Tensor* weights);
+
+// Element i (row-major) of a contiguous float tensor, as double.
+inline double Elem(const Tensor& t, int64_t i) { return t.view().load(i); }
+// A contiguous F32 copy (rounding once).
+Result<Tensor> ToF32(const Tensor& t);
+
+// Appends a JSON string literal (quotes, escapes; invalid UTF-8 -> U+FFFD).
+void AppendJsonString(std::string* out, std::string_view s);
+// Appends a number: shortest round-trip form (of the float when `f32`),
+// "-Infinity" / "Infinity" / "NaN" as strings.
+void AppendJsonNumber(std::string* out, double v, bool f32);
+
+// mkdir -p; kIoError naming the path.
+Status MakeDirs(const std::string& dir);
+std::string JoinPath(const std::string& dir, const std::string& name);
+
+// Per-head heatmap source: rows × cols values, row-major, optional labels.
+struct Heatmap {
+  std::string title;
+  int64_t rows = 0, cols = 0;
+  std::vector<double> values;  // -inf = masked
+  std::vector<std::string> row_labels, col_labels;
+  bool probabilities = false;  // 0..1 sequential scale (else diverging)
+  int64_t pool = 1;            // > 1: values are pooled (stated in the title)
+};
+Result<std::string> HeatmapPng(const Heatmap& h);
+std::string HeatmapSvg(const Heatmap& h);
+
+}  // namespace attnflow::trace::internal

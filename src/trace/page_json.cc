@@ -1,0 +1,810 @@
+// page_json.cc — the page JSON (format "attnflow-trace/1", docs/player.md):
+// writing it from a Trace (with pooling of long inputs), reading it back with
+// full validation, and the numeric checks that the page's check panel runs
+// too (same names, same tolerances: web/player.html, function runChecks).
+//
+// Invariants:
+//  * Every stage entry has axes, shape, pool, data_shape and data with
+//    data_shape[i] == ceil(shape[i] / pool[i]) and
+//    len(data) == prod(data_shape); the reader enforces it.
+//  * Pooling: attention maps are pooled over query and key blocks of the same
+//    factor; "weights" cells are the mean over the query rows of the sum over
+//    the key block (so pooled rows still sum to one); other cells are the
+//    mean of the finite values (-Infinity when every value is -inf). Token ×
+//    dim views pool tokens only.
+//  * Non-finite numbers are the strings "Infinity", "-Infinity", "NaN".
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "attnflow/file_util.h"
+#include "attnflow/trace.h"
+#include "trace/internal.h"
+
+namespace attnflow::trace {
+namespace internal {
+
+void AppendJsonString(std::string* out, std::string_view s) {
+  out->push_back('"');
+  size_t i = 0;
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  while (i < s.size()) {
+    const unsigned char c = p[i];
+    if (c < 0x80) {
+      switch (c) {
+        case '"': *out += "\\\""; break;
+        case '\\': *out += "\\\\"; break;
+        case '\n': *out += "\\n"; break;
+        case '\r': *out += "\\r"; break;
+        case '\t': *out += "\\t"; break;
+        case '<': *out += "\\u003c"; break;  // never "</script>" inside the page
+        default:
+          if (c < 0x20 || c == 0x7f) {
+            char buf[8];
+            std::snprintf(buf, sizeof buf, "\\u%04x", c);
+            *out += buf;
+          } else {
+            out->push_back(static_cast<char>(c));
+          }
+      }
+      ++i;
+      continue;
+    }
+    // Validate one UTF-8 sequence; replace anything malformed with U+FFFD.
+    int len = 0;
+    uint32_t cp = 0;
+    if (c >= 0xC2 && c <= 0xDF) len = 2, cp = c & 0x1F;
+    else if (c >= 0xE0 && c <= 0xEF) len = 3, cp = c & 0x0F;
+    else if (c >= 0xF0 && c <= 0xF4) len = 4, cp = c & 0x07;
+    bool ok = len > 0 && i + len <= s.size();
+    for (int k = 1; ok && k < len; ++k) {
+      if ((p[i + k] & 0xC0) != 0x80) ok = false;
+      else cp = (cp << 6) | (p[i + k] & 0x3F);
+    }
+    if (ok && ((len == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) ||
+               (len == 4 && (cp < 0x10000 || cp > 0x10FFFF)))) {
+      ok = false;
+    }
+    if (ok) {
+      out->append(s.substr(i, len));
+      i += len;
+    } else {
+      *out += "\xEF\xBF\xBD";
+      ++i;
+    }
+  }
+  out->push_back('"');
+}
+
+void AppendJsonNumber(std::string* out, double v, bool f32) {
+  if (std::isnan(v)) {
+    *out += "\"NaN\"";
+    return;
+  }
+  if (std::isinf(v)) {
+    *out += v < 0 ? "\"-Infinity\"" : "\"Infinity\"";
+    return;
+  }
+  char buf[64];
+  std::to_chars_result r = f32 ? std::to_chars(buf, buf + sizeof buf, static_cast<float>(v))
+                               : std::to_chars(buf, buf + sizeof buf, v);
+  out->append(buf, r.ptr);
+}
+
+}  // namespace internal
+
+namespace {
+
+using internal::AppendJsonNumber;
+using internal::AppendJsonString;
+using internal::Elem;
+
+bool IsAttentionMap(const std::string& n) {
+  return n == "scores" || n == "scaled" || n == "masked" || n == "weights";
+}
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// A stage reduced to what the page shows: axes, logical shape, pooled data.
+struct PageStage {
+  std::vector<std::string> axes;
+  std::vector<int64_t> shape, pool, data_shape;
+  std::vector<double> data;
+  bool f32 = false;
+  std::string dtype;
+};
+
+// Pools a [d0,d1,d2] array (row-major) by [p0,p1,p2] (see file comment).
+std::vector<double> Pool3(const std::vector<double>& in, const int64_t d[3], const int64_t p[3],
+                          bool sum_last) {
+  const int64_t n0 = CeilDiv(d[0], p[0]), n1 = CeilDiv(d[1], p[1]), n2 = CeilDiv(d[2], p[2]);
+  std::vector<double> out(static_cast<size_t>(n0 * n1 * n2));
+  for (int64_t a = 0; a < n0; ++a)
+    for (int64_t b = 0; b < n1; ++b)
+      for (int64_t c = 0; c < n2; ++c) {
+        double sum = 0, inf_val = 0;
+        int64_t finite = 0, rows = 0;
+        bool nan = false;
+        for (int64_t i = a * p[0]; i < std::min(d[0], (a + 1) * p[0]); ++i)
+          for (int64_t j = b * p[1]; j < std::min(d[1], (b + 1) * p[1]); ++j) {
+            ++rows;
+            for (int64_t k = c * p[2]; k < std::min(d[2], (c + 1) * p[2]); ++k) {
+              const double x = in[static_cast<size_t>((i * d[1] + j) * d[2] + k)];
+              if (std::isnan(x)) nan = true;
+              else if (std::isinf(x)) inf_val = x;
+              else {
+                sum += x;
+                ++finite;
+              }
+            }
+          }
+        double v;
+        if (nan) v = std::numeric_limits<double>::quiet_NaN();
+        else if (sum_last) v = rows > 0 ? sum / static_cast<double>(rows) : 0.0;
+        else if (finite > 0) v = sum / static_cast<double>(finite);
+        else v = inf_val;
+        out[static_cast<size_t>((a * n1 + b) * n2 + c)] = v;
+      }
+  return out;
+}
+
+// Builds the page view of one stage. `heads` selects query heads; `len` is
+// the token count the pooling factor `f` applies to. Returns false for
+// stages the page cannot show (unknown rank/shape).
+bool MakePageStage(const std::string& name, const Tensor& t, const std::vector<int64_t>& heads,
+                   int64_t len, int64_t f, PageStage* ps) {
+  const Shape s = t.shape();
+  ps->dtype = DTypeName(t.dtype());
+  ps->f32 = t.dtype() != DType::kF64;
+  int64_t d[3] = {1, 1, 1}, p[3] = {1, 1, 1};
+  std::vector<int64_t> sel;  // head indices to keep along axis 0 (empty = all)
+  if (t.rank() == 4 && s[0] == 1) {
+    const bool kv = name == "k" || name == "v";
+    if (IsAttentionMap(name)) ps->axes = {"head", "query", "key"};
+    else ps->axes = {kv ? "kv_head" : "head", "token", "dim"};
+    d[0] = s[1], d[1] = s[2], d[2] = s[3];
+    if (!kv) sel = heads;
+    if (d[1] == len) p[1] = f;
+    if (IsAttentionMap(name) && d[2] == len) p[2] = f;
+  } else if (t.rank() == 3 && s[0] == 1 && name == "lse") {
+    ps->axes = {"head", "query"};
+    d[0] = s[1], d[1] = s[2];
+    sel = heads;
+    if (d[1] == len) p[1] = f;
+  } else if (t.rank() == 3 && s[0] == 1) {
+    ps->axes = {"token", "dim"};
+    d[0] = 1, d[1] = s[1], d[2] = s[2];
+    if (d[1] == len) p[1] = f;
+  } else {
+    return false;
+  }
+  // Select heads along axis 0.
+  std::vector<double> src;
+  const int64_t per = d[1] * d[2];
+  if (!sel.empty()) {
+    src.reserve(static_cast<size_t>(sel.size() * per));
+    for (int64_t h : sel)
+      for (int64_t i = 0; i < per; ++i) src.push_back(Elem(t, h * per + i));
+    d[0] = static_cast<int64_t>(sel.size());
+  } else {
+    src.resize(static_cast<size_t>(t.numel()));
+    for (int64_t i = 0; i < t.numel(); ++i) src[static_cast<size_t>(i)] = Elem(t, i);
+  }
+  const bool pooled = p[1] > 1 || p[2] > 1;
+  ps->data = pooled ? Pool3(src, d, p, name == "weights") : std::move(src);
+  if (pooled) ps->f32 = true;  // pooled means are not exact values anyway
+  const bool two = ps->axes.size() == 2;
+  if (two && ps->axes[0] == "token") {
+    ps->shape = {d[1], d[2]};
+    ps->pool = {p[1], p[2]};
+  } else if (two) {
+    ps->shape = {d[0], d[1]};
+    ps->pool = {p[0], p[1]};
+  } else {
+    ps->shape = {d[0], d[1], d[2]};
+    ps->pool = {p[0], p[1], p[2]};
+  }
+  for (size_t i = 0; i < ps->shape.size(); ++i)
+    ps->data_shape.push_back(CeilDiv(ps->shape[i], ps->pool[i]));
+  return true;
+}
+
+void AppendIntArray(std::string* o, const std::vector<int64_t>& v) {
+  o->push_back('[');
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i) o->push_back(',');
+    *o += std::to_string(v[i]);
+  }
+  o->push_back(']');
+}
+
+void AppendStages(std::string* o, const std::vector<NamedTensor>& stages,
+                  const std::vector<int64_t>& heads, int64_t len, int64_t f) {
+  *o += "{";
+  bool first = true;
+  for (const auto& st : stages) {
+    PageStage ps;
+    if (!MakePageStage(st.name, st.value, heads, len, f, &ps)) continue;
+    if (!first) *o += ",";
+    first = false;
+    *o += "\n";
+    AppendJsonString(o, st.name);
+    *o += ":{\"axes\":[";
+    for (size_t i = 0; i < ps.axes.size(); ++i) {
+      if (i) *o += ",";
+      AppendJsonString(o, ps.axes[i]);
+    }
+    *o += "],\"shape\":";
+    AppendIntArray(o, ps.shape);
+    *o += ",\"pool\":";
+    AppendIntArray(o, ps.pool);
+    *o += ",\"data_shape\":";
+    AppendIntArray(o, ps.data_shape);
+    *o += ",\"dtype\":";
+    AppendJsonString(o, ps.dtype);
+    *o += ",\"data\":[";
+    for (size_t i = 0; i < ps.data.size(); ++i) {
+      if (i) o->push_back(',');
+      AppendJsonNumber(o, ps.data[i], ps.f32);
+    }
+    *o += "]}";
+  }
+  *o += "}";
+}
+
+void AppendKernel(std::string* o, const KernelCheck& k) {
+  *o += "{\"ran\":";
+  *o += k.ran ? "true" : "false";
+  *o += ",\"kernel\":";
+  AppendJsonString(o, k.kernel);
+  *o += ",\"max_abs_out\":";
+  AppendJsonNumber(o, k.max_abs_out, false);
+  *o += ",\"max_abs_lse\":";
+  AppendJsonNumber(o, k.max_abs_lse, false);
+  *o += ",\"max_abs_weights\":";
+  AppendJsonNumber(o, k.max_abs_weights, false);
+  *o += ",\"note\":";
+  AppendJsonString(o, k.note);
+  *o += "}";
+}
+
+void AppendToken(std::string* o, const TraceToken& t) {
+  *o += "{\"id\":" + std::to_string(t.id) + ",\"text\":";
+  AppendJsonString(o, t.text);
+  *o += "}";
+}
+
+}  // namespace
+
+Result<std::string> TraceToJson(const Trace& t, const PageOptions& opt) {
+  const int64_t H = t.info.num_heads;
+  const int64_t L = static_cast<int64_t>(t.tokens.size());
+  if (opt.max_tokens < 8) {
+    return InvalidArgument("trace: page max_tokens = " + std::to_string(opt.max_tokens) +
+                           " must be at least 8");
+  }
+  std::vector<int64_t> heads = opt.heads;
+  if (heads.empty())
+    for (int64_t h = 0; h < H; ++h) heads.push_back(h);
+  std::set<int64_t> seen;
+  for (int64_t h : heads) {
+    if (h < 0 || h >= H) {
+      return OutOfRange("trace: head " + std::to_string(h) + " is outside [0, " +
+                        std::to_string(H) + ")");
+    }
+    if (!seen.insert(h).second) {
+      return InvalidArgument("trace: head " + std::to_string(h) + " is listed twice");
+    }
+  }
+  const int64_t f = L > opt.max_tokens ? CeilDiv(L, opt.max_tokens) : 1;
+  std::string note;
+  if (f > 1) {
+    note = std::to_string(L) + " tokens is more than the page's " +
+           std::to_string(opt.max_tokens) + ": every L×L view is pooled " + std::to_string(f) +
+           "×" + std::to_string(f) +
+           " (a weights cell = mean over the block's query rows of the summed weight of its "
+           "keys, so rows still sum to 1; other cells = mean), token views pool " +
+           std::to_string(f) +
+           " tokens per row. Exports (--safetensors, --npy, --csv) hold full precision.";
+  }
+  std::string o;
+  o.reserve(1 << 16);
+  o += "{\"format\":";
+  AppendJsonString(&o, kTraceFormatV1);
+  o += ",\n\"generator\":\"attnflow 0.1.0\",\n\"source\":";
+  AppendJsonString(&o, t.source);
+  o += ",\n\"description\":";
+  AppendJsonString(&o, t.description);
+  o += ",\n\"model\":{\"name\":";
+  AppendJsonString(&o, t.info.name);
+  o += ",\"architecture\":";
+  AppendJsonString(&o, t.info.architecture);
+  o += ",\"num_layers\":" + std::to_string(t.info.num_layers) +
+       ",\"hidden\":" + std::to_string(t.info.hidden) +
+       ",\"num_heads\":" + std::to_string(H) +
+       ",\"num_kv_heads\":" + std::to_string(t.info.num_kv_heads > 0 ? t.info.num_kv_heads : H) +
+       ",\"head_dim\":" + std::to_string(t.info.head_dim) +
+       ",\"ffn_hidden\":" + std::to_string(t.info.ffn_hidden) + ",\"norm\":";
+  AppendJsonString(&o, t.norm);
+  o += ",\"ffn_activation\":";
+  AppendJsonString(&o, t.ffn_activation);
+  o += "},\n\"layer\":" + std::to_string(t.layer) + ",\n\"causal\":";
+  AppendJsonString(&o, CausalName(t.causal));
+  o += ",\n\"scale\":";
+  AppendJsonNumber(&o, t.scale, false);
+  o += ",\n\"seq_len\":" + std::to_string(L) + ",\n\"heads\":";
+  AppendIntArray(&o, heads);
+  o += ",\n\"tokens\":[";
+  for (int64_t i = 0; i < L; ++i) {
+    if (i) o += ",";
+    AppendToken(&o, t.tokens[static_cast<size_t>(i)]);
+  }
+  o += "],\n\"view\":{\"max_tokens\":" + std::to_string(opt.max_tokens) +
+       ",\"pool\":" + std::to_string(f) + ",\"note\":";
+  AppendJsonString(&o, note);
+  o += "},\n\"stages\":";
+  AppendStages(&o, t.stages, heads, L, f);
+  o += ",\n\"kernel\":";
+  AppendKernel(&o, t.kernel);
+  o += ",\n\"decode\":[";
+  for (size_t s = 0; s < t.decode.size(); ++s) {
+    const DecodeStep& d = t.decode[s];
+    const Tensor* w = d.Find("weights");
+    const int64_t lk = w != nullptr ? w->shape().back() : d.position + 1;
+    const int64_t fd = lk > opt.max_tokens ? CeilDiv(lk, opt.max_tokens) : 1;
+    if (s) o += ",";
+    o += "\n{\"token\":";
+    AppendToken(&o, d.token);
+    o += ",\"position\":" + std::to_string(d.position) + ",\"kv_len\":" + std::to_string(lk) +
+         ",\"pool\":" + std::to_string(fd) + ",\"stages\":";
+    AppendStages(&o, d.stages, heads, lk, fd);
+    o += ",\"kernel\":";
+    AppendKernel(&o, d.kernel);
+    o += "}";
+  }
+  o += "]}\n";
+  return o;
+}
+
+// ---------------------------------------------------------------------------
+// Reading and checking.
+// ---------------------------------------------------------------------------
+
+namespace {
+
+using json = nlohmann::json;
+
+struct Arr {  // a validated stage entry
+  std::vector<std::string> axes;
+  std::vector<int64_t> shape, pool, ds;
+  std::vector<double> data;
+  double at(int64_t a, int64_t b, int64_t c) const {
+    return data[static_cast<size_t>((a * ds[1] + b) * ds[2] + c)];
+  }
+};
+
+Status Bad(const std::string& label, const std::string& what) {
+  return Corrupt("trace: " + label + ": " + what);
+}
+
+Status IntArray(const json& j, const std::string& label, const std::string& field,
+                std::vector<int64_t>* out) {
+  if (!j.is_array()) return Bad(label, field + " must be an array of integers");
+  out->clear();
+  for (const auto& e : j) {
+    if (!e.is_number_integer()) return Bad(label, field + " must be an array of integers");
+    out->push_back(e.get<int64_t>());
+  }
+  return Status::Ok();
+}
+
+Status ParseStage(const json& j, const std::string& label, const std::string& field, Arr* a) {
+  if (!j.is_object()) return Bad(label, field + " must be an object");
+  for (const char* k : {"axes", "shape", "pool", "data_shape", "data"}) {
+    if (!j.contains(k)) return Bad(label, field + " has no '" + k + "'");
+  }
+  if (!j["axes"].is_array()) return Bad(label, field + ".axes must be an array of strings");
+  for (const auto& e : j["axes"]) {
+    if (!e.is_string()) return Bad(label, field + ".axes must be an array of strings");
+    a->axes.push_back(e.get<std::string>());
+  }
+  ATTNFLOW_RETURN_IF_ERROR(IntArray(j["shape"], label, field + ".shape", &a->shape));
+  ATTNFLOW_RETURN_IF_ERROR(IntArray(j["pool"], label, field + ".pool", &a->pool));
+  ATTNFLOW_RETURN_IF_ERROR(IntArray(j["data_shape"], label, field + ".data_shape", &a->ds));
+  const size_t r = a->axes.size();
+  if (r < 2 || r > 3 || a->shape.size() != r || a->pool.size() != r || a->ds.size() != r) {
+    return Bad(label, field + ": axes, shape, pool and data_shape must have the same length 2 or 3");
+  }
+  int64_t n = 1;
+  for (size_t i = 0; i < r; ++i) {
+    if (a->shape[i] < 0 || a->pool[i] < 1 || a->shape[i] > (int64_t{1} << 31)) {
+      return Bad(label, field + ": shape/pool value out of range");
+    }
+    if (a->ds[i] != CeilDiv(a->shape[i], a->pool[i])) {
+      return Bad(label, field + ".data_shape[" + std::to_string(i) + "] = " +
+                            std::to_string(a->ds[i]) + " should be ceil(shape/pool) = " +
+                            std::to_string(CeilDiv(a->shape[i], a->pool[i])));
+    }
+    n *= std::max<int64_t>(a->ds[i], 1);
+    if (n > (int64_t{1} << 32)) return Bad(label, field + ": too many elements");
+  }
+  if (r == 2) {  // normalise to 3 axes: [1, d0, d1]
+    a->shape.insert(a->shape.begin(), 1);
+    a->pool.insert(a->pool.begin(), 1);
+    a->ds.insert(a->ds.begin(), 1);
+  }
+  n = a->ds[0] * a->ds[1] * a->ds[2];
+  const json& d = j["data"];
+  if (!d.is_array() || static_cast<int64_t>(d.size()) != n) {
+    return Bad(label, field + ".data has " + (d.is_array() ? std::to_string(d.size()) : "no") +
+                          " values, expected " + std::to_string(n) + " (data_shape)");
+  }
+  a->data.resize(static_cast<size_t>(n));
+  for (size_t i = 0; i < d.size(); ++i) {
+    const json& e = d[i];
+    double v;
+    if (e.is_number()) v = e.get<double>();
+    else if (e.is_string() && e.get<std::string>() == "-Infinity") v = -INFINITY;
+    else if (e.is_string() && e.get<std::string>() == "Infinity") v = INFINITY;
+    else if (e.is_string() && e.get<std::string>() == "NaN") v = NAN;
+    else {
+      return Bad(label, field + ".data[" + std::to_string(i) +
+                            "] is not a number (or \"Infinity\", \"-Infinity\", \"NaN\")");
+    }
+    a->data[i] = v;
+  }
+  return Status::Ok();
+}
+
+Status ParseStages(const json& j, const std::string& label, const std::string& field,
+                   std::map<std::string, Arr>* out) {
+  if (!j.is_object()) return Bad(label, field + " must be an object");
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    Arr a;
+    ATTNFLOW_RETURN_IF_ERROR(ParseStage(it.value(), label, field + "." + it.key(), &a));
+    out->emplace(it.key(), std::move(a));
+  }
+  return Status::Ok();
+}
+
+const Arr* Get(const std::map<std::string, Arr>& m, const char* n) {
+  auto it = m.find(n);
+  return it == m.end() ? nullptr : &it->second;
+}
+
+std::string Fmt(double v) {
+  char b[64];
+  std::snprintf(b, sizeof b, "%.9g", v);
+  return b;
+}
+
+constexpr double kSumTol = 1e-5;
+
+TraceCheck RowSums(const std::string& name, const Arr* w, const Arr* m) {
+  TraceCheck c{name, CheckState::kSkip, "no weights"};
+  if (w == nullptr) return c;
+  int64_t rows = 0, dead = 0;
+  for (int64_t h = 0; h < w->ds[0]; ++h)
+    for (int64_t i = 0; i < w->ds[1]; ++i) {
+      double sum = 0;
+      for (int64_t j = 0; j < w->ds[2]; ++j) sum += w->at(h, i, j);
+      bool is_dead = false;
+      if (m != nullptr && m->ds == w->ds) {
+        is_dead = true;
+        for (int64_t j = 0; j < m->ds[2]; ++j)
+          if (m->at(h, i, j) != -INFINITY) is_dead = false;
+      } else {
+        is_dead = sum == 0.0;
+      }
+      const double want = is_dead ? 0.0 : 1.0;
+      ++rows;
+      dead += is_dead;
+      if (!(std::fabs(sum - want) <= kSumTol)) {
+        c.state = CheckState::kFail;
+        c.detail = "head #" + std::to_string(h) + " row " + std::to_string(i) + " sums to " +
+                   Fmt(sum) + ", expected " + (is_dead ? "0 (fully masked row)" : "1");
+        return c;
+      }
+    }
+  c.state = CheckState::kPass;
+  c.detail = std::to_string(rows) + " rows" +
+             (dead ? " (" + std::to_string(dead) + " fully masked, sum 0)" : "");
+  return c;
+}
+
+}  // namespace
+
+bool TraceSummary::all_pass() const {
+  for (const auto& c : checks)
+    if (c.state == CheckState::kFail) return false;
+  return true;
+}
+
+Result<TraceSummary> ReadTraceJson(std::string_view text, const std::string& label) {
+  json j;
+  try {
+    j = json::parse(text.begin(), text.end());
+  } catch (const json::parse_error& e) {
+    return Bad(label, "not valid JSON at byte " + std::to_string(e.byte) +
+                          " of " + std::to_string(text.size()) +
+                          " (truncated or corrupted file?): " + e.what());
+  } catch (const std::exception& e) {
+    return Bad(label, std::string("cannot parse JSON: ") + e.what());
+  }
+  try {
+    if (!j.is_object()) return Bad(label, "the top level is not a JSON object");
+    if (!j.contains("format") || !j["format"].is_string()) {
+      return Bad(label, "no 'format' field: not an attnflow trace");
+    }
+    if (j["format"].get<std::string>() != kTraceFormatV1) {
+      return Bad(label, "format '" + j["format"].get<std::string>() + "' is not " +
+                            kTraceFormatV1);
+    }
+    for (const char* k : {"model", "tokens", "stages", "heads", "causal", "scale", "seq_len"}) {
+      if (!j.contains(k)) return Bad(label, std::string("missing field '") + k + "'");
+    }
+    TraceSummary s;
+    s.source = j.value("source", "");
+    const json& model = j["model"];
+    if (!model.is_object() || !model.contains("num_heads") ||
+        !model["num_heads"].is_number_integer()) {
+      return Bad(label, "model.num_heads is missing or not an integer");
+    }
+    s.model = model.value("name", "");
+    const int64_t H = model["num_heads"].get<int64_t>();
+    const json& toks = j["tokens"];
+    if (!toks.is_array()) return Bad(label, "tokens must be an array");
+    for (size_t i = 0; i < toks.size(); ++i) {
+      if (!toks[i].is_object() || !toks[i].contains("id") || !toks[i]["id"].is_number_integer() ||
+          !toks[i].contains("text") || !toks[i]["text"].is_string()) {
+        return Bad(label, "tokens[" + std::to_string(i) + "] must be {\"id\": int, \"text\": string}");
+      }
+    }
+    s.num_tokens = static_cast<int64_t>(toks.size());
+    if (!j["seq_len"].is_number_integer() || j["seq_len"].get<int64_t>() != s.num_tokens) {
+      return Bad(label, "seq_len does not match the " + std::to_string(s.num_tokens) + " tokens");
+    }
+    std::vector<int64_t> heads;
+    ATTNFLOW_RETURN_IF_ERROR(IntArray(j["heads"], label, "heads", &heads));
+    for (int64_t h : heads)
+      if (h < 0 || h >= H) return Bad(label, "heads lists " + std::to_string(h) + ", outside [0, num_heads)");
+    s.num_heads_shown = static_cast<int64_t>(heads.size());
+    if (!j["scale"].is_number()) return Bad(label, "scale must be a number");
+    const double scale = j["scale"].get<double>();
+    Causal causal;
+    if (!j["causal"].is_string() || !ParseCausal(j["causal"].get<std::string>(), &causal)) {
+      return Bad(label, "causal must be none, top_left or bottom_right");
+    }
+    if (j.contains("view") && j["view"].is_object()) {
+      s.pool = j["view"].value("pool", int64_t{1});
+      s.note = j["view"].value("note", "");
+    }
+    std::map<std::string, Arr> st;
+    ATTNFLOW_RETURN_IF_ERROR(ParseStages(j["stages"], label, "stages", &st));
+    const Arr* w = Get(st, "weights");
+    if (w == nullptr) return Bad(label, "stages has no 'weights': nothing to play");
+    if (w->shape[0] != s.num_heads_shown || w->shape[1] != s.num_tokens) {
+      return Bad(label, "stages.weights shape does not match heads × tokens");
+    }
+    for (const auto& [name, a] : st) {
+      if (a.axes.size() == 3 && (a.axes[0] == "head") && a.shape[0] != s.num_heads_shown) {
+        return Bad(label, "stages." + name + " has " + std::to_string(a.shape[0]) +
+                              " heads, 'heads' lists " + std::to_string(s.num_heads_shown));
+      }
+    }
+    // Decode steps.
+    std::vector<std::map<std::string, Arr>> dec;
+    std::vector<int64_t> kv_lens, positions;
+    if (j.contains("decode")) {
+      if (!j["decode"].is_array()) return Bad(label, "decode must be an array");
+      for (size_t i = 0; i < j["decode"].size(); ++i) {
+        const json& d = j["decode"][i];
+        const std::string f = "decode[" + std::to_string(i) + "]";
+        if (!d.is_object() || !d.contains("stages") || !d.contains("kv_len") ||
+            !d["kv_len"].is_number_integer() || !d.contains("position") ||
+            !d["position"].is_number_integer()) {
+          return Bad(label, f + " must have stages, position and kv_len");
+        }
+        dec.emplace_back();
+        ATTNFLOW_RETURN_IF_ERROR(ParseStages(d["stages"], label, f + ".stages", &dec.back()));
+        kv_lens.push_back(d["kv_len"].get<int64_t>());
+        positions.push_back(d["position"].get<int64_t>());
+      }
+    }
+    s.decode_steps = static_cast<int64_t>(dec.size());
+
+    // ---- numeric checks (mirrors runChecks in web/player.html) ----
+    const Arr* m = Get(st, "masked");
+    const Arr* sc = Get(st, "scores");
+    const Arr* sd = Get(st, "scaled");
+    const Arr* lse = Get(st, "lse");
+    s.checks.push_back(RowSums("weights rows sum to 1 (0 for a fully masked row)", w, m));
+    {
+      TraceCheck c{"weights are in [0, 1]", CheckState::kPass, ""};
+      for (size_t i = 0; i < w->data.size(); ++i) {
+        const double x = w->data[i];
+        if (!(x >= 0.0 && x <= 1.0 + kSumTol)) {
+          c.state = CheckState::kFail;
+          c.detail = "element " + std::to_string(i) + " is " + Fmt(x);
+          break;
+        }
+      }
+      s.checks.push_back(c);
+    }
+    {
+      TraceCheck c{"masked (-inf) cells have weight exactly 0", CheckState::kSkip, "no masked stage"};
+      if (m != nullptr && m->ds == w->ds) {
+        c.state = CheckState::kPass;
+        int64_t n = 0;
+        for (size_t i = 0; i < m->data.size(); ++i) {
+          if (m->data[i] == -INFINITY) {
+            ++n;
+            if (w->data[i] != 0.0) {
+              c.state = CheckState::kFail;
+              c.detail = "masked element " + std::to_string(i) + " has weight " + Fmt(w->data[i]);
+              break;
+            }
+          }
+        }
+        if (c.state == CheckState::kPass) c.detail = std::to_string(n) + " masked cells";
+      }
+      s.checks.push_back(c);
+    }
+    {
+      TraceCheck c{"future weights are zero (causal)", CheckState::kSkip, "not causal"};
+      if (causal != Causal::kNone) {
+        c.state = CheckState::kPass;
+        const int64_t lq = w->shape[1], lk = w->shape[2], pq = w->pool[1], pk = w->pool[2];
+        int64_t n = 0;
+        for (int64_t h = 0; h < w->ds[0] && c.state == CheckState::kPass; ++h)
+          for (int64_t bi = 0; bi < w->ds[1] && c.state == CheckState::kPass; ++bi) {
+            const int64_t imax = std::min(lq - 1, bi * pq + pq - 1);
+            const int64_t last = CausalLastKey(causal, imax, lq, lk);
+            for (int64_t bj = 0; bj < w->ds[2]; ++bj) {
+              if (bj * pk <= last) continue;
+              ++n;
+              if (w->at(h, bi, bj) != 0.0) {
+                c.state = CheckState::kFail;
+                c.detail = "head #" + std::to_string(h) + " query " + std::to_string(bi) +
+                           " reads future key " + std::to_string(bj) + " with weight " +
+                           Fmt(w->at(h, bi, bj));
+                break;
+              }
+            }
+          }
+        if (c.state == CheckState::kPass) c.detail = std::to_string(n) + " future cells are 0";
+      }
+      s.checks.push_back(c);
+    }
+    {
+      TraceCheck c{"scaled = scores × scale", CheckState::kSkip, "scores or scaled missing"};
+      if (sc != nullptr && sd != nullptr && sc->ds == sd->ds) {
+        c.state = CheckState::kPass;
+        c.detail = "scale " + Fmt(scale);
+        for (size_t i = 0; i < sc->data.size(); ++i) {
+          const double want = sc->data[i] * scale;
+          if (!(std::fabs(sd->data[i] - want) <= 1e-6 + 1e-5 * std::fabs(want))) {
+            c.state = CheckState::kFail;
+            c.detail = "element " + std::to_string(i) + ": scaled " + Fmt(sd->data[i]) +
+                       " but scores × scale = " + Fmt(want);
+            break;
+          }
+        }
+      }
+      s.checks.push_back(c);
+    }
+    {
+      TraceCheck c{"weights = exp(masked - lse) (softmax)", CheckState::kSkip,
+                   "needs masked and lse at full resolution"};
+      if (m != nullptr && lse != nullptr && m->ds == w->ds && w->pool[1] == 1 &&
+          w->pool[2] == 1 && lse->ds[1] == w->ds[0] && lse->ds[2] == w->ds[1]) {
+        c.state = CheckState::kPass;
+        double worst = 0;
+        for (int64_t h = 0; h < w->ds[0] && c.state == CheckState::kPass; ++h)
+          for (int64_t i = 0; i < w->ds[1] && c.state == CheckState::kPass; ++i) {
+            const double l = lse->at(0, h, i);
+            for (int64_t jj = 0; jj < w->ds[2]; ++jj) {
+              const double mm = m->at(h, i, jj);
+              const double want = (std::isfinite(l) && std::isfinite(mm)) ? std::exp(mm - l) : 0.0;
+              const double diff = std::fabs(w->at(h, i, jj) - want);
+              worst = std::max(worst, diff);
+              if (!(diff <= 1e-6)) {
+                c.state = CheckState::kFail;
+                c.detail = "head #" + std::to_string(h) + " row " + std::to_string(i) + " key " +
+                           std::to_string(jj) + ": weight " + Fmt(w->at(h, i, jj)) +
+                           " but exp(masked - lse) = " + Fmt(want);
+                break;
+              }
+            }
+          }
+        if (c.state == CheckState::kPass) c.detail = "max |diff| " + Fmt(worst);
+      }
+      s.checks.push_back(c);
+    }
+    {
+      TraceCheck c{"concat = heads side by side", CheckState::kSkip,
+                   "needs heads_out and concat at full resolution"};
+      const Arr* ho = Get(st, "heads_out");
+      const Arr* cc = Get(st, "concat");
+      if (ho != nullptr && cc != nullptr && ho->pool[1] == 1 && cc->pool[1] == 1 &&
+          cc->ds[1] == ho->ds[1] && static_cast<int64_t>(heads.size()) == ho->ds[0]) {
+        c.state = CheckState::kPass;
+        const int64_t dh = ho->ds[2];
+        for (int64_t hi = 0; hi < ho->ds[0] && c.state == CheckState::kPass; ++hi)
+          for (int64_t t = 0; t < ho->ds[1] && c.state == CheckState::kPass; ++t)
+            for (int64_t d = 0; d < dh; ++d) {
+              const int64_t col = heads[static_cast<size_t>(hi)] * dh + d;
+              if (col >= cc->ds[2]) {
+                c.state = CheckState::kFail;
+                c.detail = "concat is narrower than heads × head_dim";
+                break;
+              }
+              const double a = ho->at(hi, t, d), b = cc->at(0, t, col);
+              if (!(std::fabs(a - b) <= 1e-6 * (1 + std::fabs(a)))) {
+                c.state = CheckState::kFail;
+                c.detail = "token " + std::to_string(t) + " head " +
+                           std::to_string(heads[static_cast<size_t>(hi)]) + " dim " +
+                           std::to_string(d) + ": heads_out " + Fmt(a) + " vs concat " + Fmt(b);
+                break;
+              }
+            }
+        if (c.state == CheckState::kPass) c.detail = "exact";
+      }
+      s.checks.push_back(c);
+    }
+    {
+      TraceCheck c{"decode rows sum to 1", CheckState::kSkip, "no decode steps"};
+      for (size_t i = 0; i < dec.size(); ++i) {
+        const Arr* dw = Get(dec[i], "weights");
+        TraceCheck r = RowSums(c.name, dw, Get(dec[i], "masked"));
+        if (r.state == CheckState::kFail) {
+          c.state = CheckState::kFail;
+          c.detail = "step " + std::to_string(i) + ": " + r.detail;
+          break;
+        }
+        if (r.state == CheckState::kPass) {
+          c.state = CheckState::kPass;
+          c.detail = std::to_string(dec.size()) + " steps";
+        }
+      }
+      s.checks.push_back(c);
+    }
+    {
+      TraceCheck c{"the cache grows by one key per decode step", CheckState::kSkip,
+                   "no decode steps"};
+      if (!dec.empty()) {
+        c.state = CheckState::kPass;
+        c.detail = "kv_len " + std::to_string(kv_lens.front()) + " .. " +
+                   std::to_string(kv_lens.back());
+        for (size_t i = 0; i < dec.size(); ++i) {
+          const Arr* dw = Get(dec[i], "weights");
+          const bool grows = kv_lens[i] == kv_lens[0] + static_cast<int64_t>(i) &&
+                             positions[i] == kv_lens[i] - 1;
+          if (!grows || dw == nullptr || dw->shape[2] != kv_lens[i] || dw->shape[1] != 1) {
+            c.state = CheckState::kFail;
+            c.detail = "step " + std::to_string(i) + ": kv_len " + std::to_string(kv_lens[i]) +
+                       ", position " + std::to_string(positions[i]) +
+                       (dw ? ", weights row of " + std::to_string(dw->shape[2]) + " keys" : "");
+            break;
+          }
+        }
+      }
+      s.checks.push_back(c);
+    }
+    return s;
+  } catch (const std::exception& e) {  // type errors in unexpected places
+    return Bad(label, std::string("malformed trace: ") + e.what());
+  }
+}
+
+Result<TraceSummary> ReadTraceJsonFile(const std::string& path) {
+  Result<std::string> text = ReadFileString(path);
+  if (!text.ok()) return text.status();
+  return ReadTraceJson(text.value(), path);
+}
+
+}  // namespace attnflow::trace

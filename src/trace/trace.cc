@@ -1,0 +1,521 @@
+// trace.cc — building traces: the toy post-norm block (float64), a sentence
+// through an EncoderModel, a prompt (+ greedy decode steps) through a
+// DecoderModel, and the fast-kernel cross-check.
+//
+// The toy's attention is reference::Mha with a stage recorder; its decode
+// steps project only the new token (same float64 summation order as the
+// reference projection), append its key/value to the cache and run
+// reference::Sdpa for the single new query row (causal bottom_right). The
+// block around attention (residual, LayerNorm, ReLU FFN) is written out here
+// in float64 because it is the toy's definition (see trace.h).
+// Models are used only through attnflow/model.h (LoadModel, EncoderModel,
+// DecoderModel with StageCapture).
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "attnflow/kernels.h"
+#include "attnflow/trace.h"
+#include "trace/internal.h"
+
+namespace attnflow::trace {
+
+// ---------------------------------------------------------------------------
+// Small shared pieces.
+// ---------------------------------------------------------------------------
+
+const std::vector<std::string>& TraceStageOrder() {
+  static const std::vector<std::string> kOrder = {
+      "tok_embed", "pos",       "embed",  "layer_in", "q",         "k",
+      "v",         "scores",    "scaled", "masked",   "weights",   "lse",
+      "heads_out", "concat",    "out",    "residual", "norm",      "ffn_norm",
+      "ffn_hidden", "ffn",      "residual2", "block_out"};
+  return kOrder;
+}
+
+const Tensor* Trace::Find(std::string_view name) const {
+  return internal::FindIn(stages, name);
+}
+const Tensor* DecodeStep::Find(std::string_view name) const {
+  return internal::FindIn(stages, name);
+}
+
+namespace internal {
+
+const Tensor* FindIn(const std::vector<NamedTensor>& v, std::string_view name) {
+  for (const auto& s : v)
+    if (s.name == name) return &s.value;
+  return nullptr;
+}
+
+void Collector::Put(std::string_view stage, const TensorView& value) {
+  Result<Tensor> copy = Tensor::FromView(value);
+  if (!copy.ok()) {
+    if (status_.ok()) status_ = copy.status();
+    return;
+  }
+  std::string name(stage);
+  if (!rename_from_.empty() && name == rename_from_) name = rename_to_;
+  for (auto& it : items_) {
+    if (it.name == name) {
+      it.value = std::move(copy).value();
+      return;
+    }
+  }
+  items_.push_back({std::move(name), std::move(copy).value()});
+}
+
+void Collector::MoveOrdered(std::vector<NamedTensor>* out) {
+  std::vector<bool> used(items_.size(), false);
+  for (const auto& name : TraceStageOrder()) {
+    for (size_t i = 0; i < items_.size(); ++i) {
+      if (!used[i] && items_[i].name == name) {
+        out->push_back(std::move(items_[i]));
+        used[i] = true;
+      }
+    }
+  }
+  for (size_t i = 0; i < items_.size(); ++i)
+    if (!used[i]) out->push_back(std::move(items_[i]));
+  items_.clear();
+}
+
+Result<Tensor> ToF32(const Tensor& t) {
+  Result<Tensor> r = Tensor::Zeros(DType::kF32, t.shape());
+  if (!r.ok()) return r.status();
+  for (int64_t i = 0; i < t.numel(); ++i) r->data<float>()[i] = static_cast<float>(Elem(t, i));
+  return r;
+}
+
+KernelCheck RunKernelCheck(const Tensor* q, const Tensor* k, const Tensor* v,
+                           Causal causal, double scale, const Tensor* heads_out,
+                           const Tensor* lse, const Tensor* masked,
+                           const Tensor* weights) {
+  KernelCheck kc;
+  if (q == nullptr || k == nullptr || v == nullptr || heads_out == nullptr ||
+      q->rank() != 4 || k->rank() != 4 || v->rank() != 4) {
+    kc.note = "q, k, v or heads_out was not captured";
+    return kc;
+  }
+  Result<Tensor> q32 = ToF32(*q), k32 = ToF32(*k), v32 = ToF32(*v);
+  const Shape qs = q->shape();
+  Result<Tensor> out = Tensor::Zeros(DType::kF32, {qs[0], qs[1], qs[2], v->shape()[3]});
+  Result<Tensor> l32 = Tensor::Zeros(DType::kF32, {qs[0], qs[1], qs[2]});
+  for (const auto* r : {&q32, &k32, &v32, &out, &l32}) {
+    if (!r->ok()) {
+      kc.note = r->status().ToString();
+      return kc;
+    }
+  }
+  SdpaOptions opt;
+  opt.causal = causal;
+  opt.scale = scale;
+  KernelChoice choice;
+  Status st = Attention(out->view(), l32->view(), q32->view(), k32->view(), v32->view(), opt,
+                        KernelOptions{}, &choice);
+  if (!st.ok()) {
+    kc.note = st.ToString();
+    return kc;
+  }
+  kc.ran = true;
+  kc.kernel = choice.ToString();
+  if (heads_out->numel() == out->numel()) {
+    for (int64_t i = 0; i < out->numel(); ++i)
+      kc.max_abs_out = std::max(kc.max_abs_out, std::fabs(Elem(out.value(), i) - Elem(*heads_out, i)));
+  }
+  if (lse != nullptr && lse->numel() == l32->numel()) {
+    for (int64_t i = 0; i < l32->numel(); ++i) {
+      const double a = Elem(l32.value(), i), b = Elem(*lse, i);
+      if (std::isinf(a) || std::isinf(b)) {
+        if (a != b) kc.max_abs_lse = std::numeric_limits<double>::infinity();
+      } else {
+        kc.max_abs_lse = std::max(kc.max_abs_lse, std::fabs(a - b));
+      }
+    }
+  }
+  if (masked != nullptr && weights != nullptr && masked->numel() == weights->numel() &&
+      masked->rank() == 4) {
+    const int64_t lk = masked->shape()[3];
+    for (int64_t i = 0; i < masked->numel(); ++i) {
+      const double row_lse = Elem(l32.value(), i / lk), m = Elem(*masked, i);
+      const double w = (std::isfinite(row_lse) && std::isfinite(m)) ? std::exp(m - row_lse) : 0.0;
+      kc.max_abs_weights = std::max(kc.max_abs_weights, std::fabs(w - Elem(*weights, i)));
+    }
+  }
+  return kc;
+}
+
+}  // namespace internal
+
+namespace {
+
+using internal::Collector;
+
+Result<Tensor> F64(const Shape& s) { return Tensor::Zeros(DType::kF64, s); }
+
+// y[r] = LayerNorm(x[r]) * g + b over rows of width n (biased variance).
+void LayerNormRows(double* y, const double* x, const double* g, const double* b,
+                   int64_t rows, int64_t n, double eps) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const double* xr = x + r * n;
+    double mean = 0;
+    for (int64_t i = 0; i < n; ++i) mean += xr[i];
+    mean /= static_cast<double>(n);
+    double var = 0;
+    for (int64_t i = 0; i < n; ++i) var += (xr[i] - mean) * (xr[i] - mean);
+    var /= static_cast<double>(n);
+    const double inv = 1.0 / std::sqrt(var + eps);
+    for (int64_t i = 0; i < n; ++i) y[r * n + i] = (xr[i] - mean) * inv * g[i] + b[i];
+  }
+}
+
+// y[r, o] = b[o] + sum_c x[r, c] * w[o, c]   (torch.nn.Linear)
+void Linear(double* y, const double* x, const double* w, const double* b, int64_t rows,
+            int64_t in, int64_t out) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t o = 0; o < out; ++o) {
+      double acc = b != nullptr ? b[o] : 0.0;
+      for (int64_t c = 0; c < in; ++c) acc += x[r * in + c] * w[o * in + c];
+      y[r * out + o] = acc;
+    }
+}
+
+Status CheckRange(const char* what, int64_t v, int64_t lo, int64_t hi) {
+  if (v < lo || v > hi) {
+    return OutOfRange(std::string("trace: ") + what + " = " + std::to_string(v) +
+                      " is outside [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  }
+  return Status::Ok();
+}
+
+// Decode steps of the toy: one new row at a time against the KV cache.
+Status ToyDecode(const ToyBlock& blk, const Tensor& k_prefill, const Tensor& v_prefill,
+                 int64_t first_pos, int64_t steps, double scale, Trace* t) {
+  constexpr int64_t E = kToyEmbed, H = kToyHeads, Dh = kToyHeadDim;
+  Result<Tensor> kc = Tensor::FromView(k_prefill.view());
+  Result<Tensor> vc = Tensor::FromView(v_prefill.view());
+  if (!kc.ok()) return kc.status();
+  if (!vc.ok()) return vc.status();
+  Tensor k_cache = std::move(kc).value(), v_cache = std::move(vc).value();
+  std::vector<double> tok(E), pos(E), x(E);
+  for (int64_t s = 0; s < steps; ++s) {
+    const int64_t p = first_pos + s;  // position of the new token
+    ToyInput(p, tok.data(), pos.data());
+    for (int64_t i = 0; i < E; ++i) x[i] = tok[i] + pos[i];
+    Result<Tensor> q = F64({1, H, 1, Dh}), kn = F64({1, H, p + 1, Dh}), vn = F64({1, H, p + 1, Dh});
+    for (const auto* r : {&q, &kn, &vn})
+      if (!r->ok()) return r->status();
+    // Cached rows are copied, the new row is projected (only this token).
+    for (int64_t h = 0; h < H; ++h) {
+      std::copy_n(k_cache.data<double>() + h * p * Dh, p * Dh, kn->data<double>() + h * (p + 1) * Dh);
+      std::copy_n(v_cache.data<double>() + h * p * Dh, p * Dh, vn->data<double>() + h * (p + 1) * Dh);
+      for (int64_t d = 0; d < Dh; ++d) {
+        const int64_t r = h * Dh + d;
+        double aq = 0.0, ak = 0.0, av = 0.0;
+        for (int64_t c = 0; c < E; ++c) {
+          aq += x[c] * blk.w_q.data<double>()[r * E + c];
+          ak += x[c] * blk.w_k.data<double>()[r * E + c];
+          av += x[c] * blk.w_v.data<double>()[r * E + c];
+        }
+        q->data<double>()[h * Dh + d] = aq;
+        kn->data<double>()[(h * (p + 1) + p) * Dh + d] = ak;
+        vn->data<double>()[(h * (p + 1) + p) * Dh + d] = av;
+      }
+    }
+    k_cache = std::move(kn).value();
+    v_cache = std::move(vn).value();
+    SdpaOptions opt;
+    opt.causal = Causal::kBottomRight;  // the new query is the last position
+    opt.scale = scale;
+    Collector rec("out", "heads_out");
+    Result<Tensor> out = F64({1, H, 1, Dh});
+    if (!out.ok()) return out.status();
+    ATTNFLOW_RETURN_IF_ERROR(reference::Sdpa(out->view(), TensorView(), q->view(),
+                                             k_cache.view(), v_cache.view(), opt, &rec));
+    ATTNFLOW_RETURN_IF_ERROR(rec.status());
+    DecodeStep step;
+    step.token = ToyToken(p);
+    step.position = p;
+    step.stages.push_back({"q", std::move(q).value()});
+    Result<Tensor> kcopy = Tensor::FromView(k_cache.view());
+    Result<Tensor> vcopy = Tensor::FromView(v_cache.view());
+    if (!kcopy.ok()) return kcopy.status();
+    if (!vcopy.ok()) return vcopy.status();
+    step.stages.push_back({"k", std::move(kcopy).value()});
+    step.stages.push_back({"v", std::move(vcopy).value()});
+    rec.MoveOrdered(&step.stages);
+    step.kernel = internal::RunKernelCheck(step.Find("q"), step.Find("k"), step.Find("v"),
+                                           Causal::kBottomRight, scale, step.Find("heads_out"),
+                                           step.Find("lse"), step.Find("masked"),
+                                           step.Find("weights"));
+    t->decode.push_back(std::move(step));
+  }
+  return Status::Ok();
+}
+
+int32_t ArgMax(const Tensor& logits) {
+  const int64_t n = logits.shape().back();
+  const int64_t base = logits.numel() - n;  // last row
+  int64_t best = 0;
+  double bv = -std::numeric_limits<double>::infinity();
+  for (int64_t i = 0; i < n; ++i) {
+    const double x = internal::Elem(logits, base + i);
+    if (x > bv) {
+      bv = x;
+      best = i;
+    }
+  }
+  return static_cast<int32_t>(best);
+}
+
+void FillModelInfo(const Model& m, Trace* t) {
+  t->info = m.info();
+  if (t->info.num_kv_heads == 0) t->info.num_kv_heads = t->info.num_heads;
+  if (t->info.head_dim == 0 && t->info.num_heads > 0)
+    t->info.head_dim = t->info.hidden / t->info.num_heads;
+  t->scale = DefaultScale(t->info.head_dim);
+  if (t->info.architecture == "bert") {
+    t->norm = "post";
+    t->ffn_activation = "gelu";
+  } else if (t->info.architecture == "llama") {
+    t->norm = "pre";
+    t->ffn_activation = "swiglu";
+  }
+}
+
+std::vector<TraceToken> TokensOf(const Tokenizer& tok, const std::vector<int32_t>& ids) {
+  std::vector<TraceToken> out;
+  out.reserve(ids.size());
+  for (int32_t id : ids) out.push_back({id, tok.TokenText(id)});
+  return out;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// The toy.
+// ---------------------------------------------------------------------------
+
+Result<Trace> TraceToy(const ToyOptions& o) {
+  ATTNFLOW_RETURN_IF_ERROR(CheckRange("toy tokens", o.num_tokens, 1, 8192));
+  ATTNFLOW_RETURN_IF_ERROR(CheckRange("decode steps", o.decode_steps, 0, 1024));
+  constexpr int64_t E = kToyEmbed, H = kToyHeads, F = kToyFfn;
+  const int64_t L = o.num_tokens;
+  Result<ToyBlock> blk_r = MakeToyBlock();
+  if (!blk_r.ok()) return blk_r.status();
+  const ToyBlock& blk = blk_r.value();
+
+  Trace t;
+  t.source = "toy";
+  t.info.name = "toy";
+  t.info.architecture = "toy post-norm block";
+  t.info.num_layers = 1;
+  t.info.hidden = E;
+  t.info.num_heads = H;
+  t.info.num_kv_heads = H;
+  t.info.head_dim = kToyHeadDim;
+  t.info.ffn_hidden = F;
+  t.info.vocab_size = 16;
+  t.info.weight_dtype = "F64";
+  t.norm = "post";
+  t.ffn_activation = "relu";
+  t.causal = o.causal;
+  t.scale = DefaultScale(kToyHeadDim);
+  t.description =
+      "The four-token toy of `attnflow demo` (frozen weights, float64): post-norm block "
+      "LayerNorm(x + MHA(x)) -> ReLU FFN -> LayerNorm(. + FFN)";
+  for (int64_t i = 0; i < L; ++i) t.tokens.push_back(ToyToken(i));
+
+  Result<Tensor> tok = F64({1, L, E}), pos = F64({1, L, E}), x = F64({1, L, E});
+  for (const auto* r : {&tok, &pos, &x})
+    if (!r->ok()) return r->status();
+  for (int64_t i = 0; i < L; ++i) {
+    ToyInput(i, tok->data<double>() + i * E, pos->data<double>() + i * E);
+    for (int64_t c = 0; c < E; ++c)
+      x->data<double>()[i * E + c] = tok->data<double>()[i * E + c] + pos->data<double>()[i * E + c];
+  }
+
+  // Attention: the float64 reference with its stage recorder.
+  reference::MhaWeights w;
+  w.w_q = blk.w_q.view();
+  w.w_k = blk.w_k.view();
+  w.w_v = blk.w_v.view();
+  w.w_o = blk.w_o.view();
+  w.num_heads = H;
+  SdpaOptions sopt;
+  sopt.causal = o.causal;
+  Collector rec;
+  Result<Tensor> attn = F64({1, L, E});
+  if (!attn.ok()) return attn.status();
+  ATTNFLOW_RETURN_IF_ERROR(
+      reference::Mha(attn->view(), x->view(), x->view(), x->view(), w, sopt, &rec));
+  ATTNFLOW_RETURN_IF_ERROR(rec.status());
+
+  // Golden-case inputs (F32, as the format stores them).
+  for (const auto& [name, src] : {std::pair<const char*, const Tensor*>{"x_q", &x.value()},
+                                  {"x_k", &x.value()}, {"x_v", &x.value()},
+                                  {"w_q", &blk.w_q}, {"w_k", &blk.w_k},
+                                  {"w_v", &blk.w_v}, {"w_o", &blk.w_o}}) {
+    Result<Tensor> c = internal::ToF32(*src);
+    if (!c.ok()) return c.status();
+    t.inputs.push_back({name, std::move(c).value()});
+  }
+
+  // The block around attention, float64.
+  Result<Tensor> residual = F64({1, L, E}), norm = F64({1, L, E}), hidden = F64({1, L, F}),
+                 ffn = F64({1, L, E}), residual2 = F64({1, L, E}), block = F64({1, L, E});
+  for (const auto* r : {&residual, &norm, &hidden, &ffn, &residual2, &block})
+    if (!r->ok()) return r->status();
+  const double* xa = x->data<double>();
+  const double* aa = attn->data<double>();
+  for (int64_t i = 0; i < L * E; ++i) residual->data<double>()[i] = xa[i] + aa[i];
+  LayerNormRows(norm->data<double>(), residual->data<double>(), blk.ln1_g.data<double>(),
+                blk.ln1_b.data<double>(), L, E, kToyLayerNormEps);
+  Linear(hidden->data<double>(), norm->data<double>(), blk.w_1.data<double>(),
+         blk.b_1.data<double>(), L, E, F);
+  for (int64_t i = 0; i < L * F; ++i)
+    hidden->data<double>()[i] = std::max(0.0, hidden->data<double>()[i]);
+  Linear(ffn->data<double>(), hidden->data<double>(), blk.w_2.data<double>(),
+         blk.b_2.data<double>(), L, F, E);
+  for (int64_t i = 0; i < L * E; ++i)
+    residual2->data<double>()[i] = norm->data<double>()[i] + ffn->data<double>()[i];
+  LayerNormRows(block->data<double>(), residual2->data<double>(), blk.ln2_g.data<double>(),
+                blk.ln2_b.data<double>(), L, E, kToyLayerNormEps);
+
+  Result<Tensor> embed = Tensor::FromView(x->view());
+  if (!embed.ok()) return embed.status();
+  rec.items().push_back({"tok_embed", std::move(tok).value()});
+  rec.items().push_back({"pos", std::move(pos).value()});
+  rec.items().push_back({"embed", std::move(embed).value()});
+  rec.items().push_back({"residual", std::move(residual).value()});
+  rec.items().push_back({"norm", std::move(norm).value()});
+  rec.items().push_back({"ffn_hidden", std::move(hidden).value()});
+  rec.items().push_back({"ffn", std::move(ffn).value()});
+  rec.items().push_back({"residual2", std::move(residual2).value()});
+  rec.items().push_back({"block_out", std::move(block).value()});
+  rec.MoveOrdered(&t.stages);
+
+  t.kernel = internal::RunKernelCheck(t.Find("q"), t.Find("k"), t.Find("v"), o.causal, t.scale,
+                                      t.Find("heads_out"), t.Find("lse"), t.Find("masked"),
+                                      t.Find("weights"));
+  if (o.decode_steps > 0) {
+    if (o.causal == Causal::kNone) {
+      return InvalidArgument(
+          "trace: decode steps need a causal toy (a decoder's cache holds only past tokens); "
+          "use causal top_left or bottom_right");
+    }
+    ATTNFLOW_RETURN_IF_ERROR(ToyDecode(blk, *t.Find("k"), *t.Find("v"), L, o.decode_steps,
+                                       t.scale, &t));
+  }
+  return t;
+}
+
+// ---------------------------------------------------------------------------
+// Real models.
+// ---------------------------------------------------------------------------
+
+Result<Trace> TraceEncoder(EncoderModel& model, std::string_view text,
+                           const ModelTraceOptions& o) {
+  const ModelInfo& info = model.info();
+  ATTNFLOW_RETURN_IF_ERROR(CheckRange("layer", o.layer, 0, info.num_layers - 1));
+  if (o.decode_steps != 0) {
+    return InvalidArgument("trace: --decode-steps needs a decoder; " + info.name +
+                           " is an encoder");
+  }
+  Result<std::vector<int32_t>> ids = model.tokenizer().Encode(text, /*add_special=*/true);
+  if (!ids.ok()) return ids.status();
+  Trace t;
+  t.source = "encoder";
+  FillModelInfo(model, &t);
+  t.layer = o.layer;
+  t.causal = Causal::kNone;
+  t.description = "A sentence through " + info.name + " (encoder, bidirectional), layer " +
+                  std::to_string(o.layer);
+  t.tokens = TokensOf(model.tokenizer(), ids.value());
+  Collector rec;
+  Tensor emb, hidden;
+  StageCapture cap;
+  cap.sink = &rec;
+  cap.layer = o.layer;
+  ATTNFLOW_RETURN_IF_ERROR(model.Embed({ids.value()}, &emb, &hidden, cap));
+  ATTNFLOW_RETURN_IF_ERROR(rec.status());
+  if (o.layer > 0) {
+    std::vector<Tensor> states;
+    ATTNFLOW_RETURN_IF_ERROR(model.HiddenStates({ids.value()}, &states));
+    if (static_cast<int64_t>(states.size()) <= o.layer) {
+      return Status(StatusCode::kInternal, "trace: the model returned " +
+                                               std::to_string(states.size()) +
+                                               " hidden states for layer " +
+                                               std::to_string(o.layer));
+    }
+    rec.items().push_back({"layer_in", std::move(states[o.layer])});
+  }
+  rec.MoveOrdered(&t.stages);
+  if (t.Find("weights") == nullptr) {
+    return Unimplemented("trace: " + info.name + " did not report attention weights for layer " +
+                         std::to_string(o.layer) + " (StageCapture)");
+  }
+  t.kernel = internal::RunKernelCheck(t.Find("q"), t.Find("k"), t.Find("v"), t.causal, t.scale,
+                                      t.Find("heads_out"), t.Find("lse"), t.Find("masked"),
+                                      t.Find("weights"));
+  return t;
+}
+
+Result<Trace> TraceDecoder(DecoderModel& model, std::string_view prompt,
+                           const ModelTraceOptions& o) {
+  const ModelInfo& info = model.info();
+  ATTNFLOW_RETURN_IF_ERROR(CheckRange("layer", o.layer, 0, info.num_layers - 1));
+  ATTNFLOW_RETURN_IF_ERROR(CheckRange("decode steps", o.decode_steps, 0, 1024));
+  Result<std::vector<int32_t>> ids = model.tokenizer().Encode(prompt, /*add_special=*/true);
+  if (!ids.ok()) return ids.status();
+  if (ids->empty()) return InvalidArgument("trace: the prompt encodes to no tokens");
+  Trace t;
+  t.source = "decoder";
+  FillModelInfo(model, &t);
+  t.layer = o.layer;
+  t.causal = Causal::kTopLeft;  // prefill from an empty cache
+  t.description = "A prompt through " + info.name + " (decoder: causal prefill, then " +
+                  std::to_string(o.decode_steps) + " greedy decode steps), layer " +
+                  std::to_string(o.layer);
+  t.tokens = TokensOf(model.tokenizer(), ids.value());
+  model.Reset();
+  Collector rec;
+  StageCapture cap;
+  cap.sink = &rec;
+  cap.layer = o.layer;
+  Tensor logits;
+  ATTNFLOW_RETURN_IF_ERROR(model.Forward(ids.value(), /*all_logits=*/false, &logits, cap));
+  ATTNFLOW_RETURN_IF_ERROR(rec.status());
+  rec.MoveOrdered(&t.stages);
+  if (t.Find("weights") == nullptr) {
+    return Unimplemented("trace: " + info.name + " did not report attention weights for layer " +
+                         std::to_string(o.layer) + " (StageCapture)");
+  }
+  t.kernel = internal::RunKernelCheck(t.Find("q"), t.Find("k"), t.Find("v"), t.causal, t.scale,
+                                      t.Find("heads_out"), t.Find("lse"), t.Find("masked"),
+                                      t.Find("weights"));
+  for (int64_t s = 0; s < o.decode_steps; ++s) {
+    if (!logits.defined() || logits.numel() == 0) {
+      return Status(StatusCode::kInternal, "trace: the decoder returned no logits");
+    }
+    const int32_t next = ArgMax(logits);
+    DecodeStep step;
+    step.token = {next, model.tokenizer().TokenText(next)};
+    step.position = model.CacheLength();
+    Collector srec;
+    StageCapture scap;
+    scap.sink = &srec;
+    scap.layer = o.layer;
+    ATTNFLOW_RETURN_IF_ERROR(model.Forward({next}, false, &logits, scap));
+    ATTNFLOW_RETURN_IF_ERROR(srec.status());
+    srec.MoveOrdered(&step.stages);
+    step.kernel = internal::RunKernelCheck(step.Find("q"), step.Find("k"), step.Find("v"),
+                                           Causal::kBottomRight, t.scale, step.Find("heads_out"),
+                                           step.Find("lse"), step.Find("masked"),
+                                           step.Find("weights"));
+    t.decode.push_back(std::move(step));
+  }
+  return t;
+}
+
+}  // namespace attnflow::trace

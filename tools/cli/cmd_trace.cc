@@ -1,0 +1,295 @@
+// cmd_trace.cc — `attnflow trace`: run an input with stage capture on and
+// write the attention player (HTML) and the trace's data.
+//
+//   attnflow trace [--html out.html] [--json t.json]            the four-token toy
+//   attnflow trace --model DIR --text "a sentence"              MiniLM encoder
+//   attnflow trace --model F.gguf --text "prompt" --decode-steps 4   SmolLM2 decoder
+//   attnflow trace --from t.json --html out.html                re-check / re-render
+// Options: --layer, --heads 0,2, --decode-steps N, --tokens N (toy length),
+// --causal (toy), --max-page-tokens; exports --safetensors FILE, --npy DIR,
+// --csv DIR, --png DIR, --svg DIR.
+// Exit: 0 ok; 1 a numeric check of the trace failed (the page is still
+// written so the failure is visible); 2 usage error or unreadable/invalid
+// input (a corrupted or truncated --from file, a bad model path or layer).
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "attnflow/file_util.h"
+#include "attnflow/model.h"
+#include "attnflow/trace.h"
+#include "cli_common.h"
+
+namespace attnflow::cli {
+namespace {
+
+struct TraceArgs {
+  std::string model, text, from;
+  int64_t layer = 0, decode_steps = 0, tokens = 4, max_page_tokens = trace::kDefaultPageTokens;
+  std::vector<int64_t> heads;
+  std::string causal = "top_left";
+  std::string json, html, safetensors, npy, csv, png, svg;
+  bool quiet = false;
+};
+
+const char* StateName(trace::CheckState s) {
+  switch (s) {
+    case trace::CheckState::kPass: return "PASS";
+    case trace::CheckState::kFail: return "FAIL";
+    default: return "n/a ";
+  }
+}
+
+void PrintChecks(const trace::TraceSummary& s) {
+  std::printf("checks (the page's check panel runs the same):\n");
+  for (const auto& c : s.checks)
+    std::printf("  %s  %s%s%s\n", StateName(c.state), c.name.c_str(), c.detail.empty() ? "" : ": ",
+                c.detail.c_str());
+  std::printf("  => %s\n", s.all_pass() ? "all checks pass" : "A CHECK FAILED: this trace is broken");
+}
+
+std::string KiB(size_t n) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.1f KiB", n / 1024.0);
+  return b;
+}
+
+int WriteHtml(const std::string& path, const std::string& json) {
+  Result<std::string> page = trace::RenderPlayerHtml(json);
+  if (!page.ok()) {
+    PrintError("trace", page.status().ToString());
+    return kExitUsage;
+  }
+  Status st = trace::WriteTextFile(path, page.value());
+  if (!st.ok()) {
+    PrintError("trace", st.ToString());
+    return kExitUsage;
+  }
+  std::printf("wrote %s (player page, %s, self-contained)\n", path.c_str(), KiB(page->size()).c_str());
+  return kExitOk;
+}
+
+int RunFrom(const TraceArgs& a) {
+  for (const auto& [flag, v] : {std::pair<const char*, const std::string*>{"--safetensors", &a.safetensors},
+                                {"--npy", &a.npy}, {"--csv", &a.csv}, {"--png", &a.png},
+                                {"--svg", &a.svg}, {"--model", &a.model}}) {
+    if (!v->empty()) {
+      PrintError("trace", std::string("--from re-checks and re-renders a trace JSON; ") + flag +
+                              " needs a live trace (drop --from)");
+      return kExitUsage;
+    }
+  }
+  Result<std::string> text = ReadFileString(a.from);
+  if (!text.ok()) {
+    PrintError("trace", text.status().message());
+    return kExitUsage;
+  }
+  Result<trace::TraceSummary> s = trace::ReadTraceJson(text.value(), a.from);
+  if (!s.ok()) {
+    PrintError("trace", s.status().message());
+    return kExitUsage;
+  }
+  std::printf("trace %s: %s · %s · %lld tokens · %lld heads shown · %lld decode steps\n",
+              a.from.c_str(), s->source.c_str(), s->model.c_str(),
+              static_cast<long long>(s->num_tokens), static_cast<long long>(s->num_heads_shown),
+              static_cast<long long>(s->decode_steps));
+  if (!s->note.empty()) std::printf("view: %s\n", s->note.c_str());
+  if (!a.html.empty()) {
+    const int rc = WriteHtml(a.html, text.value());
+    if (rc != kExitOk) return rc;
+  }
+  if (!a.json.empty()) {
+    Status st = trace::WriteTextFile(a.json, text.value());
+    if (!st.ok()) {
+      PrintError("trace", st.ToString());
+      return kExitUsage;
+    }
+  }
+  PrintChecks(s.value());
+  return s->all_pass() ? kExitOk : kExitCheckFailed;
+}
+
+// `brief`: the kernel's name and tiles only (KernelChoice::ToString() up to
+// its reason).
+void PrintKernel(const char* what, const trace::KernelCheck& k, bool brief) {
+  if (!k.ran) {
+    std::printf("  %s: fast kernel not run (%s)\n", what, k.note.c_str());
+    return;
+  }
+  const std::string name = brief ? k.kernel.substr(0, k.kernel.find(':')) : k.kernel;
+  std::printf("  %s: %s\n      |out - reference| %.2e, |lse - reference| %.2e, weights rebuilt "
+              "from its lse %.2e\n",
+              what, name.c_str(), k.max_abs_out, k.max_abs_lse, k.max_abs_weights);
+}
+
+int RunTrace(const TraceArgs& a) {
+  if (!a.from.empty()) return RunFrom(a);
+  Result<trace::Trace> tr = Status(StatusCode::kInternal, "unset");
+  std::unique_ptr<Model> model;
+  if (a.model.empty()) {
+    if (!a.text.empty()) {
+      PrintError("trace", "--text needs --model (the toy's sentence is frozen; use --tokens N to lengthen it)");
+      return kExitUsage;
+    }
+    trace::ToyOptions o;
+    o.num_tokens = a.tokens;
+    o.decode_steps = a.decode_steps;
+    if (!ParseCausal(a.causal, &o.causal)) {
+      PrintError("trace", "--causal must be none, top_left or bottom_right, got " + a.causal);
+      return kExitUsage;
+    }
+    if (a.layer != 0) {
+      PrintError("trace", "the toy has one layer: --layer must be 0");
+      return kExitUsage;
+    }
+    tr = trace::TraceToy(o);
+  } else {
+    Result<std::unique_ptr<Model>> m = LoadModel(a.model);
+    if (!m.ok()) {
+      PrintError("trace", m.status().ToString());
+      return kExitUsage;
+    }
+    model = std::move(m).value();
+    trace::ModelTraceOptions o;
+    o.layer = a.layer;
+    o.decode_steps = a.decode_steps;
+    const std::string text = a.text.empty() ? "The cat sat on the mat." : a.text;
+    if (auto* enc = dynamic_cast<EncoderModel*>(model.get())) {
+      tr = trace::TraceEncoder(*enc, text, o);
+    } else if (auto* dec = dynamic_cast<DecoderModel*>(model.get())) {
+      tr = trace::TraceDecoder(*dec, text, o);
+    } else {
+      PrintError("trace", a.model + ": neither an encoder nor a decoder model");
+      return kExitUsage;
+    }
+  }
+  if (!tr.ok()) {
+    PrintError("trace", tr.status().ToString());
+    return kExitUsage;
+  }
+  const trace::Trace& t = tr.value();
+  trace::PageOptions po;
+  po.max_tokens = a.max_page_tokens;
+  po.heads = a.heads;
+  Result<std::string> json = trace::TraceToJson(t, po);
+  if (!json.ok()) {
+    PrintError("trace", json.status().ToString());
+    return kExitUsage;
+  }
+  // Reading our own JSON back validates it and runs the page's checks.
+  Result<trace::TraceSummary> s = trace::ReadTraceJson(json.value(), "<generated trace>");
+  if (!s.ok()) {
+    PrintError("trace", s.status().ToString());
+    return kExitUsage;
+  }
+  std::printf("attnflow trace: %s (%s) · layer %lld · %zu tokens · %lld heads × d_k %lld · mask %s"
+              " · %zu decode steps\n",
+              t.info.name.c_str(), t.source.c_str(), static_cast<long long>(t.layer),
+              t.tokens.size(), static_cast<long long>(t.info.num_heads),
+              static_cast<long long>(t.info.head_dim), CausalName(t.causal), t.decode.size());
+  if (!a.quiet) {
+    std::printf("  tokens:");
+    const size_t show = std::min<size_t>(t.tokens.size(), 24);
+    for (size_t i = 0; i < show; ++i) std::printf(" %s", t.tokens[i].text.c_str());
+    if (show < t.tokens.size()) std::printf(" … (+%zu)", t.tokens.size() - show);
+    std::printf("\n  stages:");
+    for (const auto& st : t.stages) std::printf(" %s", st.name.c_str());
+    std::printf("\n");
+    PrintKernel("fast path, prefill", t.kernel, false);
+    for (size_t i = 0; i < t.decode.size(); ++i) {
+      const std::string what = "decode step " + std::to_string(i + 1) + " ('" +
+                               t.decode[i].token.text + "', cache " +
+                               std::to_string(t.decode[i].position + 1) + " keys)";
+      PrintKernel(what.c_str(), t.decode[i].kernel, true);
+    }
+  }
+  if (!s->note.empty()) std::printf("view: %s\n", s->note.c_str());
+  else std::printf("view: full resolution (%zu tokens <= %lld)\n", t.tokens.size(),
+                   static_cast<long long>(po.max_tokens));
+
+  auto fail = [](const Status& st) {
+    PrintError("trace", st.ToString());
+    return kExitUsage;
+  };
+  if (!a.json.empty()) {
+    Status st = trace::WriteTextFile(a.json, json.value());
+    if (!st.ok()) return fail(st);
+    std::printf("wrote %s (page JSON, %s)\n", a.json.c_str(), KiB(json->size()).c_str());
+  }
+  if (!a.html.empty()) {
+    const int rc = WriteHtml(a.html, json.value());
+    if (rc != kExitOk) return rc;
+  }
+  if (!a.safetensors.empty()) {
+    Status st = trace::WriteTraceSafetensors(a.safetensors, t);
+    if (!st.ok()) return fail(st);
+    std::printf("wrote %s (every stage, full precision, golden-format names%s)\n",
+                a.safetensors.c_str(),
+                t.inputs.empty() ? "" : "; a valid golden case: attnflow verify FILE");
+  }
+  std::vector<std::string> files;
+  if (!a.npy.empty()) {
+    Status st = trace::WriteTraceNpy(a.npy, t, &files);
+    if (!st.ok()) return fail(st);
+    std::printf("wrote %zu .npy files to %s\n", files.size(), a.npy.c_str());
+  }
+  if (!a.csv.empty()) {
+    files.clear();
+    Status st = trace::WriteTraceCsv(a.csv, t, a.heads, &files);
+    if (!st.ok()) return fail(st);
+    std::printf("wrote %zu CSV files to %s\n", files.size(), a.csv.c_str());
+  }
+  for (const auto& [dir, fmt] : {std::pair<const std::string*, trace::ImageFormat>{&a.png, trace::ImageFormat::kPng},
+                                 {&a.svg, trace::ImageFormat::kSvg}}) {
+    if (dir->empty()) continue;
+    files.clear();
+    Status st = trace::WriteTraceHeatmaps(*dir, t, a.heads, fmt, &files);
+    if (!st.ok()) return fail(st);
+    std::printf("wrote %zu %s heatmaps to %s\n", files.size(),
+                fmt == trace::ImageFormat::kPng ? "PNG" : "SVG", dir->c_str());
+  }
+  PrintChecks(s.value());
+  return s->all_pass() ? kExitOk : kExitCheckFailed;
+}
+
+}  // namespace
+
+ATTNFLOW_REGISTER_COMMAND(
+    trace, "trace",
+    "Run an input with stage capture and write the attention player (HTML) and trace data",
+    [](CLI::App& sub) -> std::function<int()> {
+      auto a = std::make_shared<TraceArgs>();
+      sub.add_option("--model", a->model,
+                     "Model: a MiniLM/BERT directory (encoder) or a .gguf file (decoder); "
+                     "default: the four-token toy");
+      sub.add_option("--text,--prompt", a->text,
+                     "Sentence (encoder) or prompt (decoder); default \"The cat sat on the mat.\"");
+      sub.add_option("--from", a->from,
+                     "Re-check and re-render an existing trace JSON instead of running a model");
+      sub.add_option("--layer", a->layer, "Layer to capture (default 0)")->check(CLI::NonNegativeNumber);
+      sub.add_option("--heads", a->heads, "Query heads to show, e.g. 0,2 (default all)")
+          ->delimiter(',')
+          ->check(CLI::NonNegativeNumber);
+      sub.add_option("--decode-steps", a->decode_steps,
+                     "Decode steps after the prompt (toy: teacher-forced; decoder: greedy)")
+          ->check(CLI::Range(0, 1024));
+      sub.add_option("--tokens", a->tokens, "Toy length (default 4; more extends the sentence)")
+          ->check(CLI::Range(1, 8192));
+      sub.add_option("--causal", a->causal, "Toy mask: none, top_left (default), bottom_right")
+          ->check(CLI::IsMember({"none", "top_left", "bottom_right"}));
+      sub.add_option("--max-page-tokens", a->max_page_tokens,
+                     "Above this length the page pools its views (default 256; exports stay full)")
+          ->check(CLI::Range(8, 4096));
+      sub.add_option("--json", a->json, "Write the page JSON (format attnflow-trace/1)");
+      sub.add_option("--html", a->html, "Write the self-contained player page");
+      sub.add_option("--safetensors", a->safetensors, "Write every stage, full precision");
+      sub.add_option("--npy", a->npy, "Write one .npy per stage into this directory");
+      sub.add_option("--csv", a->csv, "Write spreadsheet CSVs into this directory");
+      sub.add_option("--png", a->png, "Write PNG heatmaps into this directory");
+      sub.add_option("--svg", a->svg, "Write SVG heatmaps into this directory");
+      sub.add_flag("-q,--quiet", a->quiet, "Shorter summary");
+      return [a] { return RunTrace(*a); };
+    });
+
+}  // namespace attnflow::cli
