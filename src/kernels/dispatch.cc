@@ -1,0 +1,520 @@
+// dispatch.cc — attnflow::Attention: validation, explainable kernel choice,
+// planning (tiles, tasks, splits), scratch allocation and execution.
+//
+// Dispatch rules (docs/kernels.md):
+//  1. ValidateSdpa("attention", ...) — errors name the op and the shapes.
+//  2. The fast kernels need q F32, out F32, lse absent or F32, k/v in
+//     {F32, F16, BF16}, 1 <= D, Dv <= 256 and Lq, Lk < 2^30. Otherwise the
+//     float64 reference runs (or forcing a fast kernel is an error that says
+//     why).
+//  3. kAuto: q_len <= kDecodeMaxQueryLen -> split_kv_decode, else
+//     tiled_prefill.
+// The plan depends only on the shape and the SIMD target, never on the
+// thread count, so results are bit-identical for any number of threads.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <atomic>
+#include <limits>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "attnflow/kernels.h"
+#include "hwy/targets.h"
+#include "kernels/internal.h"
+
+namespace attnflow {
+
+const char* KernelKindName(KernelKind k) {
+  switch (k) {
+    case KernelKind::kAuto: return "auto";
+    case KernelKind::kReference: return "reference";
+    case KernelKind::kTiledPrefill: return "tiled_prefill";
+    case KernelKind::kSplitKvDecode: return "split_kv_decode";
+  }
+  return "?";
+}
+
+bool ParseKernelKind(std::string_view s, KernelKind* out) {
+  for (KernelKind k : {KernelKind::kAuto, KernelKind::kReference,
+                       KernelKind::kTiledPrefill, KernelKind::kSplitKvDecode}) {
+    if (s == KernelKindName(k)) {
+      *out = k;
+      return true;
+    }
+  }
+  return false;
+}
+
+std::string KernelChoice::ToString() const {
+  std::string s = KernelKindName(kernel);
+  if (!simd_target.empty()) s += " [" + simd_target + "]";
+  if (tile_q > 0) s += " tile_q=" + std::to_string(tile_q);
+  if (tile_kv > 0) s += " tile_kv=" + std::to_string(tile_kv);
+  if (num_splits > 0) s += " splits=" + std::to_string(num_splits);
+  if (num_tasks > 0) s += " tasks=" + std::to_string(num_tasks);
+  if (!reason.empty()) s += ": " + reason;
+  return s;
+}
+
+namespace {
+
+using kernels::Plan;
+using kernels::Problem;
+using kernels::TargetInfo;
+
+constexpr int64_t kMaxLen = int64_t{1} << 30;
+constexpr int64_t kDecodeMaxRows = 4096;  // G * Lq handled by one decode task
+
+// Queried per call (one indirect call): the dispatched target can change
+// (hwy::SetSupportedTargetsForTest), and the plan must match its lanes.
+TargetInfo Target() {
+  TargetInfo t;
+  kernels::GetTargetInfo(&t);
+  return t;
+}
+
+int64_t RoundUp(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+int64_t CeilDiv(int64_t x, int64_t m) { return (x + m - 1) / m; }
+
+int64_t L2Bytes() {
+#ifdef _SC_LEVEL2_CACHE_SIZE
+  const long v = sysconf(_SC_LEVEL2_CACHE_SIZE);
+  if (v > 0) return v;
+#endif
+  return 1 << 20;
+}
+
+std::string KiB(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.0f KiB", bytes / 1024.0);
+  return buf;
+}
+
+bool KvDtypeOk(DType t) {
+  return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16;
+}
+
+// "" when the fast kernels can run this call, else why not.
+std::string FastUnsupportedReason(const TensorView& out, const TensorView& lse,
+                                  const TensorView& q, const TensorView& k,
+                                  const TensorView& v, const SdpaDims& d) {
+  if (q.dtype != DType::kF32) {
+    return std::string("q dtype ") + DTypeName(q.dtype) +
+           " not supported by fast kernels (need F32)";
+  }
+  if (out.empty_view()) return "out is absent (fast kernels write out)";
+  if (out.dtype != DType::kF32) {
+    return std::string("out dtype ") + DTypeName(out.dtype) +
+           " not supported by fast kernels (need F32)";
+  }
+  if (!lse.empty_view() && lse.dtype != DType::kF32) {
+    return std::string("lse dtype ") + DTypeName(lse.dtype) +
+           " not supported by fast kernels (need F32)";
+  }
+  if (!KvDtypeOk(k.dtype) || !KvDtypeOk(v.dtype)) {
+    return std::string("k/v dtype ") + DTypeName(k.dtype) + "/" + DTypeName(v.dtype) +
+           " not supported by fast kernels (need F32, F16 or BF16)";
+  }
+  if (d.head_dim < 1 || d.head_dim > kFastMaxHeadDim || d.v_dim < 1 ||
+      d.v_dim > kFastMaxHeadDim) {
+    return "head_dim D=" + std::to_string(d.head_dim) + " / Dv=" +
+           std::to_string(d.v_dim) + " outside the fast kernels' range 1.." +
+           std::to_string(kFastMaxHeadDim);
+  }
+  if (d.q_len >= kMaxLen || d.kv_len >= kMaxLen) {
+    return "q_len/kv_len " + std::to_string(d.q_len) + "/" +
+           std::to_string(d.kv_len) + " exceed the fast kernels' 2^30 index range";
+  }
+  return "";
+}
+
+struct Prepared {
+  SdpaDims d{};
+  KernelChoice choice;
+  Problem P;
+  Plan plan;
+  std::vector<int64_t> valid_kv;
+  std::vector<float> slope2;
+};
+
+int FastD(const SdpaDims& d) {
+  if (d.head_dim != d.v_dim) return 0;
+  switch (d.head_dim) {
+    case 64: case 80: case 96: case 128: return static_cast<int>(d.head_dim);
+    default: return 0;
+  }
+}
+
+std::string DimNote(const SdpaDims& d, int fast_d) {
+  if (fast_d) return "D=" + std::to_string(fast_d) + " fast path";
+  return "D=" + std::to_string(d.head_dim) + " Dv=" + std::to_string(d.v_dim) +
+         " generic path";
+}
+
+void PlanPrefill(const SdpaDims& d, const KernelOptions& kopt, Plan* pl,
+                 KernelChoice* ch, bool explain) {
+  const TargetInfo t = Target();
+  const int64_t G = std::max<int64_t>(1, d.num_heads / std::max<int64_t>(d.num_kv_heads, 1));
+  pl->lanes = t.lanes;
+  pl->dp = RoundUp(d.head_dim, t.lanes);
+  pl->dvp = RoundUp(d.v_dim, t.lanes);
+  pl->fast_d = FastD(d);
+  const int64_t default_rows = d.head_dim > 128 ? 32 : 64;
+  int64_t rows_target = kopt.tile_q > 0 ? kopt.tile_q : default_rows;
+  rows_target = RoundUp(std::max<int64_t>(rows_target, 1), t.row_block);
+  pl->hc = std::min(G, rows_target);
+  pl->tq = std::max<int64_t>(1, rows_target / pl->hc);
+  pl->tq = std::min(pl->tq, std::max<int64_t>(d.q_len, 1));
+  pl->rows = RoundUp(pl->hc * pl->tq, t.row_block);
+  pl->n_hchunks = CeilDiv(G, pl->hc);
+  pl->n_qtiles = CeilDiv(d.q_len, pl->tq);
+  const int64_t default_kv = d.head_dim > 128 ? 64 : 128;
+  pl->tkv = RoundUp(kopt.tile_kv > 0 ? kopt.tile_kv : default_kv, 16);
+  pl->num_tasks = d.batch * d.num_kv_heads * pl->n_hchunks * pl->n_qtiles;
+  pl->worker_floats = kernels::MakeScratchLayout(*pl).total;
+
+  ch->tile_q = pl->rows;
+  ch->tile_kv = pl->tkv;
+  ch->num_tasks = pl->num_tasks;
+  if (!explain) return;
+  const double qt_b = 4.0 * pl->rows * d.head_dim;
+  const double kv_b = 4.0 * pl->tkv * (pl->dp + pl->dvp);
+  const double s_b = 4.0 * pl->rows * pl->tkv;
+  const double o_b = 4.0 * pl->rows * pl->dvp;
+  const double total = qt_b + kv_b + s_b + o_b;
+  const int64_t l2 = L2Bytes();
+  ch->reason += "tile " + std::to_string(pl->rows) + " rows (" +
+                std::to_string(pl->tq) + " queries x " + std::to_string(pl->hc) +
+                " heads of a kv group) x " + std::to_string(pl->tkv) +
+                " keys: Q^T " + KiB(qt_b) + " + K/V " + KiB(kv_b) + " + S " +
+                KiB(s_b) + " + O " + KiB(o_b) + " = " + KiB(total) +
+                (total <= static_cast<double>(l2) ? " fits" : " exceeds") +
+                " L2 " + KiB(static_cast<double>(l2)) + "; " +
+                std::to_string(pl->num_tasks) +
+                " tasks (b, kv head, q tile), fixed by shape";
+}
+
+void PlanDecode(const SdpaDims& d, const KernelOptions& kopt, Plan* pl,
+                KernelChoice* ch, bool explain) {
+  const TargetInfo t = Target();
+  const int64_t G = std::max<int64_t>(1, d.num_heads / std::max<int64_t>(d.num_kv_heads, 1));
+  pl->lanes = t.lanes;
+  pl->dp = RoundUp(d.head_dim, t.lanes);
+  pl->dvp = RoundUp(d.v_dim, t.lanes);
+  pl->fast_d = FastD(d);
+  pl->rows = G * d.q_len;
+  pl->tkv = RoundUp(kopt.tile_kv > 0 ? kopt.tile_kv : 256, 16);
+  const int64_t bh = d.batch * d.num_kv_heads;
+  int64_t split_len;
+  if (kopt.split_kv > 0) {
+    split_len = RoundUp(kopt.split_kv, pl->tkv);
+  } else {
+    // Aim for >= 32 tasks overall (enough for ~16 threads to balance) but
+    // never splits shorter than 512 keys. Depends only on the shape.
+    constexpr int64_t kTargetTasks = 32, kMinSplit = 512;
+    const int64_t want = std::max<int64_t>(1, CeilDiv(kTargetTasks, std::max<int64_t>(bh, 1)));
+    split_len = std::max(RoundUp(kMinSplit, pl->tkv),
+                         RoundUp(CeilDiv(std::max<int64_t>(d.kv_len, 1), want), pl->tkv));
+  }
+  pl->split_len = split_len;
+  pl->n_splits = std::max<int64_t>(1, CeilDiv(d.kv_len, split_len));
+  pl->num_tasks = bh * pl->n_splits;
+  pl->partial_floats = kernels::AlignFloats(static_cast<size_t>(pl->rows * (pl->dvp + 2)));
+  pl->worker_floats = kernels::MakeScratchLayout(*pl).total;
+  ch->tile_kv = pl->tkv;
+  ch->num_splits = pl->n_splits;
+  ch->num_tasks = pl->num_tasks;
+  if (!explain) return;
+  ch->reason += std::to_string(pl->rows) + " query rows (" + std::to_string(G) +
+                " heads x " + std::to_string(d.q_len) +
+                " queries) per kv head share each K/V element; " +
+                std::to_string(pl->n_splits) + " splits of " +
+                std::to_string(split_len) + " keys (fixed by shape) merged by "
+                "log-sum-exp in split order; " + std::to_string(pl->num_tasks) +
+                " tasks";
+}
+
+Status Prepare(const char* op, const TensorView& out, const TensorView& lse,
+               const TensorView& q, const TensorView& k, const TensorView& v,
+               const SdpaOptions& opt, const KernelOptions& kopt, bool explain,
+               Prepared* pr) {
+  ATTNFLOW_RETURN_IF_ERROR(ValidateSdpa(op, out, lse, q, k, v, opt, &pr->d));
+  const SdpaDims& d = pr->d;
+  KernelChoice& ch = pr->choice;
+  ch = KernelChoice{};
+  if (kopt.force == KernelKind::kReference) {
+    ch.kernel = KernelKind::kReference;
+    ch.reason = "reference: forced by KernelOptions.force";
+    return Status::Ok();
+  }
+  const std::string why_not = FastUnsupportedReason(out, lse, q, k, v, d);
+  if (!why_not.empty()) {
+    if (kopt.force != KernelKind::kAuto) {
+      return InvalidArgument(std::string(op) + ": cannot force " +
+                             KernelKindName(kopt.force) + ": " + why_not);
+    }
+    ch.kernel = KernelKind::kReference;
+    ch.reason = "reference: " + why_not;
+    return Status::Ok();
+  }
+  const TargetInfo t = Target();
+  ch.simd_target = hwy::TargetName(t.target);
+  const int64_t G = d.num_heads / std::max<int64_t>(d.num_kv_heads, 1);
+  KernelKind kind = kopt.force;
+  std::string why;
+  if (kind == KernelKind::kAuto) {
+    if (d.q_len <= kDecodeMaxQueryLen) {
+      kind = KernelKind::kSplitKvDecode;
+      why = "q_len=" + std::to_string(d.q_len) + " <= decode threshold " +
+            std::to_string(kDecodeMaxQueryLen);
+    } else {
+      kind = KernelKind::kTiledPrefill;
+      why = "q_len=" + std::to_string(d.q_len) + " > decode threshold " +
+            std::to_string(kDecodeMaxQueryLen);
+    }
+  } else {
+    why = "forced by KernelOptions.force";
+  }
+  if (kind == KernelKind::kSplitKvDecode && G * d.q_len > kDecodeMaxRows) {
+    if (kopt.force == KernelKind::kSplitKvDecode) {
+      return InvalidArgument(std::string(op) + ": cannot force split_kv_decode: " +
+                             std::to_string(G * d.q_len) + " query rows per kv head (G=" +
+                             std::to_string(G) + " x q_len=" + std::to_string(d.q_len) +
+                             ") exceed its limit of " + std::to_string(kDecodeMaxRows));
+    }
+    kind = KernelKind::kTiledPrefill;
+  }
+  ch.kernel = kind;
+  if (explain) {
+    ch.reason = std::string(KernelKindName(kind)) + ": " + why + "; " +
+              DimNote(d, FastD(d)) + "; k/v " + DTypeName(k.dtype) + "/" +
+              DTypeName(v.dtype) + "; " + ch.simd_target + " (" +
+              std::to_string(t.lanes) + " fp32 lanes); ";
+  }
+  if (kind == KernelKind::kTiledPrefill) {
+    PlanPrefill(d, kopt, &pr->plan, &ch, explain);
+  } else {
+    PlanDecode(d, kopt, &pr->plan, &ch, explain);
+  }
+
+  // Resolve the problem.
+  Problem& P = pr->P;
+  P.B = d.batch;
+  P.H = d.num_heads;
+  P.Hkv = d.num_kv_heads;
+  P.G = G;
+  P.Lq = d.q_len;
+  P.Lk = d.kv_len;
+  P.D = d.head_dim;
+  P.Dv = d.v_dim;
+  P.scale2 = static_cast<float>(d.scale * kernels::kLog2e);
+  P.q = static_cast<const float*>(q.data);
+  P.k = k.data;
+  P.kt = k.dtype;
+  P.v = v.data;
+  P.vt = v.dtype;
+  P.out = static_cast<float*>(out.data);
+  for (int i = 0; i < 4; ++i) {
+    P.qs[i] = q.strides[i];
+    P.ks[i] = k.strides[i];
+    P.vs[i] = v.strides[i];
+    P.os[i] = out.strides[i];
+  }
+  if (!lse.empty_view()) {
+    P.lse = static_cast<float*>(lse.data);
+    for (int i = 0; i < 3; ++i) P.ls[i] = lse.strides[i];
+  }
+  P.causal = opt.causal;
+  P.window_left = opt.window_left;
+  P.window_right = opt.window_right;
+  if (!opt.attn_mask.empty_view()) {
+    const int64_t target[4] = {d.batch, d.num_heads, d.q_len, d.kv_len};
+    TensorView m;
+    if (!BroadcastMask(opt.attn_mask, target, &m)) {
+      return InvalidArgument(std::string(op) + ": attn_mask " +
+                             opt.attn_mask.shape_string() + " is not broadcastable");
+    }
+    P.mask = m.data;
+    P.mt = m.dtype;
+    for (int i = 0; i < 4; ++i) P.ms[i] = m.strides[i];
+  }
+  pr->valid_kv.assign(static_cast<size_t>(d.batch), d.kv_len);
+  if (!opt.kv_lens.empty_view()) {
+    for (int64_t b = 0; b < d.batch; ++b) {
+      pr->valid_kv[static_cast<size_t>(b)] =
+          static_cast<int64_t>(opt.kv_lens.load(b * opt.kv_lens.strides[0]));
+    }
+  }
+  P.valid_kv = pr->valid_kv.data();
+  if (!opt.alibi_slopes.empty_view()) {
+    pr->slope2.resize(static_cast<size_t>(d.num_heads));
+    for (int64_t h = 0; h < d.num_heads; ++h) {
+      pr->slope2[static_cast<size_t>(h)] = static_cast<float>(
+          opt.alibi_slopes.load(h * opt.alibi_slopes.strides[0]) * kernels::kLog2e);
+    }
+    P.slope2 = pr->slope2.data();
+  }
+  return Status::Ok();
+}
+
+// Scratch buffers are recycled across calls (a fresh multi-100-KiB buffer per
+// decode step would cost an mmap/munmap plus page faults every step). A small
+// process-wide cache holds up to kCacheEntries idle buffers of up to
+// kCacheMaxBytes each; concurrent calls each take their own buffer.
+class ScratchCache {
+ public:
+  static constexpr size_t kCacheEntries = 8;
+  static constexpr size_t kCacheMaxBytes = size_t{256} << 20;
+
+  void* Acquire(size_t bytes) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      size_t best = entries_.size();
+      for (size_t i = 0; i < entries_.size(); ++i) {
+        if (entries_[i].bytes >= bytes &&
+            (best == entries_.size() || entries_[i].bytes < entries_[best].bytes)) {
+          best = i;
+        }
+      }
+      if (best != entries_.size()) {
+        void* p = entries_[best].p;
+        entries_.erase(entries_.begin() + static_cast<std::ptrdiff_t>(best));
+        return p;
+      }
+    }
+    return AlignedAlloc(bytes);
+  }
+  // `bytes` must be the size the buffer was allocated with (>= requested).
+  void Release(void* p, size_t bytes) {
+    if (p == nullptr) return;
+    if (bytes <= kCacheMaxBytes) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (entries_.size() < kCacheEntries) {
+        entries_.push_back({p, bytes});
+        return;
+      }
+      // Full: keep the larger of this buffer and the smallest idle one.
+      size_t smallest = 0;
+      for (size_t i = 1; i < entries_.size(); ++i) {
+        if (entries_[i].bytes < entries_[smallest].bytes) smallest = i;
+      }
+      if (entries_[smallest].bytes < bytes) {
+        std::swap(entries_[smallest].p, p);
+        std::swap(entries_[smallest].bytes, bytes);
+      }
+    }
+    AlignedFree(p);
+  }
+
+ private:
+  struct Entry {
+    void* p;
+    size_t bytes;
+  };
+  std::mutex mu_;
+  std::vector<Entry> entries_;
+};
+
+ScratchCache& Cache() {
+  static ScratchCache* c = new ScratchCache();  // never destroyed (exit-safe)
+  return *c;
+}
+
+// Sizes are rounded up to 64 KiB so that similar calls reuse buffers.
+struct ScratchGuard {
+  void* p = nullptr;
+  size_t bytes = 0;
+  ~ScratchGuard() { Cache().Release(p, bytes); }
+};
+
+}  // namespace
+
+Status ExplainAttention(const TensorView& out, const TensorView& lse,
+                        const TensorView& q, const TensorView& k,
+                        const TensorView& v, const SdpaOptions& opt,
+                        const KernelOptions& kopt, KernelChoice* choice) {
+  Prepared pr;
+  ATTNFLOW_RETURN_IF_ERROR(Prepare("attention", out, lse, q, k, v, opt, kopt, true, &pr));
+  if (choice != nullptr) *choice = std::move(pr.choice);
+  return Status::Ok();
+}
+
+Status Attention(const TensorView& out, const TensorView& lse,
+                 const TensorView& q, const TensorView& k, const TensorView& v,
+                 const SdpaOptions& opt, const KernelOptions& kopt,
+                 KernelChoice* choice) {
+  Prepared pr;
+  ATTNFLOW_RETURN_IF_ERROR(
+      Prepare("attention", out, lse, q, k, v, opt, kopt, choice != nullptr, &pr));
+  if (choice != nullptr) *choice = pr.choice;
+  if (pr.choice.kernel == KernelKind::kReference) {
+    return reference::Sdpa(out, lse, q, k, v, opt);
+  }
+  const SdpaDims& d = pr.d;
+  if (d.batch == 0 || d.num_heads == 0 || d.q_len == 0) return Status::Ok();
+
+  ThreadPool& pool = kopt.pool != nullptr ? *kopt.pool : DefaultPool();
+  const Plan& pl = pr.plan;
+  const bool decode = pr.choice.kernel == KernelKind::kSplitKvDecode;
+  const size_t workers = static_cast<size_t>(std::max(pool.NumWorkers(), 1));
+  const size_t worker_floats = pl.worker_floats;
+  // Overflow-checked scratch size: workers * worker_floats (+ decode partials).
+  const size_t kMaxFloats = std::numeric_limits<size_t>::max() / 8;
+  size_t total = 0;
+  bool overflow = worker_floats > kMaxFloats / workers;
+  if (!overflow) total = workers * worker_floats;
+  size_t partial_off = total;
+  if (decode && !overflow) {
+    const size_t tasks = static_cast<size_t>(pl.num_tasks);
+    overflow = pl.partial_floats != 0 && tasks > kMaxFloats / pl.partial_floats;
+    if (!overflow) {
+      const size_t add = tasks * pl.partial_floats;
+      overflow = add > kMaxFloats - total;
+      total += add;
+    }
+  }
+  if (overflow) {
+    return ResourceExhausted("attention: kernel scratch size overflows for q " +
+                             q.shape_string() + ", k " + k.shape_string());
+  }
+  ScratchGuard guard;
+  guard.bytes = (total * sizeof(float) + 65535) / 65536 * 65536;
+  guard.p = Cache().Acquire(guard.bytes);
+  if (guard.p == nullptr) {
+    return ResourceExhausted("attention: cannot allocate " +
+                             std::to_string(total * sizeof(float)) +
+                             " bytes of kernel scratch (" + KernelKindName(pr.choice.kernel) +
+                             ", " + std::to_string(workers) + " workers)");
+  }
+  float* scratch = static_cast<float*>(guard.p);
+  const Problem& P = pr.P;
+  if (!decode) {
+    pool.ParallelFor(pl.num_tasks, [&](int64_t task, int worker) {
+      kernels::RunPrefillTask(P, pl, task,
+                              scratch + static_cast<size_t>(worker) * worker_floats);
+    });
+  } else {
+    // The task that finishes the last split of a (b, kv head) merges its
+    // splits (in split order; which thread does it does not matter).
+    float* partials = scratch + partial_off;
+    const int64_t n_bh = d.batch * d.num_kv_heads;
+    std::vector<std::atomic<int64_t>> done(static_cast<size_t>(n_bh));
+    for (auto& c : done) c.store(0, std::memory_order_relaxed);
+    pool.ParallelFor(pl.num_tasks, [&](int64_t task, int worker) {
+      kernels::RunDecodeSplit(P, pl, task,
+                              scratch + static_cast<size_t>(worker) * worker_floats,
+                              partials + static_cast<size_t>(task) * pl.partial_floats);
+      const int64_t bh = task / pl.n_splits;
+      if (done[static_cast<size_t>(bh)].fetch_add(1, std::memory_order_acq_rel) == pl.n_splits - 1) {
+        kernels::MergeDecodeSplits(P, pl, bh, partials);
+      }
+    });
+  }
+  return Status::Ok();
+}
+
+}  // namespace attnflow

@@ -1,0 +1,582 @@
+// kernels/flash_common-inl.h — per-target building blocks shared by the tiled
+// prefill and split-KV decode kernels: exp2, tile packing (with F16/BF16 -> F32
+// conversion), the register-blocked Q.K^T and P.V micro-kernels, the fused
+// max/exp/sum online-softmax step and the mask appliers.
+//
+// Compiled once per Highway target (included from kernels.cc through
+// hwy/foreach_target.h). Scores are kept in the log2 domain: the packed Q tile
+// is pre-multiplied by scale*log2(e), ALiBi slopes and float masks are
+// multiplied by log2(e), and probabilities are exp2(s - m).
+
+#if defined(ATTNFLOW_KERNELS_FLASH_COMMON_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef ATTNFLOW_KERNELS_FLASH_COMMON_INL_H_
+#undef ATTNFLOW_KERNELS_FLASH_COMMON_INL_H_
+#else
+#define ATTNFLOW_KERNELS_FLASH_COMMON_INL_H_
+#endif
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+
+#include "hwy/cache_control.h"
+#include "hwy/highway.h"
+#include "kernels/internal.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace attnflow {
+namespace kernels {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+using DF = hn::ScalableTag<float>;
+using DI = hn::RebindToSigned<DF>;
+using VF = hn::Vec<DF>;
+using VI = hn::Vec<DI>;
+
+constexpr float kNegInfF = -std::numeric_limits<float>::infinity();
+
+// Register blocking per target. x86 AVX-512 has 32 vector registers, the
+// other targets 16 (AVX2/SSE4) or 32 (NEON; kept conservative).
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+constexpr int kQkKeys = 8;   // QK: 8 keys x 2 row-vectors = 16 accumulators
+constexpr int kPvRows = 4;   // PV: 4 rows x 4 dv-vectors  = 16 accumulators
+#else
+constexpr int kQkKeys = 4;   // 4 x 2 = 8 accumulators
+constexpr int kPvRows = 4;   // PV: 4 rows x 2 dv-vectors
+#endif
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+constexpr int kPvVecs = 4;
+#else
+constexpr int kPvVecs = 2;
+#endif
+
+// ---------------------------------------------------------------------------
+// exp2 for x <= 0 (x = s - m). Cephes exp2f minimax polynomial on
+// [-0.5, 0.5], relative error ~2e-7. x < -126 (incl. -inf) gives exactly 0.
+// n = round(x) via the 1.5*2^23 "magic" add: the float t = x + magic holds n
+// in its low mantissa bits, so (bits(t) + 127) << 23 is the float 2^n (the
+// high bits of magic shift out). NaN propagates (x86 max returns its second
+// operand when either is NaN).
+HWY_INLINE VF Exp2(DF df, VF x) {
+  const DI di;
+  const VF magic = hn::Set(df, 12582912.0f);  // 1.5 * 2^23
+  const VF xc = hn::Max(hn::Set(df, -127.0f), x);
+  const VF t = hn::Add(xc, magic);
+  const VF n = hn::Sub(t, magic);
+  const VF f = hn::Sub(xc, n);
+  VF p = hn::Set(df, 1.535336188319500E-4f);
+  p = hn::MulAdd(p, f, hn::Set(df, 1.339887440266574E-3f));
+  p = hn::MulAdd(p, f, hn::Set(df, 9.618437357674640E-3f));
+  p = hn::MulAdd(p, f, hn::Set(df, 5.550332471162809E-2f));
+  p = hn::MulAdd(p, f, hn::Set(df, 2.402264791363012E-1f));
+  p = hn::MulAdd(p, f, hn::Set(df, 6.931472028550421E-1f));
+  p = hn::MulAdd(p, f, hn::Set(df, 1.0f));
+  const VI e = hn::ShiftLeft<23>(hn::Add(hn::BitCast(di, t), hn::Set(di, 127)));
+  const VF r = hn::Mul(p, hn::BitCast(df, e));
+  return hn::IfThenZeroElse(hn::Lt(x, hn::Set(df, -126.0f)), r);
+}
+
+// ---------------------------------------------------------------------------
+// Conversion of one row of n elements (element stride `stride`) to fp32.
+HWY_INLINE void ConvertRowF32(const float* HWY_RESTRICT src, int64_t stride,
+                              int64_t n, float* HWY_RESTRICT dst) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  int64_t i = 0;
+  if (stride == 1) {  // inline vector copy (a memcpy call per row is too slow)
+    for (; i + N <= n; i += N) hn::StoreU(hn::LoadU(df, src + i), df, dst + i);
+  }
+  for (; i < n; ++i) dst[i] = src[i * stride];
+}
+
+template <typename HT>  // hwy::float16_t or hwy::bfloat16_t
+HWY_INLINE void ConvertRowHalf(const uint16_t* HWY_RESTRICT src, int64_t stride,
+                               int64_t n, float* HWY_RESTRICT dst, bool is_bf16) {
+  const DF df;
+  const hn::Rebind<HT, DF> dh;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  int64_t i = 0;
+  if (stride == 1) {
+    for (; i + N <= n; i += N) {
+      const auto h = hn::LoadU(dh, reinterpret_cast<const HT*>(src + i));
+      hn::StoreU(hn::PromoteTo(df, h), df, dst + i);
+    }
+  }
+  for (; i < n; ++i) {
+    const uint16_t bits = src[i * stride];
+    dst[i] = is_bf16 ? BF16ToF32(bits) : F16ToF32(bits);
+  }
+}
+
+HWY_INLINE void ConvertRow(const void* src, DType t, int64_t stride, int64_t n,
+                           float* HWY_RESTRICT dst) {
+  switch (t) {
+    case DType::kF16:
+      ConvertRowHalf<hwy::float16_t>(static_cast<const uint16_t*>(src), stride,
+                                     n, dst, false);
+      break;
+    case DType::kBF16:
+      ConvertRowHalf<hwy::bfloat16_t>(static_cast<const uint16_t*>(src), stride,
+                                      n, dst, true);
+      break;
+    default:
+      ConvertRowF32(static_cast<const float*>(src), stride, n, dst);
+      break;
+  }
+}
+
+// Packs keys [j0, j0+n) of kv head (b, hk) into dst[j][0..width), row stride
+// `pitch` (>= width, the pad columns are zeroed). Rows n..n_pad are zeroed.
+HWY_INLINE void PackKvTile(const void* base, DType t, const int64_t* s,
+                           int64_t b, int64_t hk, int64_t j0, int64_t n,
+                           int64_t n_pad, int64_t width, int64_t pitch,
+                           float* HWY_RESTRICT dst) {
+  const size_t es = DTypeSize(t);
+  const char* p0 = static_cast<const char*>(base) +
+                   static_cast<int64_t>(es) * (b * s[0] + hk * s[1]);
+  for (int64_t j = 0; j < n; ++j) {
+    const char* row = p0 + static_cast<int64_t>(es) * ((j0 + j) * s[2]);
+    float* d = dst + j * pitch;
+    ConvertRow(row, t, s[3], width, d);
+    for (int64_t c = width; c < pitch; ++c) d[c] = 0.0f;
+  }
+  for (int64_t j = n; j < n_pad; ++j) {
+    std::memset(dst + j * pitch, 0, static_cast<size_t>(pitch) * sizeof(float));
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Q.K^T micro-kernel, "St" layout: st[j * rows + i] = sum_d qt[d*rows+i] *
+// k[j*kpitch+d] for a block of kQkKeys keys x 2 row-vectors. The K element is
+// broadcast (an embedded-broadcast FMA operand on AVX-512), the transposed Q
+// tile supplies whole vectors of query rows. Returns the block's running max
+// per row-vector through mx0/mx1 (fused into the epilogue).
+template <size_t kDim>
+HWY_INLINE void QkBlock(DF df, const float* HWY_RESTRICT qt, size_t rows,
+                        const float* HWY_RESTRICT kp, size_t kpitch,
+                        size_t dim_rt, float* HWY_RESTRICT st, VF& mx0,
+                        VF& mx1) {
+  const size_t N = hn::Lanes(df);
+  const size_t dim = kDim ? kDim : dim_rt;
+  VF a0[kQkKeys], a1[kQkKeys];
+  HWY_UNROLL(16)
+  for (int r = 0; r < kQkKeys; ++r) {
+    a0[r] = hn::Zero(df);
+    a1[r] = hn::Zero(df);
+  }
+  for (size_t e = 0; e < dim; ++e) {
+    const VF q0 = hn::Load(df, qt + e * rows);
+    const VF q1 = hn::Load(df, qt + e * rows + N);
+    HWY_UNROLL(16)
+    for (int r = 0; r < kQkKeys; ++r) {
+      const VF kb = hn::Set(df, kp[r * kpitch + e]);
+      a0[r] = hn::MulAdd(q0, kb, a0[r]);
+      a1[r] = hn::MulAdd(q1, kb, a1[r]);
+    }
+  }
+  HWY_UNROLL(16)
+  for (int r = 0; r < kQkKeys; ++r) {
+    hn::Store(a0[r], df, st + r * rows);
+    hn::Store(a1[r], df, st + r * rows + N);
+    mx0 = hn::Max(mx0, a0[r]);
+    mx1 = hn::Max(mx1, a1[r]);
+  }
+}
+
+// Whole tile: st[j][i] for j < n_keys and i < rows. Full blocks of kQkKeys
+// keys read K rows at kp (pitch kpitch: the packed tile, or the caller's F32
+// rows in place); a partial last block reads `tail` (kQkKeys zero-padded rows,
+// pitch tail_pitch) so that nothing past the last key is touched.
+// tile_max[i] = max over j < n_keys (only meaningful when no mask is applied
+// afterwards). Row-vector pairs whose rows are all inactive are skipped.
+template <size_t kDim>
+HWY_INLINE void QkTile(const float* HWY_RESTRICT qt, size_t rows,
+                       const float* HWY_RESTRICT kp, size_t kpitch,
+                       const float* HWY_RESTRICT tail, size_t tail_pitch,
+                       size_t dim, size_t n_keys, float* HWY_RESTRICT st,
+                       float* HWY_RESTRICT tile_max,
+                       const uint8_t* HWY_RESTRICT rowpair_live) {
+  const DF df;
+  const size_t N = hn::Lanes(df);
+  const size_t full_keys = n_keys / kQkKeys * kQkKeys;
+  for (size_t i0 = 0; i0 < rows; i0 += 2 * N) {
+    if (!rowpair_live[i0 / (2 * N)]) continue;
+    VF mx0 = hn::Set(df, kNegInfF), mx1 = mx0;
+    for (size_t j = 0; j < full_keys; j += kQkKeys) {
+      QkBlock<kDim>(df, qt + i0, rows, kp + j * kpitch, kpitch, dim,
+                    st + j * rows + i0, mx0, mx1);
+    }
+    if (full_keys < n_keys) {
+      // Partial last block: padded K rows are zero; keep them out of the max.
+      const size_t j = full_keys;
+      VF d0 = hn::Set(df, kNegInfF), d1 = d0;
+      QkBlock<kDim>(df, qt + i0, rows, tail, tail_pitch, dim, st + j * rows + i0,
+                    d0, d1);
+      for (size_t jj = j; jj < n_keys; ++jj) {
+        mx0 = hn::Max(mx0, hn::Load(df, st + jj * rows + i0));
+        mx1 = hn::Max(mx1, hn::Load(df, st + jj * rows + i0 + N));
+      }
+    }
+    hn::Store(mx0, df, tile_max + i0);
+    hn::Store(mx1, df, tile_max + i0 + N);
+  }
+}
+
+// Loads N elements of T (float, hwy::float16_t, hwy::bfloat16_t) as fp32.
+template <typename T>
+HWY_INLINE VF LoadF32(DF df, const T* HWY_RESTRICT p) {
+  if constexpr (std::is_same_v<T, float>) {
+    return hn::LoadU(df, p);
+  } else {
+#if HWY_TARGET == HWY_SCALAR
+    uint16_t bits;
+    std::memcpy(&bits, p, 2);
+    return hn::Set(df, std::is_same_v<T, hwy::bfloat16_t> ? BF16ToF32(bits) : F16ToF32(bits));
+#else
+    const hn::Rebind<T, DF> dh;
+    return hn::PromoteTo(df, hn::LoadU(dh, p));
+#endif
+  }
+}
+
+// ---------------------------------------------------------------------------
+// P.V micro-kernel: o[r][c] = o[r][c] * alpha[r] + sum_{j<n} p[j*pk + r*pr] *
+// v[j*vpitch + c] for kRows rows and kVecs vectors of columns.
+// kJ > 1 keeps kJ independent accumulator sets (consecutive keys) to hide
+// the FMA latency when kRows * kVecs is small (decode); they are added in a
+// fixed order at the end. V elements are T (converted on load).
+template <int kRows, int kVecs, int kJ = 1, typename T = float>
+HWY_INLINE void PvBlock(DF df, const float* HWY_RESTRICT p, size_t pk, size_t pr,
+                        size_t n, const T* HWY_RESTRICT v, size_t vpitch,
+                        float* HWY_RESTRICT o, size_t opitch,
+                        const float* HWY_RESTRICT alpha) {
+  const size_t N = hn::Lanes(df);
+  VF acc[kJ][kRows][kVecs];
+  HWY_UNROLL(16)
+  for (int r = 0; r < kRows; ++r) {
+    const VF a = hn::Set(df, alpha[r]);
+    HWY_UNROLL(16)
+    for (int c = 0; c < kVecs; ++c) {
+      acc[0][r][c] = hn::Mul(hn::Load(df, o + r * opitch + c * N), a);
+      HWY_UNROLL(16)
+      for (int u = 1; u < kJ; ++u) acc[u][r][c] = hn::Zero(df);
+    }
+  }
+  size_t j = 0;
+  for (; j + kJ <= n; j += kJ) {
+    HWY_UNROLL(16)
+    for (int u = 0; u < kJ; ++u) {
+      if constexpr (kJ > 1) {  // single-row (decode) streaming: prefetch ahead
+        HWY_UNROLL(16)
+        for (int c = 0; c < kVecs; ++c) hwy::Prefetch(v + (j + u + 16) * vpitch + c * N);
+      }
+      VF vv[kVecs];
+      HWY_UNROLL(16)
+      for (int c = 0; c < kVecs; ++c) vv[c] = LoadF32(df, v + (j + u) * vpitch + c * N);
+      HWY_UNROLL(16)
+      for (int r = 0; r < kRows; ++r) {
+        const VF pb = hn::Set(df, p[(j + u) * pk + r * pr]);
+        HWY_UNROLL(16)
+        for (int c = 0; c < kVecs; ++c) acc[u][r][c] = hn::MulAdd(pb, vv[c], acc[u][r][c]);
+      }
+    }
+  }
+  for (; j < n; ++j) {
+    VF vv[kVecs];
+    HWY_UNROLL(16)
+    for (int c = 0; c < kVecs; ++c) vv[c] = LoadF32(df, v + j * vpitch + c * N);
+    HWY_UNROLL(16)
+    for (int r = 0; r < kRows; ++r) {
+      const VF pb = hn::Set(df, p[j * pk + r * pr]);
+      HWY_UNROLL(16)
+      for (int c = 0; c < kVecs; ++c) acc[0][r][c] = hn::MulAdd(pb, vv[c], acc[0][r][c]);
+    }
+  }
+  HWY_UNROLL(16)
+  for (int r = 0; r < kRows; ++r) {
+    HWY_UNROLL(16)
+    for (int c = 0; c < kVecs; ++c) {
+      VF sum = acc[0][r][c];
+      HWY_UNROLL(16)
+      for (int u = 1; u < kJ; ++u) sum = hn::Add(sum, acc[u][r][c]);
+      hn::Store(sum, df, o + r * opitch + c * N);
+    }
+  }
+}
+
+// Column chunk width (vectors) of the P.V micro-kernel: 4 (x kPvRows rows)
+// normally; single rows (decode) on AVX-512 take 8 vectors at once so that a
+// D = 128 V row is streamed once, not twice.
+template <int kRows>
+constexpr int PvChunk() {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  return kRows == 1 ? 8 : kPvVecs;
+#else
+  return kPvVecs;
+#endif
+}
+
+template <int kRows, int kJ, typename T, int kVecs>
+HWY_INLINE void PvRemainder(DF df, const float* HWY_RESTRICT p, size_t pk,
+                            size_t pr, size_t n, const T* HWY_RESTRICT v,
+                            size_t vpitch, float* HWY_RESTRICT o, size_t opitch,
+                            const float* HWY_RESTRICT alpha, size_t rem) {
+  if constexpr (kVecs >= 1) {
+    if (rem == static_cast<size_t>(kVecs)) {
+      PvBlock<kRows, kVecs, kJ, T>(df, p, pk, pr, n, v, vpitch, o, opitch, alpha);
+      return;
+    }
+    PvRemainder<kRows, kJ, T, kVecs - 1>(df, p, pk, pr, n, v, vpitch, o, opitch,
+                                          alpha, rem);
+  }
+}
+
+template <int kRows, int kJ = 1, typename T = float>
+HWY_INLINE void PvRows(DF df, const float* HWY_RESTRICT p, size_t pk, size_t pr,
+                       size_t n, const T* HWY_RESTRICT v, size_t vpitch,
+                       float* HWY_RESTRICT o, size_t opitch,
+                       const float* HWY_RESTRICT alpha, size_t n_vecs) {
+  constexpr int kChunk = PvChunk<kRows>();
+  const size_t N = hn::Lanes(df);
+  size_t c = 0;
+  for (; c + kChunk <= n_vecs; c += kChunk) {
+    PvBlock<kRows, kChunk, kJ, T>(df, p, pk, pr, n, v + c * N, vpitch, o + c * N,
+                                  opitch, alpha);
+  }
+  if (c < n_vecs) {
+    PvRemainder<kRows, kJ, T, kChunk - 1>(df, p, pk, pr, n, v + c * N, vpitch,
+                                          o + c * N, opitch, alpha, n_vecs - c);
+  }
+}
+
+// All rows: rows [0, n_rows) of o (pitch dvp). Row groups whose rows are all
+// inactive are skipped (row_live[r] == 0). Leftover single rows use two
+// accumulator sets (kJ = 2) to hide the FMA latency.
+template <typename T = float>
+HWY_INLINE void PvTile(const float* HWY_RESTRICT p, size_t pk, size_t pr,
+                       size_t n_keys, const T* HWY_RESTRICT v, size_t vpitch,
+                       size_t dvp, float* HWY_RESTRICT o,
+                       const float* HWY_RESTRICT alpha, size_t n_rows,
+                       const uint8_t* HWY_RESTRICT row_live) {
+  const DF df;
+  const size_t N = hn::Lanes(df);
+  const size_t n_vecs = dvp / N;
+  size_t r = 0;
+  for (; r + kPvRows <= n_rows; r += kPvRows) {
+    bool any = false;
+    for (int t = 0; t < kPvRows; ++t) any |= row_live[r + t] != 0;
+    if (!any) continue;
+    PvRows<kPvRows, 1, T>(df, p + r * pr, pk, pr, n_keys, v, vpitch, o + r * dvp,
+                          dvp, alpha + r, n_vecs);
+  }
+  for (; r < n_rows; ++r) {
+    if (!row_live[r]) continue;
+    PvRows<1, 2, T>(df, p + r * pr, pk, pr, n_keys, v, vpitch, o + r * dvp, dvp,
+                    alpha + r, n_vecs);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Online-softmax step, St layout (vectorised over query rows). For each row:
+//   m_new = max(m, tile_max); mu = (m_new == -inf ? 0 : m_new)
+//   alpha = exp2(m - mu); st[j] = exp2(st[j] - mu); l = l*alpha + sum_j st[j]
+// If `tile_max` is null, the max is computed here (after masking).
+HWY_INLINE void SoftmaxCols(float* HWY_RESTRICT st, size_t rows, size_t n_keys,
+                            const float* HWY_RESTRICT tile_max,
+                            float* HWY_RESTRICT m, float* HWY_RESTRICT l,
+                            float* HWY_RESTRICT alpha,
+                            const uint8_t* HWY_RESTRICT rowpair_live) {
+  const DF df;
+  const size_t N = hn::Lanes(df);
+  const VF ninf = hn::Set(df, kNegInfF);
+  for (size_t i = 0; i < rows; i += N) {
+    if (!rowpair_live[i / (2 * N)]) continue;
+    VF mx;
+    if (tile_max != nullptr) {
+      mx = hn::Load(df, tile_max + i);
+    } else {
+      VF mx0 = ninf, mx1 = ninf;
+      size_t j = 0;
+      for (; j + 2 <= n_keys; j += 2) {
+        mx0 = hn::Max(mx0, hn::Load(df, st + j * rows + i));
+        mx1 = hn::Max(mx1, hn::Load(df, st + (j + 1) * rows + i));
+      }
+      if (j < n_keys) mx0 = hn::Max(mx0, hn::Load(df, st + j * rows + i));
+      mx = hn::Max(mx0, mx1);
+    }
+    const VF m_old = hn::Load(df, m + i);
+    const VF m_new = hn::Max(m_old, mx);
+    const VF mu = hn::IfThenZeroElse(hn::Eq(m_new, ninf), m_new);
+    const VF a = Exp2(df, hn::Sub(m_old, mu));
+    VF s0 = hn::Zero(df), s1 = hn::Zero(df);
+    size_t j = 0;
+    for (; j + 2 <= n_keys; j += 2) {
+      float* p0 = st + j * rows + i;
+      float* p1 = p0 + rows;
+      const VF e0 = Exp2(df, hn::Sub(hn::Load(df, p0), mu));
+      const VF e1 = Exp2(df, hn::Sub(hn::Load(df, p1), mu));
+      hn::Store(e0, df, p0);
+      hn::Store(e1, df, p1);
+      s0 = hn::Add(s0, e0);
+      s1 = hn::Add(s1, e1);
+    }
+    if (j < n_keys) {
+      float* p0 = st + j * rows + i;
+      const VF e0 = Exp2(df, hn::Sub(hn::Load(df, p0), mu));
+      hn::Store(e0, df, p0);
+      s0 = hn::Add(s0, e0);
+    }
+    const VF l_new = hn::MulAdd(hn::Load(df, l + i), a, hn::Add(s0, s1));
+    hn::Store(l_new, df, l + i);
+    hn::Store(m_new, df, m + i);
+    hn::Store(a, df, alpha + i);
+  }
+}
+
+// Index-computed masks (causal / window / kv_len), St layout: key j0+j is
+// kept for row i iff first[i] <= j0+j <= last[i].
+HWY_INLINE void RangeMaskCols(float* HWY_RESTRICT st, size_t rows, size_t n_keys,
+                              int64_t j0, const int32_t* HWY_RESTRICT first,
+                              const int32_t* HWY_RESTRICT last,
+                              const uint8_t* HWY_RESTRICT rowpair_live) {
+  const DF df;
+  const DI di;
+  const size_t N = hn::Lanes(df);
+  const VF ninf = hn::Set(df, kNegInfF);
+  for (size_t i = 0; i < rows; i += N) {
+    if (!rowpair_live[i / (2 * N)]) continue;
+    const VI f = hn::Load(di, first + i);
+    const VI la = hn::Load(di, last + i);
+    for (size_t j = 0; j < n_keys; ++j) {
+      const VI jv = hn::Set(di, static_cast<int32_t>(j0 + static_cast<int64_t>(j)));
+      const auto drop = hn::Or(hn::Lt(jv, f), hn::Lt(la, jv));
+      float* p = st + j * rows + i;
+      hn::Store(hn::IfThenElse(hn::RebindMask(df, drop), ninf, hn::Load(df, p)),
+                df, p);
+    }
+  }
+}
+
+// ALiBi, St layout: st[j][i] -= slope2[i] * |diag[i] - (j0+j)|.
+HWY_INLINE void AlibiCols(float* HWY_RESTRICT st, size_t rows, size_t n_keys,
+                          int64_t j0, const int32_t* HWY_RESTRICT diag,
+                          const float* HWY_RESTRICT slope2,
+                          const uint8_t* HWY_RESTRICT rowpair_live) {
+  const DF df;
+  const DI di;
+  const size_t N = hn::Lanes(df);
+  for (size_t i = 0; i < rows; i += N) {
+    if (!rowpair_live[i / (2 * N)]) continue;
+    const VI dg = hn::Load(di, diag + i);
+    const VF sl = hn::Load(df, slope2 + i);
+    for (size_t j = 0; j < n_keys; ++j) {
+      const VI jv = hn::Set(di, static_cast<int32_t>(j0 + static_cast<int64_t>(j)));
+      const VF dist = hn::ConvertTo(df, hn::Abs(hn::Sub(dg, jv)));
+      float* p = st + j * rows + i;
+      hn::Store(hn::NegMulAdd(sl, dist, hn::Load(df, p)), df, p);
+    }
+  }
+}
+
+// ALiBi, row-major layout (decode): s[r][j] -= slope2[r] * |diag[r] - (j0+j)|.
+HWY_INLINE void AlibiRows(float* HWY_RESTRICT s, size_t pitch, size_t n_rows,
+                          size_t n_keys, int64_t j0, const int32_t* diag,
+                          const float* slope2) {
+  const DF df;
+  const DI di;
+  const size_t N = hn::Lanes(df);
+  const VI iota = hn::Iota(di, 0);
+  for (size_t r = 0; r < n_rows; ++r) {
+    const VI dg = hn::Set(di, diag[r]);
+    const VF sl = hn::Set(df, slope2[r]);
+    float* row = s + r * pitch;
+    for (size_t j = 0; j < n_keys; j += N) {  // row padded to a multiple of N
+      const VI jv = hn::Add(iota, hn::Set(di, static_cast<int32_t>(j0 + static_cast<int64_t>(j))));
+      const VF dist = hn::ConvertTo(df, hn::Abs(hn::Sub(dg, jv)));
+      hn::Store(hn::NegMulAdd(sl, dist, hn::Load(df, row + j)), df, row + j);
+    }
+  }
+}
+
+// Explicit mask of one query row (b, h, i) over keys [j0, j0+n): scores
+// s[j*ks] (log2 domain). BOOL false -> -inf; float -> += value*log2(e).
+template <typename T>
+HWY_INLINE void ApplyMaskRowT(const T* HWY_RESTRICT mrow, int64_t mstride,
+                              size_t n, float* HWY_RESTRICT s, size_t ks) {
+  for (size_t j = 0; j < n; ++j) {
+    const T mv = mrow[static_cast<int64_t>(j) * mstride];
+    float* p = s + j * ks;
+    if constexpr (std::is_same_v<T, uint8_t>) {
+      if (mv == 0) *p = kNegInfF;
+    } else if constexpr (std::is_same_v<T, double>) {
+      *p = static_cast<float>(static_cast<double>(*p) + mv * kLog2e);
+    } else {
+      *p += mv * static_cast<float>(kLog2e);
+    }
+  }
+}
+
+HWY_INLINE void ApplyMaskRowHalf(const uint16_t* HWY_RESTRICT mrow,
+                                 int64_t mstride, size_t n,
+                                 float* HWY_RESTRICT s, size_t ks, bool bf16) {
+  const float c = static_cast<float>(kLog2e);
+  for (size_t j = 0; j < n; ++j) {
+    const uint16_t bits = mrow[static_cast<int64_t>(j) * mstride];
+    s[j * ks] += (bf16 ? BF16ToF32(bits) : F16ToF32(bits)) * c;
+  }
+}
+
+HWY_INLINE void ApplyMaskRow(const Problem& P, int64_t b, int64_t h, int64_t i,
+                             int64_t j0, size_t n, float* HWY_RESTRICT s,
+                             size_t ks) {
+  const int64_t off = b * P.ms[0] + h * P.ms[1] + i * P.ms[2] + j0 * P.ms[3];
+  switch (P.mt) {
+    case DType::kBool:
+      ApplyMaskRowT(static_cast<const uint8_t*>(P.mask) + off, P.ms[3], n, s, ks);
+      break;
+    case DType::kF32:
+      ApplyMaskRowT(static_cast<const float*>(P.mask) + off, P.ms[3], n, s, ks);
+      break;
+    case DType::kF64:
+      ApplyMaskRowT(static_cast<const double*>(P.mask) + off, P.ms[3], n, s, ks);
+      break;
+    case DType::kF16:
+      ApplyMaskRowHalf(static_cast<const uint16_t*>(P.mask) + off, P.ms[3], n, s,
+                       ks, false);
+      break;
+    case DType::kBF16:
+      ApplyMaskRowHalf(static_cast<const uint16_t*>(P.mask) + off, P.ms[3], n, s,
+                       ks, true);
+      break;
+    default:
+      break;
+  }
+}
+
+// Writes one finished row: out = o / l, lse = (m + log2 l) * ln2. Rows that
+// see no key (dead by index, or l == 0 after masking) get out 0, lse -inf.
+HWY_INLINE void FinalizeRow(const Problem& P, int64_t b, int64_t h, int64_t i,
+                            const float* HWY_RESTRICT o, float m, float l,
+                            bool dead) {
+  float* out = P.out + b * P.os[0] + h * P.os[1] + i * P.os[2];
+  const int64_t s3 = P.os[3];
+  float lse;
+  if (dead || l == 0.0f) {
+    for (int64_t c = 0; c < P.Dv; ++c) out[c * s3] = 0.0f;
+    lse = kNegInfF;
+  } else {
+    for (int64_t c = 0; c < P.Dv; ++c) out[c * s3] = o[c] / l;
+    lse = static_cast<float>((static_cast<double>(m) + std::log2(static_cast<double>(l))) * kLn2);
+  }
+  if (P.lse != nullptr) P.lse[b * P.ls[0] + h * P.ls[1] + i * P.ls[2]] = lse;
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace kernels
+}  // namespace attnflow
+HWY_AFTER_NAMESPACE();
+
+#endif  // include guard

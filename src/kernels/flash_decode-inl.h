@@ -1,0 +1,292 @@
+// kernels/flash_decode-inl.h — split-KV ("flash-decoding") attention for few
+// query rows over a long KV cache.
+//
+// One task = (batch b, kv head hk, split s). Its rows are ALL G*Lq query rows
+// of hk's group, so every K/V element of the split is read (and converted)
+// exactly once. Keys [s*split_len, (s+1)*split_len) are processed in tiles of
+// tkv with the online softmax; the task writes an unnormalised partial
+// (O[rows][dvp], m[rows], l[rows]) in the log2 domain. MergeDecodeSplits
+// (kernels.cc) combines the splits of one (b, hk) in split order 0..S-1. The
+// split length depends only on the shape, so results are bit-identical for
+// any thread count.
+//
+// Scores are row-major here (s[r][j], vectorised over keys): Q.K is a dot
+// product per (row, key) with a horizontal sum, which is cheap next to the
+// memory traffic of a long KV cache.
+
+#if defined(ATTNFLOW_KERNELS_FLASH_DECODE_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef ATTNFLOW_KERNELS_FLASH_DECODE_INL_H_
+#undef ATTNFLOW_KERNELS_FLASH_DECODE_INL_H_
+#else
+#define ATTNFLOW_KERNELS_FLASH_DECODE_INL_H_
+#endif
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "hwy/cache_control.h"
+#include "hwy/highway.h"
+#include "kernels/flash_common-inl.h"
+#include "kernels/internal.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace attnflow {
+namespace kernels {
+namespace HWY_NAMESPACE {
+
+// Horizontal sums of four vectors: lane t of the result (t < 4) is the sum of
+// all lanes of a_t. Transpose-add inside 128-bit blocks, then fold blocks.
+HWY_INLINE void Sum4(DF df, VF a0, VF a1, VF a2, VF a3, float* HWY_RESTRICT out) {
+#if HWY_TARGET == HWY_SCALAR
+  out[0] = hn::GetLane(a0);
+  out[1] = hn::GetLane(a1);
+  out[2] = hn::GetLane(a2);
+  out[3] = hn::GetLane(a3);
+#else
+  const hn::Repartition<uint64_t, DF> du64;
+  const VF s01 = hn::Add(hn::InterleaveLower(df, a0, a1), hn::InterleaveUpper(df, a0, a1));
+  const VF s23 = hn::Add(hn::InterleaveLower(df, a2, a3), hn::InterleaveUpper(df, a2, a3));
+  const auto w01 = hn::BitCast(du64, s01), w23 = hn::BitCast(du64, s23);
+  const VF t = hn::Add(hn::BitCast(df, hn::InterleaveLower(du64, w01, w23)),
+                       hn::BitCast(df, hn::InterleaveUpper(du64, w01, w23)));
+#if HWY_TARGET == HWY_EMU128 || HWY_ARCH_ARM || HWY_TARGET == HWY_SSE4 || HWY_TARGET == HWY_SSSE3
+  hn::StoreU(t, df, out);
+#else
+  const hn::Half<DF> dh;
+  const auto t2 = hn::Add(hn::LowerHalf(dh, t), hn::UpperHalf(dh, t));
+#if HWY_TARGET <= HWY_AVX3
+  const hn::Half<decltype(dh)> dq;
+  const auto t4 = hn::Add(hn::LowerHalf(dq, t2), hn::UpperHalf(dq, t2));
+  hn::StoreU(t4, dq, out);
+#else
+  hn::StoreU(t2, dh, out);
+#endif
+#endif
+#endif  // HWY_SCALAR
+}
+
+// s[r*pitch + j] = q_r . k_j for j < n, rows with live[r]. K rows are T
+// elements (fp32 packed tile, or the caller's F32/F16/BF16 rows) with row
+// pitch kpitch; dp (a multiple of the lane count) elements per row are read.
+template <typename T>
+HWY_INLINE void QkRows(const float* HWY_RESTRICT qd, size_t n_rows,
+                       const T* HWY_RESTRICT k, size_t kpitch, size_t dp,
+                       size_t n, float* HWY_RESTRICT s, size_t pitch,
+                       const uint8_t* HWY_RESTRICT live) {
+  const DF df;
+  const size_t N = hn::Lanes(df);
+  size_t j = 0;
+  for (; j + 4 <= n; j += 4) {
+    const T* k0 = k + j * kpitch;
+    for (size_t r = 0; r < n_rows; ++r) {
+      if (!live[r]) continue;
+      const float* q = qd + r * dp;
+      VF a0 = hn::Zero(df), a1 = a0, a2 = a0, a3 = a0;
+      for (size_t c = 0; c < dp; c += N) {
+        if (r == 0) {  // software prefetch 16 keys ahead (DRAM-resident caches)
+          hwy::Prefetch(k0 + 16 * kpitch + c);
+          hwy::Prefetch(k0 + 17 * kpitch + c);
+          hwy::Prefetch(k0 + 18 * kpitch + c);
+          hwy::Prefetch(k0 + 19 * kpitch + c);
+        }
+        const VF qv = hn::Load(df, q + c);
+        a0 = hn::MulAdd(qv, LoadF32(df, k0 + c), a0);
+        a1 = hn::MulAdd(qv, LoadF32(df, k0 + kpitch + c), a1);
+        a2 = hn::MulAdd(qv, LoadF32(df, k0 + 2 * kpitch + c), a2);
+        a3 = hn::MulAdd(qv, LoadF32(df, k0 + 3 * kpitch + c), a3);
+      }
+      Sum4(df, a0, a1, a2, a3, s + r * pitch + j);
+    }
+  }
+  for (; j < n; ++j) {
+    const T* k0 = k + j * kpitch;
+    for (size_t r = 0; r < n_rows; ++r) {
+      if (!live[r]) continue;
+      const float* q = qd + r * dp;
+      VF a0 = hn::Zero(df);
+      for (size_t c = 0; c < dp; c += N) a0 = hn::MulAdd(hn::Load(df, q + c), LoadF32(df, k0 + c), a0);
+      s[r * pitch + j] = hn::GetLane(hn::SumOfLanes(df, a0));
+    }
+  }
+}
+
+struct DecodeRows {
+  size_t rows;
+  float* qd;
+  float* s;
+  float* alpha;
+  int32_t* first;
+  int32_t* last;
+  int32_t* diag;
+  float* slope;
+  uint8_t* live;
+  float* o;
+  float* m;
+  float* l;
+  int64_t max_first, min_last;
+};
+
+// One kv tile [js, js+n) of a decode split: scores, masks, online softmax,
+// P.V. K/V rows are T with the given pitches (elements).
+template <typename T>
+HWY_INLINE void DecodeTile(const Problem& P, const Plan& pl, const DecodeRows& R,
+                           int64_t b, int64_t hk, int64_t js, size_t n,
+                           const T* HWY_RESTRICT k, size_t kpitch,
+                           const T* HWY_RESTRICT v, size_t vpitch) {
+  const DF df;
+  const size_t N = hn::Lanes(df);
+  const size_t rows = R.rows;
+  const size_t dp = static_cast<size_t>(pl.dp), dvp = static_cast<size_t>(pl.dvp);
+  const size_t pitch = static_cast<size_t>(pl.tkv);
+  const size_t nv = (n + N - 1) / N * N;  // vector-padded length (<= pitch)
+  float* s = R.s;
+  const int64_t je = js + static_cast<int64_t>(n);
+  QkRows<T>(R.qd, rows, k, kpitch, dp, n, s, pitch, R.live);
+  const bool need_range = !(js >= R.max_first && je - 1 <= R.min_last);
+  for (size_t r = 0; r < rows; ++r) {
+    if (!R.live[r]) continue;
+    float* row = s + r * pitch;
+    for (size_t j = n; j < nv; ++j) row[j] = kNegInfF;
+  }
+  if (P.slope2 != nullptr) AlibiRows(s, pitch, rows, nv, js, R.diag, R.slope);
+  if (P.mask != nullptr) {
+    for (size_t r = 0; r < rows; ++r) {
+      if (!R.live[r]) continue;
+      const int64_t hl = static_cast<int64_t>(r) / P.Lq, i = static_cast<int64_t>(r) % P.Lq;
+      ApplyMaskRow(P, b, hk * P.G + hl, i, js, n, s + r * pitch, 1);
+    }
+  }
+  if (need_range) {
+    for (size_t r = 0; r < rows; ++r) {
+      if (!R.live[r]) continue;
+      float* row = s + r * pitch;
+      for (size_t j = 0; j < n; ++j) {
+        const int64_t jj = js + static_cast<int64_t>(j);
+        if (jj < R.first[r] || jj > R.last[r]) row[j] = kNegInfF;
+      }
+    }
+  }
+  // Online softmax per row (vectorised over keys).
+  const VF ninf = hn::Set(df, kNegInfF);
+  for (size_t r = 0; r < rows; ++r) {
+    if (!R.live[r]) {
+      R.alpha[r] = 0.0f;
+      continue;
+    }
+    float* row = s + r * pitch;
+    VF mx = ninf;
+    for (size_t j = 0; j < nv; j += N) mx = hn::Max(mx, hn::Load(df, row + j));
+    const float tile_max = hn::GetLane(hn::MaxOfLanes(df, mx));
+    const float m_old = R.m[r];
+    const float m_new = std::isnan(tile_max) ? tile_max : std::max(m_old, tile_max);
+    const float mu = m_new == kNegInfF ? 0.0f : m_new;
+    const VF muv = hn::Set(df, mu);
+    VF sum = hn::Zero(df);
+    for (size_t j = 0; j < nv; j += N) {
+      const VF e = Exp2(df, hn::Sub(hn::Load(df, row + j), muv));
+      hn::Store(e, df, row + j);
+      sum = hn::Add(sum, e);
+    }
+    const float a = hn::GetLane(Exp2(df, hn::Set(df, m_old - mu)));
+    R.alpha[r] = a;
+    R.l[r] = R.l[r] * a + hn::GetLane(hn::SumOfLanes(df, sum));
+    R.m[r] = m_new;
+  }
+  PvTile<T>(s, 1, pitch, n, v, vpitch, dvp, R.o, R.alpha, rows, R.live);
+}
+
+// kDirect: K/V rows are read in place as T (requires T == the k and v dtype,
+// unit stride along D and D, Dv multiples of the lane count); otherwise every
+// tile is packed (converted) to fp32 first.
+template <typename T, bool kDirect>
+void DecodeSplit(const Problem& P, const Plan& pl, int64_t task,
+                 float* HWY_RESTRICT scratch, float* HWY_RESTRICT partial) {
+  const ScratchLayout L = MakeScratchLayout(pl);
+  const size_t rows = static_cast<size_t>(pl.rows);  // G * Lq
+  const size_t dp = static_cast<size_t>(pl.dp), dvp = static_cast<size_t>(pl.dvp);
+
+  const int64_t split = task % pl.n_splits;
+  const int64_t bh = task / pl.n_splits;
+  const int64_t hk = bh % P.Hkv;
+  const int64_t b = bh / P.Hkv;
+  const int64_t valid_kv = P.valid_kv[b];
+
+  DecodeRows R;
+  R.rows = rows;
+  R.qd = scratch + L.qt;
+  R.s = scratch + L.st;
+  R.alpha = scratch + L.alpha;
+  R.first = reinterpret_cast<int32_t*>(scratch + L.first);
+  R.last = reinterpret_cast<int32_t*>(scratch + L.last);
+  R.diag = reinterpret_cast<int32_t*>(scratch + L.diag);
+  R.slope = scratch + L.slope;
+  R.live = reinterpret_cast<uint8_t*>(scratch + L.live);
+  // The partial is written in place: O [rows][dvp], then m [rows], l [rows].
+  R.o = partial;
+  R.m = partial + rows * dvp;
+  R.l = R.m + rows;
+  float* kt = scratch + L.kt;
+  float* vt = scratch + L.vt;
+
+  const int64_t s_begin = split * pl.split_len;
+  const int64_t s_end = std::min(P.Lk, s_begin + pl.split_len) - 1;  // inclusive
+  int64_t u_first = INT64_MAX, u_last = -1;
+  R.max_first = -1;
+  R.min_last = INT64_MAX;
+  for (size_t r = 0; r < rows; ++r) {
+    const int64_t hl = static_cast<int64_t>(r) / P.Lq, i = static_cast<int64_t>(r) % P.Lq;
+    const KeyRange kr = VisibleKeys(P.causal, P.window_left, P.window_right, i,
+                                    P.Lq, P.Lk, valid_kv);
+    const int64_t f = std::max(kr.first, s_begin), la = std::min(kr.last, s_end);
+    R.diag[r] = static_cast<int32_t>(Diagonal(i, P.Lq, P.Lk));
+    R.slope[r] = P.slope2 != nullptr ? P.slope2[hk * P.G + hl] : 0.0f;
+    R.first[r] = static_cast<int32_t>(f);
+    R.last[r] = static_cast<int32_t>(la);
+    R.live[r] = f <= la;
+    R.m[r] = kNegInfF;
+    R.l[r] = 0.0f;
+    if (!R.live[r]) continue;
+    u_first = std::min(u_first, f);
+    u_last = std::max(u_last, la);
+    R.max_first = std::max(R.max_first, f);
+    R.min_last = std::min(R.min_last, la);
+  }
+  std::memset(R.o, 0, rows * dvp * sizeof(float));
+  if (u_last < u_first) return;
+
+  // Q rows [rows][dp], pre-scaled into the log2 domain, zero padded.
+  for (size_t r = 0; r < rows; ++r) {
+    const int64_t hl = static_cast<int64_t>(r) / P.Lq, i = static_cast<int64_t>(r) % P.Lq;
+    float* dst = R.qd + r * dp;
+    const float* qrow = P.q + b * P.qs[0] + (hk * P.G + hl) * P.qs[1] + i * P.qs[2];
+    for (int64_t d = 0; d < P.D; ++d) dst[d] = qrow[d * P.qs[3]] * P.scale2;
+    for (size_t d = static_cast<size_t>(P.D); d < dp; ++d) dst[d] = 0.0f;
+  }
+
+  const int64_t tkv = pl.tkv;
+  for (int64_t js = u_first; js <= u_last; js += tkv) {
+    const int64_t je = std::min(js + tkv, u_last + 1);
+    const size_t n = static_cast<size_t>(je - js);
+    if constexpr (kDirect) {
+      const T* k = static_cast<const T*>(P.k) + b * P.ks[0] + hk * P.ks[1] + js * P.ks[2];
+      const T* v = static_cast<const T*>(P.v) + b * P.vs[0] + hk * P.vs[1] + js * P.vs[2];
+      DecodeTile<T>(P, pl, R, b, hk, js, n, k, static_cast<size_t>(P.ks[2]), v,
+                    static_cast<size_t>(P.vs[2]));
+    } else {
+      PackKvTile(P.k, P.kt, P.ks, b, hk, js, static_cast<int64_t>(n),
+                 static_cast<int64_t>(n), P.D, static_cast<int64_t>(dp), kt);
+      PackKvTile(P.v, P.vt, P.vs, b, hk, js, static_cast<int64_t>(n),
+                 static_cast<int64_t>(n), P.Dv, static_cast<int64_t>(dvp), vt);
+      DecodeTile<float>(P, pl, R, b, hk, js, n, kt, dp, vt, dvp);
+    }
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace kernels
+}  // namespace attnflow
+HWY_AFTER_NAMESPACE();
+
+#endif  // include guard

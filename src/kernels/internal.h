@@ -1,0 +1,131 @@
+// kernels/internal.h — the resolved problem and plan shared by the dispatcher
+// (dispatch.cc, plain C++) and the per-target SIMD kernels (kernels.cc and
+// flash_*-inl.h, compiled once per Highway target).
+//
+// Invariants (established by dispatch.cc before any kernel runs):
+//  * all dims fit int32 index arithmetic (Lq, Lk < 2^30; D, Dv in 1..256);
+//  * strides are element strides of the original (possibly broadcast) views;
+//  * `valid_kv[b]` in [0, Lk]; `slope2` (if set) holds slope*log2(e) per head;
+//  * scratch is sized by PlanScratch() and 64-byte aligned per worker.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "attnflow/semantics.h"
+#include "attnflow/tensor.h"
+
+namespace attnflow {
+namespace kernels {
+
+constexpr double kLog2e = 1.4426950408889634073599246810019;
+constexpr double kLn2 = 0.69314718055994530941723212145818;
+
+// Everything the kernels read: raw pointers + element strides.
+struct Problem {
+  int64_t B = 0, H = 0, Hkv = 0, G = 1, Lq = 0, Lk = 0, D = 0, Dv = 0;
+  float scale2 = 0.0f;  // scale * log2(e): folded into the packed Q tile
+
+  const float* q = nullptr;
+  int64_t qs[4] = {};
+  const void* k = nullptr;
+  DType kt = DType::kF32;
+  int64_t ks[4] = {};
+  const void* v = nullptr;
+  DType vt = DType::kF32;
+  int64_t vs[4] = {};
+  float* out = nullptr;
+  int64_t os[4] = {};
+  float* lse = nullptr;  // nullptr = not wanted
+  int64_t ls[3] = {};
+
+  Causal causal = Causal::kNone;
+  int64_t window_left = -1, window_right = -1;
+
+  const void* mask = nullptr;  // broadcast to [B,H,Lq,Lk] (stride 0 dims)
+  DType mt = DType::kBool;
+  int64_t ms[4] = {};
+
+  const int64_t* valid_kv = nullptr;  // [B]
+  const float* slope2 = nullptr;      // [H], slope * log2(e); nullptr = no ALiBi
+};
+
+// Per-target facts the planner needs (queried through dynamic dispatch).
+struct TargetInfo {
+  int64_t target = 0;     // Highway target bit
+  int64_t lanes = 1;      // fp32 lanes per vector
+  int64_t row_block = 2;  // prefill tile rows must be a multiple of this
+  int64_t key_block = 4;  // QK micro-kernel keys per block
+  int64_t pv_rows = 4;    // PV micro-kernel rows per block
+};
+
+// The partition of one call into tasks. Depends only on the problem shape and
+// the target's vector length, never on the thread count.
+struct Plan {
+  int64_t lanes = 1;
+  int64_t dp = 0, dvp = 0;  // D, Dv padded to a multiple of lanes
+  int64_t tkv = 0;          // keys per tile (multiple of key_block and lanes)
+
+  // Prefill: a tile is `hc` query heads of one kv group x `tq` positions,
+  // padded to `rows` (a multiple of row_block).
+  int64_t rows = 0, tq = 0, hc = 0, n_hchunks = 0, n_qtiles = 0;
+
+  // Decode: a task is one (b, kv head, split); rows = G * Lq.
+  int64_t split_len = 0, n_splits = 0;
+
+  int64_t num_tasks = 0;
+  size_t worker_floats = 0;  // scratch floats per worker
+  size_t partial_floats = 0; // decode: floats per task partial (rows*(dvp+2))
+  int fast_d = 0;            // 0 = generic head-dim path, else D == Dv == fast_d
+};
+
+// Offsets (in floats, each 64-byte aligned) of one worker's scratch buffers.
+// Prefill: qt is the transposed Q tile [D][rows]; st the score tile
+// [tkv][rows]. Decode: qt holds Q rows [rows][dp]; st the scores [rows][tkv].
+struct ScratchLayout {
+  size_t qt, kt, vt, st, tmax, o, m, l, alpha, first, last, diag, slope, live,
+      pairlive, total;
+};
+inline size_t AlignFloats(size_t n) { return (n + 15) & ~static_cast<size_t>(15); }
+inline ScratchLayout MakeScratchLayout(const Plan& pl) {
+  ScratchLayout s{};
+  size_t off = 0;
+  auto take = [&off](size_t n) {
+    const size_t at = off;
+    off += AlignFloats(n == 0 ? 1 : n);
+    return at;
+  };
+  const size_t rows = static_cast<size_t>(pl.rows);
+  const size_t tkv = static_cast<size_t>(pl.tkv);
+  const size_t dp = static_cast<size_t>(pl.dp), dvp = static_cast<size_t>(pl.dvp);
+  s.qt = take(rows * dp);
+  s.kt = take(tkv * dp);
+  s.vt = take(tkv * dvp);
+  s.st = take(rows * tkv);
+  s.tmax = take(rows);
+  s.o = take(rows * dvp);
+  s.m = take(rows);
+  s.l = take(rows);
+  s.alpha = take(rows);
+  s.first = take(rows);  // int32
+  s.last = take(rows);   // int32
+  s.diag = take(rows);   // int32
+  s.slope = take(rows);
+  s.live = take(rows / 4 + 1);      // uint8 per row
+  s.pairlive = take(rows / 4 + 1);  // uint8 per row pair-block
+  s.total = off;
+  return s;
+}
+
+// Exported per-target entry points (kernels.cc, HWY_DYNAMIC_DISPATCH).
+void GetTargetInfo(TargetInfo* info);
+void RunPrefillTask(const Problem& p, const Plan& plan, int64_t task,
+                    float* scratch);
+void RunDecodeSplit(const Problem& p, const Plan& plan, int64_t task,
+                    float* scratch, float* partial);
+// Scalar, fixed-order log-sum-exp merge of the splits of one (b, kv head).
+void MergeDecodeSplits(const Problem& p, const Plan& plan, int64_t bh,
+                       const float* partials);
+
+}  // namespace kernels
+}  // namespace attnflow

@@ -1,0 +1,232 @@
+// decode_test.cc — the split-KV decode kernel: agreement with the float64
+// reference (FlashAttention tolerance method, see kernels_test.cc), step-by-step
+// decoding vs the prefill of the same sequence, split/merge behaviour and
+// bit-identical results for any thread count.
+#define ATTNFLOW_KERNELS_TEST_HELPERS_ONLY 1
+#include "kernels_test.cc"  // Spec, Make, NaiveF32, Reference, RunKernel, ...
+
+namespace attnflow {
+namespace {
+
+// Narrows a [B,H,L,D] view to rows [begin, begin+len) of dim 2.
+TensorView Rows(const TensorView& v, int64_t begin, int64_t len) {
+  TensorView r = v;
+  r.data = static_cast<char*>(v.data) +
+           begin * v.strides[2] * static_cast<int64_t>(DTypeSize(v.dtype));
+  r.shape[2] = len;
+  return r;
+}
+
+TEST(Decode, SweepAgainstReference) {
+  for (const Spec& s : SweepSpecs(90, 23, /*prefill=*/false)) {
+    CheckCase(s, KernelKind::kSplitKvDecode, /*strided_out=*/s.seed % 2 == 0);
+  }
+}
+
+TEST(Decode, AutoDispatchForShortQueries) {
+  for (int64_t Lq : {1, 2, 4, 5}) {
+    Spec s;
+    s.H = 8;
+    s.Hkv = 2;
+    s.Lq = Lq;
+    s.Lk = 700;
+    s.D = 64;
+    s.causal = Causal::kBottomRight;
+    s.seed = 40 + Lq;
+    const Inputs in = Make(s);
+    KernelRun k = RunKernel(in, {});
+    ASSERT_TRUE(k.status.ok());
+    EXPECT_EQ(k.choice.kernel, Lq <= kDecodeMaxQueryLen ? KernelKind::kSplitKvDecode
+                                                        : KernelKind::kTiledPrefill)
+        << k.choice.ToString();
+    const Outputs ref = Reference(in), naive = NaiveF32(in);
+    CheckAgainst("out", k.o.out.view(), naive.out.view(), ref.out.view(), s.Name());
+    CheckAgainst("lse", k.o.lse.view(), naive.lse.view(), ref.lse.view(), s.Name());
+  }
+}
+
+TEST(Decode, ManySplitsAndGqaGroups) {
+  for (auto [H, Hkv] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {4, 2}, {8, 1}, {8, 8}}) {
+    for (DType kv : {DType::kF32, DType::kF16, DType::kBF16}) {
+      Spec s;
+      s.H = H;
+      s.Hkv = Hkv;
+      s.Lq = 1;
+      s.Lk = 3000;
+      s.D = H == 8 && Hkv == 8 ? 128 : 64;
+      s.kv = kv;
+      s.causal = Causal::kBottomRight;
+      s.seed = 50 + H + Hkv;
+      const Inputs in = Make(s);
+      KernelRun k = RunKernel(in, {});
+      ASSERT_TRUE(k.status.ok());
+      EXPECT_EQ(k.choice.kernel, KernelKind::kSplitKvDecode);
+      EXPECT_GT(k.choice.num_splits, 1) << k.choice.ToString();
+      const Outputs ref = Reference(in), naive = NaiveF32(in);
+      CheckAgainst("out", k.o.out.view(), naive.out.view(), ref.out.view(), s.Name());
+      CheckAgainst("lse", k.o.lse.view(), naive.lse.view(), ref.lse.view(), s.Name());
+    }
+  }
+}
+
+TEST(Decode, SplitOverrideAndTinyTiles) {
+  Spec s;
+  s.H = 4;
+  s.Hkv = 1;
+  s.Lq = 3;
+  s.Lk = 777;
+  s.D = 40;
+  s.causal = Causal::kBottomRight;
+  s.wl = 300;
+  s.alibi = true;
+  s.seed = 60;
+  const Inputs in = Make(s);
+  const Outputs ref = Reference(in), naive = NaiveF32(in);
+  for (auto [split, tile] : std::vector<std::pair<int64_t, int64_t>>{{16, 16}, {100, 32}, {1, 1}, {5000, 512}}) {
+    KernelOptions kopt;
+    kopt.force = KernelKind::kSplitKvDecode;
+    kopt.split_kv = split;
+    kopt.tile_kv = tile;
+    KernelRun k = RunKernel(in, kopt);
+    ASSERT_TRUE(k.status.ok());
+    EXPECT_GE(k.choice.num_splits, 1);
+    CheckAgainst("out", k.o.out.view(), naive.out.view(), ref.out.view(), s.Name());
+    CheckAgainst("lse", k.o.lse.view(), naive.lse.view(), ref.lse.view(), s.Name());
+  }
+}
+
+TEST(Decode, DeadRowsAndKvLens) {
+  Spec s;
+  s.B = 4;
+  s.H = 4;
+  s.Hkv = 2;
+  s.Lq = 2;
+  s.Lk = 1500;
+  s.D = 32;
+  s.kv_lens = {0, 1, 700, 1500};
+  s.causal = Causal::kTopLeft;  // rows 0,1 see keys <= 0 / <= 1
+  s.seed = 70;
+  CheckCase(s, KernelKind::kSplitKvDecode);
+  s.causal = Causal::kBottomRight;
+  s.wl = 0;
+  s.wr = 0;  // only the diagonal key: dead where it is beyond kv_lens
+  CheckCase(s, KernelKind::kSplitKvDecode);
+  s.wl = -1;
+  s.wr = -1;
+  s.mask = MaskKind::kBool;
+  s.mask_shape = {s.B, 1, 1, s.Lk};
+  CheckCase(s, KernelKind::kSplitKvDecode);
+}
+
+// Decoding position t (Lq = 1, bottom_right over the first t+1 keys) equals row
+// t of the causal prefill of the whole sequence.
+void StepByStep(DType kv, int64_t H, int64_t Hkv, int64_t L, int64_t D, bool use_kv_lens) {
+  Spec s;
+  s.H = H;
+  s.Hkv = Hkv;
+  s.Lq = L;
+  s.Lk = L;
+  s.D = D;
+  s.kv = kv;
+  s.causal = Causal::kBottomRight;
+  s.seed = 80 + L;
+  const Inputs in = Make(s);
+  KernelOptions pf;
+  pf.force = KernelKind::kTiledPrefill;
+  KernelRun full = RunKernel(in, pf);
+  ASSERT_TRUE(full.status.ok());
+  const Outputs ref = Reference(in);
+  double max_diff = 0, max_ref_err = 0;
+  Tensor out1 = Zeros(DType::kF32, {1, H, 1, D});
+  Tensor lse1 = Zeros(DType::kF32, {1, H, 1});
+  Tensor lens = Zeros(DType::kI64, {1});
+  for (int64_t t = 0; t < L; ++t) {
+    SdpaOptions opt;
+    opt.causal = Causal::kBottomRight;
+    TensorView k = in.k, v = in.v;
+    if (use_kv_lens) {
+      lens.data<int64_t>()[0] = t + 1;  // fixed-size cache, valid prefix t+1
+      opt.kv_lens = lens.view();
+    } else {
+      k = Rows(in.k, 0, t + 1);
+      v = Rows(in.v, 0, t + 1);
+    }
+    KernelChoice c;
+    const Status st = Attention(out1.view(), lse1.view(), Rows(in.q, t, 1), k, v, opt, {}, &c);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    ASSERT_EQ(c.kernel, KernelKind::kSplitKvDecode);
+    for (int64_t h = 0; h < H; ++h) {
+      for (int64_t d = 0; d < D; ++d) {
+        const double dec = out1.data<float>()[h * D + d];
+        const double pre = full.o.out.data<float>()[(h * L + t) * D + d];
+        const double r = ref.out.data<double>()[(h * L + t) * D + d];
+        max_diff = std::max(max_diff, std::fabs(dec - pre));
+        max_ref_err = std::max(max_ref_err, std::fabs(dec - r));
+      }
+      const double dl = lse1.data<float>()[h];
+      const double pl = full.o.lse.data<float>()[h * L + t];
+      max_diff = std::max(max_diff, std::fabs(dl - pl) / std::max(1.0, std::fabs(pl)));
+    }
+  }
+  // Two fp32 kernels with different reduction orders: a few ulps apart.
+  EXPECT_LE(max_diff, 2e-6) << DTypeName(kv) << " L=" << L;
+  EXPECT_LE(max_ref_err, 2e-6) << DTypeName(kv) << " L=" << L;
+}
+
+TEST(Decode, StepByStepEqualsPrefillRows) {
+  StepByStep(DType::kF32, 4, 2, 200, 64, false);
+  StepByStep(DType::kF16, 2, 1, 150, 128, true);
+  StepByStep(DType::kBF16, 3, 3, 70, 13, false);
+}
+
+TEST(Determinism, DecodeBitIdenticalAcrossThreadCounts) {
+  ThreadPool p1(1), p2(2), p7(7);
+  for (int variant = 0; variant < 3; ++variant) {
+    Spec s;
+    s.B = 2;
+    s.H = 8;
+    s.Hkv = variant == 1 ? 8 : 2;
+    s.Lq = variant == 2 ? 3 : 1;
+    s.Lk = 5000;
+    s.D = variant == 1 ? 96 : 64;
+    s.kv = variant == 0 ? DType::kF16 : DType::kF32;
+    s.causal = Causal::kBottomRight;
+    s.kv_lens = {4000, 5000};
+    s.alibi = variant == 2;
+    s.seed = 90 + variant;
+    const Inputs in = Make(s);
+    std::vector<KernelRun> runs;
+    for (ThreadPool* p : {&p1, &p2, &p7}) {
+      KernelOptions kopt;
+      kopt.pool = p;
+      runs.push_back(RunKernel(in, kopt));
+      ASSERT_TRUE(runs.back().status.ok());
+      EXPECT_EQ(runs.back().choice.kernel, KernelKind::kSplitKvDecode);
+      EXPECT_GT(runs.back().choice.num_splits, 1);
+    }
+    for (size_t r = 1; r < runs.size(); ++r) {
+      EXPECT_EQ(std::memcmp(runs[0].o.out.data<float>(), runs[r].o.out.data<float>(),
+                            runs[0].o.out.nbytes()), 0) << s.Name();
+      EXPECT_EQ(std::memcmp(runs[0].o.lse.data<float>(), runs[r].o.lse.data<float>(),
+                            runs[0].o.lse.nbytes()), 0) << s.Name();
+    }
+  }
+}
+
+TEST(Decode, ForcedDecodeRejectsHugeGroups) {
+  Spec s;
+  s.H = 64;
+  s.Hkv = 1;
+  s.Lq = 100;  // 6400 rows per kv head
+  s.Lk = 3;
+  s.D = 4;
+  const Inputs in = Make(s);
+  KernelOptions kopt;
+  kopt.force = KernelKind::kSplitKvDecode;
+  KernelRun k = RunKernel(in, kopt);
+  EXPECT_EQ(k.status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(k.status.message().find("split_kv_decode"), std::string::npos) << k.status.message();
+}
+
+}  // namespace
+}  // namespace attnflow
