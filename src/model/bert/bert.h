@@ -13,14 +13,21 @@
 //
 // Forward (fp32, post-norm, exactly BertModel + mean pooling + Normalize):
 //   x = LN(word[id] + pos[i] + type[0])
-//   per layer: a = Attn(x) (QKV Linear with bias, kv_lens padding mask,
-//              scale 1/sqrt(Dh)), x = LN(x + Dense(a)),
+//   per layer: a = Attn(x) (fused QKV Linear with bias, attnflow::Attention
+//              with a kv_lens padding mask, scale 1/sqrt(Dh)), x = LN(x + Dense(a)),
 //              x = LN(x + W2·gelu_erf(W1·x + b1) + b2)
 //   embedding = normalize(mean of x over real tokens)
 //
+// Batches: sequences of different lengths are padded to the longest for
+// attention (key padding via kv_lens); the row-wise layers only process real
+// tokens (see encoder.cc). Padded rows of every [B, L, E] output are zero
+// (Hugging Face leaves values there that nothing should read).
+//
 // Invariants: a loaded BertModel has checked every tensor's presence, dtype
-// and shape against config.json; weights are immutable after load (Embed may
-// be called from one thread at a time per model because it reuses scratch).
+// and shape against config.json; weights are immutable after load and
+// Embed/HiddenStates keep no state between calls (scratch is per call), so
+// a model may be used from several threads at once (their parallel loops
+// share the default ThreadPool, which serialises them).
 #pragma once
 
 #include <cstdint>

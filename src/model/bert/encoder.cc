@@ -1,19 +1,23 @@
 // encoder.cc — the BERT encoder forward pass (fp32), mean pooling and L2
 // normalisation; see bert.h for the equations.
 //
-// Layout: activations are row-major [B*L, E] (token rows), padded to the
-// longest sequence L of the batch with the pad id; padded rows are computed
-// like Hugging Face does (they attend to the real keys only) but never enter
-// the pooled embedding. Attention reads Q/K/V as zero-copy strided
-// [B,H,L,Dh] views of the fused [B*L, 3E] projection and writes its output
-// as a strided view of [B*L, E]; key padding is expressed with kv_lens.
+// Layout: the row-wise work (embeddings, GEMMs, LayerNorm, GELU) runs on
+// the T real tokens of the batch packed as rows [T, *], so padding costs
+// nothing there. Only attention sees the batch padded to its longest
+// sequence L: the fused Q|K|V rows are scattered into a zero-initialised
+// [B*L, 3E] buffer, read as zero-copy strided [B,H,L,Dh] views, key padding
+// is expressed with kv_lens, and the output [B*L, E] is gathered back (padded
+// query rows are computed but ignored). Without padding (T = B*L) nothing is
+// copied. Every [B, L, E] result (hidden, states, captured stages) has zero
+// rows at padded positions.
 //
 // Stage capture (StageCapture): model-level "embed" [B,L,E]; for layer
 // `capture.layer`: q k v [B,H,L,Dh], then the float64 reference attention's
 // scores scaled masked weights lse and heads_out (its "out") [B,H,L,Dh],
 // concat [B,L,E], out (attention output dense) [B,L,E], residual
 // (x + out) [B,L,E], norm (LayerNorm 1) [B,L,E], ffn (second FFN dense)
-// [B,L,E], block_out (LayerNorm 2) [B,L,E]. The captured layer runs the
+// [B,L,E], block_out (LayerNorm 2) [B,L,E] (the attention stages of padded
+// query rows are not meaningful: their q is zero). The captured layer runs the
 // reference attention so every intermediate exists; other layers use the
 // fast kernels.
 #include <algorithm>
@@ -80,14 +84,9 @@ void LayerNorm(float* y, const float* x, const float* g, const float* b, int64_t
   });
 }
 
-// x = gelu(x) = 0.5 x (1 + erf(x / sqrt 2)), in place.
-void GeluErf(float* x, int64_t rows, int64_t n) {
-  ParallelRows(rows, 16, [&](int64_t r0, int64_t r1) {
-    for (int64_t i = r0 * n; i < r1 * n; ++i) {
-      const float v = x[i];
-      x[i] = 0.5f * v * (1.0f + std::erf(v * 0.70710678118654752f));
-    }
-  });
+// x = gelu(x) = 0.5 x (1 + erf(x / sqrt 2)), in place, rows in parallel.
+void GeluRows(float* x, int64_t rows, int64_t n) {
+  ParallelRows(rows, 16, [&](int64_t r0, int64_t r1) { GeluErf(x + r0 * n, (r1 - r0) * n); });
 }
 
 void AddInPlace(float* y, const float* x, int64_t count) {
@@ -163,7 +162,8 @@ Status BertModel::Forward(const std::vector<std::vector<int32_t>>& ids, Tensor* 
                           const StageCapture& capture) {
   const int64_t B = static_cast<int64_t>(ids.size());
   const int64_t E = cfg_.hidden, H = cfg_.num_heads, Dh = E / H, F = cfg_.intermediate;
-  int64_t L = 0;
+  int64_t L = 0, T = 0;
+  std::vector<int64_t> lens(static_cast<size_t>(B)), offs(static_cast<size_t>(B));
   for (int64_t b = 0; b < B; ++b) {
     const auto& seq = ids[static_cast<size_t>(b)];
     if (seq.empty()) {
@@ -181,16 +181,23 @@ Status BertModel::Forward(const std::vector<std::vector<int32_t>>& ids, Tensor* 
                           " outside [0, " + std::to_string(cfg_.vocab_size) + ")");
       }
     }
+    lens[static_cast<size_t>(b)] = static_cast<int64_t>(seq.size());
+    offs[static_cast<size_t>(b)] = T;
+    T += static_cast<int64_t>(seq.size());
     L = std::max<int64_t>(L, static_cast<int64_t>(seq.size()));
   }
   if (capture.sink != nullptr && (capture.layer < 0 || capture.layer >= cfg_.num_layers)) {
     return OutOfRange("bert: capture layer " + std::to_string(capture.layer) +
                       " is outside [0, " + std::to_string(cfg_.num_layers) + ")");
   }
-  const int64_t rows = B * L;
-  Result<Tensor> x_t = Alloc({B, L, E}), tmp_t = Alloc({rows, E}), ctx_t = Alloc({rows, E}),
-                 qkv_t = Alloc({rows, 3 * E}), ffn_t = Alloc({rows, F});
-  for (const auto* r : {&x_t, &tmp_t, &ctx_t, &qkv_t, &ffn_t}) {
+  // Packed token rows [T, *] for everything row-wise; padded [B*L, *] only
+  // around attention (padded rows stay zero: masked keys, ignored queries).
+  const bool padded = T != B * L;
+  Result<Tensor> x_t = Alloc({T, E}), tmp_t = Alloc({T, E}), ctx_t = Alloc({T, E}),
+                 qkv_t = Alloc({T, 3 * E}), ffn_t = Alloc({T, F}),
+                 qkv_pad_t = Alloc({padded ? B * L : 0, 3 * E}),
+                 ctx_pad_t = Alloc({padded ? B * L : 0, E});
+  for (const auto* r : {&x_t, &tmp_t, &ctx_t, &qkv_t, &ffn_t, &qkv_pad_t, &ctx_pad_t}) {
     if (!r->ok()) return r->status();
   }
   float* x = x_t->data<float>();
@@ -198,50 +205,71 @@ Status BertModel::Forward(const std::vector<std::vector<int32_t>>& ids, Tensor* 
   float* ctx = ctx_t->data<float>();
   float* qkv = qkv_t->data<float>();
   float* ffn = ffn_t->data<float>();
-  std::vector<int64_t> lens(static_cast<size_t>(B));
-  for (int64_t b = 0; b < B; ++b) lens[static_cast<size_t>(b)] = static_cast<int64_t>(ids[static_cast<size_t>(b)].size());
+  float* qkv_pad = padded ? qkv_pad_t->data<float>() : qkv;
+  float* ctx_pad = padded ? ctx_pad_t->data<float>() : ctx;
 
-  StageSink* sink = capture.sink;
-  auto put = [&](const char* name, float* data, const Shape& shape) {
-    if (sink != nullptr && sink->Wants(name)) sink->Put(name, MakeView(data, DType::kF32, shape));
+  // Packed rows [T, w] <-> padded rows [B*L, w] (padding rows untouched).
+  auto to_padded = [&](float* dst, const float* src, int64_t w) {
+    for (int64_t b = 0; b < B; ++b) {
+      std::memcpy(dst + b * L * w, src + offs[static_cast<size_t>(b)] * w,
+                  sizeof(float) * static_cast<size_t>(lens[static_cast<size_t>(b)] * w));
+    }
   };
+  auto to_packed = [&](float* dst, const float* src, int64_t w) {
+    for (int64_t b = 0; b < B; ++b) {
+      std::memcpy(dst + offs[static_cast<size_t>(b)] * w, src + b * L * w,
+                  sizeof(float) * static_cast<size_t>(lens[static_cast<size_t>(b)] * w));
+    }
+  };
+  // [B, L, E] with zero padding rows (outputs, states, captured stages).
+  auto padded_copy = [&](const float* src) -> Result<Tensor> {
+    Result<Tensor> t = Alloc({B, L, E});
+    if (t.ok()) to_padded(t->data<float>(), src, E);
+    return t;
+  };
+  StageSink* sink = capture.sink;
+  auto put = [&](const char* name, const float* packed) {
+    if (sink == nullptr || !sink->Wants(name)) return;
+    Result<Tensor> t = padded_copy(packed);
+    if (t.ok()) sink->Put(name, t->view());
+  };
+  if (states != nullptr) states->clear();
   auto keep_state = [&]() -> Status {
     if (states == nullptr) return Status::Ok();
-    Result<Tensor> s = Tensor::FromView(x_t->view());
+    Result<Tensor> s = padded_copy(x);
     if (!s.ok()) return s.status();
     states->push_back(std::move(s).value());
     return Status::Ok();
   };
-  if (states != nullptr) states->clear();
 
   // Embeddings: word + position + token type 0, then LayerNorm.
-  const int32_t pad = std::max(tokenizer_->pad_id(), 0);
   for (int64_t b = 0; b < B; ++b) {
     const auto& seq = ids[static_cast<size_t>(b)];
-    for (int64_t i = 0; i < L; ++i) {
-      const int64_t id = i < static_cast<int64_t>(seq.size()) ? seq[static_cast<size_t>(i)] : pad;
-      const float* w = word_ + id * E;
+    for (int64_t i = 0; i < lens[static_cast<size_t>(b)]; ++i) {
+      const float* w = word_ + static_cast<int64_t>(seq[static_cast<size_t>(i)]) * E;
       const float* p = pos_ + i * E;
-      float* t = tmp + (b * L + i) * E;
+      float* t = tmp + (offs[static_cast<size_t>(b)] + i) * E;
       for (int64_t e = 0; e < E; ++e) t[e] = w[e] + p[e] + type_[e];
     }
   }
-  LayerNorm(x, tmp, emb_ln_g_, emb_ln_b_, rows, E, cfg_.layer_norm_eps);
-  put("embed", x, {B, L, E});
+  LayerNorm(x, tmp, emb_ln_g_, emb_ln_b_, T, E, cfg_.layer_norm_eps);
+  put("embed", x);
   ATTNFLOW_RETURN_IF_ERROR(keep_state());
 
   const TensorView kv_lens = MakeView(lens.data(), DType::kI64, {B});
   for (int64_t l = 0; l < cfg_.num_layers; ++l) {
     const BertLayer& W = layers_[static_cast<size_t>(l)];
     const bool cap = sink != nullptr && l == capture.layer;
-    // Q|K|V = x · Wqkvᵀ + b            [B*L, 3E]
-    LinearForward(qkv, 3 * E, x, E, W.w_qkv, E, W.b_qkv, rows, 3 * E, E);
+    // Q|K|V = x · Wqkvᵀ + b            [T, 3E]
+    LinearForward(qkv, 3 * E, x, E, W.w_qkv, E, W.b_qkv, T, 3 * E, E);
+    if (padded) to_padded(qkv_pad, qkv, 3 * E);
     // Zero-copy head split: [B,L,3E] viewed as [B,H,L,Dh].
     const Shape qkv_strides = {L * 3 * E, Dh, 3 * E, 1};
-    const TensorView q = MakeStridedView(qkv, DType::kF32, {B, H, L, Dh}, qkv_strides);
-    const TensorView k = MakeStridedView(qkv + E, DType::kF32, {B, H, L, Dh}, qkv_strides);
-    const TensorView v = MakeStridedView(qkv + 2 * E, DType::kF32, {B, H, L, Dh}, qkv_strides);
-    const TensorView out = MakeStridedView(ctx, DType::kF32, {B, H, L, Dh}, {L * E, Dh, E, 1});
+    const TensorView q = MakeStridedView(qkv_pad, DType::kF32, {B, H, L, Dh}, qkv_strides);
+    const TensorView k = MakeStridedView(qkv_pad + E, DType::kF32, {B, H, L, Dh}, qkv_strides);
+    const TensorView v = MakeStridedView(qkv_pad + 2 * E, DType::kF32, {B, H, L, Dh}, qkv_strides);
+    const TensorView out =
+        MakeStridedView(ctx_pad, DType::kF32, {B, H, L, Dh}, {L * E, Dh, E, 1});
     SdpaOptions opt;
     opt.kv_lens = kv_lens;
     if (cap) {
@@ -253,25 +281,26 @@ Status BertModel::Forward(const std::vector<std::vector<int32_t>>& ids, Tensor* 
       Result<Tensor> lse = Tensor::Zeros(DType::kF32, {B, H, L});
       if (!lse.ok()) return lse.status();
       ATTNFLOW_RETURN_IF_ERROR(reference::Sdpa(out, lse->view(), q, k, v, opt, &rename));
-      put("concat", ctx, {B, L, E});
     } else {
       ATTNFLOW_RETURN_IF_ERROR(Attention(out, TensorView{}, q, k, v, opt));
     }
+    if (padded) to_packed(ctx, ctx_pad, E);
+    if (cap) put("concat", ctx);
     // Attention output dense, residual, LayerNorm 1.
-    LinearForward(tmp, E, ctx, E, W.w_o, E, W.b_o, rows, E, E);
-    if (cap) put("out", tmp, {B, L, E});
-    AddInPlace(tmp, x, rows * E);
-    if (cap) put("residual", tmp, {B, L, E});
-    LayerNorm(x, tmp, W.ln1_g, W.ln1_b, rows, E, cfg_.layer_norm_eps);
-    if (cap) put("norm", x, {B, L, E});
+    LinearForward(tmp, E, ctx, E, W.w_o, E, W.b_o, T, E, E);
+    if (cap) put("out", tmp);
+    AddInPlace(tmp, x, T * E);
+    if (cap) put("residual", tmp);
+    LayerNorm(x, tmp, W.ln1_g, W.ln1_b, T, E, cfg_.layer_norm_eps);
+    if (cap) put("norm", x);
     // FFN: W2 · gelu(W1 · x + b1) + b2, residual, LayerNorm 2.
-    LinearForward(ffn, F, x, E, W.w_1, E, W.b_1, rows, F, E);
-    GeluErf(ffn, rows, F);
-    LinearForward(tmp, E, ffn, F, W.w_2, F, W.b_2, rows, E, F);
-    if (cap) put("ffn", tmp, {B, L, E});
-    AddInPlace(tmp, x, rows * E);
-    LayerNorm(x, tmp, W.ln2_g, W.ln2_b, rows, E, cfg_.layer_norm_eps);
-    if (cap) put("block_out", x, {B, L, E});
+    LinearForward(ffn, F, x, E, W.w_1, E, W.b_1, T, F, E);
+    GeluRows(ffn, T, F);
+    LinearForward(tmp, E, ffn, F, W.w_2, F, W.b_2, T, E, F);
+    if (cap) put("ffn", tmp);
+    AddInPlace(tmp, x, T * E);
+    LayerNorm(x, tmp, W.ln2_g, W.ln2_b, T, E, cfg_.layer_norm_eps);
+    if (cap) put("block_out", x);
     ATTNFLOW_RETURN_IF_ERROR(keep_state());
   }
 
@@ -284,7 +313,7 @@ Status BertModel::Forward(const std::vector<std::vector<int32_t>>& ids, Tensor* 
       std::fill(acc.begin(), acc.end(), 0.0);
       const int64_t n = lens[static_cast<size_t>(b)];
       for (int64_t i = 0; i < n; ++i) {
-        const float* xr = x + (b * L + i) * E;
+        const float* xr = x + (offs[static_cast<size_t>(b)] + i) * E;
         for (int64_t e = 0; e < E; ++e) acc[static_cast<size_t>(e)] += xr[e];
       }
       double norm2 = 0;
@@ -298,7 +327,11 @@ Status BertModel::Forward(const std::vector<std::vector<int32_t>>& ids, Tensor* 
     }
     *embeddings = std::move(emb).value();
   }
-  if (hidden != nullptr) *hidden = std::move(x_t).value();
+  if (hidden != nullptr) {
+    Result<Tensor> h = padded_copy(x);
+    if (!h.ok()) return h.status();
+    *hidden = std::move(h).value();
+  }
   return Status::Ok();
 }
 

@@ -10,6 +10,7 @@
 // matrix (owned) so one GEMM produces all three.
 #include <sys/stat.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -212,8 +213,12 @@ Status ReadBertConfig(const std::string& dir, BertConfig* cfg,
 
 Result<std::unique_ptr<BertModel>> BertModel::Load(const std::string& dir) {
   struct stat st;
-  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-    return IoError("load_model: " + dir + ": not a model directory");
+  if (::stat(dir.c_str(), &st) != 0) {
+    return IoError("load_model: " + dir + ": no such model directory");
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    return IoError("load_model: " + dir +
+                   ": not a directory (expected config.json, model.safetensors, vocab.txt)");
   }
   std::unique_ptr<BertModel> m(new BertModel());
   WordPieceOptions tok_opt;
@@ -351,7 +356,11 @@ Result<std::string> FindMiniLmPackageDir(const std::string& fallback_venv) {
   if (const char* e = std::getenv("ATTNFLOW_VENV"); e != nullptr && *e != '\0') {
     venvs.push_back(e);
   }
-  if (!fallback_venv.empty()) venvs.push_back(fallback_venv);
+  if (!fallback_venv.empty()) {
+    std::error_code ec;
+    const std::filesystem::path abs = std::filesystem::absolute(fallback_venv, ec);
+    venvs.push_back(ec ? fallback_venv : abs.lexically_normal().string());
+  }
   std::string tried;
   for (const std::string& venv : venvs) {
     std::error_code ec;
