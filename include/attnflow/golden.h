@@ -26,6 +26,9 @@ namespace attnflow {
 
 constexpr const char* kGoldenFormatV1 = "attnflow-golden/1";
 constexpr double kGoldenDefaultTol = 1e-4;
+// Largest B*H*Lq*Lk a case may have (each captured [B,H,Lq,Lk] stage is held
+// in float64): 2^27 elements = 1 GiB per stage.
+constexpr int64_t kGoldenMaxScoreElements = int64_t{1} << 27;
 
 // Canonical stage order for a kind ("sdpa", "mha").
 const std::vector<std::string>& GoldenStageOrder(const std::string& kind);

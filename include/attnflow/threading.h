@@ -6,7 +6,9 @@
 // fixed, so results must never depend on the worker id — only on the task id
 // (this is how kernels stay bit-identical for any thread count).
 // The calling thread participates as worker 0. Calls from several threads at
-// once are serialised per pool; each pool is independent.
+// once are serialised per pool; each pool is independent. A ParallelFor
+// called from inside a task of the same pool runs its tasks inline on the
+// calling worker (same worker id), so nesting never deadlocks.
 #pragma once
 
 #include <condition_variable>

@@ -5,6 +5,25 @@
 #include <string>
 
 namespace attnflow {
+namespace {
+// The pool (and worker id) whose task this thread is running, if any: a
+// nested ParallelFor on the same pool runs inline instead of deadlocking.
+thread_local const ThreadPool* t_pool = nullptr;
+thread_local int t_worker = 0;
+
+struct InTask {
+  const ThreadPool* saved_pool;
+  int saved_worker;
+  InTask(const ThreadPool* p, int w) : saved_pool(t_pool), saved_worker(t_worker) {
+    t_pool = p;
+    t_worker = w;
+  }
+  ~InTask() {
+    t_pool = saved_pool;
+    t_worker = saved_worker;
+  }
+};
+}  // namespace
 
 ThreadPool::ThreadPool(int num_threads) {
   if (num_threads <= 0) {
@@ -27,6 +46,7 @@ ThreadPool::~ThreadPool() {
 }
 
 void ThreadPool::RunTasks(int worker) {
+  InTask in_task(this, worker);
   for (;;) {
     const int64_t t = next_.fetch_add(1, std::memory_order_relaxed);
     if (t >= num_tasks_) break;
@@ -54,8 +74,13 @@ void ThreadPool::WorkerLoop(int worker) {
 void ThreadPool::ParallelFor(
     int64_t num_tasks, const std::function<void(int64_t, int)>& fn) {
   if (num_tasks <= 0) return;
+  if (t_pool == this) {  // nested call from one of our own tasks: run inline
+    for (int64_t t = 0; t < num_tasks; ++t) fn(t, t_worker);
+    return;
+  }
   std::lock_guard<std::mutex> call_lock(call_mu_);
   if (num_workers_ == 1 || num_tasks == 1) {
+    InTask in_task(this, 0);
     for (int64_t t = 0; t < num_tasks; ++t) fn(t, 0);
     return;
   }

@@ -189,6 +189,22 @@ Result<GoldenCase> ValidateGoldenCase(SafetensorsFile file) {
                                      ": need H % Hkv == 0 and E % H == 0"));
     }
   }
+  // A tiny file may claim a huge problem (e.g. D = 0 makes q/k/v empty while
+  // Lq x Lk is 2^40): refuse before any stage is allocated.
+  {
+    const bool sdpa = c.kind == "sdpa";
+    const int64_t dims[4] = {sdpa ? c.q.shape[0] : c.x_q.shape[0],
+                             sdpa ? c.q.shape[1] : c.weights.num_heads,
+                             sdpa ? c.q.shape[2] : c.x_q.shape[1],
+                             sdpa ? c.k.shape[2] : c.x_k.shape[1]};
+    int64_t n = 0;
+    if (!CheckedNumel(dims, 4, &n) || n > kGoldenMaxScoreElements) {
+      return ResourceExhausted(Where(path, "problem B*H*Lq*Lk = " + ShapeString(dims, 4) +
+                                               " has more score elements than the limit " +
+                                               std::to_string(kGoldenMaxScoreElements) +
+                                               " for stage capture"));
+    }
+  }
   // Stage tensors present must be float; shapes are checked at comparison.
   for (const auto& s : GoldenStageOrder(c.kind)) {
     if (!file.Has(s)) continue;
@@ -329,8 +345,14 @@ Result<CaseReport> CompareFiles(const SafetensorsFile& got,
   auto meta = expected.metadata();
   rep.kind = meta.count("kind") ? meta["kind"] : "sdpa";
   double a = kGoldenDefaultTol, r = kGoldenDefaultTol;
-  if (meta.count("atol")) ParseDouble(meta["atol"], &a);
-  if (meta.count("rtol")) ParseDouble(meta["rtol"], &r);
+  for (auto [key, dst] : {std::pair<const char*, double*>{"atol", &a}, {"rtol", &r}}) {
+    auto it = meta.find(key);
+    if (it != meta.end() &&
+        (!ParseDouble(it->second, dst) || !(*dst >= 0) || !std::isfinite(*dst))) {
+      return Corrupt(Where(expected.path(), std::string("metadata '") + key + "': \"" +
+                                                it->second + "\" is not a non-negative decimal"));
+    }
+  }
   if (atol >= 0) a = atol;
   if (rtol >= 0) r = rtol;
   std::vector<std::string> order;

@@ -61,6 +61,11 @@ Status WriteFileAtomic(const std::string& path,
     if (S_ISDIR(target_st.st_mode)) {
       return IoError("cannot write '" + path + "': it is a directory");
     }
+    if (!S_ISREG(target_st.st_mode)) {
+      return IoError("cannot write '" + path +
+                     "': it exists and is not a regular file (device, FIFO or socket); "
+                     "refusing to replace it");
+    }
   }
   struct stat dir_st;
   if (::stat(dir.c_str(), &dir_st) != 0) {
@@ -159,7 +164,9 @@ Status WriteFileAtomic(const std::string& path, std::string_view bytes) {
 }
 
 Result<std::vector<uint8_t>> ReadFileBytes(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO without a writer must not hang; non-regular
+  // files are rejected right after.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     return IoError("cannot open '" + path + "': " + ErrnoString(errno));
   }
@@ -172,6 +179,10 @@ Result<std::vector<uint8_t>> ReadFileBytes(const std::string& path) {
   if (S_ISDIR(st.st_mode)) {
     ::close(fd);
     return IoError("cannot read '" + path + "': it is a directory");
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return IoError("cannot read '" + path + "': not a regular file (device, FIFO or socket)");
   }
   std::vector<uint8_t> out;
   try {

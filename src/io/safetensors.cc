@@ -332,7 +332,9 @@ void SafetensorsFile::Release() {
 
 Result<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
   const std::string prefix = "safetensors: " + path + ": ";
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO without a writer must not hang open(); it is then
+  // rejected as not a regular file.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     return IoError(prefix + "cannot open: " + std::strerror(errno));
   }

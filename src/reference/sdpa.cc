@@ -63,8 +63,18 @@ Status Sdpa(const TensorView& out, const TensorView& lse, const TensorView& q,
   ATTNFLOW_RETURN_IF_ERROR(AllocStage(sink, "lse", {B, H, Lq}, &st.lse, &st.any));
   ATTNFLOW_RETURN_IF_ERROR(AllocStage(sink, "out", {B, H, Lq, Dv}, &st.out, &st.any));
 
-  std::vector<double> s(static_cast<size_t>(Lk)), m(static_cast<size_t>(Lk));
-  std::vector<double> w(static_cast<size_t>(Lk)), o(static_cast<size_t>(Dv));
+  // Row buffers: O(Lk + Dv). A huge (e.g. stride-0 broadcast) Lk must give an
+  // error, never an exception.
+  std::vector<double> s, m, w, o;
+  try {
+    s.resize(static_cast<size_t>(Lk));
+    m.resize(static_cast<size_t>(Lk));
+    w.resize(static_cast<size_t>(Lk));
+    o.resize(static_cast<size_t>(Dv));
+  } catch (const std::exception&) {
+    return ResourceExhausted("reference::sdpa: cannot allocate row buffers for Lk=" +
+                             std::to_string(Lk) + ", Dv=" + std::to_string(Dv));
+  }
 
   for (int64_t b = 0; b < B; ++b) {
     const int64_t valid_kv =

@@ -13,6 +13,9 @@
 #include <string>
 
 #include "attnflow/nn_budget.h"
+#include <unistd.h>
+
+#include "attnflow/file_util.h"
 #include "cli_common.h"
 
 namespace attnflow::cli {
@@ -44,14 +47,16 @@ int RunBudget(const BudgetArgs& a) {
   }
   Result<nn::ModelShape> shape = nn::FindModelShape(a.config);
   if (!shape.ok()) {
-    std::ifstream f(a.config);
-    if (!f) {
+    if (::access(a.config.c_str(), F_OK) != 0) {  // neither a known name nor a file
       PrintError("budget", shape.status().message());
       return kExitUsage;
     }
-    std::stringstream ss;
-    ss << f.rdbuf();
-    shape = nn::ParseModelShapeJson(ss.str());
+    Result<std::string> text = ReadFileString(a.config);  // never blocks on a FIFO
+    if (!text.ok()) {
+      PrintError("budget", text.status().message());
+      return kExitUsage;
+    }
+    shape = nn::ParseModelShapeJson(text.value());
     if (!shape.ok()) {
       PrintError("budget", a.config + ": " + shape.status().message());
       return kExitUsage;
