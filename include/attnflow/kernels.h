@@ -51,7 +51,8 @@ struct KernelChoice {
   int64_t tile_q = 0, tile_kv = 0;  // tile sizes chosen (0 = n/a)
   int64_t num_splits = 0;           // decode KV splits (0 = n/a)
   int64_t num_tasks = 0;            // parallel tasks (0 = n/a)
-  // "tiled_prefill [AVX3] tile_q=64 tile_kv=128 tasks=128: <reason>"
+  // "tiled_prefill [AVX3] tile_q=64 tile_kv=128 tasks=128: q_len=1024 > ..."
+  // (the reason without its leading "<kernel>: ").
   std::string ToString() const;
 };
 

@@ -312,6 +312,7 @@ Result<CaseReport> VerifyGoldenCase(const GoldenCase& c, VerifyImpl impl,
     rep.implementation = KernelKindName(choice.kernel);
     rec.Put("out", out->view());
     rec.Put("lse", lse->view());
+    if (!rec.status().ok()) return rec.status();
   }
   for (const auto& s : GoldenStageOrder(c.kind)) {
     const Tensor* got = rec.Find(s);

@@ -56,7 +56,11 @@ std::string KernelChoice::ToString() const {
   if (tile_kv > 0) s += " tile_kv=" + std::to_string(tile_kv);
   if (num_splits > 0) s += " splits=" + std::to_string(num_splits);
   if (num_tasks > 0) s += " tasks=" + std::to_string(num_tasks);
-  if (!reason.empty()) s += ": " + reason;
+  // The reason starts with the kernel name ("tiled_prefill: ..."); don't repeat it.
+  std::string r = reason;
+  const std::string prefix = std::string(KernelKindName(kernel)) + ": ";
+  if (r.rfind(prefix, 0) == 0) r = r.substr(prefix.size());
+  if (!r.empty()) s += ": " + r;
   return s;
 }
 

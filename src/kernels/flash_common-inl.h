@@ -21,7 +21,6 @@
 #include <limits>
 #include <type_traits>
 
-#include "hwy/cache_control.h"
 #include "hwy/highway.h"
 #include "kernels/internal.h"
 
@@ -269,10 +268,6 @@ HWY_INLINE void PvBlock(DF df, const float* HWY_RESTRICT p, size_t pk, size_t pr
   for (; j + kJ <= n; j += kJ) {
     HWY_UNROLL(16)
     for (int u = 0; u < kJ; ++u) {
-      if constexpr (kJ > 1) {  // single-row (decode) streaming: prefetch ahead
-        HWY_UNROLL(16)
-        for (int c = 0; c < kVecs; ++c) hwy::Prefetch(v + (j + u + 16) * vpitch + c * N);
-      }
       VF vv[kVecs];
       HWY_UNROLL(16)
       for (int c = 0; c < kVecs; ++c) vv[c] = LoadF32(df, v + (j + u) * vpitch + c * N);

@@ -26,7 +26,6 @@
 #include <cstdint>
 #include <cstring>
 
-#include "hwy/cache_control.h"
 #include "hwy/highway.h"
 #include "kernels/flash_common-inl.h"
 #include "kernels/internal.h"
@@ -84,19 +83,13 @@ HWY_INLINE void QkRows(const float* HWY_RESTRICT qd, size_t n_rows,
       if (!live[r]) continue;
       const float* q = qd + r * dp;
       VF a0 = hn::Zero(df), a1 = a0, a2 = a0, a3 = a0;
-      for (size_t c = 0; c < dp; c += N) {
-        if (r == 0) {  // software prefetch 16 keys ahead (DRAM-resident caches)
-          hwy::Prefetch(k0 + 16 * kpitch + c);
-          hwy::Prefetch(k0 + 17 * kpitch + c);
-          hwy::Prefetch(k0 + 18 * kpitch + c);
-          hwy::Prefetch(k0 + 19 * kpitch + c);
-        }
-        const VF qv = hn::Load(df, q + c);
-        a0 = hn::MulAdd(qv, LoadF32(df, k0 + c), a0);
-        a1 = hn::MulAdd(qv, LoadF32(df, k0 + kpitch + c), a1);
-        a2 = hn::MulAdd(qv, LoadF32(df, k0 + 2 * kpitch + c), a2);
-        a3 = hn::MulAdd(qv, LoadF32(df, k0 + 3 * kpitch + c), a3);
-      }
+      // Key by key, so that addresses increase sequentially: interleaving the
+      // four rows' cache lines defeats the hardware prefetchers (measured:
+      // 1.5x slower than a plain read of a DRAM-resident cache at D = 128).
+      for (size_t c = 0; c < dp; c += N) a0 = hn::MulAdd(hn::Load(df, q + c), LoadF32(df, k0 + c), a0);
+      for (size_t c = 0; c < dp; c += N) a1 = hn::MulAdd(hn::Load(df, q + c), LoadF32(df, k0 + kpitch + c), a1);
+      for (size_t c = 0; c < dp; c += N) a2 = hn::MulAdd(hn::Load(df, q + c), LoadF32(df, k0 + 2 * kpitch + c), a2);
+      for (size_t c = 0; c < dp; c += N) a3 = hn::MulAdd(hn::Load(df, q + c), LoadF32(df, k0 + 3 * kpitch + c), a3);
       Sum4(df, a0, a1, a2, a3, s + r * pitch + j);
     }
   }

@@ -19,6 +19,7 @@
 #include "kernels/flash_common-inl.h"
 #include "kernels/flash_decode-inl.h"
 #include "kernels/flash_prefill-inl.h"
+#include "attnflow/kernels.h"
 #include "kernels/internal.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -107,7 +108,7 @@ void MergeDecodeSplits(const Problem& P, const Plan& pl, int64_t bh,
   const int64_t S = pl.n_splits;
   const float* base = partials + static_cast<size_t>(bh * S) * pl.partial_floats;
   constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-  std::vector<double> acc(static_cast<size_t>(P.Dv));
+  double acc[kFastMaxHeadDim];  // Dv <= 256 (dispatch rule)
   for (size_t r = 0; r < rows; ++r) {
     const int64_t hl = static_cast<int64_t>(r) / P.Lq, i = static_cast<int64_t>(r) % P.Lq;
     const int64_t h = hk * P.G + hl;
@@ -129,7 +130,7 @@ void MergeDecodeSplits(const Problem& P, const Plan& pl, int64_t bh,
       lse = -std::numeric_limits<float>::infinity();
     } else {
       double lsum = 0.0;
-      std::fill(acc.begin(), acc.end(), 0.0);
+      std::fill(acc, acc + P.Dv, 0.0);
       for (int64_t s = 0; s < S; ++s) {
         const float* part = base + static_cast<size_t>(s) * pl.partial_floats;
         const float ms = part[rows * dvp + r], ls = part[rows * dvp + rows + r];

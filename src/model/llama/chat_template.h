@@ -1,0 +1,48 @@
+// chat_template.h — a small interpreter for the subset of Jinja2 that chat
+// templates (tokenizer.chat_template) use, rendered the way transformers'
+// apply_chat_template does (trim_blocks=True, lstrip_blocks=True).
+//
+// Supported: text; {{ expr }}; {# comments #}; {% if %}/{% elif %}/
+// {% else %}/{% endif %}; {% for x in expr %}...{% endfor %} with loop.first,
+// loop.last, loop.index, loop.index0, loop.length; {% set x = expr %};
+// whitespace control ({%- -%} {{- -}}). Expressions: string / integer /
+// true / false / none literals, names, a.b, a[b], + - (ints), ~ and + on
+// strings, == != < > <= >=, in / not in, and / or / not, parentheses,
+// `is [not] defined|none|string`, filters | trim | length | upper | lower,
+// string methods .strip() .lstrip() .rstrip(), raise_exception(msg).
+// Anything else is rejected at Parse() with kUnimplemented naming the
+// construct and its offset, so an unknown template fails clearly instead of
+// rendering something wrong.
+//
+// Variables given to Render: messages (list of {role, content}),
+// add_generation_prompt, bos_token, eos_token. Undefined names are falsy and
+// render as "" (Jinja's default Undefined).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "attnflow/status.h"
+
+namespace attnflow::llama {
+
+struct TemplateNode;
+
+class ChatTemplate {
+ public:
+  static Result<ChatTemplate> Parse(const std::string& source);
+  Result<std::string> Render(
+      const std::vector<std::pair<std::string, std::string>>& messages,
+      bool add_generation_prompt,
+      const std::map<std::string, std::string>& string_vars = {}) const;
+  const std::string& source() const { return source_; }
+
+ private:
+  std::string source_;
+  std::shared_ptr<const std::vector<TemplateNode>> root_;
+};
+
+}  // namespace attnflow::llama

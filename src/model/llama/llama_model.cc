@@ -1,0 +1,557 @@
+// llama_model.cc — GGUF Llama loader and fp32 forward pass with a KV cache
+// (see llama_model.h for the architecture, RoPE layout and invariants).
+//
+// Every tensor's shape is checked against the hyperparameters before use;
+// errors read "llama: <path>: <tensor or key>: <what> (got [..], expected
+// [..])". Activations are fp32 row-major [T, features]; attention runs on
+// strided views of them (q [1,H,T,D] over [T, H*D]) and of the cache
+// (k/v [1,Hkv,Lk,D] over [cap, Hkv, D]) through attnflow::Attention with
+// causal bottom_right, so the same code serves prefill and decode.
+#include "model/llama/llama_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <new>
+#include <vector>
+
+#include "attnflow/attention.h"
+#include "attnflow/gguf.h"
+#include "attnflow/kernels.h"
+#include "attnflow/threading.h"
+#include "model/bpe/bpe_tokenizer.h"
+#include "model/llama/chat_template.h"
+#include "model/loaders.h"
+
+namespace attnflow {
+namespace llama {
+namespace {
+
+struct Layer {
+  std::vector<float> attn_norm, ffn_norm;
+  QMatrix q, k, v, o, gate, up, down;
+};
+
+// Forwards the reference's score stages; drops its "out" (the model reports
+// the fast kernel's output as heads_out).
+class ScoreSink : public StageSink {
+ public:
+  explicit ScoreSink(StageSink* inner) : inner_(inner) {}
+  bool Wants(std::string_view s) const override { return s != "out" && inner_->Wants(s); }
+  void Put(std::string_view s, const TensorView& v) override {
+    if (s != "out") inner_->Put(s, v);
+  }
+
+ private:
+  StageSink* inner_;
+};
+
+class LlamaModel : public DecoderModel {
+ public:
+  static Result<std::unique_ptr<DecoderModel>> Load(const std::string& path,
+                                                    const LlamaOptions& opt);
+
+  const ModelInfo& info() const override { return info_; }
+  const Tokenizer& tokenizer() const override { return *tok_; }
+  void Reset() override { cache_len_ = 0; }
+  int64_t CacheLength() const override { return cache_len_; }
+  Status Forward(const std::vector<int32_t>& ids, bool all_logits, Tensor* logits,
+                 const StageCapture& capture) override;
+  Result<std::string> ApplyChatTemplate(
+      const std::vector<std::pair<std::string, std::string>>& messages,
+      bool add_generation_prompt) const override;
+
+ private:
+  Status Err(const std::string& field, const std::string& what) const {
+    return Corrupt("llama: " + path_ + ": " + field + ": " + what);
+  }
+  Status LoadMatrix(const std::string& name, int64_t rows, int64_t cols, QMatrix* m);
+  Status LoadVector(const std::string& name, int64_t n, std::vector<float>* v);
+  Status EnsureCapacity(int64_t needed);
+  Status ForwardImpl(const std::vector<int32_t>& ids, bool all_logits, Tensor* logits,
+                     const StageCapture& capture);
+  void RmsNorm(const float* x, const std::vector<float>& w, int64_t rows, float* out) const;
+  void Rope(float* x, int64_t T, int64_t heads) const;
+  void CaptureLayer(const StageCapture& cap, int64_t T, int64_t Lk, const TensorView& qv,
+                    const TensorView& kv, const TensorView& vv, const TensorView& ov);
+
+  std::string path_;
+  GgufFile file_;
+  ModelInfo info_;
+  LlamaOptions opt_;
+  std::unique_ptr<bpe::BpeTokenizer> tok_;
+  bool has_template_ = false;
+  ChatTemplate template_;
+  std::vector<Layer> layers_;
+  QMatrix embd_, output_;
+  std::vector<float> output_norm_;
+  float eps_ = 1e-5f;
+  std::vector<float> inv_freq_;  // [D/2]
+  int64_t max_ctx_ = 0;
+
+  std::unique_ptr<ThreadPool> own_pool_;
+  ThreadPool* pool_ = nullptr;
+  MatMulScratch scratch_;
+
+  // KV cache: per layer [cap, Hkv, D].
+  std::vector<Tensor> kcache_, vcache_;
+  int64_t cap_ = 0;
+  int64_t cache_len_ = 0;
+
+  // Work buffers (resized per call; capacity is kept).
+  std::vector<float> x_, h_, q_, k_, v_, att_, g_, u_, tmp_, cos_, sin_;
+};
+
+Status LlamaModel::LoadMatrix(const std::string& name, int64_t rows, int64_t cols, QMatrix* m) {
+  const GgufTensorInfo* t = file_.FindTensor(name);
+  if (!t) return Err(name, "missing tensor");
+  if (t->ne.size() != 2 || t->ne[0] != cols || t->ne[1] != rows) {
+    return Err(name, "shape " + ShapeString(t->shape()) + " (rows, cols) should be [" +
+                         std::to_string(rows) + "," + std::to_string(cols) + "]");
+  }
+  m->type = t->type;
+  m->data = file_.TensorData(*t);
+  m->rows = rows;
+  m->cols = cols;
+  int64_t rb = 0;
+  GgmlRowBytes(t->type, cols, &rb);
+  m->row_bytes = rb;
+  m->name = name;
+  return Status::Ok();
+}
+
+Status LlamaModel::LoadVector(const std::string& name, int64_t n, std::vector<float>* v) {
+  const GgufTensorInfo* t = file_.FindTensor(name);
+  if (!t) return Err(name, "missing tensor");
+  if (t->numel != n || t->ne.size() != 1) {
+    return Err(name, "shape " + ShapeString(t->shape()) + " should be [" + std::to_string(n) + "]");
+  }
+  v->resize(static_cast<size_t>(n));
+  return DequantizeRow(v->data(), file_.TensorData(*t), t->type, n);
+}
+
+Result<std::unique_ptr<DecoderModel>> LlamaModel::Load(const std::string& path,
+                                                       const LlamaOptions& opt) {
+  if (opt.kv_dtype != DType::kF32 && opt.kv_dtype != DType::kF16) {
+    return InvalidArgument(std::string("llama: kv cache dtype must be F32 or F16, got ") +
+                           DTypeName(opt.kv_dtype));
+  }
+  Result<GgufFile> f = GgufFile::Open(path);
+  if (!f.ok()) return f.status();
+  std::unique_ptr<LlamaModel> m(new LlamaModel());
+  m->path_ = path;
+  m->file_ = std::move(f).value();
+  m->opt_ = opt;
+  const GgufFile& g = m->file_;
+
+  Result<std::string> arch = g.GetString("general.architecture");
+  if (!arch.ok()) return arch.status();
+  if (*arch != "llama") {
+    return Unimplemented("llama: " + path + ": general.architecture '" + *arch +
+                         "' is not supported (only 'llama')");
+  }
+  const std::string a = *arch + ".";
+  auto get_int = [&](const std::string& key, int64_t def, int64_t* out) -> Status {
+    if (def >= 0 && !g.Find(key)) {
+      *out = def;
+      return Status::Ok();
+    }
+    Result<int64_t> v = g.GetInt(key);
+    if (!v.ok()) return v.status();
+    if (*v <= 0 || *v > (int64_t{1} << 31)) {
+      return m->Err(key, "value " + std::to_string(*v) + " is outside [1, 2^31]");
+    }
+    *out = *v;
+    return Status::Ok();
+  };
+  ModelInfo& info = m->info_;
+  info.architecture = "llama";
+  info.name = g.Find("general.name") ? g.GetString("general.name").value() : "llama";
+  ATTNFLOW_RETURN_IF_ERROR(get_int(a + "block_count", -1, &info.num_layers));
+  ATTNFLOW_RETURN_IF_ERROR(get_int(a + "context_length", -1, &info.max_positions));
+  ATTNFLOW_RETURN_IF_ERROR(get_int(a + "embedding_length", -1, &info.hidden));
+  ATTNFLOW_RETURN_IF_ERROR(get_int(a + "feed_forward_length", -1, &info.ffn_hidden));
+  ATTNFLOW_RETURN_IF_ERROR(get_int(a + "attention.head_count", -1, &info.num_heads));
+  ATTNFLOW_RETURN_IF_ERROR(get_int(a + "attention.head_count_kv", info.num_heads, &info.num_kv_heads));
+  if (info.hidden % info.num_heads != 0) {
+    return m->Err(a + "attention.head_count", std::to_string(info.num_heads) +
+                                                  " does not divide embedding_length " + std::to_string(info.hidden));
+  }
+  ATTNFLOW_RETURN_IF_ERROR(get_int(a + "attention.key_length", info.hidden / info.num_heads, &info.head_dim));
+  int64_t vdim = 0;
+  ATTNFLOW_RETURN_IF_ERROR(get_int(a + "attention.value_length", info.head_dim, &vdim));
+  if (vdim != info.head_dim) return Unimplemented("llama: " + path + ": value_length != key_length");
+  if (info.num_heads % info.num_kv_heads != 0) {
+    return m->Err(a + "attention.head_count_kv", std::to_string(info.num_kv_heads) +
+                                                     " does not divide head_count " + std::to_string(info.num_heads));
+  }
+  if (info.head_dim % 2 != 0) return m->Err(a + "attention.key_length", "head_dim must be even for RoPE");
+  int64_t rope_dims = 0;
+  ATTNFLOW_RETURN_IF_ERROR(get_int(a + "rope.dimension_count", info.head_dim, &rope_dims));
+  if (rope_dims != info.head_dim) {
+    return Unimplemented("llama: " + path + ": partial rotary embeddings (rope.dimension_count " +
+                         std::to_string(rope_dims) + " != head_dim " + std::to_string(info.head_dim) +
+                         ") are not supported");
+  }
+  if (g.Find(a + "rope.scaling.type")) {
+    Result<std::string> st = g.GetString(a + "rope.scaling.type");
+    if (!st.ok()) return st.status();
+    if (*st != "none") return Unimplemented("llama: " + path + ": rope scaling '" + *st + "' is not supported");
+  }
+  double theta = 10000.0;
+  if (g.Find(a + "rope.freq_base")) {
+    Result<double> fb = g.GetFloat(a + "rope.freq_base");
+    if (!fb.ok()) return fb.status();
+    theta = *fb;
+  }
+  if (!(theta > 1.0) || !std::isfinite(theta)) return m->Err(a + "rope.freq_base", "must be finite and > 1");
+  Result<double> eps = g.GetFloat(a + "attention.layer_norm_rms_epsilon");
+  if (!eps.ok()) return eps.status();
+  if (!(*eps > 0) || !(*eps < 1)) return m->Err(a + "attention.layer_norm_rms_epsilon", "must be in (0, 1)");
+  m->eps_ = static_cast<float>(*eps);
+
+  // Tokenizer and chat template.
+  Result<std::unique_ptr<bpe::BpeTokenizer>> tok = bpe::BpeTokenizer::FromGguf(g);
+  if (!tok.ok()) return tok.status();
+  m->tok_ = std::move(tok).value();
+  info.vocab_size = m->tok_->VocabSize();
+  if (g.Find(a + "vocab_size")) {
+    int64_t vs = 0;
+    ATTNFLOW_RETURN_IF_ERROR(get_int(a + "vocab_size", -1, &vs));
+    if (vs != info.vocab_size) {
+      return m->Err(a + "vocab_size", std::to_string(vs) + " differs from the " +
+                                          std::to_string(info.vocab_size) + " tokenizer tokens");
+    }
+  }
+  if (g.Find("tokenizer.chat_template")) {
+    Result<std::string> src = g.GetString("tokenizer.chat_template");
+    if (!src.ok()) return src.status();
+    Result<ChatTemplate> t = ChatTemplate::Parse(*src);
+    if (!t.ok()) {
+      return Status(t.status().code(), "llama: " + path + ": tokenizer.chat_template: " + t.status().message());
+    }
+    m->template_ = std::move(t).value();
+    m->has_template_ = true;
+  }
+
+  // Weights.
+  const int64_t E = info.hidden, H = info.num_heads, Hkv = info.num_kv_heads, D = info.head_dim;
+  const int64_t F = info.ffn_hidden, V = info.vocab_size;
+  ATTNFLOW_RETURN_IF_ERROR(m->LoadMatrix("token_embd.weight", V, E, &m->embd_));
+  if (g.FindTensor("output.weight")) {
+    ATTNFLOW_RETURN_IF_ERROR(m->LoadMatrix("output.weight", V, E, &m->output_));
+  } else {
+    m->output_ = m->embd_;  // tied embeddings
+  }
+  ATTNFLOW_RETURN_IF_ERROR(m->LoadVector("output_norm.weight", E, &m->output_norm_));
+  m->layers_.resize(static_cast<size_t>(info.num_layers));
+  for (int64_t l = 0; l < info.num_layers; ++l) {
+    Layer& L = m->layers_[static_cast<size_t>(l)];
+    const std::string p = "blk." + std::to_string(l) + ".";
+    ATTNFLOW_RETURN_IF_ERROR(m->LoadVector(p + "attn_norm.weight", E, &L.attn_norm));
+    ATTNFLOW_RETURN_IF_ERROR(m->LoadVector(p + "ffn_norm.weight", E, &L.ffn_norm));
+    ATTNFLOW_RETURN_IF_ERROR(m->LoadMatrix(p + "attn_q.weight", H * D, E, &L.q));
+    ATTNFLOW_RETURN_IF_ERROR(m->LoadMatrix(p + "attn_k.weight", Hkv * D, E, &L.k));
+    ATTNFLOW_RETURN_IF_ERROR(m->LoadMatrix(p + "attn_v.weight", Hkv * D, E, &L.v));
+    ATTNFLOW_RETURN_IF_ERROR(m->LoadMatrix(p + "attn_output.weight", E, H * D, &L.o));
+    ATTNFLOW_RETURN_IF_ERROR(m->LoadMatrix(p + "ffn_gate.weight", F, E, &L.gate));
+    ATTNFLOW_RETURN_IF_ERROR(m->LoadMatrix(p + "ffn_up.weight", F, E, &L.up));
+    ATTNFLOW_RETURN_IF_ERROR(m->LoadMatrix(p + "ffn_down.weight", E, F, &L.down));
+  }
+  info.num_params = 0;
+  std::string wtype;
+  for (const GgufTensorInfo& t : g.tensors()) {
+    info.num_params += t.numel;
+    if (t.name == "blk.0.attn_q.weight") wtype = GgmlTypeName(static_cast<uint32_t>(t.type));
+  }
+  info.weight_dtype = wtype;
+
+  // RoPE inverse frequencies as HF computes them in fp32:
+  // 1 / base^(float(2i) / D).
+  m->inv_freq_.resize(static_cast<size_t>(D / 2));
+  const float base = static_cast<float>(theta);
+  for (int64_t i = 0; i < D / 2; ++i) {
+    const float e = static_cast<float>(2 * i) / static_cast<float>(D);
+    const float pw = static_cast<float>(std::pow(static_cast<double>(base), static_cast<double>(e)));
+    m->inv_freq_[static_cast<size_t>(i)] = 1.0f / pw;
+  }
+  m->max_ctx_ = info.max_positions;
+  if (opt.max_context > 0) m->max_ctx_ = std::min(m->max_ctx_, opt.max_context);
+
+  if (opt.num_threads > 0) {
+    m->own_pool_ = std::make_unique<ThreadPool>(opt.num_threads);
+    m->pool_ = m->own_pool_.get();
+  } else {
+    m->pool_ = &DefaultPool();
+  }
+  ATTNFLOW_RETURN_IF_ERROR(m->scratch_.Reserve(m->pool_->NumWorkers(), std::max(E, std::max(F, H * D))));
+  m->kcache_.resize(static_cast<size_t>(info.num_layers));
+  m->vcache_.resize(static_cast<size_t>(info.num_layers));
+  return std::unique_ptr<DecoderModel>(std::move(m));
+}
+
+Status LlamaModel::EnsureCapacity(int64_t needed) {
+  if (needed <= cap_) return Status::Ok();
+  // Grow by 1.5x in steps of 256 positions (amortised O(1) appends without
+  // doubling the footprint of a long context).
+  int64_t cap = std::max<int64_t>({needed, cap_ + cap_ / 2, 256});
+  cap = std::min((cap + 255) / 256 * 256, max_ctx_);
+  const int64_t Hkv = info_.num_kv_heads, D = info_.head_dim;
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    for (std::vector<Tensor>* c : {&kcache_, &vcache_}) {
+      Result<Tensor> t = Tensor::Zeros(opt_.kv_dtype, {cap, Hkv, D});
+      if (!t.ok()) {
+        return ResourceExhausted("llama: kv cache of " + std::to_string(cap) + " positions: " +
+                                 t.status().message());
+      }
+      Tensor& old = (*c)[l];
+      if (old.defined() && cache_len_ > 0) {
+        std::memcpy(t->data<uint8_t>(), old.data<uint8_t>(),
+                    static_cast<size_t>(cache_len_ * Hkv * D) * DTypeSize(opt_.kv_dtype));
+      }
+      old = std::move(t).value();
+    }
+  }
+  cap_ = cap;
+  return Status::Ok();
+}
+
+void LlamaModel::RmsNorm(const float* x, const std::vector<float>& w, int64_t rows, float* out) const {
+  const int64_t E = info_.hidden;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * E;
+    float* o = out + r * E;
+    double ss = 0;
+    for (int64_t i = 0; i < E; ++i) ss += static_cast<double>(xr[i]) * xr[i];
+    const float mean = static_cast<float>(ss / static_cast<double>(E));
+    const float inv = 1.0f / std::sqrt(mean + eps_);
+    // HF order: weight * (x * rsqrt(var + eps)).
+    for (int64_t i = 0; i < E; ++i) o[i] = w[static_cast<size_t>(i)] * (xr[i] * inv);
+  }
+}
+
+// x [T, heads*D] in GGUF (adjacent pair) layout.
+void LlamaModel::Rope(float* x, int64_t T, int64_t heads) const {
+  const int64_t D = info_.head_dim, half = D / 2;
+  for (int64_t t = 0; t < T; ++t) {
+    const float* c = cos_.data() + t * half;
+    const float* s = sin_.data() + t * half;
+    for (int64_t h = 0; h < heads; ++h) {
+      float* p = x + (t * heads + h) * D;
+      for (int64_t i = 0; i < half; ++i) {
+        const float x0 = p[2 * i], x1 = p[2 * i + 1];
+        // HF: q*cos + rotate_half(q)*sin, each product rounded, then summed.
+        const float a0 = x0 * c[i], b0 = x1 * s[i];
+        const float a1 = x1 * c[i], b1 = x0 * s[i];
+        p[2 * i] = a0 - b0;
+        p[2 * i + 1] = a1 + b1;
+      }
+    }
+  }
+}
+
+Status LlamaModel::Forward(const std::vector<int32_t>& ids, bool all_logits, Tensor* logits,
+                           const StageCapture& capture) {
+  try {
+    return ForwardImpl(ids, all_logits, logits, capture);
+  } catch (const std::bad_alloc&) {
+    return ResourceExhausted("llama: forward of " + std::to_string(ids.size()) + " tokens: out of memory");
+  }
+}
+
+void LlamaModel::CaptureLayer(const StageCapture& cap, int64_t T, int64_t Lk, const TensorView& qv,
+                              const TensorView& kv, const TensorView& vv, const TensorView& ov) {
+  StageSink* sink = cap.sink;
+  const int64_t H = info_.num_heads, Hkv = info_.num_kv_heads, D = info_.head_dim;
+  // q/k back to HF's half-rotation layout: GGUF dim 2i+j <-> HF j*D/2 + i.
+  auto unpermute = [&](const TensorView& src, int64_t heads, int64_t L, const char* name) {
+    if (!sink->Wants(name)) return;
+    Result<Tensor> t = Tensor::Zeros(DType::kF32, {1, heads, L, D});
+    if (!t.ok()) return;
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t i = 0; i < L; ++i)
+        for (int64_t d = 0; d < D; ++d) {
+          const int64_t hf = (d % 2) * (D / 2) + d / 2;
+          t->data<float>()[((h * L) + i) * D + hf] = static_cast<float>(src.load(src.offset(0, h, i, d)));
+        }
+    sink->Put(name, t->view());
+  };
+  unpermute(qv, H, T, "q");
+  unpermute(kv, Hkv, Lk, "k");
+  if (sink->Wants("v")) {
+    Result<Tensor> t = Tensor::FromView(vv);
+    if (t.ok()) {
+      Result<Tensor> f = Tensor::Zeros(DType::kF32, t->shape());
+      if (f.ok()) {
+        for (int64_t i = 0; i < t->numel(); ++i) f->data<float>()[i] = static_cast<float>(t->view().load(i));
+        sink->Put("v", f->view());
+      }
+    }
+  }
+  static const char* kScoreStages[] = {"scores", "scaled", "masked", "weights", "lse"};
+  bool want_scores = false;
+  for (const char* s : kScoreStages) want_scores = want_scores || sink->Wants(s);
+  if (want_scores) {
+    // The float64 reference on the same views reports the score stages.
+    Result<Tensor> out = Tensor::Zeros(DType::kF64, {1, H, T, D});
+    if (out.ok()) {
+      SdpaOptions so;
+      so.causal = Causal::kBottomRight;
+      ScoreSink ss(sink);
+      (void)reference::Sdpa(out->view(), TensorView(), qv, kv, vv, so, &ss);
+    }
+  }
+  if (sink->Wants("heads_out")) sink->Put("heads_out", ov);
+}
+
+Status LlamaModel::ForwardImpl(const std::vector<int32_t>& ids, bool all_logits, Tensor* logits,
+                               const StageCapture& capture) {
+  const int64_t T = static_cast<int64_t>(ids.size());
+  const int64_t E = info_.hidden, H = info_.num_heads, Hkv = info_.num_kv_heads;
+  const int64_t D = info_.head_dim, F = info_.ffn_hidden, V = info_.vocab_size;
+  if (T == 0) return InvalidArgument("llama: forward: no token ids");
+  for (int64_t t = 0; t < T; ++t) {
+    if (ids[static_cast<size_t>(t)] < 0 || ids[static_cast<size_t>(t)] >= V) {
+      return OutOfRange("llama: forward: ids[" + std::to_string(t) + "] = " +
+                        std::to_string(ids[static_cast<size_t>(t)]) + " is outside the vocabulary [0, " +
+                        std::to_string(V) + ")");
+    }
+  }
+  if (cache_len_ + T > max_ctx_) {
+    return OutOfRange("llama: forward: " + std::to_string(cache_len_) + " cached + " + std::to_string(T) +
+                      " new positions exceed the context length " + std::to_string(max_ctx_));
+  }
+  if (logits == nullptr) return InvalidArgument("llama: forward: logits is null");
+  ATTNFLOW_RETURN_IF_ERROR(EnsureCapacity(cache_len_ + T));
+  const int64_t p0 = cache_len_, Lk = p0 + T;
+  const size_t t_ = static_cast<size_t>(T);
+  x_.resize(t_ * E);
+  h_.resize(t_ * E);
+  q_.resize(t_ * H * D);
+  k_.resize(t_ * Hkv * D);
+  v_.resize(t_ * Hkv * D);
+  att_.resize(t_ * H * D);
+  g_.resize(t_ * F);
+  u_.resize(t_ * F);
+  tmp_.resize(t_ * E);
+  cos_.resize(t_ * D / 2);
+  sin_.resize(t_ * D / 2);
+  const bool cap_on = capture.sink != nullptr;
+  auto put = [&](const char* name, const float* data, const Shape& shape) {
+    if (cap_on && capture.sink->Wants(name)) capture.sink->Put(name, ViewOf(data, DType::kF32, shape));
+  };
+
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t id = ids[static_cast<size_t>(t)];
+    ATTNFLOW_RETURN_IF_ERROR(DequantizeRow(x_.data() + t * E, embd_.data + id * embd_.row_bytes, embd_.type, E));
+    const float pos = static_cast<float>(p0 + t);
+    for (int64_t i = 0; i < D / 2; ++i) {
+      const float ang = pos * inv_freq_[static_cast<size_t>(i)];
+      cos_[static_cast<size_t>(t * (D / 2) + i)] = std::cos(ang);
+      sin_[static_cast<size_t>(t * (D / 2) + i)] = std::sin(ang);
+    }
+  }
+  put("embed", x_.data(), {1, T, E});
+
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const Layer& L = layers_[l];
+    const bool cap_layer = cap_on && static_cast<int64_t>(l) == capture.layer;
+    RmsNorm(x_.data(), L.attn_norm, T, h_.data());
+    if (cap_layer) put("norm", h_.data(), {1, T, E});
+    ATTNFLOW_RETURN_IF_ERROR(MatMul({{q_.data(), H * D, &L.q}, {k_.data(), Hkv * D, &L.k}, {v_.data(), Hkv * D, &L.v}},
+                                    h_.data(), E, T, *pool_, scratch_, opt_.gemm_min_tokens));
+    Rope(q_.data(), T, H);
+    Rope(k_.data(), T, Hkv);
+    // Append to the cache: rows p0..p0+T-1 of [cap, Hkv, D].
+    Tensor& kc = kcache_[l];
+    Tensor& vc = vcache_[l];
+    if (opt_.kv_dtype == DType::kF32) {
+      std::memcpy(kc.data<float>() + p0 * Hkv * D, k_.data(), t_ * Hkv * D * sizeof(float));
+      std::memcpy(vc.data<float>() + p0 * Hkv * D, v_.data(), t_ * Hkv * D * sizeof(float));
+    } else {
+      uint16_t* kd = kc.data<uint16_t>() + p0 * Hkv * D;
+      uint16_t* vd = vc.data<uint16_t>() + p0 * Hkv * D;
+      for (size_t i = 0; i < t_ * Hkv * D; ++i) {
+        kd[i] = F32ToF16(k_[i]);
+        vd[i] = F32ToF16(v_[i]);
+      }
+    }
+    const TensorView qv = MakeStridedView(q_.data(), DType::kF32, {1, H, T, D}, {T * H * D, D, H * D, 1});
+    const TensorView ov = MakeStridedView(att_.data(), DType::kF32, {1, H, T, D}, {T * H * D, D, H * D, 1});
+    const TensorView kv = MakeStridedView(kc.data<uint8_t>(), opt_.kv_dtype, {1, Hkv, Lk, D}, {cap_ * Hkv * D, D, Hkv * D, 1});
+    const TensorView vv = MakeStridedView(vc.data<uint8_t>(), opt_.kv_dtype, {1, Hkv, Lk, D}, {cap_ * Hkv * D, D, Hkv * D, 1});
+    SdpaOptions so;
+    so.causal = Causal::kBottomRight;
+    KernelOptions ko;
+    ko.pool = pool_;
+    Status st = Attention(ov, TensorView(), qv, kv, vv, so, ko);
+    if (!st.ok()) return Status(st.code(), "llama: layer " + std::to_string(l) + ": " + st.message());
+    if (cap_layer) {
+      CaptureLayer(capture, T, Lk, qv, kv, vv, ov);
+      put("concat", att_.data(), {1, T, H * D});
+    }
+    ATTNFLOW_RETURN_IF_ERROR(MatMul({{tmp_.data(), E, &L.o}}, att_.data(), H * D, T, *pool_, scratch_, opt_.gemm_min_tokens));
+    if (cap_layer) put("out", tmp_.data(), {1, T, E});
+    for (size_t i = 0; i < t_ * E; ++i) x_[i] += tmp_[i];
+    if (cap_layer) put("residual", x_.data(), {1, T, E});
+    RmsNorm(x_.data(), L.ffn_norm, T, h_.data());
+    if (cap_layer) put("ffn_norm", h_.data(), {1, T, E});
+    ATTNFLOW_RETURN_IF_ERROR(MatMul({{g_.data(), F, &L.gate}, {u_.data(), F, &L.up}}, h_.data(), E, T, *pool_,
+                                    scratch_, opt_.gemm_min_tokens));
+    for (size_t i = 0; i < t_ * F; ++i) {
+      const float gv = g_[i];
+      g_[i] = (gv / (1.0f + std::exp(-gv))) * u_[i];  // silu(gate) * up
+    }
+    ATTNFLOW_RETURN_IF_ERROR(MatMul({{tmp_.data(), E, &L.down}}, g_.data(), F, T, *pool_, scratch_, opt_.gemm_min_tokens));
+    if (cap_layer) put("ffn", tmp_.data(), {1, T, E});
+    for (size_t i = 0; i < t_ * E; ++i) x_[i] += tmp_[i];
+    if (cap_layer) put("block_out", x_.data(), {1, T, E});
+  }
+
+  const int64_t rows = all_logits ? T : 1;
+  const float* xin = x_.data() + (T - rows) * E;
+  RmsNorm(xin, output_norm_, rows, h_.data());
+  Result<Tensor> out = Tensor::Zeros(DType::kF32, {rows, V});
+  if (!out.ok()) return out.status();
+  ATTNFLOW_RETURN_IF_ERROR(MatMul({{out->data<float>(), V, &output_}}, h_.data(), E, rows, *pool_, scratch_,
+                                  opt_.gemm_min_tokens));
+  *logits = std::move(out).value();
+  cache_len_ += T;
+  return Status::Ok();
+}
+
+Result<std::string> LlamaModel::ApplyChatTemplate(
+    const std::vector<std::pair<std::string, std::string>>& messages, bool add_generation_prompt) const {
+  if (!has_template_) {
+    return Unimplemented("llama: " + path_ + ": the model has no tokenizer.chat_template");
+  }
+  std::map<std::string, std::string> vars;
+  if (tok_->bos_id() >= 0) vars["bos_token"] = tok_->TokenText(tok_->bos_id());
+  if (tok_->eos_id() >= 0) vars["eos_token"] = tok_->TokenText(tok_->eos_id());
+  try {
+    return template_.Render(messages, add_generation_prompt, vars);
+  } catch (const std::bad_alloc&) {
+    return ResourceExhausted("llama: chat template: out of memory");
+  }
+}
+
+}  // namespace
+
+Result<std::unique_ptr<DecoderModel>> LoadLlamaGgufWithOptions(const std::string& path,
+                                                               const LlamaOptions& options) {
+  try {
+    return LlamaModel::Load(path, options);
+  } catch (const std::bad_alloc&) {
+    return ResourceExhausted("llama: " + path + ": out of memory while loading");
+  }
+}
+
+}  // namespace llama
+
+Result<std::unique_ptr<Model>> LoadLlamaGguf(const std::string& path) {
+  Result<std::unique_ptr<DecoderModel>> m = llama::LoadLlamaGgufWithOptions(path, {});
+  if (!m.ok()) return m.status();
+  return std::unique_ptr<Model>(std::move(m).value());
+}
+
+}  // namespace attnflow

@@ -1,0 +1,51 @@
+// llama_model.h — Llama-family decoder from a GGUF file (internal API behind
+// LoadModel(*.gguf); the CLI and tests use it for the options LoadModel does
+// not take).
+//
+// Architecture (general.architecture = "llama"): token embedding, N blocks of
+//   h = RMSNorm(x) * attn_norm
+//   q, k, v = h Wq^T, h Wk^T, h Wv^T; RoPE(q, k) at absolute positions
+//   x += Attention(q, K cache, V cache; causal bottom_right, GQA) Wo^T
+//   h = RMSNorm(x) * ffn_norm
+//   x += (silu(h Wgate^T) * (h Wup^T)) Wdown^T
+// then RMSNorm * output_norm and logits = h Wout^T (Wout = token_embd when
+// output.weight is absent: tied embeddings).
+//
+// RoPE layout: llama.cpp's HF->GGUF conversion permutes the rows of Wq/Wk
+// within each head so that rotated pairs are adjacent (2i, 2i+1) instead of
+// HF's halves (i, i + D/2). This model applies RoPE to adjacent pairs on the
+// GGUF weights as stored, which gives exactly HF's q.k products; captured q/k
+// stages are permuted back to HF's layout.
+//
+// Invariants: weights are read in place from the read-only mapping (no
+// dequantised copy; see qmatmul.h); the KV cache holds RoPE'd keys and values
+// for positions [0, CacheLength()) in [position, kv_head, head_dim] layout
+// (F32 or F16); Forward() either appends all its ids to the cache or leaves
+// CacheLength() unchanged (on error); logits never depend on the thread count.
+// A model object holds one sequence's cache: it is not safe to call Forward()
+// from several threads at once (load one model per concurrent sequence; the
+// weights are a shared read-only mapping, so that costs only the cache).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "attnflow/model.h"
+#include "attnflow/tensor.h"
+#include "model/llama/qmatmul.h"
+
+namespace attnflow::llama {
+
+struct LlamaOptions {
+  DType kv_dtype = DType::kF32;  // kF32 or kF16
+  int num_threads = 0;           // 0 = DefaultPool() (ATTNFLOW_NUM_THREADS)
+  // Token count from which matmuls use the packed GEMM path (see qmatmul.h).
+  int64_t gemm_min_tokens = kDefaultGemmMinTokens;
+  // Cap on the context (0 = the model's context_length).
+  int64_t max_context = 0;
+};
+
+Result<std::unique_ptr<DecoderModel>> LoadLlamaGgufWithOptions(
+    const std::string& path, const LlamaOptions& options);
+
+}  // namespace attnflow::llama

@@ -1,0 +1,438 @@
+// qmatmul.cc — fused-dequant GEMV and packed GEMM for GGUF weights (see
+// qmatmul.h). Compiled once per Highway target through
+// hwy/foreach_target.h; the best target is picked at the first call.
+//
+// Invariants: every task owns a disjoint range of output rows and writes each
+// of its outputs exactly once with a fixed summation order, so the result is
+// independent of which worker runs it and of the number of workers. Scratch
+// is indexed by the worker id (only used as working memory, never read
+// across tasks).
+#ifndef HWY_DISABLED_TARGETS
+#define HWY_DISABLED_TARGETS \
+  (HWY_SSSE3 | HWY_SVE | HWY_SVE2 | HWY_SVE_256 | HWY_SVE2_128 | HWY_RVV)
+#endif
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "model/llama/qmatmul.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+
+#include <algorithm>
+#include <cstring>
+
+#include "hwy/highway.h"
+#include "model/llama/qmatmul.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace attnflow {
+namespace llama {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+using DF = hn::ScalableTag<float>;
+using VF = hn::Vec<DF>;
+
+// Packed GEMM register tile: kGr weight rows x kGv vectors of tokens.
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+constexpr int kGr = 6;
+#else
+constexpr int kGr = 3;
+#endif
+constexpr int kGv = 4;
+constexpr int kTaskRowTiles = 8;  // rows per GEMM task = kTaskRowTiles * kGr
+
+HWY_INLINE float HalfToF32(const uint8_t* p) {
+  const hn::CappedTag<hwy::float16_t, 1> dh;
+  const hn::Rebind<float, decltype(dh)> df1;
+  return hn::GetLane(hn::PromoteTo(df1, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(p))));
+}
+
+// Lane group g (elements [g*L, g*L+L) of a 32-element block) of 4-bit
+// quants: element e < 16 is the low nibble of qs[e], e >= 16 the high nibble
+// of qs[e-16]. Returns q as float (0..15).
+HWY_INLINE VF NibbleGroup(DF df, const uint8_t* qs, size_t g) {
+  const hn::Rebind<uint8_t, DF> du8;
+  const hn::Rebind<int32_t, DF> di32;
+  const size_t e0 = g * hn::Lanes(df);
+  auto v = hn::LoadU(du8, qs + (e0 & 15));
+  v = e0 >= 16 ? hn::ShiftRight<4>(v) : hn::And(v, hn::Set(du8, uint8_t{0x0F}));
+  return hn::ConvertTo(df, hn::PromoteTo(di32, v));
+}
+
+HWY_INLINE VF Int8Group(DF df, const uint8_t* qs, size_t g) {
+  const hn::Rebind<int8_t, DF> di8;
+  const hn::Rebind<int32_t, DF> di32;
+  const auto v = hn::LoadU(di8, reinterpret_cast<const int8_t*>(qs) + g * hn::Lanes(df));
+  return hn::ConvertTo(df, hn::PromoteTo(di32, v));
+}
+
+template <GgmlType kType>
+constexpr int64_t BlockBytes() {
+  return kType == GgmlType::kQ4_1 ? 20 : kType == GgmlType::kQ4_0 ? 18 : 34;
+}
+
+// The G = 32 / L lane groups of one block's dequantised weights. On 16-lane
+// targets the 16 quant bytes of a Q4 block are widened to i32 once and split
+// into low / high nibbles there (3 ops for 32 weights).
+template <GgmlType kType>
+HWY_INLINE void BlockWeights(DF df, const uint8_t* blk, VF* w) {
+  const size_t G = 32 / hn::Lanes(df);
+  if constexpr (kType == GgmlType::kQ8_0) {
+    const VF d = hn::Set(df, HalfToF32(blk));
+    for (size_t g = 0; g < G; ++g) w[g] = hn::Mul(d, Int8Group(df, blk + 2, g));
+  } else {
+    constexpr int kQs = kType == GgmlType::kQ4_1 ? 4 : 2;
+    VF d, m;
+    if constexpr (kType == GgmlType::kQ4_1 && hn::MaxLanes(DF()) >= 2) {
+      // d and m are adjacent halves: one conversion for both (needs a
+      // 2-lane vector; the scalar target converts them one by one).
+      const hn::CappedTag<hwy::float16_t, 2> dh2;
+      const hn::Rebind<float, decltype(dh2)> df2;
+      const auto dm = hn::PromoteTo(df2, hn::LoadU(dh2, reinterpret_cast<const hwy::float16_t*>(blk)));
+      d = hn::Set(df, hn::GetLane(dm));
+      m = hn::Set(df, hn::ExtractLane(dm, 1));
+    } else {
+      d = hn::Set(df, HalfToF32(blk));
+      m = kType == GgmlType::kQ4_1 ? hn::Set(df, HalfToF32(blk + 2)) : hn::Set(df, -8.0f);
+    }
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+    if constexpr (kType == GgmlType::kQ4_1) {
+      // 16-entry table lut[q] = fma(d, q, m) (exactly gguf-py's values), then
+      // vpermps picks w = lut[q] using the low 4 bits of each index: the low
+      // nibble needs no mask, the high one a shift.
+      const hn::Rebind<uint8_t, DF> du8;
+      const hn::Rebind<int32_t, DF> di32;
+      const auto q = hn::PromoteTo(di32, hn::LoadU(du8, blk + kQs));
+      const VF lut = hn::MulAdd(d, hn::Iota(df, 0.0f), m);
+      w[0] = VF{_mm512_permutexvar_ps(q.raw, lut.raw)};
+      w[1] = VF{_mm512_permutexvar_ps(hn::ShiftRight<4>(q).raw, lut.raw)};
+      return;
+    }
+#endif
+    if constexpr (hn::MaxLanes(DF()) == 16) {
+      const hn::Rebind<uint8_t, DF> du8;
+      const hn::Rebind<int32_t, DF> di32;
+      const auto q = hn::PromoteTo(di32, hn::LoadU(du8, blk + kQs));
+      const auto lo = hn::ConvertTo(df, hn::And(q, hn::Set(di32, 15)));
+      const auto hi = hn::ConvertTo(df, hn::ShiftRight<4>(q));
+      if constexpr (kType == GgmlType::kQ4_1) {
+        w[0] = hn::MulAdd(d, lo, m);  // d*q exact: one rounding, = gguf-py
+        w[1] = hn::MulAdd(d, hi, m);
+      } else {
+        w[0] = hn::Mul(d, hn::Add(lo, m));  // d*(q-8), exact
+        w[1] = hn::Mul(d, hn::Add(hi, m));
+      }
+    } else {
+      for (size_t g = 0; g < G; ++g) {
+        const VF q = NibbleGroup(df, blk + kQs, g);
+        w[g] = kType == GgmlType::kQ4_1 ? hn::MulAdd(d, q, m) : hn::Mul(d, hn::Add(q, m));
+      }
+    }
+  }
+}
+
+// y = dot(W[r], x) for one row of a quantised type (cols % 32 == 0). One
+// vector accumulator per lane group g (fixed order: block by block, then the
+// G accumulators summed pairwise and reduced). Rows are processed one after
+// the other so a task reads its weights as one sequential stream (short
+// interleaved per-row streams defeat the hardware prefetcher: measured 30%
+// slower).
+template <GgmlType kType>
+HWY_INLINE float DotRowQ(const uint8_t* HWY_RESTRICT row, int64_t cols, const float* HWY_RESTRICT x) {
+  const DF df;
+  constexpr size_t kMaxG = 32 / hn::MaxLanes(DF()) > 0 ? 32 / hn::MaxLanes(DF()) : 1;
+  const size_t L = hn::Lanes(df);
+  const size_t G = 32 / L;
+  const int64_t nb = cols / 32;
+  constexpr int64_t kBB = BlockBytes<kType>();
+  VF acc[kMaxG];
+  HWY_UNROLL(8)
+  for (size_t g = 0; g < G; ++g) acc[g] = hn::Zero(df);
+  for (int64_t b = 0; b < nb; ++b) {
+    VF wv[kMaxG];
+    BlockWeights<kType>(df, row + b * kBB, wv);
+    const float* xb = x + b * 32;
+    HWY_UNROLL(8)
+    for (size_t g = 0; g < G; ++g) acc[g] = hn::MulAdd(wv[g], hn::LoadU(df, xb + g * L), acc[g]);
+  }
+  for (size_t n = G; n > 1; n /= 2) {
+    for (size_t g = 0; g < n / 2; ++g) acc[g] = hn::Add(acc[g], acc[g + n / 2]);
+  }
+  return hn::GetLane(hn::SumOfLanes(df, acc[0]));
+}
+
+template <GgmlType kType>
+void DotRowsQ(const QMatrix& w, int64_t r0, int64_t nr, const float* x, float* y) {
+  const uint8_t* row = w.data + r0 * w.row_bytes;
+  for (int64_t j = 0; j < nr; ++j, row += w.row_bytes) y[j] = DotRowQ<kType>(row, w.cols, x);
+}
+
+// Generic (F32/F16/BF16 or any type): dequantise the row into `tmp`, then a
+// lane-group dot with a scalar tail.
+void DotRowsGeneric(const QMatrix& w, int64_t r0, int64_t nr, const float* x, float* y,
+                    float* tmp) {
+  const DF df;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(df));
+  for (int64_t j = 0; j < nr; ++j) {
+    (void)DequantizeRow(tmp, w.data + (r0 + j) * w.row_bytes, w.type, w.cols);
+    VF acc = hn::Zero(df);
+    int64_t k = 0;
+    for (; k + L <= w.cols; k += L) acc = hn::MulAdd(hn::LoadU(df, tmp + k), hn::LoadU(df, x + k), acc);
+    float s = hn::GetLane(hn::SumOfLanes(df, acc));
+    for (; k < w.cols; ++k) s += tmp[k] * x[k];
+    y[j] = s;
+  }
+}
+
+void DotRowsT(const QMatrix& w, int64_t r0, int64_t nr, const float* x, float* y, float* tmp) {
+  switch (w.type) {
+    case GgmlType::kQ4_1: return DotRowsQ<GgmlType::kQ4_1>(w, r0, nr, x, y);
+    case GgmlType::kQ4_0: return DotRowsQ<GgmlType::kQ4_0>(w, r0, nr, x, y);
+    case GgmlType::kQ8_0: return DotRowsQ<GgmlType::kQ8_0>(w, r0, nr, x, y);
+    default: return DotRowsGeneric(w, r0, nr, x, y, tmp);
+  }
+}
+
+// ---- packed GEMM ------------------------------------------------------------
+
+// Vectorised DequantizeRow for the quantised types (same values).
+template <GgmlType kType>
+HWY_INLINE void DequantRowQ(const uint8_t* src, int64_t cols, float* HWY_RESTRICT dst) {
+  const DF df;
+  const size_t L = hn::Lanes(df);
+  const size_t G = 32 / L;
+  constexpr size_t kMaxG = 32 / hn::MaxLanes(DF()) > 0 ? 32 / hn::MaxLanes(DF()) : 1;
+  constexpr int64_t kBB = BlockBytes<kType>();
+  VF wv[kMaxG];
+  for (int64_t b = 0; b < cols / 32; ++b) {
+    BlockWeights<kType>(df, src + b * kBB, wv);
+    for (size_t g = 0; g < G; ++g) hn::StoreU(wv[g], df, dst + b * 32 + g * L);
+  }
+}
+
+HWY_INLINE void DequantRowAny(const QMatrix& w, int64_t r, float* dst) {
+  const uint8_t* src = w.data + r * w.row_bytes;
+  switch (w.type) {
+    case GgmlType::kQ4_1: return DequantRowQ<GgmlType::kQ4_1>(src, w.cols, dst);
+    case GgmlType::kQ4_0: return DequantRowQ<GgmlType::kQ4_0>(src, w.cols, dst);
+    case GgmlType::kQ8_0: return DequantRowQ<GgmlType::kQ8_0>(src, w.cols, dst);
+    default: (void)DequantizeRow(dst, src, w.type, w.cols);
+  }
+}
+
+// Token vectors per packed block for T tokens: as few as cover T, at most
+// kGv (so short prompts do not pay for padding).
+int64_t TokenVecsT(int64_t T) {
+  const int64_t L = static_cast<int64_t>(hn::Lanes(DF()));
+  return std::min<int64_t>(kGv, (T + L - 1) / L);
+}
+int64_t TokenBlockT(int64_t T) { return TokenVecsT(T) * static_cast<int64_t>(hn::Lanes(DF())); }
+int64_t TaskRowsT() { return static_cast<int64_t>(kTaskRowTiles * kGr); }
+
+// Packs tokens [blk*TB, blk*TB + TB) of x (rows of K, stride ldx) into
+// xp [K][TB], k-major, zero padded past T. TB = TokenBlockT(T).
+void PackTokensT(const float* x, int64_t ldx, int64_t T, int64_t K, int64_t blk, float* xp) {
+  const int64_t TB = TokenBlockT(T);
+  const int64_t t0 = blk * TB;
+  const int64_t nt = std::min(TB, T - t0);
+  for (int64_t k0 = 0; k0 < K; k0 += 16) {
+    const int64_t k1 = std::min(K, k0 + 16);
+    for (int64_t t = 0; t < TB; ++t) {
+      if (t < nt) {
+        const float* xr = x + (t0 + t) * ldx;
+        for (int64_t k = k0; k < k1; ++k) xp[k * TB + t] = xr[k];
+      } else {
+        for (int64_t k = k0; k < k1; ++k) xp[k * TB + t] = 0.0f;
+      }
+    }
+  }
+}
+
+// y[t][r] = sum_k w[r][k] * x[t][k] for kR rows (w row-major, stride K) and
+// the TB = kV * L tokens of one packed block (nt of them valid). Every output
+// is one scalar fma chain over k = 0..K-1 (a lane of an accumulator vector),
+// whatever kR / kV are.
+template <int kR, int kV>
+HWY_INLINE void GemmMicro(const float* HWY_RESTRICT w, size_t K, const float* HWY_RESTRICT xp,
+                          float* y, size_t ldy, size_t nt) {
+  const DF df;
+  const size_t L = hn::Lanes(df);
+  const size_t TB = kV * L;
+  VF acc[kR][kV];
+  HWY_UNROLL(8)
+  for (int r = 0; r < kR; ++r) {
+    HWY_UNROLL(4)
+    for (int v = 0; v < kV; ++v) acc[r][v] = hn::Zero(df);
+  }
+  for (size_t k = 0; k < K; ++k) {
+    const float* xk = xp + k * TB;
+    VF xv[kV];
+    HWY_UNROLL(4)
+    for (int v = 0; v < kV; ++v) xv[v] = hn::Load(df, xk + v * L);
+    HWY_UNROLL(8)
+    for (int r = 0; r < kR; ++r) {
+      const VF wb = hn::Set(df, w[r * K + k]);
+      HWY_UNROLL(4)
+      for (int v = 0; v < kV; ++v) acc[r][v] = hn::MulAdd(wb, xv[v], acc[r][v]);
+    }
+  }
+  HWY_ALIGN float tmp[kV * 64];
+  HWY_UNROLL(8)
+  for (int r = 0; r < kR; ++r) {
+    HWY_UNROLL(4)
+    for (int v = 0; v < kV; ++v) hn::Store(acc[r][v], df, tmp + v * L);
+    for (size_t t = 0; t < nt; ++t) y[t * ldy + r] = tmp[t];
+  }
+}
+
+template <int kV>
+void GemmBlocks(const float* scratch, int64_t nr, size_t K, const float* xp, int64_t T,
+                float* y, int64_t ldy, int64_t r0) {
+  const int64_t TB = kV * static_cast<int64_t>(hn::Lanes(DF()));
+  const int64_t nblk = (T + TB - 1) / TB;
+  for (int64_t b = 0; b < nblk; ++b) {
+    const float* xb = xp + b * TB * static_cast<int64_t>(K);
+    const size_t nt = static_cast<size_t>(std::min(TB, T - b * TB));
+    float* yb = y + b * TB * ldy + r0;
+    int64_t j = 0;
+    for (; j + kGr <= nr; j += kGr) {
+      GemmMicro<kGr, kV>(scratch + j * static_cast<int64_t>(K), K, xb, yb + j, ldy, nt);
+    }
+    for (; j < nr; ++j) GemmMicro<1, kV>(scratch + j * static_cast<int64_t>(K), K, xb, yb + j, ldy, nt);
+  }
+}
+
+// Rows [r0, r0+nr) of W times all T tokens (packed by PackTokensT):
+// dequantise the rows once into `scratch` [nr][K], then micro tiles.
+void GemmRowsT(const QMatrix& w, int64_t r0, int64_t nr, const float* xp, int64_t T,
+               float* y, int64_t ldy, float* scratch) {
+  const size_t K = static_cast<size_t>(w.cols);
+  for (int64_t j = 0; j < nr; ++j) DequantRowAny(w, r0 + j, scratch + j * w.cols);
+  switch (TokenVecsT(T)) {
+    case 1: return GemmBlocks<1>(scratch, nr, K, xp, T, y, ldy, r0);
+    case 2: return GemmBlocks<2>(scratch, nr, K, xp, T, y, ldy, r0);
+    case 3: return GemmBlocks<3>(scratch, nr, K, xp, T, y, ldy, r0);
+    default: return GemmBlocks<kGv>(scratch, nr, K, xp, T, y, ldy, r0);
+  }
+}
+
+const char* TargetNameT() { return hwy::TargetName(HWY_TARGET); }
+
+}  // namespace HWY_NAMESPACE
+}  // namespace llama
+}  // namespace attnflow
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace attnflow {
+namespace llama {
+
+HWY_EXPORT(DotRowsT);
+HWY_EXPORT(GemmRowsT);
+HWY_EXPORT(PackTokensT);
+HWY_EXPORT(TokenBlockT);
+HWY_EXPORT(TaskRowsT);
+HWY_EXPORT(TargetNameT);
+
+int64_t TokenBlock(int64_t T) { return HWY_DYNAMIC_DISPATCH(TokenBlockT)(T); }
+int64_t GemmTaskRows() { return HWY_DYNAMIC_DISPATCH(TaskRowsT)(); }
+const char* MatMulTarget() { return HWY_DYNAMIC_DISPATCH(TargetNameT)(); }
+
+MatMulScratch::~MatMulScratch() {
+  for (float* b : bufs_) AlignedFree(b);
+  AlignedFree(xpack_);
+}
+
+Status MatMulScratch::Reserve(int workers, int64_t max_cols) {
+  if (workers <= static_cast<int>(bufs_.size()) && max_cols <= max_cols_) return Status::Ok();
+  for (float* b : bufs_) AlignedFree(b);
+  bufs_.clear();
+  max_cols_ = std::max(max_cols, max_cols_);
+  // Dequantised rows of one GEMM task, or one row for the generic dot.
+  const size_t floats = static_cast<size_t>(max_cols_ * GemmTaskRows() + 64);
+  for (int w = 0; w < workers; ++w) {
+    float* b = static_cast<float*>(AlignedAlloc(floats * sizeof(float)));
+    if (b == nullptr) {
+      for (float* x : bufs_) AlignedFree(x);
+      bufs_.clear();
+      max_cols_ = 0;
+      return ResourceExhausted("matmul: cannot allocate " + std::to_string(floats * 4) +
+                               " bytes of scratch");
+    }
+    bufs_.push_back(b);
+  }
+  return Status::Ok();
+}
+
+Result<float*> MatMulScratch::PackBuffer(int64_t floats) {
+  if (floats > xpack_floats_) {
+    AlignedFree(xpack_);
+    xpack_floats_ = 0;
+    xpack_ = static_cast<float*>(AlignedAlloc(static_cast<size_t>(floats) * sizeof(float)));
+    if (xpack_ == nullptr) {
+      return ResourceExhausted("matmul: cannot allocate " + std::to_string(floats * 4) +
+                               " bytes for packed activations");
+    }
+    xpack_floats_ = floats;
+  }
+  return xpack_;
+}
+
+Status MatMul(const std::vector<MatJob>& jobs, const float* x, int64_t ldx, int64_t T,
+              ThreadPool& pool, MatMulScratch& scratch, int64_t gemm_min_tokens) {
+  if (jobs.empty() || T <= 0) return Status::Ok();
+  const int64_t K = jobs[0].w->cols;
+  for (const MatJob& j : jobs) {
+    if (j.w->cols != K || ldx < K || j.ldy < j.w->rows) {
+      return InvalidArgument("matmul: " + j.w->name + " [" + std::to_string(j.w->rows) + "," +
+                             std::to_string(j.w->cols) + "] does not fit x [" + std::to_string(T) +
+                             "," + std::to_string(K) + "] (ldx " + std::to_string(ldx) + ", ldy " +
+                             std::to_string(j.ldy) + ")");
+    }
+  }
+  ATTNFLOW_RETURN_IF_ERROR(scratch.Reserve(pool.NumWorkers(), K));
+  const bool gemm = T >= gemm_min_tokens;
+  const float* xp = nullptr;
+  if (gemm) {
+    // Pack the activations token-block-major once, in parallel.
+    const int64_t TB = TokenBlock(T);
+    const int64_t nblk = (T + TB - 1) / TB;
+    Result<float*> buf = scratch.PackBuffer(nblk * TB * K);
+    if (!buf.ok()) return buf.status();
+    float* p = *buf;
+    pool.ParallelFor(nblk, [&](int64_t b, int) {
+      HWY_DYNAMIC_DISPATCH(PackTokensT)(x, ldx, T, K, b, p + b * TB * K);
+    });
+    xp = p;
+  }
+  // Rows per task: GEMM tiles; for the fused path a multiple of the register
+  // block, sized so that small matrices still give several tasks.
+  std::vector<int64_t> first_task(jobs.size() + 1, 0);
+  std::vector<int64_t> rows_per_task(jobs.size());
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const int64_t n = jobs[i].w->rows;
+    const int64_t rpt = gemm ? GemmTaskRows() : (n >= 4096 ? 64 : 16);
+    rows_per_task[i] = rpt;
+    first_task[i + 1] = first_task[i] + (n + rpt - 1) / rpt;
+  }
+  const int64_t n_tasks = first_task.back();
+  pool.ParallelFor(n_tasks, [&](int64_t task, int worker) {
+    const size_t ji = static_cast<size_t>(
+        std::upper_bound(first_task.begin(), first_task.end(), task) - first_task.begin() - 1);
+    const MatJob& j = jobs[ji];
+    const int64_t r0 = (task - first_task[ji]) * rows_per_task[ji];
+    const int64_t nr = std::min(rows_per_task[ji], j.w->rows - r0);
+    float* buf = scratch.worker(worker);
+    if (gemm) {
+      HWY_DYNAMIC_DISPATCH(GemmRowsT)(*j.w, r0, nr, xp, T, j.y, j.ldy, buf);
+    } else {
+      for (int64_t t = 0; t < T; ++t) {
+        HWY_DYNAMIC_DISPATCH(DotRowsT)(*j.w, r0, nr, x + t * ldx, j.y + t * j.ldy + r0, buf);
+      }
+    }
+  });
+  return Status::Ok();
+}
+
+}  // namespace llama
+}  // namespace attnflow
+#endif  // HWY_ONCE
