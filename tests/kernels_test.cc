@@ -658,25 +658,49 @@ TEST(Dispatch, EmptyShapes) {
 bool FailAllocs(size_t) { return false; }
 
 TEST(Dispatch, ScratchAllocationFailureIsAnError) {
-  // Scratch buffers are recycled across calls; huge tile overrides make this
-  // call need a buffer larger than any cached one, so it must allocate.
+  // Idle scratch buffers (<= 256 MiB each) are recycled across calls; tile
+  // overrides at their caps make this call need ~1 GiB of scratch, which no
+  // cached buffer can serve, so it must allocate (and the hook fails that).
   Spec s;
   s.H = 1;
-  s.Lq = 2100;
-  s.Lk = 70;
+  s.Lq = 4096;
+  s.Lk = 65536;
   s.D = 16;
   Inputs in = Make(s);
-  Tensor out = Zeros(DType::kF32, {1, 1, 2100, 16});
+  Tensor out = Zeros(DType::kF32, {1, 1, 4096, 16});
   for (KernelKind kk : {KernelKind::kTiledPrefill, KernelKind::kSplitKvDecode}) {
     KernelOptions kopt;
     kopt.force = kk;
-    kopt.tile_q = 2048;
-    kopt.tile_kv = kk == KernelKind::kTiledPrefill ? 4096 : (1 << 20);
+    kopt.tile_q = 4096;
+    kopt.tile_kv = 65536;
     SetAllocHook(&FailAllocs);
     const Status st = Attention(out.view(), TensorView(), in.q, in.k, in.v, in.opt, kopt);
     SetAllocHook(nullptr);
     EXPECT_EQ(st.code(), StatusCode::kResourceExhausted) << st.ToString();
     EXPECT_NE(st.message().find("scratch"), std::string::npos) << st.message();
+  }
+}
+
+// Absurd overrides are clamped: no overflow, the right result.
+TEST(Dispatch, HugeOverridesAreClamped) {
+  Spec s;
+  s.H = 2;
+  s.Lq = 9;
+  s.Lk = 40;
+  s.D = 16;
+  const Inputs in = Make(s);
+  const Outputs ref = Reference(in), naive = NaiveF32(in);
+  for (int64_t t : {int64_t{1} << 40, std::numeric_limits<int64_t>::max()}) {
+    for (KernelKind kk : {KernelKind::kTiledPrefill, KernelKind::kSplitKvDecode}) {
+      KernelOptions kopt;
+      kopt.force = kk;
+      kopt.tile_q = t;
+      kopt.tile_kv = t;
+      kopt.split_kv = t;
+      KernelRun k = RunKernel(in, kopt);
+      ASSERT_TRUE(k.status.ok()) << k.status.ToString();
+      CheckAgainst("out", k.o.out.view(), naive.out.view(), ref.out.view(), s.Name());
+    }
   }
 }
 

@@ -38,9 +38,10 @@ struct KernelOptions {
   ThreadPool* pool = nullptr;            // nullptr = DefaultPool()
   // Tuning overrides (0 = automatic). They change the fp32 reduction order
   // (so results may differ in the last bits between settings) but never make
-  // results depend on the thread count.
+  // results depend on the thread count. Values beyond the problem are clamped
+  // (tile_q to min(4096, G*Lq), tile_kv to min(65536, Lk), split_kv to Lk).
   int64_t tile_q = 0;   // prefill: query rows per tile (rounded up to the SIMD row block)
-  int64_t tile_kv = 0;  // keys per tile (rounded up to a multiple of 8)
+  int64_t tile_kv = 0;  // keys per tile (rounded up to a multiple of 16)
   int64_t split_kv = 0; // decode: keys per split (rounded up to tile_kv)
 };
 

@@ -82,6 +82,14 @@ TargetInfo Target() {
 }
 
 int64_t RoundUp(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+constexpr int64_t kMaxTileRows = 4096;   // tile_q override cap
+constexpr int64_t kMaxTileKeys = 65536;  // tile_kv override cap
+
+// A tile_kv override, clamped to [1, min(Lk, kMaxTileKeys)].
+int64_t ClampKv(int64_t v, const SdpaDims& d) {
+  return std::max<int64_t>(1, std::min({v, kMaxTileKeys, std::max<int64_t>(d.kv_len, 1)}));
+}
 int64_t CeilDiv(int64_t x, int64_t m) { return (x + m - 1) / m; }
 
 int64_t L2Bytes() {
@@ -143,6 +151,7 @@ struct Prepared {
   Plan plan;
   std::vector<int64_t> valid_kv;
   std::vector<float> slope2;
+  std::vector<double> slope;
 };
 
 int FastD(const SdpaDims& d) {
@@ -168,7 +177,13 @@ void PlanPrefill(const SdpaDims& d, const KernelOptions& kopt, Plan* pl,
   pl->dvp = RoundUp(d.v_dim, t.lanes);
   pl->fast_d = FastD(d);
   const int64_t default_rows = d.head_dim > 128 ? 32 : 64;
-  int64_t rows_target = kopt.tile_q > 0 ? kopt.tile_q : default_rows;
+  // Overrides are clamped to what the problem can use (never larger than all
+  // of a group's rows, at most kMaxTileRows): no size computation can
+  // overflow and absurd values cannot force huge allocations.
+  int64_t rows_target = default_rows;
+  if (kopt.tile_q > 0) {
+    rows_target = std::min({kopt.tile_q, kMaxTileRows, G * std::max<int64_t>(d.q_len, 1)});
+  }
   rows_target = RoundUp(std::max<int64_t>(rows_target, 1), t.row_block);
   pl->hc = std::min(G, rows_target);
   pl->tq = std::max<int64_t>(1, rows_target / pl->hc);
@@ -177,7 +192,7 @@ void PlanPrefill(const SdpaDims& d, const KernelOptions& kopt, Plan* pl,
   pl->n_hchunks = CeilDiv(G, pl->hc);
   pl->n_qtiles = CeilDiv(d.q_len, pl->tq);
   const int64_t default_kv = d.head_dim > 128 ? 64 : 128;
-  pl->tkv = RoundUp(kopt.tile_kv > 0 ? kopt.tile_kv : default_kv, 16);
+  pl->tkv = RoundUp(kopt.tile_kv > 0 ? ClampKv(kopt.tile_kv, d) : default_kv, 16);
   pl->num_tasks = d.batch * d.num_kv_heads * pl->n_hchunks * pl->n_qtiles;
   pl->worker_floats = kernels::MakeScratchLayout(*pl).total;
 
@@ -211,11 +226,11 @@ void PlanDecode(const SdpaDims& d, const KernelOptions& kopt, Plan* pl,
   pl->dvp = RoundUp(d.v_dim, t.lanes);
   pl->fast_d = FastD(d);
   pl->rows = G * d.q_len;
-  pl->tkv = RoundUp(kopt.tile_kv > 0 ? kopt.tile_kv : 256, 16);
+  pl->tkv = RoundUp(kopt.tile_kv > 0 ? ClampKv(kopt.tile_kv, d) : 256, 16);
   const int64_t bh = d.batch * d.num_kv_heads;
   int64_t split_len;
   if (kopt.split_kv > 0) {
-    split_len = RoundUp(kopt.split_kv, pl->tkv);
+    split_len = RoundUp(std::min(kopt.split_kv, std::max<int64_t>(d.kv_len, 1)), pl->tkv);
   } else {
     // Aim for >= 32 tasks overall (enough for ~16 threads to balance) but
     // never splits shorter than 512 keys. Depends only on the shape.
@@ -356,11 +371,14 @@ Status Prepare(const char* op, const TensorView& out, const TensorView& lse,
   P.valid_kv = pr->valid_kv.data();
   if (!opt.alibi_slopes.empty_view()) {
     pr->slope2.resize(static_cast<size_t>(d.num_heads));
+    pr->slope.resize(static_cast<size_t>(d.num_heads));
     for (int64_t h = 0; h < d.num_heads; ++h) {
-      pr->slope2[static_cast<size_t>(h)] = static_cast<float>(
-          opt.alibi_slopes.load(h * opt.alibi_slopes.strides[0]) * kernels::kLog2e);
+      const double sl = opt.alibi_slopes.load(h * opt.alibi_slopes.strides[0]);
+      pr->slope[static_cast<size_t>(h)] = sl;
+      pr->slope2[static_cast<size_t>(h)] = static_cast<float>(sl * kernels::kLog2e);
     }
     P.slope2 = pr->slope2.data();
+    P.slope = pr->slope.data();
   }
   return Status::Ok();
 }

@@ -553,6 +553,8 @@ HWY_INLINE void ApplyMaskRow(const Problem& P, int64_t b, int64_t h, int64_t i,
 
 // Writes one finished row: out = o / l, lse = (m + log2 l) * ln2. Rows that
 // see no key (dead by index, or l == 0 after masking) get out 0, lse -inf.
+// A non-finite result is recomputed by RecomputeRowScalar (exact handling of
+// NaN/Inf in hidden keys; legitimately NaN/Inf rows stay so).
 HWY_INLINE void FinalizeRow(const Problem& P, int64_t b, int64_t h, int64_t i,
                             const float* HWY_RESTRICT o, float m, float l,
                             bool dead) {
@@ -563,8 +565,14 @@ HWY_INLINE void FinalizeRow(const Problem& P, int64_t b, int64_t h, int64_t i,
     for (int64_t c = 0; c < P.Dv; ++c) out[c * s3] = 0.0f;
     lse = kNegInfF;
   } else {
-    for (int64_t c = 0; c < P.Dv; ++c) out[c * s3] = o[c] / l;
+    bool finite = true;
+    for (int64_t c = 0; c < P.Dv; ++c) {
+      const float x = o[c] / l;
+      finite &= std::isfinite(x);
+      out[c * s3] = x;
+    }
     lse = static_cast<float>((static_cast<double>(m) + std::log2(static_cast<double>(l))) * kLn2);
+    if (!finite || !std::isfinite(lse)) return RecomputeRowScalar(P, b, h, i);
   }
   if (P.lse != nullptr) P.lse[b * P.ls[0] + h * P.ls[1] + i * P.ls[2]] = lse;
 }

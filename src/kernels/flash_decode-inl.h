@@ -138,11 +138,6 @@ HWY_INLINE void DecodeTile(const Problem& P, const Plan& pl, const DecodeRows& R
   const int64_t je = js + static_cast<int64_t>(n);
   QkRows<T>(R.qd, rows, k, kpitch, dp, n, s, pitch, R.live);
   const bool need_range = !(js >= R.max_first && je - 1 <= R.min_last);
-  for (size_t r = 0; r < rows; ++r) {
-    if (!R.live[r]) continue;
-    float* row = s + r * pitch;
-    for (size_t j = n; j < nv; ++j) row[j] = kNegInfF;
-  }
   if (P.slope2 != nullptr) AlibiRows(s, pitch, rows, nv, js, R.diag, R.slope);
   if (P.mask != nullptr) {
     for (size_t r = 0; r < rows; ++r) {
@@ -160,6 +155,13 @@ HWY_INLINE void DecodeTile(const Problem& P, const Plan& pl, const DecodeRows& R
         if (jj < R.first[r] || jj > R.last[r]) row[j] = kNegInfF;
       }
     }
+  }
+  // Pad to whole vectors after the masks (a NaN ALiBi slope must not turn
+  // the padding into NaN).
+  for (size_t r = 0; r < rows; ++r) {
+    if (!R.live[r]) continue;
+    float* row = s + r * pitch;
+    for (size_t j = n; j < nv; ++j) row[j] = kNegInfF;
   }
   // Online softmax per row (vectorised over keys).
   const VF ninf = hn::Set(df, kNegInfF);

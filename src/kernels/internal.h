@@ -48,6 +48,7 @@ struct Problem {
 
   const int64_t* valid_kv = nullptr;  // [B]
   const float* slope2 = nullptr;      // [H], slope * log2(e); nullptr = no ALiBi
+  const double* slope = nullptr;      // [H], the slopes as given (scalar fallback)
 };
 
 // Per-target facts the planner needs (queried through dynamic dispatch).
@@ -126,6 +127,12 @@ void RunDecodeSplit(const Problem& p, const Plan& plan, int64_t task,
 // Scalar, fixed-order log-sum-exp merge of the splits of one (b, kv head).
 void MergeDecodeSplits(const Problem& p, const Plan& plan, int64_t bh,
                        const float* partials);
+// Scalar fp32 recomputation of one output row (b, h, i) with the reference's
+// treatment of non-finite values: a key whose weight is exactly 0 (hidden by
+// index, mask or underflow) contributes nothing even if its K/V hold NaN/Inf.
+// The SIMD kernels call it for the rare rows whose result is not finite
+// (0 * Inf/NaN in P.V would otherwise poison rows that never see the key).
+void RecomputeRowScalar(const Problem& p, int64_t b, int64_t h, int64_t i);
 
 }  // namespace kernels
 }  // namespace attnflow

@@ -107,7 +107,6 @@ void MergeDecodeSplits(const Problem& P, const Plan& pl, int64_t bh,
   const size_t dvp = static_cast<size_t>(pl.dvp);
   const int64_t S = pl.n_splits;
   const float* base = partials + static_cast<size_t>(bh * S) * pl.partial_floats;
-  constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
   double acc[kFastMaxHeadDim];  // Dv <= 256 (dispatch rule)
   for (size_t r = 0; r < rows; ++r) {
     const int64_t hl = static_cast<int64_t>(r) / P.Lq, i = static_cast<int64_t>(r) % P.Lq;
@@ -122,9 +121,9 @@ void MergeDecodeSplits(const Problem& P, const Plan& pl, int64_t bh,
     }
     float* out = P.out + b * P.os[0] + h * P.os[1] + i * P.os[2];
     float lse;
-    if (nan) {
-      for (int64_t c = 0; c < P.Dv; ++c) out[c * P.os[3]] = static_cast<float>(kNaN);
-      lse = static_cast<float>(kNaN);
+    if (nan) {  // NaN/Inf met somewhere: exact scalar semantics for this row
+      RecomputeRowScalar(P, b, h, i);
+      continue;
     } else if (M == -std::numeric_limits<double>::infinity()) {
       for (int64_t c = 0; c < P.Dv; ++c) out[c * P.os[3]] = 0.0f;
       lse = -std::numeric_limits<float>::infinity();
@@ -140,13 +139,100 @@ void MergeDecodeSplits(const Problem& P, const Plan& pl, int64_t bh,
         const float* o = part + r * dvp;
         for (int64_t c = 0; c < P.Dv; ++c) acc[static_cast<size_t>(c)] += w * o[c];
       }
+      bool finite = true;
       for (int64_t c = 0; c < P.Dv; ++c) {
-        out[c * P.os[3]] = static_cast<float>(acc[static_cast<size_t>(c)] / lsum);
+        const float x = static_cast<float>(acc[static_cast<size_t>(c)] / lsum);
+        finite &= std::isfinite(x);
+        out[c * P.os[3]] = x;
       }
       lse = static_cast<float>((M + std::log2(lsum)) * kLn2);
+      if (!finite || !std::isfinite(lse)) {
+        RecomputeRowScalar(P, b, h, i);
+        continue;
+      }
     }
     if (P.lse != nullptr) P.lse[b * P.ls[0] + h * P.ls[1] + i * P.ls[2]] = lse;
   }
+}
+
+namespace {
+
+float LoadAsF32(const void* base, DType t, int64_t off) {
+  switch (t) {
+    case DType::kF16: return F16ToF32(static_cast<const uint16_t*>(base)[off]);
+    case DType::kBF16: return BF16ToF32(static_cast<const uint16_t*>(base)[off]);
+    case DType::kF64: return static_cast<float>(static_cast<const double*>(base)[off]);
+    case DType::kBool: return static_cast<const uint8_t*>(base)[off] ? 1.0f : 0.0f;
+    default: return static_cast<const float*>(base)[off];
+  }
+}
+
+// Masked, scaled, biased score of key j in the natural-log domain (fp32), or
+// -inf when hidden; the reference's rules, including NaN propagation.
+float RowScore(const Problem& P, int64_t b, int64_t h, int64_t hk, int64_t i,
+               int64_t j, const KeyRange& kr, float scale) {
+  if (j < kr.first || j > kr.last) return -std::numeric_limits<float>::infinity();
+  const float* q = P.q + b * P.qs[0] + h * P.qs[1] + i * P.qs[2];
+  const int64_t k0 = b * P.ks[0] + hk * P.ks[1] + j * P.ks[2];
+  float acc = 0.0f;
+  for (int64_t d = 0; d < P.D; ++d) acc += q[d * P.qs[3]] * LoadAsF32(P.k, P.kt, k0 + d * P.ks[3]);
+  float x = acc * scale;
+  if (P.mask != nullptr) {
+    const int64_t mo = b * P.ms[0] + h * P.ms[1] + i * P.ms[2] + j * P.ms[3];
+    const float mv = LoadAsF32(P.mask, P.mt, mo);
+    if (P.mt == DType::kBool) {
+      if (mv == 0.0f) return -std::numeric_limits<float>::infinity();
+    } else {
+      x += mv;
+    }
+  }
+  if (P.slope != nullptr) x += static_cast<float>(AlibiBias(P.slope[h], i, j, P.Lq, P.Lk));
+  return x;
+}
+
+}  // namespace
+
+void RecomputeRowScalar(const Problem& P, int64_t b, int64_t h, int64_t i) {
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  const int64_t hk = h / P.G;
+  const KeyRange kr = VisibleKeys(P.causal, P.window_left, P.window_right, i, P.Lq,
+                                  P.Lk, P.valid_kv[b]);
+  const float scale = static_cast<float>(static_cast<double>(P.scale2) / kLog2e);
+  float* out = P.out + b * P.os[0] + h * P.os[1] + i * P.os[2];
+  float* lse = P.lse != nullptr ? P.lse + b * P.ls[0] + h * P.ls[1] + i * P.ls[2] : nullptr;
+  // Pass 1: max over visible scores; NaN anywhere visible poisons the row.
+  float mx = -kInf;
+  bool nan = false;
+  const int64_t first = std::max<int64_t>(kr.first, 0), last = std::min(kr.last, P.Lk - 1);
+  for (int64_t j = first; j <= last; ++j) {
+    const float x = RowScore(P, b, h, hk, i, j, kr, scale);
+    if (std::isnan(x)) nan = true;
+    else if (x > mx) mx = x;
+  }
+  if (nan) {
+    for (int64_t c = 0; c < P.Dv; ++c) out[c * P.os[3]] = std::numeric_limits<float>::quiet_NaN();
+    if (lse) *lse = std::numeric_limits<float>::quiet_NaN();
+    return;
+  }
+  if (mx == -kInf) {
+    for (int64_t c = 0; c < P.Dv; ++c) out[c * P.os[3]] = 0.0f;
+    if (lse) *lse = -kInf;
+    return;
+  }
+  // Pass 2: weights (exact zeros skip their V row), sum, weighted V.
+  float acc[kFastMaxHeadDim] = {};
+  float sum = 0.0f;
+  for (int64_t j = first; j <= last; ++j) {
+    const float x = RowScore(P, b, h, hk, i, j, kr, scale);
+    if (x == -kInf) continue;
+    const float w = std::exp(x - mx);  // NaN for a +inf logit, as in the reference
+    sum += w;
+    if (w == 0.0f) continue;
+    const int64_t v0 = b * P.vs[0] + hk * P.vs[1] + j * P.vs[2];
+    for (int64_t c = 0; c < P.Dv; ++c) acc[c] += w * LoadAsF32(P.v, P.vt, v0 + c * P.vs[3]);
+  }
+  for (int64_t c = 0; c < P.Dv; ++c) out[c * P.os[3]] = acc[c] / sum;
+  if (lse) *lse = mx + std::log(sum);
 }
 
 }  // namespace kernels
