@@ -395,6 +395,7 @@ struct TinyOpts {
   bool drop_tensor = false;
   std::string rope_scaling;
   int64_t embd_rows = 0;  // 0 = vocabulary size
+  uint32_t context = 64;
 };
 
 std::vector<uint8_t> TinyLlama(const TinyOpts& o) {
@@ -403,7 +404,7 @@ std::vector<uint8_t> TinyLlama(const TinyOpts& o) {
   const int64_t E = 64, F = 96, H = 4, Hkv = 2, D = 16, L = 2;
   g.AddString("general.architecture", o.arch);
   g.AddU32(o.arch + ".block_count", L);
-  g.AddU32(o.arch + ".context_length", 64);
+  g.AddU32(o.arch + ".context_length", o.context);
   g.AddU32(o.arch + ".embedding_length", E);
   g.AddU32(o.arch + ".feed_forward_length", F);
   g.AddU32(o.arch + ".attention.head_count", H);
@@ -550,6 +551,26 @@ TEST(LlamaLoader, EverySimdTargetAgrees) {
     ++tried;
   }
   EXPECT_GE(tried, 2);
+}
+
+// Crossing the cache capacity (256, then 384 positions) copies every head's
+// keys/values into the grown cache: decoding across it matches a prefill.
+TEST(LlamaLoader, CacheGrowthKeepsEarlierPositions) {
+  TinyOpts o;
+  o.context = 1024;
+  auto a = std::move(LoadTiny(o)).value();
+  auto b = std::move(LoadTiny(o)).value();
+  std::vector<int32_t> ids;
+  for (int i = 0; i < 400; ++i) ids.push_back(static_cast<int32_t>((i * 37 + 11) % 256));
+  Tensor full, l;
+  ASSERT_TRUE(a->Forward(ids, true, &full).ok());
+  ASSERT_TRUE(b->Forward({ids.begin(), ids.begin() + 250}, false, &l).ok());
+  const int64_t V = 258;
+  for (int64_t t = 250; t < 400; ++t) {
+    ASSERT_TRUE(b->Forward({ids[static_cast<size_t>(t)]}, false, &l).ok());
+    ASSERT_LE(MaxDiff(l.data<float>(), full.data<float>() + t * V, V), 1e-4) << "position " << t;
+  }
+  EXPECT_EQ(b->CacheLength(), 400);
 }
 
 TEST(LlamaLoader, RejectsBadModels) {

@@ -133,7 +133,7 @@ struct GenStats {
 
 // Prefills `new_ids` on top of the cache, then samples up to max_tokens,
 // streaming text. Appends every token fed to the cache to *fed.
-Status Generate(const char* cmd, DecoderModel& m, const bpe::BpeTokenizer& tok,
+Status Generate(DecoderModel& m, const bpe::BpeTokenizer& tok,
                 const std::vector<int32_t>& new_ids, int64_t max_tokens, bool ignore_eos,
                 Sampler& sampler, std::vector<int32_t>* fed, std::vector<int32_t>* generated,
                 GenStats* stats) {
@@ -164,7 +164,6 @@ Status Generate(const char* cmd, DecoderModel& m, const bpe::BpeTokenizer& tok,
     ++stats->decode_steps;
   }
   out.Flush();
-  (void)cmd;
   return Status::Ok();
 }
 
@@ -204,7 +203,7 @@ int RunGenerate(const GenArgs& a) {
   Sampler sampler(a.sampling);
   std::vector<int32_t> fed, gen;
   GenStats stats;
-  Status st = Generate("generate", *L.model, *L.tok, *ids, a.max_tokens, a.ignore_eos, sampler, &fed,
+  Status st = Generate(*L.model, *L.tok, *ids, a.max_tokens, a.ignore_eos, sampler, &fed,
                        &gen, &stats);
   if (!st.ok()) {
     PrintError("generate", st.message());
@@ -252,7 +251,7 @@ int RunChat(const GenArgs& a) {
     }
     std::vector<int32_t> gen;
     GenStats stats;
-    Status st = Generate("chat", *L.model, *L.tok, suffix, a.max_tokens, false, sampler, &fed, &gen, &stats);
+    Status st = Generate(*L.model, *L.tok, suffix, a.max_tokens, false, sampler, &fed, &gen, &stats);
     if (!st.ok()) {
       PrintError("chat", st.message());
       return kExitUsage;

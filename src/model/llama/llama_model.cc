@@ -5,7 +5,7 @@
 // errors read "llama: <path>: <tensor or key>: <what> (got [..], expected
 // [..])". Activations are fp32 row-major [T, features]; attention runs on
 // strided views of them (q [1,H,T,D] over [T, H*D]) and of the cache
-// (k/v [1,Hkv,Lk,D] over [cap, Hkv, D]) through attnflow::Attention with
+// (k/v [1,Hkv,Lk,D] over [Hkv, cap, D]) through attnflow::Attention with
 // causal bottom_right, so the same code serves prefill and decode.
 #include "model/llama/llama_model.h"
 
@@ -299,15 +299,19 @@ Status LlamaModel::EnsureCapacity(int64_t needed) {
   const int64_t Hkv = info_.num_kv_heads, D = info_.head_dim;
   for (size_t l = 0; l < layers_.size(); ++l) {
     for (std::vector<Tensor>* c : {&kcache_, &vcache_}) {
-      Result<Tensor> t = Tensor::Zeros(opt_.kv_dtype, {cap, Hkv, D});
+      Result<Tensor> t = Tensor::Zeros(opt_.kv_dtype, {Hkv, cap, D});
       if (!t.ok()) {
         return ResourceExhausted("llama: kv cache of " + std::to_string(cap) + " positions: " +
                                  t.status().message());
       }
       Tensor& old = (*c)[l];
       if (old.defined() && cache_len_ > 0) {
-        std::memcpy(t->data<uint8_t>(), old.data<uint8_t>(),
-                    static_cast<size_t>(cache_len_ * Hkv * D) * DTypeSize(opt_.kv_dtype));
+        const size_t es = DTypeSize(opt_.kv_dtype);
+        for (int64_t hk = 0; hk < Hkv; ++hk) {
+          std::memcpy(t->data<uint8_t>() + static_cast<size_t>(hk * cap * D) * es,
+                      old.data<uint8_t>() + static_cast<size_t>(hk * cap_ * D) * es,
+                      static_cast<size_t>(cache_len_ * D) * es);
+        }
       }
       old = std::move(t).value();
     }
@@ -462,24 +466,30 @@ Status LlamaModel::ForwardImpl(const std::vector<int32_t>& ids, bool all_logits,
                                     h_.data(), E, T, *pool_, scratch_, opt_.gemm_min_tokens));
     Rope(q_.data(), T, H);
     Rope(k_.data(), T, Hkv);
-    // Append to the cache: rows p0..p0+T-1 of [cap, Hkv, D].
+    // Append to the cache: positions p0..p0+T-1 of each head of [Hkv, cap, D]
+    // (head-major, so attention streams each head's keys sequentially).
     Tensor& kc = kcache_[l];
     Tensor& vc = vcache_[l];
-    if (opt_.kv_dtype == DType::kF32) {
-      std::memcpy(kc.data<float>() + p0 * Hkv * D, k_.data(), t_ * Hkv * D * sizeof(float));
-      std::memcpy(vc.data<float>() + p0 * Hkv * D, v_.data(), t_ * Hkv * D * sizeof(float));
-    } else {
-      uint16_t* kd = kc.data<uint16_t>() + p0 * Hkv * D;
-      uint16_t* vd = vc.data<uint16_t>() + p0 * Hkv * D;
-      for (size_t i = 0; i < t_ * Hkv * D; ++i) {
-        kd[i] = F32ToF16(k_[i]);
-        vd[i] = F32ToF16(v_[i]);
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t hk = 0; hk < Hkv; ++hk) {
+        const float* ks = k_.data() + (t * Hkv + hk) * D;
+        const float* vs = v_.data() + (t * Hkv + hk) * D;
+        const int64_t dst = (hk * cap_ + p0 + t) * D;
+        if (opt_.kv_dtype == DType::kF32) {
+          std::memcpy(kc.data<float>() + dst, ks, static_cast<size_t>(D) * sizeof(float));
+          std::memcpy(vc.data<float>() + dst, vs, static_cast<size_t>(D) * sizeof(float));
+        } else {
+          for (int64_t d = 0; d < D; ++d) {
+            kc.data<uint16_t>()[dst + d] = F32ToF16(ks[d]);
+            vc.data<uint16_t>()[dst + d] = F32ToF16(vs[d]);
+          }
+        }
       }
     }
     const TensorView qv = MakeStridedView(q_.data(), DType::kF32, {1, H, T, D}, {T * H * D, D, H * D, 1});
     const TensorView ov = MakeStridedView(att_.data(), DType::kF32, {1, H, T, D}, {T * H * D, D, H * D, 1});
-    const TensorView kv = MakeStridedView(kc.data<uint8_t>(), opt_.kv_dtype, {1, Hkv, Lk, D}, {cap_ * Hkv * D, D, Hkv * D, 1});
-    const TensorView vv = MakeStridedView(vc.data<uint8_t>(), opt_.kv_dtype, {1, Hkv, Lk, D}, {cap_ * Hkv * D, D, Hkv * D, 1});
+    const TensorView kv = MakeStridedView(kc.data<uint8_t>(), opt_.kv_dtype, {1, Hkv, Lk, D}, {Hkv * cap_ * D, cap_ * D, D, 1});
+    const TensorView vv = MakeStridedView(vc.data<uint8_t>(), opt_.kv_dtype, {1, Hkv, Lk, D}, {Hkv * cap_ * D, cap_ * D, D, 1});
     SdpaOptions so;
     so.causal = Causal::kBottomRight;
     KernelOptions ko;

@@ -19,9 +19,10 @@
 //
 // Invariants: weights are read in place from the read-only mapping (no
 // dequantised copy; see qmatmul.h); the KV cache holds RoPE'd keys and values
-// for positions [0, CacheLength()) in [position, kv_head, head_dim] layout
-// (F32 or F16); Forward() either appends all its ids to the cache or leaves
-// CacheLength() unchanged (on error); logits never depend on the thread count.
+// for positions [0, CacheLength()) in [kv_head, capacity, head_dim] layout
+// (head-major: attention streams each head's keys; F32 or F16); Forward()
+// either appends all its ids to the cache or leaves CacheLength() unchanged
+// (on error); logits never depend on the thread count.
 // A model object holds one sequence's cache: it is not safe to call Forward()
 // from several threads at once (load one model per concurrent sequence; the
 // weights are a shared read-only mapping, so that costs only the cache).
