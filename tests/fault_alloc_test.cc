@@ -284,6 +284,24 @@ TEST(FaultAlloc, OverflowingShapesAreErrorsBeforeAllocating) {
   EXPECT_EQ(st.code(), StatusCode::kResourceExhausted) << st.ToString();
 }
 
+// A tensor with a zero-sized dimension holds nothing, whatever its other
+// dimensions: building its row-major strides must not overflow int64 (signed
+// overflow is undefined behaviour; the ASan/UBSan build flags it). Found by
+// the npy fuzzer (DecodeNpy of shape (0, 10^13, 10^7)). Child process, so a
+// UBSan abort fails only this test.
+TEST(FaultAlloc, ZeroSizedShapesWithHugeDimsDoNotOverflowStrides) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  auto body = [] {
+    const int64_t big = int64_t{1} << 40;
+    Result<Tensor> t = Tensor::Zeros(DType::kF32, {0, big, big});
+    if (!t.ok() || t->numel() != 0) std::exit(3);
+    const TensorView v = MakeView(nullptr, DType::kF64, {big, big, 0, big});
+    if (v.numel() != 0) std::exit(4);
+    std::exit(0);
+  };
+  EXPECT_EXIT(body(), ::testing::ExitedWithCode(0), "");
+}
+
 // KernelOptions tile / split overrides far beyond the problem: the scratch
 // size computation must not overflow (a wrapped size under-allocates and the
 // kernel writes past the buffer); the call either clamps and computes the

@@ -352,6 +352,60 @@ TEST(FaultGolden, HugeBroadcastProblemIsAnErrorNotAnException) {
       << "Lk = 2^40 (stride 0): must be kResourceExhausted from both, no exception";
 }
 
+// An mha golden case whose weights do not fit the embedding (w_k [2,4] for
+// E = 4, H = Hkv = 2) must be rejected by LoadGoldenCase / ValidateGoldenCase
+// as kCorrupt naming the file and the tensor — not accepted and then failed
+// by the reference with invalid_argument at verify time. (Found by the golden
+// fuzzer.)
+TEST(FaultGolden, MhaWeightShapesAreValidatedAtLoad) {
+  Tensor x = testing::Random({1, 3, 4}, 1), w = testing::Random({4, 4}, 2), wk = testing::Random({2, 4}, 3),
+         b = testing::Random({3}, 4);
+  std::map<std::string, std::string> meta = {{"format", "attnflow-golden/1"}, {"kind", "mha"}, {"causal", "none"},
+                                             {"scale", "0.7071"}, {"num_heads", "2"}};
+  auto with = [&](const char* name, const TensorView& bad) {
+    std::vector<std::pair<std::string, TensorView>> ts = {
+        {"x_q", x.view()}, {"x_k", x.view()}, {"x_v", x.view()}, {"w_q", w.view()},
+        {"w_k", w.view()}, {"w_v", w.view()}, {"w_o", w.view()}};
+    for (auto& [n, v] : ts)
+      if (n == name) v = bad;
+    if (std::string(name) == "b_q") ts.emplace_back("b_q", bad);
+    return Golden(GoldenBytes(ts, meta));
+  };
+  EXPECT_TRUE(with("none", w.view()).ok());
+  EXPECT_TRUE(GoldenRejected(with("w_k", wk.view()), "w_k"));
+  EXPECT_TRUE(GoldenRejected(with("w_o", wk.view()), "w_o"));
+  EXPECT_TRUE(GoldenRejected(with("b_q", b.view()), "b_q"));
+  Tensor xk = testing::Random({1, 3, 5}, 5);
+  EXPECT_TRUE(GoldenRejected(with("x_k", xk.view()), "x_k"));
+}
+
+// safetensors does not align tensor data; Get() documents that views may be
+// unaligned. Reading them (TensorView::load) must be well-defined: the
+// ASan/UBSan build flags a misaligned float load as undefined behaviour.
+// (Found by the nn fuzzer through VerifyNnCase.) Child process, so a UBSan
+// abort fails only this test.
+TEST(FaultSafetensors, UnalignedTensorViewsLoadWithoutUndefinedBehaviour) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  // Header of odd length: the data buffer starts at an odd file offset.
+  std::string h = R"({"f":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                  R"("d":{"dtype":"F64","shape":[1],"data_offsets":[8,16]}})";
+  if ((8 + h.size()) % 2 == 0) h += " ";
+  std::vector<uint8_t> bytes = St(h, 16);
+  const float f[2] = {1.5f, -2.25f};
+  const double d = 3.125;
+  std::memcpy(bytes.data() + 8 + h.size(), f, 8);
+  std::memcpy(bytes.data() + 8 + h.size() + 8, &d, 8);
+  auto body = [&] {
+    Result<SafetensorsFile> file = Parse(bytes);
+    if (!file.ok()) std::exit(3);
+    Result<TensorView> fv = file->Get("f"), dv = file->Get("d");
+    if (!fv.ok() || !dv.ok()) std::exit(4);
+    if (reinterpret_cast<uintptr_t>(fv->data) % 4 == 0) std::exit(5);  // test precondition
+    std::exit(fv->load(0) == 1.5 && fv->load(1) == -2.25 && dv->load(0) == 3.125 ? 0 : 6);
+  };
+  EXPECT_EXIT(body(), ::testing::ExitedWithCode(0), "");
+}
+
 // -------------------------------------------------------------- GGUF rows --
 
 // A raw GGUF writer (independent of GgufBuilder) so fields can be wrong.

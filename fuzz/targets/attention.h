@@ -295,20 +295,6 @@ inline std::string Describe(const Config& c) {
   return s;
 }
 
-// ATTNFLOW_FUZZ_STRICT=1 also checks the cases of the known, still open
-// kernel bugs (docs/errors.md, bugs 1 and 10); by default they are excluded
-// so that fuzzing finds new problems (their regression tests are
-// FaultNumerics.NanAndInfInHiddenKeysAndValuesAreIgnored and
-// FaultNumerics.NanAlibiSlopePoisonsItsHeadButNotDeadRows). Remove the
-// exclusions when those bugs are fixed.
-inline bool Strict() {
-  static const bool strict = [] {
-    const char* e = std::getenv("ATTNFLOW_FUZZ_STRICT");
-    return e != nullptr && *e != '\0' && *e != '0';
-  }();
-  return strict;
-}
-
 // A pool per thread count, created once (creating threads per input would
 // dominate the run time).
 inline ThreadPool* Pool(int n) {
@@ -642,12 +628,6 @@ inline void FuzzAttention(const uint8_t* data, size_t size) {
     amax *= static_cast<double>(Lq + Lk + 1);
   }
   const Tensor* weights = rec.Find("weights");
-  bool slopes_nonfinite = false;
-  if (c.alibi) {
-    ForEach(p.slopes.view, [&](int64_t off, const int64_t*) {
-      if (!std::isfinite(p.slopes.view.load(off))) slopes_nonfinite = true;
-    });
-  }
   const Tolerance tol;
   std::vector<double> kmax(static_cast<size_t>(D));
   for (int64_t b = 0; b < B; ++b) {
@@ -680,9 +660,7 @@ inline void FuzzAttention(const uint8_t* data, size_t size) {
             if (std::isnan(lr)) {
               FUZZ_CHECK(std::isnan(lk), "LSE should be NaN" + at + std::to_string(lk) + " " + p.desc);
             } else if (std::isinf(lr)) {
-              FUZZ_CHECK(lk == lr || (!Strict() && slopes_nonfinite && lr == -kInf &&
-                                      choice.kernel == KernelKind::kSplitKvDecode),
-                         "LSE should be " + std::to_string(lr) + at + std::to_string(lk) + " " + p.desc);
+              FUZZ_CHECK(lk == lr, "LSE should be " + std::to_string(lr) + at + std::to_string(lk) + " " + p.desc);
             } else {
               FUZZ_CHECK(std::fabs(lk - lr) <= tol.Lse(S, lr, D, Lk),
                          "LSE " + std::to_string(lk) + " vs reference " + std::to_string(lr) + at +
@@ -699,15 +677,14 @@ inline void FuzzAttention(const uint8_t* data, size_t size) {
               continue;
             }
             // Keys with a non-finite V in this column whose weight is so
-            // small that fp32 may round it to 0 make the column ambiguous.
-            // Outside strict mode, so are keys hidden from this row (weight
-            // exactly 0): known bug 1 (docs/errors.md) — the kernels compute
-            // 0 * NaN in P.V.
+            // small that fp32 may round it to 0 make the column ambiguous
+            // (keys hidden from the row, weight exactly 0, are NOT: their V
+            // must never matter — bug 1 in docs/errors.md).
             bool ambiguous = false;
             if (p.v_nonfinite && weights != nullptr) {
               for (int64_t j = 0; j < Lk && !ambiguous; ++j) {
                 const double wj = weights->data<double>()[((b * H + h) * Lq + i) * Lk + j];
-                if (wj < 1e-25 && (wj > 0 || !Strict()) &&
+                if (wj > 0 && wj < 1e-25 &&
                     !IsFiniteAt(p.v.view, p.v.view.offset(b, hk, j, x))) {
                   ambiguous = true;
                 }
@@ -715,9 +692,6 @@ inline void FuzzAttention(const uint8_t* data, size_t size) {
             }
             if (ambiguous) continue;
             if (lr == -kInf) {
-              // Known bug 10: split_kv_decode turns dead rows NaN when an
-              // ALiBi slope is NaN or -inf.
-              if (!Strict() && slopes_nonfinite && choice.kernel == KernelKind::kSplitKvDecode) continue;
               FUZZ_CHECK(ok_ == 0.0, "dead row must be exactly 0" + where + p.desc);
               continue;
             }

@@ -33,6 +33,8 @@ inline void FuzzNn(const uint8_t* data, size_t size) {
     int64_t elems = 0;
     for (const auto& t : f->tensors()) elems += t.nbytes();
     if (elems > (int64_t{256} << 10)) return;
+    // (Bug 13, fixed: unaligned views load through memcpy; regression test
+    // FaultSafetensors.UnalignedTensorViewsLoadWithoutUndefinedBehaviour.)
     Result<CaseReport> r = nn::VerifyNnCase(f.value());
     if (!r.ok()) {
       const StatusCode c = r.status().code();

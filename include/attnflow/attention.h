@@ -76,6 +76,11 @@ struct MhaWeights {
 Status Mha(const TensorView& out, const TensorView& x_q, const TensorView& x_k,
            const TensorView& x_v, const MhaWeights& w, const SdpaOptions& opt,
            StageSink* sink = nullptr);
+// Every check Mha makes before computing (inputs, weights, biases, `out` if
+// present, and the SDPA options on the projected shapes); errors name
+// "reference::mha" and the tensor. Used by golden-case validation.
+Status ValidateMha(const TensorView& out, const TensorView& x_q, const TensorView& x_k,
+                   const TensorView& x_v, const MhaWeights& w, const SdpaOptions& opt);
 
 }  // namespace reference
 

@@ -147,12 +147,20 @@ bool CheckedBytes(const int64_t* dims, int rank, DType t, int64_t* out) {
 
 int64_t TensorView::numel() const {
   if (rank < 0) return 0;
+  // Any zero dimension makes the tensor empty, whatever the others (their
+  // product may not fit int64: a legal .npy shape (0, 10^13, 10^7)).
+  for (int i = 0; i < rank; ++i)
+    if (shape[i] == 0) return 0;
   int64_t n = 1;
   for (int i = 0; i < rank; ++i) n *= shape[i];
   return n;
 }
 
 bool TensorView::is_contiguous() const {
+  // An empty tensor addresses no element: trivially contiguous (and its
+  // other dims may have a product that overflows int64).
+  for (int i = 0; i < rank; ++i)
+    if (shape[i] == 0) return true;
   int64_t expect = 1;
   for (int i = rank - 1; i >= 0; --i) {
     if (shape[i] != 1 && strides[i] != expect) return false;
@@ -166,32 +174,49 @@ std::string TensorView::describe() const {
   return std::string(DTypeName(dtype)) + shape_string();
 }
 
+// Elements are read and written with memcpy: views from SafetensorsFile::Get
+// may be unaligned (the format does not align data), and a typed pointer
+// dereference of a misaligned address is undefined behaviour. Compilers turn
+// these memcpys into plain loads/stores.
+namespace {
+template <typename T>
+T LoadAs(const void* base, int64_t o) {
+  T x;
+  std::memcpy(&x, static_cast<const char*>(base) + o * static_cast<int64_t>(sizeof(T)), sizeof(T));
+  return x;
+}
+template <typename T>
+void StoreAs(void* base, int64_t o, T x) {
+  std::memcpy(static_cast<char*>(base) + o * static_cast<int64_t>(sizeof(T)), &x, sizeof(T));
+}
+}  // namespace
+
 double TensorView::load(int64_t o) const {
   switch (dtype) {
-    case DType::kF32: return static_cast<const float*>(data)[o];
-    case DType::kF64: return static_cast<const double*>(data)[o];
-    case DType::kF16: return F16ToF32(static_cast<const uint16_t*>(data)[o]);
-    case DType::kBF16: return BF16ToF32(static_cast<const uint16_t*>(data)[o]);
-    case DType::kI64: return static_cast<double>(static_cast<const int64_t*>(data)[o]);
-    case DType::kI32: return static_cast<const int32_t*>(data)[o];
-    case DType::kI8: return static_cast<const int8_t*>(data)[o];
-    case DType::kU8: return static_cast<const uint8_t*>(data)[o];
-    case DType::kBool: return static_cast<const uint8_t*>(data)[o] ? 1.0 : 0.0;
+    case DType::kF32: return LoadAs<float>(data, o);
+    case DType::kF64: return LoadAs<double>(data, o);
+    case DType::kF16: return F16ToF32(LoadAs<uint16_t>(data, o));
+    case DType::kBF16: return BF16ToF32(LoadAs<uint16_t>(data, o));
+    case DType::kI64: return static_cast<double>(LoadAs<int64_t>(data, o));
+    case DType::kI32: return LoadAs<int32_t>(data, o);
+    case DType::kI8: return LoadAs<int8_t>(data, o);
+    case DType::kU8: return LoadAs<uint8_t>(data, o);
+    case DType::kBool: return LoadAs<uint8_t>(data, o) ? 1.0 : 0.0;
   }
   return 0.0;
 }
 
 void TensorView::store(int64_t o, double v) const {
   switch (dtype) {
-    case DType::kF32: static_cast<float*>(data)[o] = static_cast<float>(v); break;
-    case DType::kF64: static_cast<double*>(data)[o] = v; break;
-    case DType::kF16: static_cast<uint16_t*>(data)[o] = F32ToF16(static_cast<float>(v)); break;
-    case DType::kBF16: static_cast<uint16_t*>(data)[o] = F32ToBF16(static_cast<float>(v)); break;
-    case DType::kI64: static_cast<int64_t*>(data)[o] = static_cast<int64_t>(v); break;
-    case DType::kI32: static_cast<int32_t*>(data)[o] = static_cast<int32_t>(v); break;
-    case DType::kI8: static_cast<int8_t*>(data)[o] = static_cast<int8_t>(v); break;
-    case DType::kU8: static_cast<uint8_t*>(data)[o] = static_cast<uint8_t>(v); break;
-    case DType::kBool: static_cast<uint8_t*>(data)[o] = v != 0.0; break;
+    case DType::kF32: StoreAs<float>(data, o, static_cast<float>(v)); break;
+    case DType::kF64: StoreAs<double>(data, o, v); break;
+    case DType::kF16: StoreAs<uint16_t>(data, o, F32ToF16(static_cast<float>(v))); break;
+    case DType::kBF16: StoreAs<uint16_t>(data, o, F32ToBF16(static_cast<float>(v))); break;
+    case DType::kI64: StoreAs<int64_t>(data, o, static_cast<int64_t>(v)); break;
+    case DType::kI32: StoreAs<int32_t>(data, o, static_cast<int32_t>(v)); break;
+    case DType::kI8: StoreAs<int8_t>(data, o, static_cast<int8_t>(v)); break;
+    case DType::kU8: StoreAs<uint8_t>(data, o, static_cast<uint8_t>(v)); break;
+    case DType::kBool: StoreAs<uint8_t>(data, o, static_cast<uint8_t>(v != 0.0)); break;
   }
 }
 
@@ -220,9 +245,14 @@ TensorView MakeStridedView(void* data, DType dtype, const Shape& shape,
 }
 
 TensorView MakeView(void* data, DType dtype, const Shape& shape) {
+  // Row-major strides. An empty tensor (some dim 0) addresses nothing, so its
+  // strides are never used: they are computed with a zero factor in place of
+  // the product, which cannot overflow even when the other dims are huge.
   Shape strides(shape.size(), 1);
+  bool empty = false;
+  for (int64_t d : shape) empty |= d == 0;
   for (int i = static_cast<int>(shape.size()) - 2; i >= 0; --i)
-    strides[i] = strides[i + 1] * shape[i + 1];
+    strides[i] = empty ? 0 : strides[i + 1] * shape[i + 1];
   return MakeStridedView(data, dtype, shape, strides);
 }
 

@@ -179,15 +179,10 @@ Result<GoldenCase> ValidateGoldenCase(SafetensorsFile file) {
     ATTNFLOW_RETURN_IF_ERROR(ld.Get("b_k", false, &w.b_k, {DType::kF32}, 1));
     ATTNFLOW_RETURN_IF_ERROR(ld.Get("b_v", false, &w.b_v, {DType::kF32}, 1));
     ATTNFLOW_RETURN_IF_ERROR(ld.Get("b_o", false, &w.b_o, {DType::kF32}, 1));
-    // Dry-run validation of shapes through the reference's own checks, on
-    // zero-sized batch views (no compute): use the real views but an absent
-    // output; the reference validates before computing.
-    const int64_t E = c.x_q.shape[2], H = w.num_heads, Hkv = w.num_kv_heads;
-    if (H % Hkv != 0 || E % H != 0) {
-      return Corrupt(Where(path, "num_heads=" + std::to_string(H) + ", num_kv_heads=" +
-                                     std::to_string(Hkv) + ", E=" + std::to_string(E) +
-                                     ": need H % Hkv == 0 and E % H == 0"));
-    }
+    // Every shape rule of the reference (weights, biases, inputs, masks),
+    // checked now so that an accepted case never fails at verify time.
+    Status st = reference::ValidateMha(TensorView(), c.x_q, c.x_k, c.x_v, w, c.opt);
+    if (!st.ok()) return Corrupt(Where(path, "inputs are inconsistent: " + st.message()));
   }
   // A tiny file may claim a huge problem (e.g. D = 0 makes q/k/v empty while
   // Lq x Lk is 2^40): refuse before any stage is allocated.

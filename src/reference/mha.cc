@@ -68,9 +68,8 @@ void ProjectHeads(const TensorView& x, const TensorView& w, const TensorView& bi
 
 }  // namespace
 
-Status Mha(const TensorView& out, const TensorView& x_q, const TensorView& x_k,
-           const TensorView& x_v, const MhaWeights& w, const SdpaOptions& opt,
-           StageSink* sink) {
+Status ValidateMha(const TensorView& out, const TensorView& x_q, const TensorView& x_k,
+                   const TensorView& x_v, const MhaWeights& w, const SdpaOptions& opt) {
   const char* op = "reference::mha";
   for (const auto& [name, t] : {std::pair<const char*, const TensorView*>{"x_q", &x_q},
                                 {"x_k", &x_k}, {"x_v", &x_v}}) {
@@ -118,6 +117,25 @@ Status Mha(const TensorView& out, const TensorView& x_q, const TensorView& x_k,
     }
   }
 
+  // Masks, kv_lens, windows and slopes: the SDPA rules on the projected
+  // shapes. The q/k/v stand-ins carry shapes only; ValidateSdpa never reads
+  // q/k/v elements (it only requires a non-null pointer when non-empty).
+  static double stand_in = 0.0;
+  const TensorView q_shape = MakeView(&stand_in, DType::kF64, {B, H, Lq, Dh});
+  const TensorView k_shape = MakeView(&stand_in, DType::kF64, {B, Hkv, Lk, Dh});
+  return ValidateSdpa(op, TensorView(), TensorView(), q_shape, k_shape, k_shape, opt, nullptr);
+}
+
+Status Mha(const TensorView& out, const TensorView& x_q, const TensorView& x_k,
+           const TensorView& x_v, const MhaWeights& w, const SdpaOptions& opt,
+           StageSink* sink) {
+  const char* op = "reference::mha";
+  ATTNFLOW_RETURN_IF_ERROR(ValidateMha(out, x_q, x_k, x_v, w, opt));
+  const int64_t B = x_q.shape[0], Lq = x_q.shape[1], E = x_q.shape[2];
+  const int64_t Lk = x_k.shape[1];
+  const int64_t H = w.num_heads;
+  const int64_t Hkv = w.num_kv_heads == 0 ? H : w.num_kv_heads;
+  const int64_t Dh = E / H;
   Result<Tensor> q = Tensor::Zeros(DType::kF64, {B, H, Lq, Dh});
   Result<Tensor> k = Tensor::Zeros(DType::kF64, {B, Hkv, Lk, Dh});
   Result<Tensor> v = Tensor::Zeros(DType::kF64, {B, Hkv, Lk, Dh});
