@@ -64,17 +64,25 @@ Status Sdpa(const TensorView& out, const TensorView& lse, const TensorView& q,
   ATTNFLOW_RETURN_IF_ERROR(AllocStage(sink, "out", {B, H, Lq, Dv}, &st.out, &st.any));
 
   // Row buffers: O(Lk + Dv). A huge (e.g. stride-0 broadcast) Lk must give an
-  // error, never an exception.
-  std::vector<double> s, m, w, o;
-  try {
-    s.resize(static_cast<size_t>(Lk));
-    m.resize(static_cast<size_t>(Lk));
-    w.resize(static_cast<size_t>(Lk));
-    o.resize(static_cast<size_t>(Dv));
-  } catch (const std::exception&) {
-    return ResourceExhausted("reference::sdpa: cannot allocate row buffers for Lk=" +
-                             std::to_string(Lk) + ", Dv=" + std::to_string(Dv));
+  // error, never an exception or an abort: they come from the library's
+  // checked allocator (Tensor::Zeros), not from std::vector, whose operator
+  // new throws (or, under ASan, aborts) on an impossible size.
+  int64_t row_elems = 0;
+  if (Lk > (INT64_MAX - Dv) / 3) {
+    return ResourceExhausted("reference::sdpa: row buffers for Lk=" + std::to_string(Lk) +
+                             ", Dv=" + std::to_string(Dv) + " overflow");
   }
+  row_elems = 3 * Lk + Dv;
+  Result<Tensor> rows = Tensor::Zeros(DType::kF64, {row_elems});
+  if (!rows.ok()) {
+    return ResourceExhausted("reference::sdpa: cannot allocate row buffers for Lk=" +
+                             std::to_string(Lk) + ", Dv=" + std::to_string(Dv) + " (" +
+                             rows.status().message() + ")");
+  }
+  double* const s = rows->data<double>();
+  double* const m = s + Lk;
+  double* const w = m + Lk;
+  double* const o = w + Lk;
 
   for (int64_t b = 0; b < B; ++b) {
     const int64_t valid_kv =
