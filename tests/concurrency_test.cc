@@ -248,12 +248,6 @@ TEST(Concurrency, PoolsCreatedAndDestroyedWhileOthersRun) {
 // check runs on a helper thread with a deadline so a deadlock fails the test
 // instead of hanging the suite.
 TEST(Concurrency, NestedParallelForOnTheSamePoolDoesNotDeadlock) {
-#if defined(__SANITIZE_THREAD__)
-  // Today the inner call re-locks the pool's call mutex; TSan reports that
-  // as a double lock and halts the whole binary, hiding the other results.
-  // The plain and ASan builds run this test.
-  GTEST_SKIP() << "skipped under ThreadSanitizer (see comment)";
-#endif
   auto* pool = new ThreadPool(2);  // leaked on purpose if the call never returns
   auto inner_runs = std::make_shared<std::atomic<int>>(0);
   auto done = std::make_shared<std::atomic<bool>>(false);

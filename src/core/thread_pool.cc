@@ -1,8 +1,13 @@
 // thread_pool.cc — ParallelFor over a fixed set of workers (see threading.h).
 #include "attnflow/threading.h"
 
+#include <chrono>
 #include <cstdlib>
 #include <string>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
 
 namespace attnflow {
 namespace {
@@ -10,6 +15,29 @@ namespace {
 // nested ParallelFor on the same pool runs inline instead of deadlocking.
 thread_local const ThreadPool* t_pool = nullptr;
 thread_local int t_worker = 0;
+
+inline void CpuPause() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+// Spins until done() or kSpinMicros have passed; returns done().
+template <typename Done>
+bool SpinUntil(Done done) {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (;;) {
+    for (int i = 0; i < 64; ++i) {
+      if (done()) return true;
+      CpuPause();
+    }
+    if (std::chrono::steady_clock::now() - t0 > std::chrono::microseconds(kSpinMicros)) {
+      return done();
+    }
+  }
+}
 
 struct InTask {
   const ThreadPool* saved_pool;
@@ -57,16 +85,19 @@ void ThreadPool::RunTasks(int worker) {
 void ThreadPool::WorkerLoop(int worker) {
   uint64_t seen = 0;
   for (;;) {
+    SpinUntil([&] { return generation_.load(std::memory_order_acquire) != seen; });
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_start_.wait(lock, [&] { return stop_ || generation_ != seen; });
+      cv_start_.wait(lock, [&] { return stop_ || generation_.load() != seen; });
       if (stop_) return;
-      seen = generation_;
+      seen = generation_.load();
     }
     RunTasks(worker);
-    {
+    if (active_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      // Last one out: wake the caller if it stopped spinning. Taking mu_
+      // orders this notify after the caller's predicate check.
       std::lock_guard<std::mutex> lock(mu_);
-      if (--active_ == 0) cv_done_.notify_one();
+      cv_done_.notify_one();
     }
   }
 }
@@ -89,13 +120,14 @@ void ThreadPool::ParallelFor(
     fn_ = &fn;
     num_tasks_ = num_tasks;
     next_.store(0);
-    active_ = num_workers_ - 1;
-    ++generation_;
+    active_.store(num_workers_ - 1);
+    generation_.fetch_add(1, std::memory_order_release);
   }
   cv_start_.notify_all();
   RunTasks(0);
+  SpinUntil([&] { return active_.load(std::memory_order_acquire) == 0; });
   std::unique_lock<std::mutex> lock(mu_);
-  cv_done_.wait(lock, [&] { return active_ == 0; });
+  cv_done_.wait(lock, [&] { return active_.load() == 0; });
   fn_ = nullptr;
 }
 
