@@ -53,6 +53,8 @@ class ThreadPool {
   std::condition_variable cv_start_, cv_done_;
   std::atomic<uint64_t> generation_{0};  // written under mu_
   std::atomic<int> active_{0};
+  int sleepers_ = 0;           // workers blocked on cv_start_ (under mu_)
+  bool caller_sleeping_ = false;  // caller blocked on cv_done_ (under mu_)
   bool stop_ = false;
   const std::function<void(int64_t, int)>* fn_ = nullptr;
   int64_t num_tasks_ = 0;

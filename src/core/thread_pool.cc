@@ -88,16 +88,19 @@ void ThreadPool::WorkerLoop(int worker) {
     SpinUntil([&] { return generation_.load(std::memory_order_acquire) != seen; });
     {
       std::unique_lock<std::mutex> lock(mu_);
+      ++sleepers_;
       cv_start_.wait(lock, [&] { return stop_ || generation_.load() != seen; });
+      --sleepers_;
       if (stop_) return;
       seen = generation_.load();
     }
     RunTasks(worker);
     if (active_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-      // Last one out: wake the caller if it stopped spinning. Taking mu_
-      // orders this notify after the caller's predicate check.
+      // Last one out: wake the caller if it stopped spinning (the flag is
+      // read under mu_, which the caller holds from its predicate check
+      // until it blocks, so the wake-up cannot be lost).
       std::lock_guard<std::mutex> lock(mu_);
-      cv_done_.notify_one();
+      if (caller_sleeping_) cv_done_.notify_one();
     }
   }
 }
@@ -115,6 +118,7 @@ void ThreadPool::ParallelFor(
     for (int64_t t = 0; t < num_tasks; ++t) fn(t, 0);
     return;
   }
+  bool wake;
   {
     std::lock_guard<std::mutex> lock(mu_);
     fn_ = &fn;
@@ -122,12 +126,18 @@ void ThreadPool::ParallelFor(
     next_.store(0);
     active_.store(num_workers_ - 1);
     generation_.fetch_add(1, std::memory_order_release);
+    // Spinning workers see the new generation without a futex call.
+    wake = sleepers_ > 0;
   }
-  cv_start_.notify_all();
+  if (wake) cv_start_.notify_all();
   RunTasks(0);
-  SpinUntil([&] { return active_.load(std::memory_order_acquire) == 0; });
-  std::unique_lock<std::mutex> lock(mu_);
-  cv_done_.wait(lock, [&] { return active_.load() == 0; });
+  if (!SpinUntil([&] { return active_.load(std::memory_order_acquire) == 0; })) {
+    std::unique_lock<std::mutex> lock(mu_);
+    caller_sleeping_ = true;
+    cv_done_.wait(lock, [&] { return active_.load() == 0; });
+    caller_sleeping_ = false;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
   fn_ = nullptr;
 }
 

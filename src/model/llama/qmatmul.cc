@@ -81,6 +81,27 @@ HWY_INLINE void BlockWeights(DF df, const uint8_t* blk, VF* w) {
     for (size_t g = 0; g < G; ++g) w[g] = hn::Mul(d, Int8Group(df, blk + 2, g));
   } else {
     constexpr int kQs = kType == GgmlType::kQ4_1 ? 4 : 2;
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+    if constexpr (kType == GgmlType::kQ4_1) {
+      // 16-entry table lut[q] = fma(d, q, m) (exactly gguf-py's values), then
+      // vpermps picks w = lut[q] using the low 4 bits of each index: the low
+      // nibble needs no mask, the high one a shift. d and m (adjacent F16)
+      // are broadcast as one 32-bit pair, converted once ([d,m,d,m,...]) and
+      // spread with in-lane permutes: 4 instructions instead of 6 (the block
+      // scales were ~1/3 of the instructions of this loop).
+      const hn::Rebind<uint8_t, DF> du8;
+      const hn::Rebind<int32_t, DF> di32;
+      const auto q = hn::PromoteTo(di32, hn::LoadU(du8, blk + kQs));
+      int32_t dm_bits;
+      std::memcpy(&dm_bits, blk, 4);
+      const __m512 dm = _mm512_cvtph_ps(_mm256_set1_epi32(dm_bits));
+      const VF lut = hn::MulAdd(VF{_mm512_permute_ps(dm, 0x00)}, hn::Iota(df, 0.0f),
+                                VF{_mm512_permute_ps(dm, 0x55)});
+      w[0] = VF{_mm512_permutexvar_ps(q.raw, lut.raw)};
+      w[1] = VF{_mm512_permutexvar_ps(hn::ShiftRight<4>(q).raw, lut.raw)};
+      return;
+    }
+#endif
     VF d, m;
     if constexpr (kType == GgmlType::kQ4_1 && hn::MaxLanes(DF()) >= 2) {
       // d and m are adjacent halves: one conversion for both (needs a
@@ -94,20 +115,6 @@ HWY_INLINE void BlockWeights(DF df, const uint8_t* blk, VF* w) {
       d = hn::Set(df, HalfToF32(blk));
       m = kType == GgmlType::kQ4_1 ? hn::Set(df, HalfToF32(blk + 2)) : hn::Set(df, -8.0f);
     }
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-    if constexpr (kType == GgmlType::kQ4_1) {
-      // 16-entry table lut[q] = fma(d, q, m) (exactly gguf-py's values), then
-      // vpermps picks w = lut[q] using the low 4 bits of each index: the low
-      // nibble needs no mask, the high one a shift.
-      const hn::Rebind<uint8_t, DF> du8;
-      const hn::Rebind<int32_t, DF> di32;
-      const auto q = hn::PromoteTo(di32, hn::LoadU(du8, blk + kQs));
-      const VF lut = hn::MulAdd(d, hn::Iota(df, 0.0f), m);
-      w[0] = VF{_mm512_permutexvar_ps(q.raw, lut.raw)};
-      w[1] = VF{_mm512_permutexvar_ps(hn::ShiftRight<4>(q).raw, lut.raw)};
-      return;
-    }
-#endif
     if constexpr (hn::MaxLanes(DF()) == 16) {
       const hn::Rebind<uint8_t, DF> du8;
       const hn::Rebind<int32_t, DF> di32;
@@ -377,6 +384,8 @@ Result<float*> MatMulScratch::PackBuffer(int64_t floats) {
   return xpack_;
 }
 
+constexpr int64_t kTasksPerWorker = 2;
+
 Status MatMul(const std::vector<MatJob>& jobs, const float* x, int64_t ldx, int64_t T,
               ThreadPool& pool, MatMulScratch& scratch, int64_t gemm_min_tokens) {
   if (jobs.empty() || T <= 0) return Status::Ok();
@@ -410,7 +419,15 @@ Status MatMul(const std::vector<MatJob>& jobs, const float* x, int64_t ldx, int6
   std::vector<int64_t> rows_per_task(jobs.size());
   for (size_t i = 0; i < jobs.size(); ++i) {
     const int64_t n = jobs[i].w->rows;
-    const int64_t rpt = gemm ? GemmTaskRows() : (n >= 4096 ? 64 : 16);
+    // Matrix-vector (decode): few, long tasks — about kTasksPerWorker per
+    // worker — so each thread streams long contiguous runs of weight rows
+    // (measured on SmolLM2 decode, 2 threads: 16-row tasks 8.2 ms/token,
+    // 64/256-row 6.5, ~W-proportional 6.0: the hardware prefetchers restart
+    // at every task boundary). Each row's dot product is computed on its own,
+    // so the partition never changes the results.
+    const int64_t W = pool.NumWorkers();
+    const int64_t mv_rows = std::max<int64_t>(16, ((n + kTasksPerWorker * W - 1) / (kTasksPerWorker * W) + 15) / 16 * 16);
+    const int64_t rpt = gemm ? GemmTaskRows() : mv_rows;
     rows_per_task[i] = rpt;
     first_task[i + 1] = first_task[i] + (n + rpt - 1) / rpt;
   }
