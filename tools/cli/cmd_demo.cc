@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "attnflow/attention.h"
+#include "attnflow/trace.h"
 #include "cli_common.h"
 
 namespace attnflow::cli {
@@ -19,24 +20,11 @@ namespace {
 
 constexpr int kT = 4, kE = 8, kH = 2, kDh = kE / kH;
 const char* kTokens[kT] = {"the", "cat", "sat", "down"};
+static_assert(kE == trace::kToyEmbed && kH == trace::kToyHeads,
+              "the demo is the trace toy's first four tokens");
 
-// Token embeddings (frozen, hand-picked) before positions are added.
-constexpr double kEmbed[kT][kE] = {
-    {0.2, -0.1, 0.4, 0.0, 0.3, -0.2, 0.1, 0.5},
-    {0.9, 0.3, -0.5, 0.2, -0.1, 0.6, 0.4, -0.3},
-    {-0.4, 0.8, 0.1, -0.6, 0.5, 0.2, -0.7, 0.3},
-    {0.1, -0.5, 0.7, 0.4, -0.3, -0.4, 0.6, 0.2}};
-
-double Sinusoid(int pos, int i) {  // original Transformer formula
-  const double rate = std::pow(10000.0, -2.0 * (i / 2) / kE);
-  return (i % 2 == 0) ? std::sin(pos * rate) : std::cos(pos * rate);
-}
-
-// Deterministic frozen weights: a smooth, non-symmetric pattern.
-double W(int which, int r, int c) {
-  return 0.5 * std::sin(0.7 * r + 1.3 * c + 0.9 * which) +
-         0.25 * std::cos(1.1 * r - 0.4 * c * (which + 1));
-}
+// The frozen inputs and weights are the trace toy's (src/trace/toy.cc), so
+// `attnflow demo` and `attnflow trace` show the same numbers.
 
 void PrintMatrix(const char* title, const double* m, int rows, int cols,
                  int stride, bool row_labels, bool col_labels) {
@@ -79,20 +67,25 @@ int RunDemo() {
   std::printf("==================================================================\n\n");
   // 1. Embedding + position.
   std::vector<double> x(kT * kE);
-  for (int t = 0; t < kT; ++t)
-    for (int i = 0; i < kE; ++i) x[t * kE + i] = kEmbed[t][i] + Sinusoid(t, i);
+  for (int t = 0; t < kT; ++t) {
+    double tok[kE], pos[kE];
+    trace::ToyInput(t, tok, pos);
+    for (int i = 0; i < kE; ++i) x[t * kE + i] = tok[i] + pos[i];
+  }
   std::printf("Step 1. X = token embedding + sinusoidal position  [4 tokens x d_model 8]\n");
   PrintMatrix("X", x.data(), kT, kE, kE, true, false);
 
   // Weights.
-  std::vector<double> wq(kE * kE), wk(kE * kE), wv(kE * kE), wo(kE * kE);
-  for (int r = 0; r < kE; ++r)
-    for (int c = 0; c < kE; ++c) {
-      wq[r * kE + c] = W(0, r, c);
-      wk[r * kE + c] = W(1, r, c);
-      wv[r * kE + c] = W(2, r, c);
-      wo[r * kE + c] = W(3, r, c);
-    }
+  Result<trace::ToyBlock> toy = trace::MakeToyBlock();
+  if (!toy.ok()) {
+    PrintError("demo", toy.status().ToString());
+    return kExitUsage;
+  }
+  auto copy = [](const Tensor& t) {
+    return std::vector<double>(t.data<double>(), t.data<double>() + t.numel());
+  };
+  std::vector<double> wq = copy(toy->w_q), wk = copy(toy->w_k), wv = copy(toy->w_v),
+                      wo = copy(toy->w_o);
   auto view = [](std::vector<double>& d, Shape s) {
     return MakeView(d.data(), DType::kF64, s);
   };
