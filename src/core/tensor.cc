@@ -126,9 +126,19 @@ std::string ShapeString(const Shape& s) {
 }
 
 bool CheckedNumel(const int64_t* dims, int rank, int64_t* out) {
-  int64_t n = 1;
+  // A zero dimension makes the tensor empty whatever the other dims are
+  // (their product may not fit int64: found by the gguf fuzzer, bug 15).
+  bool empty = false;
   for (int i = 0; i < rank; ++i) {
     if (dims[i] < 0) return false;
+    empty |= dims[i] == 0;
+  }
+  if (empty) {
+    *out = 0;
+    return true;
+  }
+  int64_t n = 1;
+  for (int i = 0; i < rank; ++i) {
     if (dims[i] != 0 && n > INT64_MAX / dims[i]) return false;
     n *= dims[i];
   }
