@@ -487,6 +487,35 @@ TEST_F(MiniLm, CliEmbedWritesNpyMatchingTheReferences) {
   fs::remove_all(tmp);
 }
 
+// Results must not depend on the thread count (project standard). The whole
+// encoder — OpenBLAS GEMMs (sized to the default pool, M = tokens >= 32
+// here), the builtin GEMM, the attention kernels, norms — is run in separate
+// processes with 1, 2 and 7 threads on every reference sentence in one
+// padded batch; the embeddings must be bit-identical.
+TEST_F(MiniLm, EmbeddingsAreBitIdenticalForOneTwoAndSevenThreads) {
+  const std::string dir = testing::MiniLmDir();
+  const fs::path tmp = fs::temp_directory_path() / ("attnflow_threads_" + std::to_string(getpid()));
+  fs::create_directories(tmp);
+  {
+    std::ofstream f(tmp / "in.txt");
+    for (const auto& sent : refs_->sentences) f << sent << "\n";
+  }
+  std::vector<std::vector<uint8_t>> outs;
+  for (int threads : {1, 2, 7}) {
+    const fs::path out = tmp / ("e" + std::to_string(threads) + ".npy");
+    CliOut o = Cli("embed --model '" + dir + "' --file '" + (tmp / "in.txt").string() + "' --out '" +
+                       out.string() + "'",
+                   "ATTNFLOW_NUM_THREADS=" + std::to_string(threads));
+    ASSERT_EQ(o.code, 0) << o.text;
+    std::ifstream f(out, std::ios::binary);
+    outs.emplace_back(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+    ASSERT_GT(outs.back().size(), refs_->sentences.size() * 384 * 4);
+  }
+  EXPECT_TRUE(outs[0] == outs[1]) << "1 vs 2 threads differ";
+  EXPECT_TRUE(outs[0] == outs[2]) << "1 vs 7 threads differ";
+  fs::remove_all(tmp);
+}
+
 TEST_F(MiniLm, CliEmbedSummaryAndDefaultModel) {
   // Default --model: the package in $ATTNFLOW_VENV.
   const fs::path venv = fs::path(testing::MiniLmDir()).parent_path().parent_path().parent_path()
