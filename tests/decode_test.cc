@@ -1,9 +1,8 @@
 // decode_test.cc — the split-KV decode kernel: agreement with the float64
-// reference (FlashAttention tolerance method, see kernels_test.cc), step-by-step
+// reference (FlashAttention tolerance method, see util/kernel_test_util.h), step-by-step
 // decoding vs the prefill of the same sequence, split/merge behaviour and
 // bit-identical results for any thread count.
-#define ATTNFLOW_KERNELS_TEST_HELPERS_ONLY 1
-#include "kernels_test.cc"  // Spec, Make, NaiveF32, Reference, RunKernel, ...
+#include "util/kernel_test_util.h"  // Spec, Make, NaiveF32, Reference, RunKernel, ...
 
 namespace attnflow {
 namespace {
