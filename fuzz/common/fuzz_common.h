@@ -55,18 +55,6 @@ inline void Fail(const char* file, int line, const std::string& what) {
   std::abort();
 }
 
-// ATTNFLOW_FUZZ_STRICT=1: also check the cases of known, still open bugs that
-// a harness excludes by default (each exclusion names its bug in
-// docs/errors.md and its regression test), so that by default fuzzing keeps
-// finding new problems instead of the same known one.
-inline bool Strict() {
-  static const bool strict = [] {
-    const char* e = std::getenv("ATTNFLOW_FUZZ_STRICT");
-    return e != nullptr && *e != '\0' && *e != '0';
-  }();
-  return strict;
-}
-
 // ---- target registry ------------------------------------------------------------
 using TargetFn = void (*)(const uint8_t* data, size_t size);
 struct Target {

@@ -72,9 +72,9 @@ inline void FuzzGolden(const uint8_t* data, size_t size) {
     Result<SafetensorsFile> g = SafetensorsFile::FromBuffer(data, size, label);
     FUZZ_CHECK(g.ok(), "second parse of the same bytes failed");
     Result<CaseReport> rep = CompareFiles(g.value(), f.value(), -1, -1);
-    const bool tol_ok = golden_detail::ValidTol(f->metadata(), "atol") &&
-                        golden_detail::ValidTol(f->metadata(), "rtol");
     if (rep.ok()) {
+      const bool tol_ok = golden_detail::ValidTol(f->metadata(), "atol") &&
+                          golden_detail::ValidTol(f->metadata(), "rtol");
       for (const auto& s : rep->stages) {
         if (!s.compared || s.match || !tol_ok) continue;
         Result<TensorView> v = f->Get(s.stage);

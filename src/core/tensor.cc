@@ -125,15 +125,22 @@ std::string ShapeString(const Shape& s) {
   return ShapeString(s.data(), static_cast<int>(s.size()));
 }
 
+namespace {
+// A zero dimension makes a tensor empty whatever its other dims are, and
+// their product may not fit int64 (a legal .npy shape (0, 10^13, 10^7), a
+// GGUF tensor [4e11, 7e18, 0]: bugs 14 and 15). Every shape product below
+// checks this first.
+bool HasZeroDim(const int64_t* dims, int rank) {
+  for (int i = 0; i < rank; ++i)
+    if (dims[i] == 0) return true;
+  return false;
+}
+}  // namespace
+
 bool CheckedNumel(const int64_t* dims, int rank, int64_t* out) {
-  // A zero dimension makes the tensor empty whatever the other dims are
-  // (their product may not fit int64: found by the gguf fuzzer, bug 15).
-  bool empty = false;
-  for (int i = 0; i < rank; ++i) {
+  for (int i = 0; i < rank; ++i)
     if (dims[i] < 0) return false;
-    empty |= dims[i] == 0;
-  }
-  if (empty) {
+  if (HasZeroDim(dims, rank)) {
     *out = 0;
     return true;
   }
@@ -156,21 +163,15 @@ bool CheckedBytes(const int64_t* dims, int rank, DType t, int64_t* out) {
 }
 
 int64_t TensorView::numel() const {
-  if (rank < 0) return 0;
-  // Any zero dimension makes the tensor empty, whatever the others (their
-  // product may not fit int64: a legal .npy shape (0, 10^13, 10^7)).
-  for (int i = 0; i < rank; ++i)
-    if (shape[i] == 0) return 0;
+  if (rank < 0 || HasZeroDim(shape.data(), rank)) return 0;
   int64_t n = 1;
   for (int i = 0; i < rank; ++i) n *= shape[i];
   return n;
 }
 
 bool TensorView::is_contiguous() const {
-  // An empty tensor addresses no element: trivially contiguous (and its
-  // other dims may have a product that overflows int64).
-  for (int i = 0; i < rank; ++i)
-    if (shape[i] == 0) return true;
+  // An empty tensor addresses no element: trivially contiguous.
+  if (HasZeroDim(shape.data(), rank)) return true;
   int64_t expect = 1;
   for (int i = rank - 1; i >= 0; --i) {
     if (shape[i] != 1 && strides[i] != expect) return false;
@@ -259,8 +260,7 @@ TensorView MakeView(void* data, DType dtype, const Shape& shape) {
   // strides are never used: they are computed with a zero factor in place of
   // the product, which cannot overflow even when the other dims are huge.
   Shape strides(shape.size(), 1);
-  bool empty = false;
-  for (int64_t d : shape) empty |= d == 0;
+  const bool empty = HasZeroDim(shape.data(), static_cast<int>(shape.size()));
   for (int i = static_cast<int>(shape.size()) - 2; i >= 0; --i)
     strides[i] = empty ? 0 : strides[i + 1] * shape[i + 1];
   return MakeStridedView(data, dtype, shape, strides);

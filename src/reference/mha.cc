@@ -129,7 +129,6 @@ Status ValidateMha(const TensorView& out, const TensorView& x_q, const TensorVie
 Status Mha(const TensorView& out, const TensorView& x_q, const TensorView& x_k,
            const TensorView& x_v, const MhaWeights& w, const SdpaOptions& opt,
            StageSink* sink) {
-  const char* op = "reference::mha";
   ATTNFLOW_RETURN_IF_ERROR(ValidateMha(out, x_q, x_k, x_v, w, opt));
   const int64_t B = x_q.shape[0], Lq = x_q.shape[1], E = x_q.shape[2];
   const int64_t Lk = x_k.shape[1];
@@ -154,13 +153,8 @@ Status Mha(const TensorView& out, const TensorView& x_q, const TensorView& x_k,
     if (sink->Wants("v")) sink->Put("v", v->view());
   }
   RenamingSink renaming(sink);
-  // The mha op reports errors in its own name: re-validate first.
-  SdpaDims dims;
-  {
-    Status st = ValidateSdpa(op, heads->view(), TensorView(), q->view(), k->view(),
-                             v->view(), opt, &dims);
-    if (!st.ok()) return st;
-  }
+  // The SDPA options were validated on these shapes by ValidateMha, so
+  // errors already name reference::mha.
   ATTNFLOW_RETURN_IF_ERROR(Sdpa(heads->view(), TensorView(), q->view(), k->view(),
                                 v->view(), opt, sink ? &renaming : nullptr));
   const double* hp = heads->data<double>();

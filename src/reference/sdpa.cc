@@ -67,13 +67,11 @@ Status Sdpa(const TensorView& out, const TensorView& lse, const TensorView& q,
   // error, never an exception or an abort: they come from the library's
   // checked allocator (Tensor::Zeros), not from std::vector, whose operator
   // new throws (or, under ASan, aborts) on an impossible size.
-  int64_t row_elems = 0;
   if (Lk > (INT64_MAX - Dv) / 3) {
     return ResourceExhausted("reference::sdpa: row buffers for Lk=" + std::to_string(Lk) +
                              ", Dv=" + std::to_string(Dv) + " overflow");
   }
-  row_elems = 3 * Lk + Dv;
-  Result<Tensor> rows = Tensor::Zeros(DType::kF64, {row_elems});
+  Result<Tensor> rows = Tensor::Zeros(DType::kF64, {3 * Lk + Dv});
   if (!rows.ok()) {
     return ResourceExhausted("reference::sdpa: cannot allocate row buffers for Lk=" +
                              std::to_string(Lk) + ", Dv=" + std::to_string(Dv) + " (" +

@@ -23,8 +23,6 @@
 # ATTNFLOW_FUZZ_RESTARTS (restarts after a crash within the duration, 3),
 # ATTNFLOW_FUZZ_KERNELS (fast | sanitized: how the SIMD kernels are built,
 # see fuzz/CMakeLists.txt; use another ATTNFLOW_FUZZ_BUILD for sanitized),
-# ATTNFLOW_FUZZ_STRICT=1 (attention: also check the cases of the open kernel
-# bugs listed in docs/errors.md, excluded by default),
 # ATTNFLOW_FUZZ_HWY (attention target: run with the Highway target set to
 # e.g. AVX2 or EMU128 instead of the best one the CPU has).
 #
