@@ -1,4 +1,5 @@
-// attnflow/file_util.h — whole-file reads and atomic (all-or-nothing) writes.
+// attnflow/file_util.h — whole-file reads, read-only mappings, atomic
+// (all-or-nothing) writes, and UTF-8 validation of file contents.
 //
 // Invariants:
 //  * WriteFileAtomic never leaves a partial file at `path`: data goes to a
@@ -43,5 +44,38 @@ Status WriteFileAtomic(const std::string& path, std::string_view bytes);
 // directory.
 Result<std::vector<uint8_t>> ReadFileBytes(const std::string& path);
 Result<std::string> ReadFileString(const std::string& path);
+
+// A read-only private mapping of a whole regular file (an empty file maps to
+// nothing: data() == nullptr, size() == 0). Move-only; unmaps when destroyed.
+class MappedFile {
+ public:
+  MappedFile() = default;
+  MappedFile(MappedFile&& o) noexcept;
+  MappedFile& operator=(MappedFile&& o) noexcept;
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  ~MappedFile();
+
+  const uint8_t* data() const { return static_cast<const uint8_t*>(base_); }
+  size_t size() const { return size_; }
+
+ private:
+  friend Result<MappedFile> MapFileReadOnly(const std::string&, const std::string&,
+                                            const std::string&);
+  void* base_ = nullptr;
+  size_t size_ = 0;
+};
+
+// Maps `path` read-only. Directories, FIFOs, devices and sockets are refused
+// before they are opened (a FIFO without a writer would block open(2)) and
+// again after the O_NONBLOCK open. Errors are kIoError, "<prefix>is a
+// directory, not a <kind> file", "<prefix>is not a regular file, not a <kind>
+// file", "<prefix>cannot open|stat|mmap ...".
+Result<MappedFile> MapFileReadOnly(const std::string& path, const std::string& prefix,
+                                   const std::string& kind);
+
+// Strict UTF-8: no overlong forms, no surrogates, nothing above U+10FFFF, no
+// truncated sequences (the rule of the safetensors and GGUF formats).
+bool IsValidUtf8(std::string_view s);
 
 }  // namespace attnflow

@@ -34,6 +34,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "attnflow/file_util.h"
 #include "attnflow/status.h"
 #include "attnflow/tensor.h"
 
@@ -143,8 +144,7 @@ class GgufFile {
              const std::string& what) const;
 
   std::string path_;
-  void* map_ = nullptr;
-  size_t map_size_ = 0;
+  MappedFile map_;  // Open: the file's mapping; FromBuffer: empty
   std::vector<uint8_t> owned_;
   const uint8_t* bytes_ = nullptr;
   uint64_t size_ = 0;

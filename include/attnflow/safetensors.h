@@ -28,6 +28,7 @@
 #include <utility>
 #include <vector>
 
+#include "attnflow/file_util.h"
 #include "attnflow/status.h"
 #include "attnflow/tensor.h"
 
@@ -107,8 +108,7 @@ class SafetensorsFile {
   void Release();
 
   std::string path_;
-  void* map_ = nullptr;  // mmap base (Open) or nullptr
-  size_t map_size_ = 0;
+  MappedFile map_;  // Open: the file's mapping; FromBuffer: empty
   std::vector<uint8_t> owned_;  // FromBuffer storage
   const uint8_t* bytes_ = nullptr;  // whole file image
   size_t size_ = 0;

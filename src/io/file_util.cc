@@ -6,6 +6,7 @@
 #include "attnflow/file_util.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
@@ -219,6 +220,101 @@ Result<std::string> ReadFileString(const std::string& path) {
   } catch (const std::bad_alloc&) {
     return ResourceExhausted("cannot read '" + path + "': out of memory");
   }
+}
+
+MappedFile::MappedFile(MappedFile&& o) noexcept : base_(o.base_), size_(o.size_) {
+  o.base_ = nullptr;
+  o.size_ = 0;
+}
+
+MappedFile& MappedFile::operator=(MappedFile&& o) noexcept {
+  if (this != &o) {
+    if (base_ != nullptr) ::munmap(base_, size_);
+    base_ = o.base_;
+    size_ = o.size_;
+    o.base_ = nullptr;
+    o.size_ = 0;
+  }
+  return *this;
+}
+
+MappedFile::~MappedFile() {
+  if (base_ != nullptr) ::munmap(base_, size_);
+}
+
+Result<MappedFile> MapFileReadOnly(const std::string& path, const std::string& prefix,
+                                   const std::string& kind) {
+  auto not_regular = [&](mode_t mode) {
+    return IoError(prefix + (S_ISDIR(mode) ? "is a directory" : "is not a regular file") +
+                   ", not a " + kind + " file");
+  };
+  struct stat pre;
+  if (::stat(path.c_str(), &pre) == 0 && !S_ISREG(pre.st_mode)) return not_regular(pre.st_mode);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return IoError(prefix + "cannot open: " + ErrnoString(errno));
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return IoError(prefix + "cannot stat: " + ErrnoString(err));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return not_regular(st.st_mode);
+  }
+  MappedFile m;
+  if (st.st_size > 0) {
+    const size_t n = static_cast<size_t>(st.st_size);
+    void* p = ::mmap(nullptr, n, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (p == MAP_FAILED) {
+      const int err = errno;
+      ::close(fd);
+      return IoError(prefix + "cannot mmap " + std::to_string(n) + " bytes: " + ErrnoString(err));
+    }
+    m.base_ = p;
+    m.size_ = n;
+  }
+  ::close(fd);  // the mapping stays valid
+  return m;
+}
+
+bool IsValidUtf8(std::string_view s) {
+  size_t i = 0;
+  const size_t n = s.size();
+  while (i < n) {
+    const uint8_t c = static_cast<uint8_t>(s[i]);
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    int len;
+    uint32_t cp;
+    if ((c & 0xE0) == 0xC0) {
+      len = 2;
+      cp = c & 0x1F;
+    } else if ((c & 0xF0) == 0xE0) {
+      len = 3;
+      cp = c & 0x0F;
+    } else if ((c & 0xF8) == 0xF0) {
+      len = 4;
+      cp = c & 0x07;
+    } else {
+      return false;
+    }
+    if (i + len > n) return false;
+    for (int k = 1; k < len; ++k) {
+      const uint8_t cc = static_cast<uint8_t>(s[i + k]);
+      if ((cc & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (cc & 0x3F);
+    }
+    if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) ||
+        (len == 4 && cp < 0x10000)) {
+      return false;  // overlong
+    }
+    if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+    i += len;
+  }
+  return true;
 }
 
 }  // namespace attnflow

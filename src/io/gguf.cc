@@ -9,11 +9,6 @@
 // ("kv[3] 'tokenizer.ggml.tokens'", "tensor[12] 'blk.0.attn_q.weight'").
 #include "attnflow/gguf.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -28,43 +23,6 @@ namespace {
 constexpr uint32_t kMagic = 0x46554747;  // "GGUF" little-endian
 constexpr uint64_t kMaxNameBytes = 64;   // GGML_MAX_NAME (tensor names)
 constexpr uint64_t kMaxKeyBytes = 65535;
-
-bool IsValidUtf8(const uint8_t* s, size_t n) {
-  size_t i = 0;
-  while (i < n) {
-    const uint8_t c = s[i];
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    int len;
-    uint32_t cp;
-    if ((c & 0xE0) == 0xC0) {
-      len = 2;
-      cp = c & 0x1F;
-    } else if ((c & 0xF0) == 0xE0) {
-      len = 3;
-      cp = c & 0x0F;
-    } else if ((c & 0xF8) == 0xF0) {
-      len = 4;
-      cp = c & 0x07;
-    } else {
-      return false;
-    }
-    if (i + len > n) return false;
-    for (int k = 1; k < len; ++k) {
-      if ((s[i + k] & 0xC0) != 0x80) return false;
-      cp = (cp << 6) | (s[i + k] & 0x3F);
-    }
-    if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) ||
-        (len == 4 && (cp < 0x10000 || cp > 0x10FFFF)) ||
-        (cp >= 0xD800 && cp <= 0xDFFF)) {
-      return false;
-    }
-    i += len;
-  }
-  return true;
-}
 
 // Bytes of one encoded scalar of type t (0 for string/array: variable).
 uint64_t ScalarBytes(GgufType t) {
@@ -190,8 +148,7 @@ GgufFile& GgufFile::operator=(GgufFile&& o) noexcept {
   if (this == &o) return *this;
   Release();
   path_ = std::move(o.path_);
-  map_ = o.map_;
-  map_size_ = o.map_size_;
+  map_ = std::move(o.map_);      // mapping address is preserved by the move
   owned_ = std::move(o.owned_);  // buffer pointer is preserved by the move
   bytes_ = o.bytes_;
   size_ = o.size_;
@@ -204,8 +161,6 @@ GgufFile& GgufFile::operator=(GgufFile&& o) noexcept {
   kv_ = std::move(o.kv_);
   tensors_ = std::move(o.tensors_);
   tensor_index_ = std::move(o.tensor_index_);
-  o.map_ = nullptr;
-  o.map_size_ = 0;
   o.bytes_ = nullptr;
   o.data_ = nullptr;
   o.size_ = 0;
@@ -216,9 +171,7 @@ GgufFile& GgufFile::operator=(GgufFile&& o) noexcept {
 GgufFile::~GgufFile() { Release(); }
 
 void GgufFile::Release() {
-  if (map_ != nullptr) ::munmap(map_, map_size_);
-  map_ = nullptr;
-  map_size_ = 0;
+  map_ = MappedFile();
   owned_.clear();
   bytes_ = nullptr;
   data_ = nullptr;
@@ -235,43 +188,13 @@ Status GgufFile::Err(StatusCode code, const std::string& field,
 }
 
 Result<GgufFile> GgufFile::Open(const std::string& path) {
-  const std::string prefix = "gguf: " + path + ": ";
-  // stat first and open non-blocking: opening a FIFO without a writer would
-  // otherwise block forever.
-  struct stat pre;
-  if (::stat(path.c_str(), &pre) == 0 && !S_ISREG(pre.st_mode)) {
-    return IoError(prefix + (S_ISDIR(pre.st_mode) ? "is a directory" : "is not a regular file") +
-                   ", not a GGUF file");
-  }
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) return IoError(prefix + "cannot open: " + std::strerror(errno));
-  struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    const int err = errno;
-    ::close(fd);
-    return IoError(prefix + "cannot stat: " + std::strerror(err));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return IoError(prefix + (S_ISDIR(st.st_mode) ? "is a directory" : "is not a regular file") +
-                   ", not a GGUF file");
-  }
+  Result<MappedFile> m = MapFileReadOnly(path, "gguf: " + path + ": ", "GGUF");
+  if (!m.ok()) return m.status();
   GgufFile f;
   f.path_ = path;
-  f.size_ = static_cast<uint64_t>(st.st_size);
-  if (f.size_ > 0) {
-    void* p = ::mmap(nullptr, f.size_, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (p == MAP_FAILED) {
-      const int err = errno;
-      ::close(fd);
-      return IoError(prefix + "cannot mmap " + std::to_string(f.size_) +
-                     " bytes: " + std::strerror(err));
-    }
-    f.map_ = p;
-    f.map_size_ = f.size_;
-    f.bytes_ = static_cast<const uint8_t*>(p);
-  }
-  ::close(fd);
+  f.map_ = std::move(m).value();
+  f.bytes_ = f.map_.data();
+  f.size_ = f.map_.size();
   Status s = f.Parse();
   if (!s.ok()) return s;
   return f;
@@ -311,7 +234,9 @@ Status ReadString(Reader& r, const GgufFile& f, const std::string& field,
                    std::to_string(max_len));
   }
   const uint8_t* p = r.Take(len);
-  if (!IsValidUtf8(p, len)) return err(StatusCode::kCorrupt, field, "string is not valid UTF-8");
+  if (!IsValidUtf8(std::string_view(reinterpret_cast<const char*>(p), len))) {
+    return err(StatusCode::kCorrupt, field, "string is not valid UTF-8");
+  }
   out->assign(reinterpret_cast<const char*>(p), len);
   return Status::Ok();
 }

@@ -16,11 +16,6 @@
 //    public entry points and turned into Status.
 #include "attnflow/safetensors.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <bit>
 #include <cerrno>
@@ -47,45 +42,6 @@ using ordered_json = nlohmann::ordered_json;
 
 constexpr char kMetadataKey[] = "__metadata__";
 constexpr char kSupportedDTypes[] = "F32, F16, BF16, F64, I64, I32, I8, U8, BOOL";
-
-bool IsValidUtf8(std::string_view s) {
-  size_t i = 0;
-  const size_t n = s.size();
-  while (i < n) {
-    const uint8_t c = static_cast<uint8_t>(s[i]);
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    int len;
-    uint32_t cp;
-    if ((c & 0xE0) == 0xC0) {
-      len = 2;
-      cp = c & 0x1F;
-    } else if ((c & 0xF0) == 0xE0) {
-      len = 3;
-      cp = c & 0x0F;
-    } else if ((c & 0xF8) == 0xF0) {
-      len = 4;
-      cp = c & 0x07;
-    } else {
-      return false;
-    }
-    if (i + len > n) return false;
-    for (int k = 1; k < len; ++k) {
-      const uint8_t cc = static_cast<uint8_t>(s[i + k]);
-      if ((cc & 0xC0) != 0x80) return false;
-      cp = (cp << 6) | (cc & 0x3F);
-    }
-    if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) ||
-        (len == 4 && cp < 0x10000)) {
-      return false;  // overlong
-    }
-    if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
-    i += len;
-  }
-  return true;
-}
 
 // Escapes control bytes (and, for invalid UTF-8, every non-ASCII byte) as
 // \xNN so that messages are printable; truncates very long strings.
@@ -275,8 +231,7 @@ std::string OffsetsString(int64_t b, int64_t e) {
 
 SafetensorsFile::SafetensorsFile(SafetensorsFile&& o) noexcept
     : path_(std::move(o.path_)),
-      map_(o.map_),
-      map_size_(o.map_size_),
+      map_(std::move(o.map_)),
       owned_(std::move(o.owned_)),
       bytes_(o.bytes_),
       size_(o.size_),
@@ -286,7 +241,6 @@ SafetensorsFile::SafetensorsFile(SafetensorsFile&& o) noexcept
       tensors_(std::move(o.tensors_)),
       index_(std::move(o.index_)),
       metadata_(std::move(o.metadata_)) {
-  o.map_ = nullptr;  // ownership moved; do not unmap
   o.Release();
 }
 
@@ -294,8 +248,7 @@ SafetensorsFile& SafetensorsFile::operator=(SafetensorsFile&& o) noexcept {
   if (this != &o) {
     Release();
     path_ = std::move(o.path_);
-    map_ = o.map_;
-    map_size_ = o.map_size_;
+    map_ = std::move(o.map_);
     owned_ = std::move(o.owned_);
     bytes_ = o.bytes_;
     size_ = o.size_;
@@ -305,7 +258,6 @@ SafetensorsFile& SafetensorsFile::operator=(SafetensorsFile&& o) noexcept {
     tensors_ = std::move(o.tensors_);
     index_ = std::move(o.index_);
     metadata_ = std::move(o.metadata_);
-    o.map_ = nullptr;  // ownership moved; do not unmap
     o.Release();
   }
   return *this;
@@ -315,9 +267,7 @@ SafetensorsFile::~SafetensorsFile() { Release(); }
 
 // Unmaps (if mapped) and returns to the empty state.
 void SafetensorsFile::Release() {
-  if (map_ != nullptr) ::munmap(map_, map_size_);
-  map_ = nullptr;
-  map_size_ = 0;
+  map_ = MappedFile();
   std::vector<uint8_t>().swap(owned_);
   path_.clear();
   bytes_ = nullptr;
@@ -331,43 +281,13 @@ void SafetensorsFile::Release() {
 }
 
 Result<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
-  const std::string prefix = "safetensors: " + path + ": ";
-  // O_NONBLOCK: a FIFO without a writer must not hang open(); it is then
-  // rejected as not a regular file.
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) {
-    return IoError(prefix + "cannot open: " + std::strerror(errno));
-  }
-  struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    const int err = errno;
-    ::close(fd);
-    return IoError(prefix + "cannot stat: " + std::strerror(err));
-  }
-  if (S_ISDIR(st.st_mode)) {
-    ::close(fd);
-    return IoError(prefix + "is a directory, not a safetensors file");
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return IoError(prefix + "is not a regular file");
-  }
+  Result<MappedFile> m = MapFileReadOnly(path, "safetensors: " + path + ": ", "safetensors");
+  if (!m.ok()) return m.status();
   SafetensorsFile f;
   f.path_ = path;
-  f.size_ = static_cast<size_t>(st.st_size);
-  if (f.size_ > 0) {
-    void* p = ::mmap(nullptr, f.size_, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (p == MAP_FAILED) {
-      const int err = errno;
-      ::close(fd);
-      return IoError(prefix + "cannot mmap " + std::to_string(f.size_) +
-                     " bytes: " + std::strerror(err));
-    }
-    f.map_ = p;
-    f.map_size_ = f.size_;
-    f.bytes_ = static_cast<const uint8_t*>(p);
-  }
-  ::close(fd);  // the mapping stays valid
+  f.map_ = std::move(m).value();
+  f.bytes_ = f.map_.data();
+  f.size_ = f.map_.size();
   Status s = f.Parse();
   if (!s.ok()) return s;
   return f;
