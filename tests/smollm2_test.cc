@@ -25,6 +25,7 @@
 #include "attnflow/file_util.h"
 #include "attnflow/gguf.h"
 #include "attnflow/model.h"
+#include "attnflow/rng.h"
 #include "attnflow/safetensors.h"
 #include "attnflow/sampling.h"
 #include "gtest/gtest.h"
@@ -344,8 +345,8 @@ TEST(SmolLm2, ForwardErrors) {
 // loader validation, untied output, generic/quantised matmul paths, and
 // prefill/decode consistency — no reference values needed.
 
-std::vector<uint8_t> RandomTensorBytes(uint32_t type, int64_t rows, int64_t cols, std::mt19937_64& rng) {
-  std::normal_distribution<float> n(0.0f, 0.2f);
+std::vector<uint8_t> RandomTensorBytes(uint32_t type, int64_t rows, int64_t cols, Rng& rng) {
+  auto n = [](Rng& r) { return static_cast<float>(r.Normal(0.0, 0.2)); };
   std::vector<uint8_t> b;
   auto put16 = [&](uint16_t h) {
     b.push_back(static_cast<uint8_t>(h & 0xFF));
@@ -365,7 +366,7 @@ std::vector<uint8_t> RandomTensorBytes(uint32_t type, int64_t rows, int64_t cols
         put16(F32ToF16(type == 8 ? 0.01f : 0.04f));
         if (type == 3) put16(F32ToF16(-0.3f));
         const int nq = type == 8 ? 32 : 16;
-        for (int j = 0; j < nq; ++j) b.push_back(static_cast<uint8_t>(rng()));
+        for (int j = 0; j < nq; ++j) b.push_back(static_cast<uint8_t>(rng.Next()));
       }
     }
   }
@@ -383,7 +384,7 @@ struct TinyOpts {
 };
 
 std::vector<uint8_t> TinyLlama(const TinyOpts& o) {
-  std::mt19937_64 rng(5);
+  Rng rng(5);
   GgufBuilder g;
   const int64_t E = 64, F = 96, H = 4, Hkv = 2, D = 16, L = 2;
   g.AddString("general.architecture", o.arch);

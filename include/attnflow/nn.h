@@ -157,11 +157,20 @@ struct NormWeights {
 Status Norm(const TensorView& out, const TensorView& x, const NormWeights& w,
             NormKind kind, double eps);
 
+// The float64 oracles of the fast ops (attnflow/ops.h):
+//   LinearLayer: out [..., out] = x [..., in] · wᵀ + b   (w [out, in], b optional)
+//   Softmax:     over the last dim; a row of all -inf gives zeros (dead row).
+Status LinearLayer(const TensorView& out, const TensorView& x, const TensorView& w,
+                   const TensorView& b);
+Status Softmax(const TensorView& out, const TensorView& x);
+
 enum class Activation : uint8_t { kRelu, kGelu, kGeluTanh, kSwiGlu };
 // "relu", "gelu", "gelu_tanh", "swiglu"
 const char* ActivationName(Activation a);
 bool ParseActivation(std::string_view s, Activation* out);
 bool IsGated(Activation a);  // SwiGLU
+// out = act(x) elementwise (kSwiGlu applies its gate function, silu).
+Status Activate(const TensorView& out, const TensorView& x, Activation act);
 
 struct FfnWeights {
   TensorView w_up, b_up;      // [F,E], [F]

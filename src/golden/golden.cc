@@ -2,12 +2,12 @@
 // stage by stage, and write new cases from the float64 reference.
 // See attnflow/golden.h for the invariants and docs/golden-format.md.
 #include "attnflow/golden.h"
+#include "attnflow/rng.h"
 #include "attnflow/nn_golden.h"
 
 #include <algorithm>
 #include <charconv>
 #include <cmath>
-#include <random>
 #include <set>
 
 namespace attnflow {
@@ -393,19 +393,13 @@ Result<CaseReport> CompareFiles(const SafetensorsFile& got,
 // Writing cases from the reference.
 namespace {
 
-struct Rng {
-  std::mt19937_64 gen;
-  std::normal_distribution<double> normal{0.0, 1.0};
-  explicit Rng(uint64_t seed) : gen(seed) {}
-  float Normal() { return static_cast<float>(normal(gen)); }
-  double Uniform() { return std::uniform_real_distribution<double>(0.0, 1.0)(gen); }
-};
-
+// Random inputs come from the project's own Rng (attnflow/rng.h): the same
+// seed writes the same case with any standard library.
 Result<Tensor> RandomF32(Rng& rng, const Shape& shape, float scale = 1.0f) {
   Result<Tensor> t = Tensor::Zeros(DType::kF32, shape);
   if (!t.ok()) return t;
   float* p = t->data<float>();
-  for (int64_t i = 0; i < t->numel(); ++i) p[i] = scale * rng.Normal();
+  for (int64_t i = 0; i < t->numel(); ++i) p[i] = scale * static_cast<float>(rng.Normal());
   return t;
 }
 

@@ -2,14 +2,8 @@
 // them through HWY_DYNAMIC_DISPATCH (the best target the CPU supports is
 // chosen at the first call).
 //
-// Targets: x86 AVX3 (AVX-512), AVX2 (+FMA, F16C), SSE4 and the EMU128
-// fallback; Arm NEON. Sizeless-vector targets (SVE, RVV) are disabled because
-// the micro-kernels keep arrays of vector accumulators; on such machines the
-// NEON or EMU128 build is used. SSSE3 is disabled (SSE4 covers it).
-#ifndef HWY_DISABLED_TARGETS
-#define HWY_DISABLED_TARGETS \
-  (HWY_SSSE3 | HWY_SVE | HWY_SVE2 | HWY_SVE_256 | HWY_SVE2_128 | HWY_RVV)
-#endif
+// Targets: the project's one target policy, src/ops/targets.h.
+#include "ops/targets.h"
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/kernels.cc"

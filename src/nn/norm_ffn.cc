@@ -4,6 +4,7 @@
 // Invariants: the last dim is normalised; LayerNorm uses the biased
 // variance (as torch.nn.LayerNorm); RMSNorm takes no bias; out may alias x for
 // Norm (each row is read completely before it is written).
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -147,6 +148,76 @@ Status Ffn(const TensorView& out, const TensorView& x, const FfnWeights& w, Acti
   Result<Tensor> y = Apply(down, hidden.value(), xs);
   if (!y.ok()) return y.status();
   StoreTo(out, y.value());
+  return Status::Ok();
+}
+
+// ---- the float64 oracles of ops::Linear, ops::Activate and ops::Softmax ----
+
+Status LinearLayer(const TensorView& out, const TensorView& x, const TensorView& w,
+                   const TensorView& b) {
+  const char* op = "linear";
+  if (x.rank < 1 || x.rank > 4 || !IsFloat(x.dtype)) {
+    return InvalidArgument(std::string(op) + ": x is " + x.describe() +
+                           ", expected float rank 1..4 [..., in]");
+  }
+  if (w.rank != 2) {
+    return InvalidArgument(std::string(op) + ": weight is " + w.describe() +
+                           ", expected float [out, " + std::to_string(x.shape[x.rank - 1]) + "]");
+  }
+  const int64_t in = x.shape[x.rank - 1], n_out = w.shape[0];
+  Shape ys(x.shape.begin(), x.shape.begin() + x.rank);
+  ys.back() = n_out;
+  ATTNFLOW_RETURN_IF_ERROR(CheckOut(op, "out", out, ys));
+  Linear lin;
+  ATTNFLOW_RETURN_IF_ERROR(LoadLinear(op, "weight", w, b, n_out, in, &lin));
+  Result<Tensor> xf = ToF64(x);
+  if (!xf.ok()) return xf.status();
+  Result<Tensor> y = Apply(lin, xf.value(), ys);
+  if (!y.ok()) return y.status();
+  StoreTo(out, y.value());
+  return Status::Ok();
+}
+
+Status Activate(const TensorView& out, const TensorView& x, Activation act) {
+  const char* op = "activate";
+  if (x.rank < 1 || x.rank > 4 || !IsFloat(x.dtype)) {
+    return InvalidArgument(std::string(op) + ": x is " + x.describe() + ", expected float rank 1..4");
+  }
+  ATTNFLOW_RETURN_IF_ERROR(
+      CheckOut(op, "out", out, std::vector<int64_t>(x.shape.begin(), x.shape.begin() + x.rank)));
+  const int64_t E = x.shape[x.rank - 1];
+  ForEachRow(x, [&](int64_t, const int64_t* idx) {
+    for (int64_t e = 0; e < E; ++e) {
+      out.store(ElemOffset(out, idx, e), Act(act, x.load(ElemOffset(x, idx, e))));
+    }
+  });
+  return Status::Ok();
+}
+
+Status Softmax(const TensorView& out, const TensorView& x) {
+  const char* op = "softmax";
+  if (x.rank < 1 || x.rank > 4 || !IsFloat(x.dtype)) {
+    return InvalidArgument(std::string(op) + ": x is " + x.describe() + ", expected float rank 1..4");
+  }
+  ATTNFLOW_RETURN_IF_ERROR(
+      CheckOut(op, "out", out, std::vector<int64_t>(x.shape.begin(), x.shape.begin() + x.rank)));
+  const int64_t E = x.shape[x.rank - 1];
+  std::vector<double> row(static_cast<size_t>(E));
+  ForEachRow(x, [&](int64_t, const int64_t* idx) {
+    double m = -INFINITY;
+    for (int64_t e = 0; e < E; ++e) {
+      row[static_cast<size_t>(e)] = x.load(ElemOffset(x, idx, e));
+      m = std::max(m, row[static_cast<size_t>(e)]);
+    }
+    double sum = 0.0;
+    for (double& v : row) {
+      v = m == -INFINITY ? 0.0 : std::exp(v - m);  // dead row: all zeros
+      sum += v;
+    }
+    for (int64_t e = 0; e < E; ++e) {
+      out.store(ElemOffset(out, idx, e), sum > 0 ? row[static_cast<size_t>(e)] / sum : 0.0);
+    }
+  });
   return Status::Ok();
 }
 

@@ -7,6 +7,7 @@
 #include <random>
 #include <string>
 
+#include "attnflow/rng.h"
 #include "attnflow/tensor.h"
 
 namespace attnflow::testing {
@@ -17,20 +18,20 @@ inline Tensor Zeros(DType t, const Shape& s) {
   return std::move(r).value();
 }
 
+// Test data from the project's own Rng (attnflow/rng.h), so inputs are the
+// same with any standard library.
 inline Tensor Random(const Shape& s, uint64_t seed, double scale = 1.0,
                      DType t = DType::kF32) {
   Tensor x = Zeros(t, s);
-  std::mt19937_64 gen(seed);
-  std::normal_distribution<double> n(0.0, 1.0);
-  for (int64_t i = 0; i < x.numel(); ++i) x.view().store(i, scale * n(gen));
+  Rng rng(seed);
+  for (int64_t i = 0; i < x.numel(); ++i) x.view().store(i, scale * rng.Normal());
   return x;
 }
 
 inline Tensor RandomBoolMask(const Shape& s, uint64_t seed, double p_true) {
   Tensor m = Zeros(DType::kBool, s);
-  std::mt19937_64 gen(seed);
-  std::uniform_real_distribution<double> u(0, 1);
-  for (int64_t i = 0; i < m.numel(); ++i) m.data<uint8_t>()[i] = u(gen) < p_true;
+  Rng rng(seed);
+  for (int64_t i = 0; i < m.numel(); ++i) m.data<uint8_t>()[i] = rng.Uniform() < p_true;
   return m;
 }
 

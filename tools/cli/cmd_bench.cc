@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "attnflow/bench.h"
+#include "attnflow/rng.h"
 #include "attnflow/kernels.h"
 #include "cli_common.h"
 
@@ -100,8 +101,7 @@ int RunBench(const BenchArgs& a) {
               configs.push_back({B, H, Hkv, Lq, Lk, D});
             }
   for (const Config& c : configs) {
-    std::mt19937_64 gen(1);
-    std::normal_distribution<float> nd(0.f, 1.f);
+    Rng rng(1);
     Result<Tensor> q = Tensor::Zeros(DType::kF32, {c.B, c.H, c.Lq, c.D});
     Result<Tensor> k = Tensor::Zeros(kv_dtype, {c.B, c.Hkv, c.Lk, c.D});
     Result<Tensor> v = Tensor::Zeros(kv_dtype, {c.B, c.Hkv, c.Lk, c.D});
@@ -113,7 +113,7 @@ int RunBench(const BenchArgs& a) {
       }
     }
     for (auto* t : {&q, &k, &v})
-      for (int64_t i = 0; i < (*t)->numel(); ++i) (*t)->view().store(i, nd(gen));
+      for (int64_t i = 0; i < (*t)->numel(); ++i) (*t)->view().store(i, static_cast<float>(rng.Normal()));
     SdpaOptions opt;
     opt.causal = causal;
     opt.window_left = a.window_left;

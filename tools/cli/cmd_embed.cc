@@ -26,7 +26,7 @@
 #include "cli_common.h"
 #include "attnflow/threading.h"
 #include "model/bert/bert.h"
-#include "model/bert/gemm.h"
+#include "attnflow/ops.h"
 
 namespace attnflow::cli {
 namespace {
@@ -124,11 +124,11 @@ int RunBench(const EmbedArgs& a, bert::BertModel& model) {
   const double median = secs[secs.size() / 2];
   std::printf(
       "bench: sentences=%zu batch=%lld threads=%d repeat=%lld median_s=%.6f best_s=%.6f "
-      "sentences_per_s=%.2f peak_rss_mib=%.1f gemm=%s\n",
+      "sentences_per_s=%.2f peak_rss_mib=%.1f simd=%s\n",
       a.sentences.size(), static_cast<long long>(a.batch), DefaultPool().NumWorkers(),
       static_cast<long long>(a.repeat), median, secs.front(),
       static_cast<double>(a.sentences.size()) / median, PeakRssMib(),
-      bert::GemmBackendName());
+      ops::TargetName());
   return kExitOk;
 }
 

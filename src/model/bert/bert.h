@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "attnflow/model.h"
+#include "attnflow/ops.h"
 #include "attnflow/safetensors.h"
 #include "model/bert/wordpiece.h"
 
@@ -56,14 +57,19 @@ struct BertConfig {
 Status ReadBertConfig(const std::string& dir, BertConfig* cfg,
                       WordPieceOptions* tok_opt);
 
+// Dense weights are packed once at load (ops::PackedMatrix, the layout the
+// GEMM micro-kernel reads); vectors point into the mapping or owned_.
 struct BertLayer {
-  const float* w_qkv;  // [3E, E]  (query rows, key rows, value rows)
-  const float* b_qkv;  // [3E]
-  const float *w_o, *b_o;          // [E, E], [E]
-  const float *ln1_g, *ln1_b;      // [E]
-  const float *w_1, *b_1;          // [F, E], [F]
-  const float *w_2, *b_2;          // [E, F], [E]
-  const float *ln2_g, *ln2_b;      // [E]
+  ops::PackedMatrix w_qkv;         // [3E, E]  (query rows, key rows, value rows)
+  const float* b_qkv = nullptr;    // [3E]
+  ops::PackedMatrix w_o;           // [E, E]
+  const float* b_o = nullptr;      // [E]
+  const float *ln1_g = nullptr, *ln1_b = nullptr;  // [E]
+  ops::PackedMatrix w_1;           // [F, E]
+  const float* b_1 = nullptr;      // [F]
+  ops::PackedMatrix w_2;           // [E, F]
+  const float* b_2 = nullptr;      // [E]
+  const float *ln2_g = nullptr, *ln2_b = nullptr;  // [E]
 };
 
 class BertModel : public EncoderModel {
@@ -104,6 +110,7 @@ class BertModel : public EncoderModel {
   SafetensorsFile file_;            // mapping the views below point into
   std::vector<Tensor> owned_;       // converted / fused / realigned weights
   const float *word_ = nullptr, *pos_ = nullptr, *type_ = nullptr;
+  ops::QMatrix word_table_;  // F32 view of word_ for ops::EmbeddingLookup
   const float *emb_ln_g_ = nullptr, *emb_ln_b_ = nullptr;
   std::vector<BertLayer> layers_;
 };

@@ -27,9 +27,9 @@
 
 #include "attnflow/attention.h"
 #include "attnflow/kernels.h"
+#include "attnflow/ops.h"
 #include "attnflow/threading.h"
 #include "model/bert/bert.h"
-#include "model/bert/gemm.h"
 
 namespace attnflow::bert {
 namespace {
@@ -45,53 +45,6 @@ class HeadsOutSink : public StageSink {
   static std::string_view Map(std::string_view s) { return s == "out" ? "heads_out" : s; }
   StageSink* inner_;
 };
-
-// Runs fn(row_begin, row_end) over [0, rows) in fixed chunks on the default
-// pool (chunking depends only on `rows`).
-template <typename Fn>
-void ParallelRows(int64_t rows, int64_t chunk, Fn fn) {
-  const int64_t tasks = (rows + chunk - 1) / chunk;
-  if (tasks <= 1) {
-    if (rows > 0) fn(int64_t{0}, rows);
-    return;
-  }
-  DefaultPool().ParallelFor(tasks, [&](int64_t t, int) {
-    fn(t * chunk, std::min(rows, (t + 1) * chunk));
-  });
-}
-
-// y[r] = LayerNorm(x[r]) * g + b, rows of width n (statistics in double).
-void LayerNorm(float* y, const float* x, const float* g, const float* b, int64_t rows,
-               int64_t n, double eps) {
-  ParallelRows(rows, 64, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const float* xr = x + r * n;
-      float* yr = y + r * n;
-      double mean = 0;
-      for (int64_t i = 0; i < n; ++i) mean += xr[i];
-      mean /= static_cast<double>(n);
-      double var = 0;
-      for (int64_t i = 0; i < n; ++i) {
-        const double d = xr[i] - mean;
-        var += d * d;
-      }
-      var /= static_cast<double>(n);
-      const double inv = 1.0 / std::sqrt(var + eps);
-      for (int64_t i = 0; i < n; ++i) {
-        yr[i] = static_cast<float>((xr[i] - mean) * inv) * g[i] + b[i];
-      }
-    }
-  });
-}
-
-// x = gelu(x) = 0.5 x (1 + erf(x / sqrt 2)), in place, rows in parallel.
-void GeluRows(float* x, int64_t rows, int64_t n) {
-  ParallelRows(rows, 16, [&](int64_t r0, int64_t r1) { GeluErf(x + r0 * n, (r1 - r0) * n); });
-}
-
-void AddInPlace(float* y, const float* x, int64_t count) {
-  for (int64_t i = 0; i < count; ++i) y[i] += x[i];
-}
 
 Result<Tensor> Alloc(const Shape& s) { return Tensor::Zeros(DType::kF32, s); }
 
@@ -243,16 +196,16 @@ Status BertModel::Forward(const std::vector<std::vector<int32_t>>& ids, Tensor* 
   };
 
   // Embeddings: word + position + token type 0, then LayerNorm.
+  ThreadPool& pool = DefaultPool();
   for (int64_t b = 0; b < B; ++b) {
     const auto& seq = ids[static_cast<size_t>(b)];
-    for (int64_t i = 0; i < lens[static_cast<size_t>(b)]; ++i) {
-      const float* w = word_ + static_cast<int64_t>(seq[static_cast<size_t>(i)]) * E;
-      const float* p = pos_ + i * E;
-      float* t = tmp + (offs[static_cast<size_t>(b)] + i) * E;
-      for (int64_t e = 0; e < E; ++e) t[e] = w[e] + p[e] + type_[e];
-    }
+    float* t = tmp + offs[static_cast<size_t>(b)] * E;
+    const int64_t n = lens[static_cast<size_t>(b)];
+    ATTNFLOW_RETURN_IF_ERROR(ops::EmbeddingLookup(t, E, seq.data(), word_table_, n));
+    ops::Add(t, t, pos_, n * E, pool);  // positions 0..n-1 are rows 0..n-1
+    for (int64_t i = 0; i < n; ++i) ops::Add(t + i * E, t + i * E, type_, E, pool);
   }
-  LayerNorm(x, tmp, emb_ln_g_, emb_ln_b_, T, E, cfg_.layer_norm_eps);
+  ops::LayerNorm(x, E, tmp, E, emb_ln_g_, emb_ln_b_, cfg_.layer_norm_eps, T, E, pool);
   put("embed", x);
   ATTNFLOW_RETURN_IF_ERROR(keep_state());
 
@@ -261,7 +214,7 @@ Status BertModel::Forward(const std::vector<std::vector<int32_t>>& ids, Tensor* 
     const BertLayer& W = layers_[static_cast<size_t>(l)];
     const bool cap = sink != nullptr && l == capture.layer;
     // Q|K|V = x · Wqkvᵀ + b            [T, 3E]
-    LinearForward(qkv, 3 * E, x, E, W.w_qkv, E, W.b_qkv, T, 3 * E, E);
+    ops::Linear(qkv, 3 * E, x, E, W.w_qkv, {.bias = W.b_qkv}, T, pool);
     if (padded) to_padded(qkv_pad, qkv, 3 * E);
     // Zero-copy head split: [B,L,3E] viewed as [B,H,L,Dh].
     const Shape qkv_strides = {L * 3 * E, Dh, 3 * E, 1};
@@ -286,20 +239,28 @@ Status BertModel::Forward(const std::vector<std::vector<int32_t>>& ids, Tensor* 
     }
     if (padded) to_packed(ctx, ctx_pad, E);
     if (cap) put("concat", ctx);
-    // Attention output dense, residual, LayerNorm 1.
-    LinearForward(tmp, E, ctx, E, W.w_o, E, W.b_o, T, E, E);
-    if (cap) put("out", tmp);
-    AddInPlace(tmp, x, T * E);
-    if (cap) put("residual", tmp);
-    LayerNorm(x, tmp, W.ln1_g, W.ln1_b, T, E, cfg_.layer_norm_eps);
+    // Attention output dense + residual, LayerNorm 1 (the captured layer
+    // keeps "out" before the residual: unfused there, same arithmetic).
+    if (cap) {
+      ops::Linear(tmp, E, ctx, E, W.w_o, {.bias = W.b_o}, T, pool);
+      put("out", tmp);
+      ops::Add(tmp, tmp, x, T * E, pool);
+      put("residual", tmp);
+    } else {
+      ops::Linear(tmp, E, ctx, E, W.w_o, {.bias = W.b_o, .residual = x, .ld_residual = E}, T, pool);
+    }
+    ops::LayerNorm(x, E, tmp, E, W.ln1_g, W.ln1_b, cfg_.layer_norm_eps, T, E, pool);
     if (cap) put("norm", x);
-    // FFN: W2 · gelu(W1 · x + b1) + b2, residual, LayerNorm 2.
-    LinearForward(ffn, F, x, E, W.w_1, E, W.b_1, T, F, E);
-    GeluRows(ffn, T, F);
-    LinearForward(tmp, E, ffn, F, W.w_2, F, W.b_2, T, E, F);
-    if (cap) put("ffn", tmp);
-    AddInPlace(tmp, x, T * E);
-    LayerNorm(x, tmp, W.ln2_g, W.ln2_b, T, E, cfg_.layer_norm_eps);
+    // FFN: W2 · gelu(W1 · x + b1) + b2 (+ residual), LayerNorm 2.
+    ops::Linear(ffn, F, x, E, W.w_1, {.bias = W.b_1, .act = ops::Activation::kGeluErf}, T, pool);
+    if (cap) {
+      ops::Linear(tmp, E, ffn, F, W.w_2, {.bias = W.b_2}, T, pool);
+      put("ffn", tmp);
+      ops::Add(tmp, tmp, x, T * E, pool);
+    } else {
+      ops::Linear(tmp, E, ffn, F, W.w_2, {.bias = W.b_2, .residual = x, .ld_residual = E}, T, pool);
+    }
+    ops::LayerNorm(x, E, tmp, E, W.ln2_g, W.ln2_b, cfg_.layer_norm_eps, T, E, pool);
     if (cap) put("block_out", x);
     ATTNFLOW_RETURN_IF_ERROR(keep_state());
   }

@@ -290,24 +290,37 @@ Result<std::unique_ptr<BertModel>> BertModel::Load(const std::string& dir) {
   ATTNFLOW_RETURN_IF_ERROR(get("embeddings.LayerNorm.weight", {E}, &m->emb_ln_g_));
   ATTNFLOW_RETURN_IF_ERROR(get("embeddings.LayerNorm.bias", {E}, &m->emb_ln_b_));
 
+  m->word_table_.type = GgmlType::kF32;
+  m->word_table_.data = reinterpret_cast<const uint8_t*>(m->word_);
+  m->word_table_.rows = c.vocab_size;
+  m->word_table_.cols = E;
+  m->word_table_.row_bytes = E * static_cast<int64_t>(sizeof(float));
+  m->word_table_.name = "embeddings.word_embeddings.weight";
   m->layers_.resize(static_cast<size_t>(c.num_layers));
+  auto pack = [&](const std::string& name, const float* w, int64_t n, int64_t k,
+                  ops::PackedMatrix* out) -> Status {
+    Result<ops::PackedMatrix> r = ops::PackedMatrix::Pack(w, k, n, k);
+    if (!r.ok()) return Status(r.status().code(), "bert: " + name + ": " + r.status().message());
+    *out = std::move(r).value();
+    return Status::Ok();
+  };
   for (int64_t l = 0; l < c.num_layers; ++l) {
     BertLayer& L = m->layers_[static_cast<size_t>(l)];
     const std::string p = "encoder.layer." + std::to_string(l) + ".";
-    const float *wq, *wk, *wv, *bq, *bk, *bv;
+    const float *wq, *wk, *wv, *bq, *bk, *bv, *wo, *w1, *w2;
     ATTNFLOW_RETURN_IF_ERROR(get(p + "attention.self.query.weight", {E, E}, &wq));
     ATTNFLOW_RETURN_IF_ERROR(get(p + "attention.self.query.bias", {E}, &bq));
     ATTNFLOW_RETURN_IF_ERROR(get(p + "attention.self.key.weight", {E, E}, &wk));
     ATTNFLOW_RETURN_IF_ERROR(get(p + "attention.self.key.bias", {E}, &bk));
     ATTNFLOW_RETURN_IF_ERROR(get(p + "attention.self.value.weight", {E, E}, &wv));
     ATTNFLOW_RETURN_IF_ERROR(get(p + "attention.self.value.bias", {E}, &bv));
-    ATTNFLOW_RETURN_IF_ERROR(get(p + "attention.output.dense.weight", {E, E}, &L.w_o));
+    ATTNFLOW_RETURN_IF_ERROR(get(p + "attention.output.dense.weight", {E, E}, &wo));
     ATTNFLOW_RETURN_IF_ERROR(get(p + "attention.output.dense.bias", {E}, &L.b_o));
     ATTNFLOW_RETURN_IF_ERROR(get(p + "attention.output.LayerNorm.weight", {E}, &L.ln1_g));
     ATTNFLOW_RETURN_IF_ERROR(get(p + "attention.output.LayerNorm.bias", {E}, &L.ln1_b));
-    ATTNFLOW_RETURN_IF_ERROR(get(p + "intermediate.dense.weight", {F, E}, &L.w_1));
+    ATTNFLOW_RETURN_IF_ERROR(get(p + "intermediate.dense.weight", {F, E}, &w1));
     ATTNFLOW_RETURN_IF_ERROR(get(p + "intermediate.dense.bias", {F}, &L.b_1));
-    ATTNFLOW_RETURN_IF_ERROR(get(p + "output.dense.weight", {E, F}, &L.w_2));
+    ATTNFLOW_RETURN_IF_ERROR(get(p + "output.dense.weight", {E, F}, &w2));
     ATTNFLOW_RETURN_IF_ERROR(get(p + "output.dense.bias", {E}, &L.b_2));
     ATTNFLOW_RETURN_IF_ERROR(get(p + "output.LayerNorm.weight", {E}, &L.ln2_g));
     ATTNFLOW_RETURN_IF_ERROR(get(p + "output.LayerNorm.bias", {E}, &L.ln2_b));
@@ -326,10 +339,12 @@ Result<std::unique_ptr<BertModel>> BertModel::Load(const std::string& dir) {
     std::memcpy(bd, bq, vec);
     std::memcpy(bd + E, bk, vec);
     std::memcpy(bd + 2 * E, bv, vec);
-    L.w_qkv = wd;
     L.b_qkv = bd;
-    m->owned_.push_back(std::move(w).value());
-    m->owned_.push_back(std::move(b).value());
+    ATTNFLOW_RETURN_IF_ERROR(pack(p + "attention.self.{query,key,value}.weight", wd, 3 * E, E, &L.w_qkv));
+    ATTNFLOW_RETURN_IF_ERROR(pack(p + "attention.output.dense.weight", wo, E, E, &L.w_o));
+    ATTNFLOW_RETURN_IF_ERROR(pack(p + "intermediate.dense.weight", w1, F, E, &L.w_1));
+    ATTNFLOW_RETURN_IF_ERROR(pack(p + "output.dense.weight", w2, E, F, &L.w_2));
+    m->owned_.push_back(std::move(b).value());  // the fused weight is only needed packed
   }
 
   ModelInfo& info = m->info_;

@@ -18,6 +18,7 @@
 #include "attnflow/attention.h"
 #include "attnflow/gguf.h"
 #include "attnflow/kernels.h"
+#include "attnflow/ops.h"
 #include "attnflow/threading.h"
 #include "model/bpe/bpe_tokenizer.h"
 #include "model/llama/chat_template.h"
@@ -26,6 +27,9 @@
 namespace attnflow {
 namespace llama {
 namespace {
+
+using ops::MatMulScratch;
+using ops::QMatrix;
 
 struct Layer {
   std::vector<float> attn_norm, ffn_norm;
@@ -70,8 +74,6 @@ class LlamaModel : public DecoderModel {
   Status EnsureCapacity(int64_t needed);
   Status ForwardImpl(const std::vector<int32_t>& ids, bool all_logits, Tensor* logits,
                      const StageCapture& capture);
-  void RmsNorm(const float* x, const std::vector<float>& w, int64_t rows, float* out) const;
-  void Rope(float* x, int64_t T, int64_t heads) const;
   void CaptureLayer(const StageCapture& cap, int64_t T, int64_t Lk, const TensorView& qv,
                     const TensorView& kv, const TensorView& vv, const TensorView& ov);
 
@@ -100,6 +102,7 @@ class LlamaModel : public DecoderModel {
 
   // Work buffers (resized per call; capacity is kept).
   std::vector<float> x_, h_, q_, k_, v_, att_, g_, u_, tmp_, cos_, sin_;
+  std::vector<int64_t> pos_;
 };
 
 Status LlamaModel::LoadMatrix(const std::string& name, int64_t rows, int64_t cols, QMatrix* m) {
@@ -266,15 +269,9 @@ Result<std::unique_ptr<DecoderModel>> LlamaModel::Load(const std::string& path,
   }
   info.weight_dtype = wtype;
 
-  // RoPE inverse frequencies as HF computes them in fp32:
-  // 1 / base^(float(2i) / D).
+  // RoPE inverse frequencies as HF computes them in fp32.
   m->inv_freq_.resize(static_cast<size_t>(D / 2));
-  const float base = static_cast<float>(theta);
-  for (int64_t i = 0; i < D / 2; ++i) {
-    const float e = static_cast<float>(2 * i) / static_cast<float>(D);
-    const float pw = static_cast<float>(std::pow(static_cast<double>(base), static_cast<double>(e)));
-    m->inv_freq_[static_cast<size_t>(i)] = 1.0f / pw;
-  }
+  ops::RopeInvFreq(m->inv_freq_.data(), theta, D);
   m->max_ctx_ = info.max_positions;
   if (opt.max_context > 0) m->max_ctx_ = std::min(m->max_ctx_, opt.max_context);
 
@@ -318,40 +315,6 @@ Status LlamaModel::EnsureCapacity(int64_t needed) {
   }
   cap_ = cap;
   return Status::Ok();
-}
-
-void LlamaModel::RmsNorm(const float* x, const std::vector<float>& w, int64_t rows, float* out) const {
-  const int64_t E = info_.hidden;
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* xr = x + r * E;
-    float* o = out + r * E;
-    double ss = 0;
-    for (int64_t i = 0; i < E; ++i) ss += static_cast<double>(xr[i]) * xr[i];
-    const float mean = static_cast<float>(ss / static_cast<double>(E));
-    const float inv = 1.0f / std::sqrt(mean + eps_);
-    // HF order: weight * (x * rsqrt(var + eps)).
-    for (int64_t i = 0; i < E; ++i) o[i] = w[static_cast<size_t>(i)] * (xr[i] * inv);
-  }
-}
-
-// x [T, heads*D] in GGUF (adjacent pair) layout.
-void LlamaModel::Rope(float* x, int64_t T, int64_t heads) const {
-  const int64_t D = info_.head_dim, half = D / 2;
-  for (int64_t t = 0; t < T; ++t) {
-    const float* c = cos_.data() + t * half;
-    const float* s = sin_.data() + t * half;
-    for (int64_t h = 0; h < heads; ++h) {
-      float* p = x + (t * heads + h) * D;
-      for (int64_t i = 0; i < half; ++i) {
-        const float x0 = p[2 * i], x1 = p[2 * i + 1];
-        // HF: q*cos + rotate_half(q)*sin, each product rounded, then summed.
-        const float a0 = x0 * c[i], b0 = x1 * s[i];
-        const float a1 = x1 * c[i], b1 = x0 * s[i];
-        p[2 * i] = a0 - b0;
-        p[2 * i + 1] = a1 + b1;
-      }
-    }
-  }
 }
 
 Status LlamaModel::Forward(const std::vector<int32_t>& ids, bool all_logits, Tensor* logits,
@@ -445,27 +408,22 @@ Status LlamaModel::ForwardImpl(const std::vector<int32_t>& ids, bool all_logits,
     if (cap_on && capture.sink->Wants(name)) capture.sink->Put(name, ViewOf(data, DType::kF32, shape));
   };
 
-  for (int64_t t = 0; t < T; ++t) {
-    const int64_t id = ids[static_cast<size_t>(t)];
-    ATTNFLOW_RETURN_IF_ERROR(DequantizeRow(x_.data() + t * E, embd_.data + id * embd_.row_bytes, embd_.type, E));
-    const float pos = static_cast<float>(p0 + t);
-    for (int64_t i = 0; i < D / 2; ++i) {
-      const float ang = pos * inv_freq_[static_cast<size_t>(i)];
-      cos_[static_cast<size_t>(t * (D / 2) + i)] = std::cos(ang);
-      sin_[static_cast<size_t>(t * (D / 2) + i)] = std::sin(ang);
-    }
-  }
+  ThreadPool& pool = *pool_;
+  ATTNFLOW_RETURN_IF_ERROR(ops::EmbeddingLookup(x_.data(), E, ids.data(), embd_, T));
+  pos_.resize(t_);
+  for (int64_t t = 0; t < T; ++t) pos_[static_cast<size_t>(t)] = p0 + t;
+  ops::RopeTables(cos_.data(), sin_.data(), pos_.data(), inv_freq_.data(), 1.0, T, D);
   put("embed", x_.data(), {1, T, E});
 
   for (size_t l = 0; l < layers_.size(); ++l) {
     const Layer& L = layers_[l];
     const bool cap_layer = cap_on && static_cast<int64_t>(l) == capture.layer;
-    RmsNorm(x_.data(), L.attn_norm, T, h_.data());
+    ops::RmsNorm(h_.data(), E, x_.data(), E, L.attn_norm.data(), eps_, T, E, pool);
     if (cap_layer) put("norm", h_.data(), {1, T, E});
-    ATTNFLOW_RETURN_IF_ERROR(MatMul({{q_.data(), H * D, &L.q}, {k_.data(), Hkv * D, &L.k}, {v_.data(), Hkv * D, &L.v}},
+    ATTNFLOW_RETURN_IF_ERROR(ops::QMatMul({{q_.data(), H * D, &L.q}, {k_.data(), Hkv * D, &L.k}, {v_.data(), Hkv * D, &L.v}},
                                     h_.data(), E, T, *pool_, scratch_, opt_.gemm_min_tokens));
-    Rope(q_.data(), T, H);
-    Rope(k_.data(), T, Hkv);
+    ops::Rope(q_.data(), H * D, cos_.data(), sin_.data(), ops::RopeLayout::kInterleaved, T, H, D, D, pool);
+    ops::Rope(k_.data(), Hkv * D, cos_.data(), sin_.data(), ops::RopeLayout::kInterleaved, T, Hkv, D, D, pool);
     // Append to the cache: positions p0..p0+T-1 of each head of [Hkv, cap, D]
     // (head-major, so attention streams each head's keys sequentially).
     Tensor& kc = kcache_[l];
@@ -500,30 +458,27 @@ Status LlamaModel::ForwardImpl(const std::vector<int32_t>& ids, bool all_logits,
       CaptureLayer(capture, T, Lk, qv, kv, vv, ov);
       put("concat", att_.data(), {1, T, H * D});
     }
-    ATTNFLOW_RETURN_IF_ERROR(MatMul({{tmp_.data(), E, &L.o}}, att_.data(), H * D, T, *pool_, scratch_, opt_.gemm_min_tokens));
+    ATTNFLOW_RETURN_IF_ERROR(ops::QMatMul({{tmp_.data(), E, &L.o}}, att_.data(), H * D, T, *pool_, scratch_, opt_.gemm_min_tokens));
     if (cap_layer) put("out", tmp_.data(), {1, T, E});
-    for (size_t i = 0; i < t_ * E; ++i) x_[i] += tmp_[i];
+    ops::Add(x_.data(), x_.data(), tmp_.data(), T * E, pool);
     if (cap_layer) put("residual", x_.data(), {1, T, E});
-    RmsNorm(x_.data(), L.ffn_norm, T, h_.data());
+    ops::RmsNorm(h_.data(), E, x_.data(), E, L.ffn_norm.data(), eps_, T, E, pool);
     if (cap_layer) put("ffn_norm", h_.data(), {1, T, E});
-    ATTNFLOW_RETURN_IF_ERROR(MatMul({{g_.data(), F, &L.gate}, {u_.data(), F, &L.up}}, h_.data(), E, T, *pool_,
+    ATTNFLOW_RETURN_IF_ERROR(ops::QMatMul({{g_.data(), F, &L.gate}, {u_.data(), F, &L.up}}, h_.data(), E, T, *pool_,
                                     scratch_, opt_.gemm_min_tokens));
-    for (size_t i = 0; i < t_ * F; ++i) {
-      const float gv = g_[i];
-      g_[i] = (gv / (1.0f + std::exp(-gv))) * u_[i];  // silu(gate) * up
-    }
-    ATTNFLOW_RETURN_IF_ERROR(MatMul({{tmp_.data(), E, &L.down}}, g_.data(), F, T, *pool_, scratch_, opt_.gemm_min_tokens));
+    ops::SwiGlu(g_.data(), g_.data(), u_.data(), T * F, pool);
+    ATTNFLOW_RETURN_IF_ERROR(ops::QMatMul({{tmp_.data(), E, &L.down}}, g_.data(), F, T, *pool_, scratch_, opt_.gemm_min_tokens));
     if (cap_layer) put("ffn", tmp_.data(), {1, T, E});
-    for (size_t i = 0; i < t_ * E; ++i) x_[i] += tmp_[i];
+    ops::Add(x_.data(), x_.data(), tmp_.data(), T * E, pool);
     if (cap_layer) put("block_out", x_.data(), {1, T, E});
   }
 
   const int64_t rows = all_logits ? T : 1;
   const float* xin = x_.data() + (T - rows) * E;
-  RmsNorm(xin, output_norm_, rows, h_.data());
+  ops::RmsNorm(h_.data(), E, xin, E, output_norm_.data(), eps_, rows, E, pool);
   Result<Tensor> out = Tensor::Zeros(DType::kF32, {rows, V});
   if (!out.ok()) return out.status();
-  ATTNFLOW_RETURN_IF_ERROR(MatMul({{out->data<float>(), V, &output_}}, h_.data(), E, rows, *pool_, scratch_,
+  ATTNFLOW_RETURN_IF_ERROR(ops::QMatMul({{out->data<float>(), V, &output_}}, h_.data(), E, rows, *pool_, scratch_,
                                   opt_.gemm_min_tokens));
   *logits = std::move(out).value();
   cache_len_ += T;

@@ -18,7 +18,7 @@
 // stages are permuted back to HF's layout.
 //
 // Invariants: weights are read in place from the read-only mapping (no
-// dequantised copy; see qmatmul.h); the KV cache holds RoPE'd keys and values
+// dequantised copy; see ops::QMatMul in attnflow/ops.h); the KV cache holds RoPE'd keys and values
 // for positions [0, CacheLength()) in [kv_head, capacity, head_dim] layout
 // (head-major: attention streams each head's keys; F32 or F16); Forward()
 // either appends all its ids to the cache or leaves CacheLength() unchanged
@@ -33,15 +33,15 @@
 
 #include "attnflow/model.h"
 #include "attnflow/tensor.h"
-#include "model/llama/qmatmul.h"
+#include "attnflow/ops.h"
 
 namespace attnflow::llama {
 
 struct LlamaOptions {
   DType kv_dtype = DType::kF32;  // kF32 or kF16
   int num_threads = 0;           // 0 = DefaultPool() (ATTNFLOW_NUM_THREADS)
-  // Token count from which matmuls use the packed GEMM path (see qmatmul.h).
-  int64_t gemm_min_tokens = kDefaultGemmMinTokens;
+  // Token count from which matmuls use the packed GEMM path (see ops::QMatMul in attnflow/ops.h).
+  int64_t gemm_min_tokens = ops::kDefaultGemmMinTokens;
   // Cap on the context (0 = the model's context_length).
   int64_t max_context = 0;
 };

@@ -1,5 +1,5 @@
-// qmatmul.cc — fused-dequant GEMV and packed GEMM for GGUF weights (see
-// qmatmul.h). Compiled once per Highway target through
+// ops/qmatmul.cc — ops::QMatMul: fused-dequant GEMV and packed GEMM for GGUF
+// weights (see attnflow/ops.h). Compiled once per Highway target through
 // hwy/foreach_target.h; the best target is picked at the first call.
 //
 // Invariants: every task owns a disjoint range of output rows and writes each
@@ -7,24 +7,21 @@
 // independent of which worker runs it and of the number of workers. Scratch
 // is indexed by the worker id (only used as working memory, never read
 // across tasks).
-#ifndef HWY_DISABLED_TARGETS
-#define HWY_DISABLED_TARGETS \
-  (HWY_SSSE3 | HWY_SVE | HWY_SVE2 | HWY_SVE_256 | HWY_SVE2_128 | HWY_RVV)
-#endif
+#include "ops/targets.h"
 
 #undef HWY_TARGET_INCLUDE
-#define HWY_TARGET_INCLUDE "model/llama/qmatmul.cc"
+#define HWY_TARGET_INCLUDE "ops/qmatmul.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 
 #include <algorithm>
 #include <cstring>
 
 #include "hwy/highway.h"
-#include "model/llama/qmatmul.h"
+#include "attnflow/ops.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace attnflow {
-namespace llama {
+namespace ops {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
@@ -322,27 +319,24 @@ void GemmRowsT(const QMatrix& w, int64_t r0, int64_t nr, const float* xp, int64_
   }
 }
 
-const char* TargetNameT() { return hwy::TargetName(HWY_TARGET); }
 
 }  // namespace HWY_NAMESPACE
-}  // namespace llama
+}  // namespace ops
 }  // namespace attnflow
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
 namespace attnflow {
-namespace llama {
+namespace ops {
 
 HWY_EXPORT(DotRowsT);
 HWY_EXPORT(GemmRowsT);
 HWY_EXPORT(PackTokensT);
 HWY_EXPORT(TokenBlockT);
 HWY_EXPORT(TaskRowsT);
-HWY_EXPORT(TargetNameT);
 
-int64_t TokenBlock(int64_t T) { return HWY_DYNAMIC_DISPATCH(TokenBlockT)(T); }
-int64_t GemmTaskRows() { return HWY_DYNAMIC_DISPATCH(TaskRowsT)(); }
-const char* MatMulTarget() { return HWY_DYNAMIC_DISPATCH(TargetNameT)(); }
+int64_t QMatMulTokenBlock(int64_t T) { return HWY_DYNAMIC_DISPATCH(TokenBlockT)(T); }
+int64_t QMatMulTaskRows() { return HWY_DYNAMIC_DISPATCH(TaskRowsT)(); }
 
 MatMulScratch::~MatMulScratch() {
   for (float* b : bufs_) AlignedFree(b);
@@ -355,14 +349,14 @@ Status MatMulScratch::Reserve(int workers, int64_t max_cols) {
   bufs_.clear();
   max_cols_ = std::max(max_cols, max_cols_);
   // Dequantised rows of one GEMM task, or one row for the generic dot.
-  const size_t floats = static_cast<size_t>(max_cols_ * GemmTaskRows() + 64);
+  const size_t floats = static_cast<size_t>(max_cols_ * QMatMulTaskRows() + 64);
   for (int w = 0; w < workers; ++w) {
     float* b = static_cast<float*>(AlignedAlloc(floats * sizeof(float)));
     if (b == nullptr) {
       for (float* x : bufs_) AlignedFree(x);
       bufs_.clear();
       max_cols_ = 0;
-      return ResourceExhausted("matmul: cannot allocate " + std::to_string(floats * 4) +
+      return ResourceExhausted("ops::QMatMul: cannot allocate " + std::to_string(floats * 4) +
                                " bytes of scratch");
     }
     bufs_.push_back(b);
@@ -376,7 +370,7 @@ Result<float*> MatMulScratch::PackBuffer(int64_t floats) {
     xpack_floats_ = 0;
     xpack_ = static_cast<float*>(AlignedAlloc(static_cast<size_t>(floats) * sizeof(float)));
     if (xpack_ == nullptr) {
-      return ResourceExhausted("matmul: cannot allocate " + std::to_string(floats * 4) +
+      return ResourceExhausted("ops::QMatMul: cannot allocate " + std::to_string(floats * 4) +
                                " bytes for packed activations");
     }
     xpack_floats_ = floats;
@@ -386,13 +380,13 @@ Result<float*> MatMulScratch::PackBuffer(int64_t floats) {
 
 constexpr int64_t kTasksPerWorker = 2;
 
-Status MatMul(const std::vector<MatJob>& jobs, const float* x, int64_t ldx, int64_t T,
+Status QMatMul(const std::vector<MatJob>& jobs, const float* x, int64_t ldx, int64_t T,
               ThreadPool& pool, MatMulScratch& scratch, int64_t gemm_min_tokens) {
   if (jobs.empty() || T <= 0) return Status::Ok();
   const int64_t K = jobs[0].w->cols;
   for (const MatJob& j : jobs) {
     if (j.w->cols != K || ldx < K || j.ldy < j.w->rows) {
-      return InvalidArgument("matmul: " + j.w->name + " [" + std::to_string(j.w->rows) + "," +
+      return InvalidArgument("ops::QMatMul: " + j.w->name + " [" + std::to_string(j.w->rows) + "," +
                              std::to_string(j.w->cols) + "] does not fit x [" + std::to_string(T) +
                              "," + std::to_string(K) + "] (ldx " + std::to_string(ldx) + ", ldy " +
                              std::to_string(j.ldy) + ")");
@@ -403,7 +397,7 @@ Status MatMul(const std::vector<MatJob>& jobs, const float* x, int64_t ldx, int6
   const float* xp = nullptr;
   if (gemm) {
     // Pack the activations token-block-major once, in parallel.
-    const int64_t TB = TokenBlock(T);
+    const int64_t TB = QMatMulTokenBlock(T);
     const int64_t nblk = (T + TB - 1) / TB;
     Result<float*> buf = scratch.PackBuffer(nblk * TB * K);
     if (!buf.ok()) return buf.status();
@@ -427,7 +421,7 @@ Status MatMul(const std::vector<MatJob>& jobs, const float* x, int64_t ldx, int6
     // so the partition never changes the results.
     const int64_t W = pool.NumWorkers();
     const int64_t mv_rows = std::max<int64_t>(16, ((n + kTasksPerWorker * W - 1) / (kTasksPerWorker * W) + 15) / 16 * 16);
-    const int64_t rpt = gemm ? GemmTaskRows() : mv_rows;
+    const int64_t rpt = gemm ? QMatMulTaskRows() : mv_rows;
     rows_per_task[i] = rpt;
     first_task[i + 1] = first_task[i] + (n + rpt - 1) / rpt;
   }
@@ -450,6 +444,6 @@ Status MatMul(const std::vector<MatJob>& jobs, const float* x, int64_t ldx, int6
   return Status::Ok();
 }
 
-}  // namespace llama
+}  // namespace ops
 }  // namespace attnflow
 #endif  // HWY_ONCE

@@ -1,0 +1,198 @@
+// attnflow/ops.h — the layer ops around attention, written once, fast.
+//
+// Every op here is a free function with the house signature: outputs first,
+// then inputs, then options, then dimensions, then the thread pool (always
+// explicit). Row-major fp32 with explicit leading dimensions (ld*, in
+// elements), so an op can read or write a column slice of a wider buffer.
+// They are compiled once per Highway target (src/ops/targets.h: the one
+// target list of the project) and dispatched at run time.
+//
+// Each op has a float64 oracle beside it, in `nn` (include/attnflow/nn.h) or
+// `reference` (include/attnflow/reference.h); tests/ops/ops_test.cc compares
+// every op with it over odd sizes, strides, every compiled target and 1, 2
+// and 7 threads.
+//
+// Invariants (all ops):
+//  1. Work is split by shape only (rows / column blocks), never by the
+//     thread count; each output element is computed by exactly one task with
+//     a fixed summation order, so results are bit-identical for any number of
+//     threads and never depend on a BLAS build (attnflow links none).
+//  2. fp32 arithmetic with fp32 accumulation; statistics of the norms are
+//     accumulated in fp32 vector lanes and reduced in a fixed order.
+//  3. No op allocates except PackedMatrix::Pack and MatMulScratch; no op
+//     throws. Ops validate nothing that the caller's shapes already fix
+//     (callers validate at their boundary); ops that read ids or quantised
+//     data return Status.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "attnflow/gguf.h"
+#include "attnflow/status.h"
+#include "attnflow/threading.h"
+
+namespace attnflow::ops {
+
+// ---- dense GEMM (nn.Linear) --------------------------------------------------
+//
+//   y[m, n] = act(x[m, k] · w[n, k]ᵀ + bias[n]) (+ residual[m, n])
+//
+// w is packed once (at model load) into column panels of kPanelCols output
+// columns, k-major, zero-padded: the micro-kernel broadcasts one x element
+// against a panel row. Each output is the fma chain over p = 0..k-1 from 0,
+// then + bias, then the activation, then + residual.
+constexpr int64_t kPanelCols = 16;
+
+class PackedMatrix {
+ public:
+  PackedMatrix() = default;
+  ~PackedMatrix();
+  PackedMatrix(PackedMatrix&& o) noexcept;
+  PackedMatrix& operator=(PackedMatrix&& o) noexcept;
+  PackedMatrix(const PackedMatrix&) = delete;
+  PackedMatrix& operator=(const PackedMatrix&) = delete;
+
+  // Packs w [n, k] (row stride ldw >= k) — torch's nn.Linear weight layout.
+  static Result<PackedMatrix> Pack(const float* w, int64_t ldw, int64_t n, int64_t k);
+
+  int64_t rows() const { return n_; }  // output features n
+  int64_t cols() const { return k_; }  // input features k
+  const float* panels() const { return data_; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  float* data_ = nullptr;
+  size_t bytes_ = 0;
+  int64_t n_ = 0, k_ = 0;
+};
+
+enum class Activation : uint8_t { kNone, kGeluErf, kGeluTanh, kRelu, kSilu };
+const char* ActivationName(Activation a);
+
+struct LinearEpilogue {
+  const float* bias = nullptr;      // [n] or null
+  Activation act = Activation::kNone;
+  const float* residual = nullptr;  // [m, n] with row stride ld_residual, or null
+  int64_t ld_residual = 0;
+};
+
+// y [m, n] (row stride ldy) = epilogue(x [m, k] (row stride ldx) · wᵀ).
+// y must not overlap x; it may be the residual buffer itself.
+void Linear(float* y, int64_t ldy, const float* x, int64_t ldx, const PackedMatrix& w,
+            const LinearEpilogue& epilogue, int64_t m, ThreadPool& pool);
+
+// ---- quantised matmul (GGUF weights read in place) ---------------------------
+//
+//   y[t, n] = sum_k x[t, k] * W[n, k]      t < T, n < W.rows, k < W.cols
+//
+// W is F32, F16, BF16, Q4_0, Q4_1 or Q8_0 in ggml's row layout. Two paths,
+// chosen by T (never by thread count): T < gemm_min_tokens ("fused dot",
+// decode) dequantises each weight block in registers and streams the rows;
+// otherwise ("packed GEMM", prefill) the activations are packed once into
+// token blocks and each task dequantises its rows once. Dequantised values
+// equal gguf-py's bit for bit. See src/ops/qmatmul.cc.
+struct QMatrix {
+  GgmlType type = GgmlType::kF32;
+  const uint8_t* data = nullptr;
+  int64_t rows = 0, cols = 0, row_bytes = 0;
+  std::string name;
+};
+
+struct MatJob {
+  float* y = nullptr;  // [T, w->rows], row stride ldy
+  int64_t ldy = 0;
+  const QMatrix* w = nullptr;
+};
+
+// Per-worker scratch (dequantised rows of a GEMM task) and the shared buffer
+// of packed activations.
+class MatMulScratch {
+ public:
+  MatMulScratch() = default;
+  ~MatMulScratch();
+  MatMulScratch(const MatMulScratch&) = delete;
+  MatMulScratch& operator=(const MatMulScratch&) = delete;
+  // Makes room for `workers` workers and rows of up to `max_cols` elements.
+  Status Reserve(int workers, int64_t max_cols);
+  float* worker(int w) const { return bufs_[static_cast<size_t>(w)]; }
+  // At least `floats` floats, 64-byte aligned (grown on demand).
+  Result<float*> PackBuffer(int64_t floats);
+
+ private:
+  std::vector<float*> bufs_;
+  int64_t max_cols_ = 0;
+  float* xpack_ = nullptr;
+  int64_t xpack_floats_ = 0;
+};
+
+// Measured crossover (docs/models-smollm2.md): fused dot is cheaper up to 5
+// tokens, the packed GEMM from 6.
+constexpr int64_t kDefaultGemmMinTokens = 6;
+
+// Runs every job (all share x [T, cols] with row stride ldx; all jobs must
+// have the same cols) in one ParallelFor. Errors name the matrix and shapes.
+Status QMatMul(const std::vector<MatJob>& jobs, const float* x, int64_t ldx, int64_t T,
+               ThreadPool& pool, MatMulScratch& scratch,
+               int64_t gemm_min_tokens = kDefaultGemmMinTokens);
+
+// Tokens per packed block, weight rows per GEMM task, and the SIMD target.
+int64_t QMatMulTokenBlock(int64_t T);
+int64_t QMatMulTaskRows();
+
+// ---- norms -------------------------------------------------------------------
+// LayerNorm (torch.nn.LayerNorm, biased variance):
+//   y[r] = (x[r] - mean) / sqrt(var + eps) * gamma + beta
+// RMSNorm (HF Llama order): y[r] = gamma * (x[r] * (1 / sqrt(mean(x²) + eps))).
+// y may equal x (each row is read completely before it is written).
+void LayerNorm(float* y, int64_t ldy, const float* x, int64_t ldx, const float* gamma,
+               const float* beta, double eps, int64_t rows, int64_t n, ThreadPool& pool);
+void RmsNorm(float* y, int64_t ldy, const float* x, int64_t ldx, const float* gamma,
+             double eps, int64_t rows, int64_t n, ThreadPool& pool);
+
+// ---- elementwise -------------------------------------------------------------
+// y[i] = act(x[i]) for i < n (y may equal x). GELU erf is the exact GELU
+// (erf from a rational approximation, |error| < 2e-7); GELU tanh is the
+// tanh approximation (torch approximate="tanh"); SiLU x·sigmoid(x).
+void Activate(float* y, const float* x, Activation act, int64_t n, ThreadPool& pool);
+// y[i] = silu(gate[i]) * up[i] (SwiGLU); y may equal gate or up.
+void SwiGlu(float* y, const float* gate, const float* up, int64_t n, ThreadPool& pool);
+// y[i] = a[i] + b[i] (the residual add); y may equal a or b.
+void Add(float* y, const float* a, const float* b, int64_t n, ThreadPool& pool);
+
+// Softmax over the last dim of rows [rows, n] (row strides ldy, ldx):
+// y = exp(x - max) / sum. A row of all -inf gives zeros (the dead-row rule,
+// docs/semantics.md); y may equal x.
+void Softmax(float* y, int64_t ldy, const float* x, int64_t ldx, int64_t rows, int64_t n,
+             ThreadPool& pool);
+
+// ---- RoPE --------------------------------------------------------------------
+enum class RopeLayout : uint8_t { kHalf, kInterleaved };  // HF halves / GGUF pairs
+
+// cos/sin tables [tokens, rotary_dim/2]: angle = (positions[t] * pos_scale) *
+// inv_freq[c] (pos_scale = 1/factor for linear scaling; NTK scalings change
+// inv_freq, see RopeInvFreq).
+void RopeTables(float* cos, float* sin, const int64_t* positions, const float* inv_freq,
+                double pos_scale, int64_t tokens, int64_t rotary_dim);
+// inv_freq[c] = 1 / base^(2c / rotary_dim), c < rotary_dim/2, as HF computes
+// it in fp32 (exponent in fp32, power rounded to fp32, fp32 reciprocal).
+void RopeInvFreq(float* inv_freq, double base, int64_t rotary_dim);
+// Rotates the first rotary_dim dims of every head of x [tokens, heads,
+// head_dim] (token row stride ldx, heads contiguous) in place, HF rounding:
+// out = x*cos ∓ partner*sin, each product rounded then summed.
+void Rope(float* x, int64_t ldx, const float* cos, const float* sin, RopeLayout layout,
+          int64_t tokens, int64_t heads, int64_t head_dim, int64_t rotary_dim,
+          ThreadPool& pool);
+
+// ---- embedding lookup ----------------------------------------------------------
+// y[t] = table[ids[t]] (row stride ldy) for a table [vocab, dim] of any GGUF
+// row type (F32 rows are copied, others dequantised exactly as gguf-py).
+// An id outside [0, vocab) is an OutOfRange error naming the token index.
+Status EmbeddingLookup(float* y, int64_t ldy, const int32_t* ids, const QMatrix& table,
+                       int64_t tokens);
+
+// The Highway target the ops run on ("AVX3_ZEN4", "AVX2", ...).
+const char* TargetName();
+
+}  // namespace attnflow::ops

@@ -1,0 +1,287 @@
+// ops/gemm.cc — the dense GEMM of every model (ops::Linear, PackedMatrix).
+//
+// y[m, n] = act(x[m, k] · w[n, k]ᵀ + bias[n]) + residual[m, n]
+//
+// Packing (once, at load): w is cut into panels of kPanelCols (16) output
+// columns; panel j holds w[16j + c, p] at [p][c], k-major, zero-padded past
+// n. The micro-kernel keeps a register tile of kMr rows x (kTilePanels x 16)
+// columns of accumulators; per p it loads the panel row(s) and broadcasts
+// x[r, p] into one FMA per accumulator vector (BLIS-style outer product).
+//
+//   target     kMr  panels/tile  accumulators
+//   AVX3        8       2        16 zmm (of 32)
+//   AVX2        6       1        12 ymm (of 16)
+//   NEON        4       1        16 q   (of 32)
+//   SSE4/EMU    2       1         8 xmm (of 16)
+//
+// Invariants:
+//  1. Every output element is the fma chain acc = fma(x[r,p], w[c,p], acc)
+//     over p = 0..k-1 starting from +0, then + bias, then the activation,
+//     then + residual — the same order for every tile shape, task split and
+//     thread count (results are bit-identical for any thread count, and
+//     equal to a scalar std::fma loop on every target with native FMA).
+//  2. Tasks are (row block of kBlockRows) x (column block of kBlockPanels
+//     panels), derived from m and n only.
+//  3. Linear allocates nothing; the partial last panel is stored through a
+//     stack tile.
+#include "ops/targets.h"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "ops/gemm.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+
+#include "hwy/highway.h"
+#include "attnflow/ops.h"
+#include "ops/math-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace attnflow {
+namespace ops {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+using DF = hn::ScalableTag<float>;
+using VF = hn::Vec<DF>;
+
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+constexpr int kMr = 8;
+constexpr int kTilePanels = 2;
+#elif HWY_TARGET == HWY_AVX2
+constexpr int kMr = 6;
+constexpr int kTilePanels = 1;
+#elif HWY_ARCH_ARM
+constexpr int kMr = 4;
+constexpr int kTilePanels = 1;
+#else
+constexpr int kMr = 2;
+constexpr int kTilePanels = 1;
+#endif
+
+// Vectors per panel row (16 floats).
+constexpr int VecsPerPanel() {
+  return static_cast<int>(kPanelCols / static_cast<int64_t>(hn::MaxLanes(DF())));
+}
+
+// Applies the epilogue to one finished vector of outputs (columns c0..).
+HWY_INLINE VF Finish(DF df, VF acc, const float* bias_c, Activation act) {
+  if (bias_c != nullptr) acc = hn::Add(acc, hn::LoadU(df, bias_c));
+  switch (act) {
+    case Activation::kNone:
+      return acc;
+    case Activation::kGeluErf:
+      return GeluErfV(df, acc);
+    case Activation::kGeluTanh:
+      return GeluTanhV(df, acc);
+    case Activation::kRelu:
+      return hn::Max(acc, hn::Zero(df));
+    case Activation::kSilu:
+      return SiluV(df, acc);
+  }
+  return acc;
+}
+
+// One register tile: rows [0, R) of x (row stride ldx) times panels
+// [0, P) starting at `panel`, written to y columns [0, ncols).
+template <int R, int P>
+HWY_INLINE void Tile(float* HWY_RESTRICT y, int64_t ldy, const float* HWY_RESTRICT x, int64_t ldx,
+                     const float* HWY_RESTRICT panel, int64_t k, int64_t ncols,
+                     const LinearEpilogue& ep, int64_t row0, int64_t col0) {
+  const DF df;
+  constexpr int kV = VecsPerPanel();
+  constexpr int kC = P * kV;  // accumulator vectors per row
+  const size_t nl = hn::Lanes(df);
+  const int64_t panel_floats = k * kPanelCols;
+  VF acc[R][kC];
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 16
+    for (int c = 0; c < kC; ++c) acc[r][c] = hn::Zero(df);
+  for (int64_t p = 0; p < k; ++p) {
+    VF w[kC];
+#pragma GCC unroll 16
+    for (int pp = 0; pp < P; ++pp)
+#pragma GCC unroll 16
+      for (int v = 0; v < kV; ++v)
+        w[pp * kV + v] = hn::LoadU(df, panel + pp * panel_floats + p * kPanelCols + v * nl);
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+      const VF xr = hn::Set(df, x[r * ldx + p]);
+#pragma GCC unroll 16
+      for (int c = 0; c < kC; ++c) acc[r][c] = hn::MulAdd(xr, w[c], acc[r][c]);
+    }
+  }
+  const float* bias = ep.bias != nullptr ? ep.bias + col0 : nullptr;
+  HWY_ALIGN float row_buf[kTilePanels * kPanelCols];
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) {
+    float* yr = y + r * ldy;
+    const float* res = ep.residual != nullptr ? ep.residual + (row0 + r) * ep.ld_residual + col0
+                                              : nullptr;
+    if (ncols == P * kPanelCols && bias == nullptr) {
+#pragma GCC unroll 16
+      for (int c = 0; c < kC; ++c) {
+        VF v = Finish(df, acc[r][c], nullptr, ep.act);
+        if (res != nullptr) v = hn::Add(v, hn::LoadU(df, res + c * nl));
+        hn::StoreU(v, df, yr + c * nl);
+      }
+    } else if (ncols == P * kPanelCols) {
+#pragma GCC unroll 16
+      for (int c = 0; c < kC; ++c) {
+        VF v = Finish(df, acc[r][c], bias + c * nl, ep.act);
+        if (res != nullptr) v = hn::Add(v, hn::LoadU(df, res + c * nl));
+        hn::StoreU(v, df, yr + c * nl);
+      }
+    } else {
+      // Partial last panel: finish in a stack row, copy the valid columns.
+      HWY_ALIGN float bias_buf[kTilePanels * kPanelCols] = {};
+      if (bias != nullptr)
+        for (int64_t c = 0; c < ncols; ++c) bias_buf[c] = bias[c];
+#pragma GCC unroll 16
+      for (int c = 0; c < kC; ++c) {
+        hn::Store(Finish(df, acc[r][c], bias != nullptr ? bias_buf + c * nl : nullptr, ep.act), df,
+                  row_buf + c * nl);
+      }
+      for (int64_t c = 0; c < ncols; ++c) yr[c] = row_buf[c] + (res != nullptr ? res[c] : 0.0f);
+    }
+  }
+}
+
+// Rows [i0, i1) in tiles of kMr (then 4, 2, 1 for the tail) against panels
+// [p, p + P) covering ncols output columns.
+template <int P>
+HWY_INLINE void RowsAgainstPanels(float* y, int64_t ldy, const float* x, int64_t ldx,
+                                  const float* panel, int64_t k, int64_t ncols,
+                                  const LinearEpilogue& ep, int64_t i0, int64_t i1,
+                                  int64_t col0) {
+  int64_t i = i0;
+  for (; i + kMr <= i1; i += kMr)
+    Tile<kMr, P>(y + i * ldy + col0, ldy, x + i * ldx, ldx, panel, k, ncols, ep, i, col0);
+  if constexpr (kMr > 4) {
+    for (; i + 4 <= i1; i += 4)
+      Tile<4, P>(y + i * ldy + col0, ldy, x + i * ldx, ldx, panel, k, ncols, ep, i, col0);
+  }
+  if constexpr (kMr > 2) {
+    for (; i + 2 <= i1; i += 2)
+      Tile<2, P>(y + i * ldy + col0, ldy, x + i * ldx, ldx, panel, k, ncols, ep, i, col0);
+  }
+  for (; i < i1; ++i)
+    Tile<1, P>(y + i * ldy + col0, ldy, x + i * ldx, ldx, panel, k, ncols, ep, i, col0);
+}
+
+// Rows [i0, i1) x panels [j0, j1).
+void LinearBlockT(float* y, int64_t ldy, const float* x, int64_t ldx, const float* panels,
+                  int64_t n, int64_t k, const LinearEpilogue& ep, int64_t i0, int64_t i1,
+                  int64_t j0, int64_t j1) {
+  const int64_t panel_floats = k * kPanelCols;
+  int64_t j = j0;
+  for (; j + kTilePanels <= j1; j += kTilePanels) {
+    const int64_t col0 = j * kPanelCols;
+    const int64_t ncols = std::min<int64_t>(kTilePanels * kPanelCols, n - col0);
+    RowsAgainstPanels<kTilePanels>(y, ldy, x, ldx, panels + j * panel_floats, k, ncols, ep, i0,
+                                   i1, col0);
+  }
+  for (; j < j1; ++j) {
+    const int64_t col0 = j * kPanelCols;
+    const int64_t ncols = std::min<int64_t>(kPanelCols, n - col0);
+    RowsAgainstPanels<1>(y, ldy, x, ldx, panels + j * panel_floats, k, ncols, ep, i0, i1, col0);
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace ops
+}  // namespace attnflow
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+#include <algorithm>
+#include <cstring>
+
+namespace attnflow::ops {
+
+HWY_EXPORT(LinearBlockT);
+
+namespace {
+// Task = 64 rows x 4 panels (64 columns): a 64 x k block of x and 4 panels
+// stay in L2 while the tile loop runs; small m still yields n/64 tasks.
+constexpr int64_t kBlockRows = 64;
+constexpr int64_t kBlockPanels = 4;
+}  // namespace
+
+PackedMatrix::~PackedMatrix() { AlignedFree(data_); }
+PackedMatrix::PackedMatrix(PackedMatrix&& o) noexcept
+    : data_(o.data_), bytes_(o.bytes_), n_(o.n_), k_(o.k_) {
+  o.data_ = nullptr;
+  o.bytes_ = 0;
+}
+PackedMatrix& PackedMatrix::operator=(PackedMatrix&& o) noexcept {
+  if (this != &o) {
+    AlignedFree(data_);
+    data_ = o.data_;
+    bytes_ = o.bytes_;
+    n_ = o.n_;
+    k_ = o.k_;
+    o.data_ = nullptr;
+    o.bytes_ = 0;
+  }
+  return *this;
+}
+
+Result<PackedMatrix> PackedMatrix::Pack(const float* w, int64_t ldw, int64_t n, int64_t k) {
+  if (w == nullptr || n <= 0 || k <= 0 || ldw < k) {
+    return InvalidArgument("ops::PackedMatrix::Pack: weight [" + std::to_string(n) + ", " +
+                           std::to_string(k) + "] with row stride " + std::to_string(ldw) +
+                           " is not a non-empty row-major matrix");
+  }
+  const int64_t panels = (n + kPanelCols - 1) / kPanelCols;
+  int64_t floats = 0;
+  const int64_t dims[3] = {panels, k, kPanelCols};
+  if (!CheckedNumel(dims, 3, &floats) || floats > (int64_t{1} << 40)) {
+    return ResourceExhausted("ops::PackedMatrix::Pack: weight [" + std::to_string(n) + ", " +
+                             std::to_string(k) + "] is too large to pack");
+  }
+  PackedMatrix m;
+  m.bytes_ = static_cast<size_t>(floats) * sizeof(float);
+  m.data_ = static_cast<float*>(AlignedAlloc(m.bytes_));
+  if (m.data_ == nullptr) {
+    return ResourceExhausted("ops::PackedMatrix::Pack: cannot allocate " +
+                             std::to_string(m.bytes_) + " bytes for weight [" +
+                             std::to_string(n) + ", " + std::to_string(k) + "]");
+  }
+  m.n_ = n;
+  m.k_ = k;
+  for (int64_t j = 0; j < panels; ++j) {
+    float* dst = m.data_ + j * k * kPanelCols;
+    for (int64_t p = 0; p < k; ++p) {
+      for (int64_t c = 0; c < kPanelCols; ++c) {
+        const int64_t row = j * kPanelCols + c;
+        dst[p * kPanelCols + c] = row < n ? w[row * ldw + p] : 0.0f;
+      }
+    }
+  }
+  return m;
+}
+
+void Linear(float* y, int64_t ldy, const float* x, int64_t ldx, const PackedMatrix& w,
+            const LinearEpilogue& epilogue, int64_t m, ThreadPool& pool) {
+  const int64_t n = w.rows(), k = w.cols();
+  if (m <= 0 || n <= 0) return;
+  const int64_t panels = (n + kPanelCols - 1) / kPanelCols;
+  const int64_t row_blocks = (m + kBlockRows - 1) / kBlockRows;
+  const int64_t col_blocks = (panels + kBlockPanels - 1) / kBlockPanels;
+  auto run = [&](int64_t task, int /*worker*/) {
+    const int64_t rb = task / col_blocks, cb = task % col_blocks;
+    const int64_t i0 = rb * kBlockRows, i1 = std::min(m, i0 + kBlockRows);
+    const int64_t j0 = cb * kBlockPanels, j1 = std::min(panels, j0 + kBlockPanels);
+    HWY_DYNAMIC_DISPATCH(LinearBlockT)(y, ldy, x, ldx, w.panels(), n, k, epilogue, i0, i1, j0,
+                                       j1);
+  };
+  const int64_t tasks = row_blocks * col_blocks;
+  if (tasks == 1) {
+    run(0, 0);
+  } else {
+    pool.ParallelFor(tasks, run);
+  }
+}
+
+}  // namespace attnflow::ops
+#endif  // HWY_ONCE

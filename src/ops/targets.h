@@ -1,0 +1,17 @@
+// ops/targets.h — the one Highway target policy of attnflow.
+//
+// Included first by every translation unit that compiles code per Highway
+// target (src/kernels/kernels.cc, src/ops/*.cc), before hwy/foreach_target.h.
+//
+// Targets: x86 AVX3 (AVX-512, incl. the Zen 4 / SPR variants), AVX2 (+FMA,
+// F16C), SSE4 and the EMU128 fallback; Arm NEON. Sizeless-vector targets
+// (SVE, RVV) are disabled because the micro-kernels keep arrays of vector
+// accumulators; on such machines the NEON or EMU128 build is used. SSSE3 is
+// disabled (SSE4 covers it). A build may override the list by defining
+// HWY_DISABLED_TARGETS itself (e.g. to test a single target).
+#pragma once
+
+#ifndef HWY_DISABLED_TARGETS
+#define HWY_DISABLED_TARGETS \
+  (HWY_SSSE3 | HWY_SVE | HWY_SVE2 | HWY_SVE_256 | HWY_SVE2_128 | HWY_RVV)
+#endif

@@ -1,0 +1,545 @@
+// ops_test.cc — every op of attnflow/ops.h against its float64 oracle.
+//
+// Oracles: nn::LinearLayer, nn::Activate, nn::Norm, nn::Softmax,
+// nn::ApplyRope, nn::RopeInvFreq, nn::Embed (include/attnflow/nn.h) and,
+// for the quantised matmul, a float64 dot product over the rows dequantised
+// by io's DequantizeRow (checked bit for bit against gguf-py in gguf_test).
+// Sweeps: odd sizes (vector tails, partial GEMM panels and row tiles), row
+// strides wider than the data (the padding must stay untouched), every
+// Highway target this CPU supports, and 1, 2 and 7 threads — which must give
+// bit-identical results (each op splits work by shape only).
+// Tolerances are relative to the float64 result, scaled by the reduction
+// length where there is one (fp32 accumulation error grows like sqrt(k)·eps
+// for random data; the bounds below are loose multiples of that).
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "attnflow/gguf.h"
+#include "attnflow/nn.h"
+#include "attnflow/ops.h"
+#include "attnflow/rng.h"
+#include "attnflow/threading.h"
+#include "gtest/gtest.h"
+#include "hwy/targets.h"
+#include "util/test_util.h"
+
+namespace attnflow {
+namespace {
+
+using testing::Random;
+using testing::Zeros;
+
+constexpr float kPad = -7.25f;  // value of padding columns that must survive
+
+// Runs fn once per Highway target this CPU supports (plus the fallback) and
+// returns the names of the targets exercised.
+std::set<std::string> ForEachTarget(const std::function<void()>& fn) {
+  std::set<std::string> ran;
+  const int64_t real = hwy::SupportedTargets();
+  const int64_t fallback = HWY_SCALAR | HWY_EMU128;
+  for (int bit = 0; bit < 63; ++bit) {
+    const int64_t t = int64_t{1} << bit;
+    if ((real & t) == 0) continue;
+    hwy::SetSupportedTargetsForTest(t | fallback);
+    SCOPED_TRACE(ops::TargetName());
+    fn();
+    ran.insert(ops::TargetName());
+  }
+  hwy::SetSupportedTargetsForTest(0);
+  return ran;
+}
+
+// Runs fn(pool) with 1, 2 and 7 threads; each run writes into its own
+// buffer, and the test compares them bitwise.
+template <typename Fn>
+void ForEachThreadCount(Fn fn) {
+  for (int threads : {1, 2, 7}) {
+    ThreadPool pool(threads);
+    fn(pool, threads);
+  }
+}
+
+std::vector<float> Padded(int64_t rows, int64_t ld) {
+  return std::vector<float>(static_cast<size_t>(rows * ld), kPad);
+}
+
+// max |got - want| / (atol + rtol |want|) over rows x cols of a strided
+// buffer, and that the padding columns are untouched.
+double WorstRatio(const std::vector<float>& got, int64_t ld, const Tensor& want, int64_t rows,
+                  int64_t cols, double atol, double rtol, bool* pad_ok) {
+  double worst = 0;
+  *pad_ok = true;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < ld; ++c) {
+      const float g = got[static_cast<size_t>(r * ld + c)];
+      if (c >= cols) {
+        if (g != kPad) *pad_ok = false;
+        continue;
+      }
+      const double w = want.view().load(r * cols + c);
+      const double err = std::isnan(g) != std::isnan(w) ? INFINITY : std::fabs(g - w);
+      worst = std::max(worst, err / (atol + rtol * std::fabs(w)));
+    }
+  }
+  return worst;
+}
+
+// Contiguous F32 copy of a strided [rows, cols] buffer (for the oracles).
+Tensor Dense(const float* p, int64_t ld, int64_t rows, int64_t cols) {
+  Tensor t = Zeros(DType::kF32, {rows, cols});
+  for (int64_t r = 0; r < rows; ++r)
+    std::memcpy(t.data<float>() + r * cols, p + r * ld, sizeof(float) * static_cast<size_t>(cols));
+  return t;
+}
+
+// Strided copy of a tensor [rows, cols] into a buffer with row stride ld.
+std::vector<float> Strided(const Tensor& t, int64_t ld) {
+  const int64_t rows = t.shape()[0], cols = t.shape()[1];
+  std::vector<float> b = Padded(rows, ld);
+  for (int64_t r = 0; r < rows; ++r)
+    std::memcpy(b.data() + r * ld, t.data<float>() + r * cols, sizeof(float) * static_cast<size_t>(cols));
+  return b;
+}
+
+// ---- GEMM ----------------------------------------------------------------------
+
+struct LinearCase {
+  int64_t m, n, k;
+};
+
+nn::Activation NnAct(ops::Activation a) {
+  switch (a) {
+    case ops::Activation::kGeluErf:
+      return nn::Activation::kGelu;
+    case ops::Activation::kGeluTanh:
+      return nn::Activation::kGeluTanh;
+    case ops::Activation::kRelu:
+      return nn::Activation::kRelu;
+    case ops::Activation::kSilu:
+      return nn::Activation::kSwiGlu;  // its gate function is silu
+    case ops::Activation::kNone:
+      break;
+  }
+  return nn::Activation::kRelu;
+}
+
+void CheckLinear(const LinearCase& c, ops::Activation act, bool bias, bool residual,
+                 uint64_t seed) {
+  SCOPED_TRACE(std::to_string(c.m) + "x" + std::to_string(c.n) + "x" + std::to_string(c.k) +
+               " act=" + ops::ActivationName(act) + (bias ? " bias" : "") +
+               (residual ? " residual" : ""));
+  const int64_t ldx = c.k + 5, ldy = c.n + 3, ldw = c.k + 2;
+  Tensor x = Random({c.m, c.k}, seed), w = Random({c.n, c.k}, seed + 1, 0.5),
+         b = Random({c.n}, seed + 2), r = Random({c.m, c.n}, seed + 3);
+  std::vector<float> xs = Strided(x, ldx), ws = Strided(w, ldw);
+  Result<ops::PackedMatrix> pw = ops::PackedMatrix::Pack(ws.data(), ldw, c.n, c.k);
+  ASSERT_TRUE(pw.ok()) << pw.status().ToString();
+  // Oracle: act(x·wᵀ + b) + residual in float64.
+  Tensor lin = Zeros(DType::kF64, {c.m, c.n});
+  ASSERT_TRUE(nn::LinearLayer(lin.view(), x.view(), w.view(), bias ? b.view() : TensorView()).ok());
+  Tensor want = Zeros(DType::kF64, {c.m, c.n});
+  if (act == ops::Activation::kNone) {
+    want = std::move(lin);
+  } else {
+    ASSERT_TRUE(nn::Activate(want.view(), lin.view(), NnAct(act)).ok());
+  }
+  if (residual) {
+    for (int64_t i = 0; i < want.numel(); ++i)
+      want.data<double>()[i] += static_cast<double>(r.data<float>()[i]);
+  }
+  std::vector<float> first;
+  ForEachThreadCount([&](ThreadPool& pool, int threads) {
+    std::vector<float> y = Padded(c.m, ldy);
+    ops::LinearEpilogue ep;
+    ep.bias = bias ? b.data<float>() : nullptr;
+    ep.act = act;
+    ep.residual = residual ? r.data<float>() : nullptr;
+    ep.ld_residual = c.n;
+    ops::Linear(y.data(), ldy, xs.data(), ldx, pw.value(), ep, c.m, pool);
+    bool pad_ok;
+    // fp32 dot of length k: |err| <~ sqrt(k)·eps·|x||w| per term scale.
+    const double atol = 2e-6 * std::sqrt(static_cast<double>(c.k)) + 1e-6;
+    EXPECT_LE(WorstRatio(y, ldy, want, c.m, c.n, atol, 1e-5, &pad_ok), 1.0) << threads << " threads";
+    EXPECT_TRUE(pad_ok) << "Linear wrote outside [m, n]";
+    if (first.empty()) {
+      first = y;
+    } else {
+      EXPECT_TRUE(y == first) << threads << " threads differ from 1 thread";
+    }
+  });
+}
+
+TEST(OpsLinear, MatchesFloat64OnOddShapesEveryTargetAndThreadCount) {
+  const std::vector<LinearCase> cases = {{1, 1, 1},   {3, 5, 7},    {5, 33, 19},  {9, 17, 64},
+                                         {13, 47, 3}, {31, 67, 131}, {70, 65, 3}, {129, 100, 384}};
+  const std::set<std::string> ran = ForEachTarget([&] {
+    uint64_t seed = 10;
+    for (const LinearCase& c : cases) CheckLinear(c, ops::Activation::kNone, true, false, seed += 4);
+    CheckLinear({37, 45, 29}, ops::Activation::kNone, false, false, 3);
+  });
+  std::string list;
+  for (const auto& r : ran) list += r + " ";
+  std::printf("ops targets exercised: %s\n", list.c_str());
+  EXPECT_GE(ran.size(), 1u);
+}
+
+TEST(OpsLinear, FusedEpiloguesMatchComposedFloat64) {
+  ForEachTarget([&] {
+    uint64_t seed = 100;
+    for (ops::Activation act : {ops::Activation::kGeluErf, ops::Activation::kGeluTanh,
+                                ops::Activation::kRelu, ops::Activation::kSilu}) {
+      CheckLinear({11, 37, 23}, act, true, false, seed += 4);
+      CheckLinear({66, 20, 40}, act, true, true, seed += 4);
+    }
+    CheckLinear({19, 50, 33}, ops::Activation::kNone, true, true, 7);
+  });
+}
+
+// Invariant 1 of ops/gemm.cc: every output is the plain fma chain over k in
+// order, then + bias — whatever the tile, task or thread split. On targets
+// with native FMA that equals this scalar loop bit for bit.
+TEST(OpsLinear, EveryOutputIsTheInOrderFmaChain) {
+  ForEachTarget([&] {
+    const std::string t = ops::TargetName();
+    if (t == "SSE4" || t == "EMU128" || t == "SCALAR") return;  // no native FMA there
+    const int64_t m = 21, n = 39, k = 77;
+    Tensor x = Random({m, k}, 1), w = Random({n, k}, 2), b = Random({n}, 3);
+    Result<ops::PackedMatrix> pw = ops::PackedMatrix::Pack(w.data<float>(), k, n, k);
+    ASSERT_TRUE(pw.ok());
+    std::vector<float> y(static_cast<size_t>(m * n));
+    ThreadPool pool(3);
+    ops::Linear(y.data(), n, x.data<float>(), k, pw.value(), {.bias = b.data<float>()}, m, pool);
+    int mismatches = 0;
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        float acc = 0.0f;
+        for (int64_t p = 0; p < k; ++p) acc = std::fma(x.data<float>()[i * k + p], w.data<float>()[j * k + p], acc);
+        mismatches += (acc + b.data<float>()[j]) != y[static_cast<size_t>(i * n + j)];
+      }
+    EXPECT_EQ(mismatches, 0);
+  });
+}
+
+TEST(OpsLinear, PackRejectsBadShapes) {
+  std::vector<float> w(12);
+  EXPECT_FALSE(ops::PackedMatrix::Pack(w.data(), 2, 3, 4).ok());  // ldw < k
+  EXPECT_FALSE(ops::PackedMatrix::Pack(w.data(), 4, 0, 4).ok());
+  EXPECT_FALSE(ops::PackedMatrix::Pack(nullptr, 4, 3, 4).ok());
+  Result<ops::PackedMatrix> r = ops::PackedMatrix::Pack(w.data(), 2, 3, 4);
+  EXPECT_NE(r.status().message().find("[3, 4]"), std::string::npos) << r.status().message();
+}
+
+// ---- quantised matmul ------------------------------------------------------------
+
+// Random GGUF rows of `type`: [rows, cols] in ggml's row layout.
+std::vector<uint8_t> RandomRows(GgmlType type, int64_t rows, int64_t cols, Rng& rng) {
+  std::vector<uint8_t> b;
+  auto put16 = [&](uint16_t h) {
+    b.push_back(static_cast<uint8_t>(h & 0xFF));
+    b.push_back(static_cast<uint8_t>(h >> 8));
+  };
+  for (int64_t r = 0; r < rows; ++r) {
+    switch (type) {
+      case GgmlType::kF32:
+        for (int64_t c = 0; c < cols; ++c) {
+          const float v = static_cast<float>(rng.Normal(0, 0.3));
+          uint8_t raw[4];
+          std::memcpy(raw, &v, 4);
+          b.insert(b.end(), raw, raw + 4);
+        }
+        break;
+      case GgmlType::kF16:
+        for (int64_t c = 0; c < cols; ++c) put16(F32ToF16(static_cast<float>(rng.Normal(0, 0.3))));
+        break;
+      case GgmlType::kBF16:
+        for (int64_t c = 0; c < cols; ++c) put16(F32ToBF16(static_cast<float>(rng.Normal(0, 0.3))));
+        break;
+      case GgmlType::kQ8_0:
+        for (int64_t blk = 0; blk < cols / 32; ++blk) {
+          put16(F32ToF16(static_cast<float>(rng.Uniform(0.001, 0.02))));
+          for (int j = 0; j < 32; ++j) b.push_back(static_cast<uint8_t>(rng.Below(256)));
+        }
+        break;
+      case GgmlType::kQ4_0:
+        for (int64_t blk = 0; blk < cols / 32; ++blk) {
+          put16(F32ToF16(static_cast<float>(rng.Uniform(0.01, 0.1))));
+          for (int j = 0; j < 16; ++j) b.push_back(static_cast<uint8_t>(rng.Below(256)));
+        }
+        break;
+      case GgmlType::kQ4_1:
+        for (int64_t blk = 0; blk < cols / 32; ++blk) {
+          put16(F32ToF16(static_cast<float>(rng.Uniform(0.01, 0.1))));
+          put16(F32ToF16(static_cast<float>(rng.Uniform(-0.5, 0.0))));
+          for (int j = 0; j < 16; ++j) b.push_back(static_cast<uint8_t>(rng.Below(256)));
+        }
+        break;
+      default:
+        ADD_FAILURE() << "no generator for type";
+    }
+  }
+  return b;
+}
+
+TEST(OpsQMatMul, EveryWeightTypeMatchesFloat64OnBothPaths) {
+  const int64_t rows = 45, cols = 96;  // 3 blocks of 32 per row; rows not a tile multiple
+  ForEachTarget([&] {
+    for (GgmlType type : {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ8_0,
+                          GgmlType::kQ4_0, GgmlType::kQ4_1}) {
+      SCOPED_TRACE(GgmlTypeName(static_cast<uint32_t>(type)));
+      Rng rng(static_cast<uint64_t>(type) + 1);
+      std::vector<uint8_t> raw = RandomRows(type, rows, cols, rng);
+      ops::QMatrix w;
+      w.type = type;
+      w.data = raw.data();
+      w.rows = rows;
+      w.cols = cols;
+      w.row_bytes = static_cast<int64_t>(raw.size()) / rows;
+      w.name = "w";
+      std::vector<float> deq(static_cast<size_t>(rows * cols));
+      for (int64_t r = 0; r < rows; ++r)
+        ASSERT_TRUE(DequantizeRow(deq.data() + r * cols, raw.data() + r * w.row_bytes, type, cols).ok());
+      for (int64_t T : {1, 3, 6, 17}) {  // fused dot below 6 tokens, packed GEMM from 6
+        Tensor x = Random({T, cols}, static_cast<uint64_t>(T) + 50);
+        std::vector<float> first;
+        ForEachThreadCount([&](ThreadPool& pool, int threads) {
+          const int64_t ldy = rows + 2;
+          std::vector<float> y = Padded(T, ldy);
+          ops::MatMulScratch scratch;
+          ASSERT_TRUE(ops::QMatMul({{y.data(), ldy, &w}}, x.data<float>(), cols, T, pool, scratch).ok());
+          double worst = 0;
+          for (int64_t t = 0; t < T; ++t)
+            for (int64_t r = 0; r < ldy; ++r) {
+              const float got = y[static_cast<size_t>(t * ldy + r)];
+              if (r >= rows) {
+                EXPECT_EQ(got, kPad);
+                continue;
+              }
+              double want = 0, mag = 0;
+              for (int64_t c = 0; c < cols; ++c) {
+                const double p = double(x.data<float>()[t * cols + c]) * deq[static_cast<size_t>(r * cols + c)];
+                want += p;
+                mag += std::fabs(p);
+              }
+              worst = std::max(worst, std::fabs(got - want) / (1e-6 * mag + 1e-7));
+            }
+          EXPECT_LE(worst, 1.0) << "T=" << T << " threads=" << threads;
+          if (first.empty()) first = y;
+          else EXPECT_TRUE(y == first) << "T=" << T << ": " << threads << " threads differ";
+        });
+      }
+    }
+  });
+}
+
+TEST(OpsQMatMul, MismatchedShapesAreNamedErrors) {
+  std::vector<uint8_t> raw(4 * 8 * 4);
+  ops::QMatrix w{GgmlType::kF32, raw.data(), 4, 8, 32, "blk.0.attn_q.weight"};
+  std::vector<float> x(3 * 6), y(3 * 4);
+  ThreadPool pool(1);
+  ops::MatMulScratch scratch;
+  Status st = ops::QMatMul({{y.data(), 4, &w}}, x.data(), 6, 3, pool, scratch);  // ldx < cols
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("blk.0.attn_q.weight [4,8]"), std::string::npos) << st.message();
+}
+
+// ---- norms -------------------------------------------------------------------------
+
+TEST(OpsNorm, LayerNormAndRmsNormMatchNnNorm) {
+  ForEachTarget([&] {
+    for (int64_t n : {1, 7, 16, 33, 384, 577}) {
+      for (bool rms : {false, true}) {
+        SCOPED_TRACE((rms ? "rms n=" : "layer n=") + std::to_string(n));
+        const int64_t rows = 37, ldx = n + 1, ldy = n + 4;
+        Tensor x = Random({rows, n}, static_cast<uint64_t>(n), 3.0), g = Random({n}, 2),
+               b = Random({n}, 3);
+        for (int64_t i = 0; i < n; ++i) x.data<float>()[i] += 100.0f;  // a row with a large mean
+        Tensor want = Zeros(DType::kF64, {rows, n});
+        nn::NormWeights nw{g.view(), rms ? TensorView() : b.view()};
+        ASSERT_TRUE(nn::Norm(want.view(), x.view(), nw, rms ? nn::NormKind::kRmsNorm : nn::NormKind::kLayerNorm,
+                             1e-5)
+                        .ok());
+        std::vector<float> xs = Strided(x, ldx), first;
+        ForEachThreadCount([&](ThreadPool& pool, int threads) {
+          std::vector<float> y = Padded(rows, ldy);
+          if (rms) {
+            ops::RmsNorm(y.data(), ldy, xs.data(), ldx, g.data<float>(), 1e-5, rows, n, pool);
+          } else {
+            ops::LayerNorm(y.data(), ldy, xs.data(), ldx, g.data<float>(), b.data<float>(), 1e-5, rows, n, pool);
+          }
+          bool pad_ok;
+          EXPECT_LE(WorstRatio(y, ldy, want, rows, n, 2e-5, 2e-5, &pad_ok), 1.0) << threads;
+          EXPECT_TRUE(pad_ok);
+          if (first.empty()) first = y;
+          else EXPECT_TRUE(y == first) << threads << " threads differ";
+        });
+        // In place (y == x).
+        std::vector<float> inplace = Strided(x, n);
+        ThreadPool pool(2);
+        if (rms) ops::RmsNorm(inplace.data(), n, inplace.data(), n, g.data<float>(), 1e-5, rows, n, pool);
+        else ops::LayerNorm(inplace.data(), n, inplace.data(), n, g.data<float>(), b.data<float>(), 1e-5, rows, n, pool);
+        bool pad_ok;
+        EXPECT_LE(WorstRatio(inplace, n, want, rows, n, 2e-5, 2e-5, &pad_ok), 1.0) << "in place";
+      }
+    }
+  });
+}
+
+// ---- elementwise ----------------------------------------------------------------------
+
+TEST(OpsElementwise, ActivationsSwiGluAndAddMatchFloat64) {
+  // Inputs over the whole useful range, the extremes and a tail of odd length.
+  std::vector<float> x;
+  for (int i = -12000; i <= 12000; i += 7) x.push_back(static_cast<float>(i) * 1e-3f);
+  for (float v : {-1e30f, -200.0f, -90.0f, -0.0f, 0.0f, 90.0f, 1e30f}) x.push_back(v);
+  const int64_t n = static_cast<int64_t>(x.size());
+  Tensor xt = Zeros(DType::kF32, {n});
+  std::memcpy(xt.data<float>(), x.data(), sizeof(float) * x.size());
+  ForEachTarget([&] {
+    for (ops::Activation act : {ops::Activation::kGeluErf, ops::Activation::kGeluTanh,
+                                ops::Activation::kRelu, ops::Activation::kSilu}) {
+      SCOPED_TRACE(ops::ActivationName(act));
+      Tensor want = Zeros(DType::kF64, {n});
+      ASSERT_TRUE(nn::Activate(want.view(), xt.view(), NnAct(act)).ok());
+      std::vector<float> first;
+      ForEachThreadCount([&](ThreadPool& pool, int threads) {
+        std::vector<float> y(x.size(), kPad);
+        ops::Activate(y.data(), x.data(), act, n, pool);
+        double worst = 0;
+        for (int64_t i = 0; i < n; ++i) {
+          const double w = want.data<double>()[i];
+          // erf/tanh/exp approximations: ~1e-6 of max(1, |y|) (GELU's
+          // 1 + erf cancels for x < 0, which scales erf's 2e-7 by |x|/2).
+          worst = std::max(worst, std::fabs(y[static_cast<size_t>(i)] - w) / (1.5e-6 * std::max(1.0, std::fabs(w))));
+        }
+        EXPECT_LE(worst, 1.0) << threads;
+        if (first.empty()) first = y;
+        else EXPECT_TRUE(y == first) << threads << " threads differ";
+      });
+    }
+    // SwiGLU = silu(gate) * up, and the residual add (exact).
+    Tensor up = Random({n}, 9);
+    Tensor silu = Zeros(DType::kF64, {n});
+    ASSERT_TRUE(nn::Activate(silu.view(), xt.view(), nn::Activation::kSwiGlu).ok());
+    ThreadPool pool(2);
+    std::vector<float> y(x.size());
+    ops::SwiGlu(y.data(), x.data(), up.data<float>(), n, pool);
+    double worst = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const double w = silu.data<double>()[i] * up.data<float>()[i];
+      worst = std::max(worst, std::fabs(y[static_cast<size_t>(i)] - w) / (2e-6 * std::max(1.0, std::fabs(w))));
+    }
+    EXPECT_LE(worst, 1.0);
+    ops::Add(y.data(), x.data(), up.data<float>(), n, pool);
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(y[static_cast<size_t>(i)], x[static_cast<size_t>(i)] + up.data<float>()[i]);
+  });
+}
+
+TEST(OpsElementwise, SoftmaxMatchesFloat64AndDeadRowsAreZero) {
+  ForEachTarget([&] {
+    for (int64_t n : {1, 5, 16, 31, 1000}) {
+      const int64_t rows = 21, ld = n + 3;
+      Tensor x = Random({rows, n}, static_cast<uint64_t>(n), 4.0);
+      for (int64_t c = 0; c < n; ++c) x.data<float>()[3 * n + c] = -INFINITY;  // dead row
+      for (int64_t c = 0; c < n; c += 2) x.data<float>()[5 * n + c] = -INFINITY;  // partly masked
+      x.data<float>()[7 * n] = 80.0f;                                             // one dominant key
+      Tensor want = Zeros(DType::kF64, {rows, n});
+      ASSERT_TRUE(nn::Softmax(want.view(), x.view()).ok());
+      std::vector<float> xs = Strided(x, ld), first;
+      ForEachThreadCount([&](ThreadPool& pool, int threads) {
+        std::vector<float> y = Padded(rows, ld);
+        ops::Softmax(y.data(), ld, xs.data(), ld, rows, n, pool);
+        bool pad_ok;
+        EXPECT_LE(WorstRatio(y, ld, want, rows, n, 1e-7, 2e-6, &pad_ok), 1.0) << "n=" << n;
+        EXPECT_TRUE(pad_ok);
+        for (int64_t c = 0; c < n; ++c) EXPECT_EQ(y[static_cast<size_t>(3 * ld + c)], 0.0f);
+        if (first.empty()) first = y;
+        else EXPECT_TRUE(y == first) << threads << " threads differ";
+      });
+    }
+  });
+}
+
+// ---- RoPE ------------------------------------------------------------------------------
+
+TEST(OpsRope, BothLayoutsPartialRotationAndLinearScalingMatchNnApplyRope) {
+  const int64_t T = 13, H = 3;
+  for (int64_t D : {8, 64, 30}) {
+    for (int64_t rd : {D, D / 2 - (D / 2) % 2}) {
+      for (ops::RopeLayout layout : {ops::RopeLayout::kHalf, ops::RopeLayout::kInterleaved}) {
+        for (double factor : {1.0, 4.0}) {
+          SCOPED_TRACE("D=" + std::to_string(D) + " rotary=" + std::to_string(rd) +
+                       (layout == ops::RopeLayout::kHalf ? " half" : " interleaved") +
+                       " factor=" + std::to_string(factor));
+          nn::RopeOptions opt;
+          opt.layout = layout == ops::RopeLayout::kHalf ? nn::RopeLayout::kHalf : nn::RopeLayout::kInterleaved;
+          opt.theta = 10000.0;
+          opt.rotary_dim = rd;
+          opt.scaling = factor == 1.0 ? nn::RopeScaling::kNone : nn::RopeScaling::kLinear;
+          opt.factor = factor;
+          const int64_t offset = 500;  // a decode step far into the context
+          // x [T, H, D] is the nn layout [1, H, T, D] permuted.
+          Tensor x = Random({1, T, H, D}, static_cast<uint64_t>(D + rd));
+          Tensor want = Zeros(DType::kF64, {1, H, T, D});
+          ASSERT_TRUE(nn::ApplyRope(want.view(), x.view().Permuted({0, 2, 1, 3}), TensorView(), offset, opt).ok());
+          std::vector<double> inv64;
+          ASSERT_TRUE(nn::RopeInvFreq(&inv64, rd, opt, 0).ok());
+          std::vector<float> inv(static_cast<size_t>(rd / 2));
+          ops::RopeInvFreq(inv.data(), opt.theta, rd);
+          // HF's fp32 exponent 2c/r (inexact for r = 30) moves base^e by up to
+          // ln(base)·2^-24 relative: 9.2 · 6e-8 < 1e-6.
+          for (size_t c = 0; c < inv.size(); ++c) EXPECT_NEAR(inv[c], inv64[c], 1e-6 * inv64[c]);
+          std::vector<int64_t> pos(static_cast<size_t>(T));
+          for (int64_t t = 0; t < T; ++t) pos[static_cast<size_t>(t)] = offset + t;
+          std::vector<float> cos(static_cast<size_t>(T * rd / 2)), sin(cos.size());
+          ops::RopeTables(cos.data(), sin.data(), pos.data(), inv.data(), 1.0 / factor, T, rd);
+          ThreadPool pool(2);
+          std::vector<float> y(x.data<float>(), x.data<float>() + x.numel());
+          ops::Rope(y.data(), H * D, cos.data(), sin.data(), layout, T, H, D, rd, pool);
+          double worst = 0;
+          for (int64_t t = 0; t < T; ++t)
+            for (int64_t h = 0; h < H; ++h)
+              for (int64_t d = 0; d < D; ++d) {
+                const double w = want.data<double>()[(h * T + t) * D + d];
+                // fp32 angles at positions ~500: |angle error| ~ 500 * 2^-24.
+                worst = std::max(worst, std::fabs(y[static_cast<size_t>((t * H + h) * D + d)] - w) / 1e-4);
+              }
+          EXPECT_LE(worst, 1.0);
+        }
+      }
+    }
+  }
+}
+
+// ---- embedding lookup ----------------------------------------------------------------
+
+TEST(OpsEmbedding, LookupMatchesNnEmbedAndRejectsBadIds) {
+  const int64_t V = 11, E = 6;
+  Tensor table = Random({V, E}, 4);
+  ops::QMatrix q{GgmlType::kF32, reinterpret_cast<const uint8_t*>(table.data<float>()), V, E,
+                 E * 4, "token_embd.weight"};
+  std::vector<int32_t> ids = {0, 10, 3, 3, 7};
+  const int64_t T = static_cast<int64_t>(ids.size());
+  Tensor id_t = Zeros(DType::kI64, {1, T});
+  for (int64_t t = 0; t < T; ++t) id_t.data<int64_t>()[t] = ids[static_cast<size_t>(t)];
+  Tensor want = Zeros(DType::kF64, {1, T, E});
+  ASSERT_TRUE(nn::Embed(want.view(), id_t.view(), table.view()).ok());
+  std::vector<float> y = Padded(T, E + 2);
+  ASSERT_TRUE(ops::EmbeddingLookup(y.data(), E + 2, ids.data(), q, T).ok());
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t e = 0; e < E; ++e)
+      EXPECT_EQ(y[static_cast<size_t>(t * (E + 2) + e)], want.data<double>()[t * E + e]);
+  ids[2] = 11;
+  Status st = ops::EmbeddingLookup(y.data(), E, ids.data(), q, T);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("ids[2] = 11"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("token_embd.weight [11, 6]"), std::string::npos) << st.message();
+  ids[2] = -1;
+  EXPECT_EQ(ops::EmbeddingLookup(y.data(), E, ids.data(), q, T).code(), StatusCode::kOutOfRange);
+}
+
+}  // namespace
+}  // namespace attnflow
