@@ -7,7 +7,7 @@
 //  * fuzz/CMakeLists.txt generates <name>_fuzz.cc (LLVMFuzzerTestOneInput
 //    calling the registered function) for the clang/libFuzzer build with
 //    ASan + UBSan — nothing to write by hand;
-//  * tests/fault_regress_test.cc includes it in the normal GoogleTest build
+//  * tests/fault/fault_regress_test.cc includes it in the normal GoogleTest build
 //    and replays the committed seeds (fuzz/corpus/<name>/) and crash inputs
 //    (tests/regress/<name>/).
 // A harness never relies on the sanitizer alone: property violations (wrong

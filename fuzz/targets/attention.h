@@ -39,6 +39,7 @@
 
 #include "../common/fuzz_common.h"
 #include "attnflow/attention.h"
+#include "attnflow/reference.h"
 #include "attnflow/kernels.h"
 #include "attnflow/semantics.h"
 #include "attnflow/stages.h"

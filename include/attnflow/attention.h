@@ -1,5 +1,7 @@
-// attnflow/attention.h — the attention API: options, validation, the float64
-// reference (the oracle, kept forever) and the dispatching entry point.
+// attnflow/attention.h — the attention API: options, validation and the
+// exact merge of partial results. The fast, dispatching entry point
+// (Attention, ExplainAttention) is in attnflow/kernels.h; the float64 oracle
+// (reference::Sdpa, reference::Mha) in attnflow/reference.h.
 //
 // Signatures follow "outputs first, inputs next, options last".
 // Shapes (semantics in attnflow/semantics.h and docs/semantics.md):
@@ -54,35 +56,6 @@ Status ValidateSdpa(const char* op, const TensorView& out,
 bool BroadcastMask(const TensorView& mask, const int64_t target[4],
                    TensorView* out);
 
-namespace reference {
-
-// Float64 scaled-dot-product attention. Captures stages: scores scaled
-// masked weights lse out.
-Status Sdpa(const TensorView& out, const TensorView& lse, const TensorView& q,
-            const TensorView& k, const TensorView& v, const SdpaOptions& opt,
-            StageSink* sink = nullptr);
-
-// torch.nn.MultiheadAttention semantics (batch first) with GQA projections.
-//   x_q [B,Lq,E], x_k [B,Lk,E], x_v [B,Lk,E]
-//   w_q [E,E], w_k/w_v [Hkv*E/H, E], b_* optional, w_o [E,E], b_o [E]
-// Captures q k v (after projection and head split), scores ... lse,
-// heads_out, concat, out.
-struct MhaWeights {
-  TensorView w_q, w_k, w_v, w_o;
-  TensorView b_q, b_k, b_v, b_o;  // optional
-  int64_t num_heads = 1;
-  int64_t num_kv_heads = 0;  // 0 = num_heads
-};
-Status Mha(const TensorView& out, const TensorView& x_q, const TensorView& x_k,
-           const TensorView& x_v, const MhaWeights& w, const SdpaOptions& opt,
-           StageSink* sink = nullptr);
-// Every check Mha makes before computing (inputs, weights, biases, `out` if
-// present, and the SDPA options on the projected shapes); errors name
-// "reference::mha" and the tensor. Used by golden-case validation.
-Status ValidateMha(const TensorView& out, const TensorView& x_q, const TensorView& x_k,
-                   const TensorView& x_v, const MhaWeights& w, const SdpaOptions& opt);
-
-}  // namespace reference
 
 // Merges two partial attention results over disjoint key sets:
 //   lse = log(exp(lse_a) + exp(lse_b))

@@ -1,6 +1,7 @@
 // golden.cc — load/validate golden cases, run implementations on them, compare
 // stage by stage, and write new cases from the float64 reference.
 // See attnflow/golden.h for the invariants and docs/golden-format.md.
+#include "attnflow/reference.h"
 #include "attnflow/golden.h"
 #include "attnflow/rng.h"
 #include "attnflow/nn_golden.h"

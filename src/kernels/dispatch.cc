@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "attnflow/reference.h"
 #include "attnflow/kernels.h"
 #include "hwy/targets.h"
 #include "kernels/internal.h"

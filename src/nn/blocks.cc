@@ -13,6 +13,7 @@
 #include <cmath>
 #include <string>
 
+#include "attnflow/reference.h"
 #include "attnflow/kernels.h"
 #include "nn/internal.h"
 

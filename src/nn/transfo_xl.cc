@@ -14,6 +14,7 @@
 #include <cmath>
 #include <string>
 
+#include "attnflow/reference.h"
 #include "attnflow/nn_transfo_xl.h"
 #include "nn/internal.h"
 

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "attnflow/attention.h"
+#include "attnflow/reference.h"
 
 namespace attnflow {
 namespace reference {

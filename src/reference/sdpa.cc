@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "attnflow/attention.h"
+#include "attnflow/reference.h"
 
 namespace attnflow {
 namespace reference {

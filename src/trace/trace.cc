@@ -14,6 +14,7 @@
 #include <cmath>
 #include <limits>
 
+#include "attnflow/reference.h"
 #include "attnflow/kernels.h"
 #include "attnflow/trace.h"
 #include "trace/internal.h"

@@ -1,5 +1,5 @@
-// kernel_test_util.h — shared helpers of tests/kernels_test.cc and
-// tests/decode_test.cc: problem specs (Spec, SweepSpecs), input builders
+// kernel_test_util.h — shared helpers of tests/kernels/kernels_test.cc and
+// tests/kernels/decode_test.cc: problem specs (Spec, SweepSpecs), input builders
 // (Make), the plain fp32 implementation that sets the tolerance (NaiveF32),
 // the float64 reference run (Reference), the fast-kernel run (RunKernel) and
 // the FlashAttention-style comparison (CheckAgainst).
@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "attnflow/attention.h"
+#include "attnflow/reference.h"
 #include "attnflow/golden.h"
 #include "attnflow/kernels.h"
 #include "attnflow/semantics.h"

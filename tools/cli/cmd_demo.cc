@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "attnflow/attention.h"
+#include "attnflow/reference.h"
 #include "attnflow/trace.h"
 #include "cli_common.h"
 

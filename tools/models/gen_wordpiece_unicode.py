@@ -198,7 +198,7 @@ def main():
         f"(Unicode {ud.unidata_version}). DO NOT EDIT; regenerate instead.\n"
         + notes +
         "//\n"
-        "// Invariants (checked by tests/wordpiece_test.cc): every table is sorted by\n"
+        "// Invariants (checked by tests/model/wordpiece_test.cc): every table is sorted by\n"
         "// code point; the class and combining-class runs start at U+0000 and\n"
         "// cover every code point up to U+10FFFF.\n"
         "#include \"model/bert/unicode.h\"\n\n"

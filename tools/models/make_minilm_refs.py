@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Writes the MiniLM reference files used by tests/minilm_test.cc and
-tests/wordpiece_test.cc into tests/data/models/minilm/ (kept < 2 MB).
+"""Writes the MiniLM reference files used by tests/model/minilm_test.cc and
+tests/model/wordpiece_test.cc into tests/data/models/minilm/ (kept < 2 MB).
 
 All expected values come from the pinned Hugging Face / sentence-transformers
 stack (tools/models/requirements-minilm.txt) run on the model shipped in the

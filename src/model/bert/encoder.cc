@@ -26,6 +26,7 @@
 #include <numeric>
 
 #include "attnflow/attention.h"
+#include "attnflow/reference.h"
 #include "attnflow/kernels.h"
 #include "attnflow/ops.h"
 #include "attnflow/threading.h"

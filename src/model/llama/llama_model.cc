@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "attnflow/attention.h"
+#include "attnflow/reference.h"
 #include "attnflow/gguf.h"
 #include "attnflow/kernels.h"
 #include "attnflow/ops.h"

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "attnflow/attention.h"
+#include "attnflow/reference.h"
 #include "attnflow/kernels.h"
 #include "attnflow/semantics.h"
 #include "util/test_util.h"

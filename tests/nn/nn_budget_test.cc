@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 
 #include "attnflow/nn_budget.h"
+#include "util/cli_util.h"
 
 namespace attnflow::nn {
 namespace {
@@ -115,14 +116,9 @@ TEST(Budget, Errors) {
 }
 
 std::string RunCli(const std::string& args, int* rc) {
-  const std::string cmd = std::string(ATTNFLOW_CLI) + " " + args + " 2>&1";
-  std::unique_ptr<FILE, int (*)(FILE*)> p(popen(cmd.c_str(), "r"), pclose);
-  std::string out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p.get())) > 0) out.append(buf.data(), n);
-  *rc = WEXITSTATUS(pclose(p.release()));
-  return out;
+  attnflow::testing::CliResult r = attnflow::testing::RunCli(args);
+  *rc = r.code;
+  return r.text;
 }
 
 TEST(BudgetCli, KnownConfigs) {

@@ -35,6 +35,7 @@
 #include "model/llama/llama_model.h"
 #include "nlohmann/json.hpp"
 #include "util/smollm2_util.h"
+#include "util/cli_util.h"
 
 namespace attnflow {
 namespace {
@@ -585,14 +586,9 @@ TEST(LlamaLoader, RejectsBadModels) {
 // Runs a shell command; returns the exit code and stdout (stderr appended
 // when `with_stderr`).
 int RunCmd(const std::string& cmd, std::string* out, bool with_stderr = false) {
-  std::FILE* p = ::popen((cmd + (with_stderr ? " 2>&1" : " 2>/dev/null")).c_str(), "r");
-  if (!p) return -1;
-  char buf[4096];
-  size_t n;
-  out->clear();
-  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) out->append(buf, n);
-  const int st = ::pclose(p);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  attnflow::testing::CliResult r = attnflow::testing::RunShell(cmd, {.merge_stderr = with_stderr});
+  *out = r.text;
+  return r.code;
 }
 
 TEST(SmolLm2Cli, GenerateAndChat) {

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "attnflow/attention.h"
+#include "attnflow/reference.h"
 #include "attnflow/kernels.h"
 #include "attnflow/threading.h"
 #include "util/test_util.h"

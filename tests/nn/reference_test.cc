@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "attnflow/attention.h"
+#include "attnflow/reference.h"
 #include "util/test_util.h"
 
 namespace attnflow {

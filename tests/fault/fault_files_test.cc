@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "attnflow/reference.h"
 #include "attnflow/gguf.h"
 #include "attnflow/golden.h"
 #include "attnflow/safetensors.h"

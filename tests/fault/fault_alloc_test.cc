@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "attnflow/attention.h"
+#include "attnflow/reference.h"
 #include "attnflow/gguf.h"
 #include "attnflow/golden.h"
 #include "attnflow/kernels.h"

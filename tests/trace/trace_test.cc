@@ -20,6 +20,7 @@
 #include <sstream>
 
 #include "attnflow/attention.h"
+#include "attnflow/reference.h"
 #include "attnflow/file_util.h"
 #include "attnflow/golden.h"
 #include "attnflow/model.h"
@@ -28,6 +29,7 @@
 #include "util/test_util.h"
 #include "util/minilm_util.h"
 #include "util/smollm2_util.h"
+#include "util/cli_util.h"
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -54,22 +56,8 @@ std::string TempDir() {
   return d.string();
 }
 
-struct Out {
-  int code;
-  std::string text;
-};
-Out Cli(const std::string& args) {
-  const std::string cmd = std::string(ATTNFLOW_CLI) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  Out o{-1, ""};
-  if (p == nullptr) return o;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) o.text.append(buf.data(), n);
-  const int st = pclose(p);
-  o.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return o;
-}
+using Out = attnflow::testing::CliResult;
+Out Cli(const std::string& args) { return attnflow::testing::RunCli(args); }
 
 // The toy's block input x [1,L,E] F64, built from its frozen token/position
 // tables (positions first..first+L-1).

@@ -13,6 +13,8 @@
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/wait.h>
+
+#include "util/cli_util.h"
 #include <unistd.h>
 
 #include <array>
@@ -28,24 +30,10 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct Out {
-  int code;
-  std::string text;
-};
-
 // Runs the CLI under `timeout` so a hang fails the row (exit 124).
+using Out = attnflow::testing::CliResult;
 Out Cli(const std::string& args, int deadline_s = 60) {
-  const std::string cmd = "timeout -k 5 " + std::to_string(deadline_s) + " " +
-                          std::string(ATTNFLOW_CLI) + " " + args + " 2>&1 </dev/null";
-  FILE* p = popen(cmd.c_str(), "r");
-  Out o{-1, ""};
-  if (p == nullptr) return o;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) o.text.append(buf.data(), n);
-  const int st = pclose(p);
-  o.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return o;
+  return attnflow::testing::RunCli(args, {.deadline_s = deadline_s, .stdin_null = true});
 }
 
 std::string Q(const std::string& s) { return "'" + s + "'"; }

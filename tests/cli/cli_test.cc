@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "attnflow/safetensors.h"
+#include "util/cli_util.h"
 #include "util/test_util.h"
 
 namespace fs = std::filesystem;
@@ -16,23 +17,8 @@ namespace fs = std::filesystem;
 namespace attnflow {
 namespace {
 
-struct Out {
-  int code;
-  std::string text;  // stdout + stderr
-};
-
-Out Cli(const std::string& args) {
-  const std::string cmd = std::string(ATTNFLOW_CLI) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  Out o{-1, ""};
-  if (p == nullptr) return o;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) o.text.append(buf.data(), n);
-  const int st = pclose(p);
-  o.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return o;
-}
+using Out = attnflow::testing::CliResult;
+Out Cli(const std::string& args) { return attnflow::testing::RunCli(args); }
 
 std::string Dir() {
   const fs::path d = fs::temp_directory_path() / ("attnflow_cli_test_" + std::to_string(getpid()));

@@ -25,6 +25,7 @@
 #include "attnflow/safetensors.h"
 #include "util/minilm_util.h"
 #include "util/test_util.h"
+#include "util/cli_util.h"
 
 namespace fs = std::filesystem;
 
@@ -392,22 +393,9 @@ TEST_F(BrokenModelDir, MissingOrCorruptWeightsFile) {
 
 // ---- the `attnflow embed` command ------------------------------------------
 
-struct CliOut {
-  int code;
-  std::string text;
-};
-
+using CliOut = attnflow::testing::CliResult;
 CliOut Cli(const std::string& args, const std::string& env = "") {
-  const std::string cmd = env + " " + std::string(ATTNFLOW_CLI) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  CliOut o{-1, ""};
-  if (p == nullptr) return o;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) o.text.append(buf.data(), n);
-  const int st = pclose(p);
-  o.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return o;
+  return attnflow::testing::RunCli(args, {.env = env});
 }
 
 TEST_F(MiniLm, CliEmbedWritesNpyMatchingTheReferences) {

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "attnflow/attention.h"
+#include "attnflow/reference.h"
 #include "attnflow/golden.h"
 #include "attnflow/kernels.h"
 #include "attnflow/semantics.h"
