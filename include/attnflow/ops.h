@@ -4,7 +4,7 @@
 // then inputs, then options, then dimensions, then the thread pool (always
 // explicit). Row-major fp32 with explicit leading dimensions (ld*, in
 // elements), so an op can read or write a column slice of a wider buffer.
-// They are compiled once per Highway target (src/ops/targets.h: the one
+// They are compiled once per Highway target (src/core/hwy_targets.h: the one
 // target list of the project) and dispatched at run time.
 //
 // Each op has a float64 oracle beside it, in `nn` (include/attnflow/nn.h) or

@@ -4,7 +4,6 @@
 #include "attnflow/reference.h"
 #include "attnflow/golden.h"
 #include "attnflow/rng.h"
-#include "attnflow/nn_golden.h"
 
 #include <algorithm>
 #include <charconv>
@@ -105,7 +104,8 @@ Result<GoldenCase> ValidateGoldenCase(SafetensorsFile file) {
                                    std::string(kGoldenFormatV1) + "\")"));
   }
   if (!get_meta("kind", &c.kind)) return Corrupt(Where(path, "metadata 'kind': missing"));
-  if (nn::IsNnGoldenKind(c.kind)) {  // nn kinds (docs/nn.md): validated by the nn module
+  const GoldenKind* gk = FindGoldenKind(c.kind);
+  if (gk != nullptr && gk->verify != nullptr) {  // a module's kind: it validates its own case
     for (auto [key, dst] : {std::pair<const char*, double*>{"atol", &c.atol}, {"rtol", &c.rtol}}) {
       std::string s;
       if (get_meta(key, &s) && (!ParseDouble(s, dst) || !(*dst >= 0) || !std::isfinite(*dst))) {
@@ -117,8 +117,10 @@ Result<GoldenCase> ValidateGoldenCase(SafetensorsFile file) {
     c.file = std::make_shared<const SafetensorsFile>(std::move(file));
     return c;
   }
-  if (c.kind != "sdpa" && c.kind != "mha") {
-    return Corrupt(Where(path, "metadata 'kind': \"" + c.kind + "\" is not a known kind (sdpa, mha, or an nn kind from docs/nn.md)"));
+  if (gk == nullptr) {
+    std::string known;
+    for (const GoldenKind& k : GoldenKinds()) known += std::string(known.empty() ? "" : ", ") + k.name;
+    return Corrupt(Where(path, "metadata 'kind': \"" + c.kind + "\" is not a known kind (" + known + ")"));
   }
   if (!get_meta("causal", &causal)) return Corrupt(Where(path, "metadata 'causal': missing"));
   if (!ParseCausal(causal, &c.opt.causal)) {
@@ -214,71 +216,13 @@ Result<GoldenCase> ValidateGoldenCase(SafetensorsFile file) {
   return c;
 }
 
-bool CaseReport::ok() const {
-  return std::all_of(stages.begin(), stages.end(),
-                     [](const StageReport& s) { return !s.compared || s.match; });
-}
-
-const StageReport* CaseReport::FirstMismatch() const {
-  for (const auto& s : stages)
-    if (s.compared && !s.match) return &s;
-  return nullptr;
-}
-
-StageReport CompareStage(const std::string& name, const TensorView& got,
-                         const TensorView& expected, double atol, double rtol) {
-  StageReport r;
-  r.stage = name;
-  bool same_shape = got.rank == expected.rank;
-  for (int i = 0; same_shape && i < got.rank; ++i) same_shape = got.shape[i] == expected.shape[i];
-  if (!same_shape) {
-    r.compared = true;
-    r.match = false;
-    r.note = "shape " + got.shape_string() + " differs from expected " + expected.shape_string();
-    return r;
-  }
-  r.compared = true;
-  const int64_t n = expected.numel();
-  int64_t idx[4] = {0, 0, 0, 0};
-  for (int64_t e = 0; e < n; ++e) {
-    const double g = got.load(got.offset(idx[0], idx[1], idx[2], idx[3]));
-    const double x = expected.load(expected.offset(idx[0], idx[1], idx[2], idx[3]));
-    bool ok;
-    if (std::isnan(g) || std::isnan(x)) {
-      ok = false;
-    } else if (std::isinf(x) || std::isinf(g)) {
-      ok = g == x;
-    } else {
-      const double diff = std::fabs(g - x);
-      ok = diff <= atol + rtol * std::fabs(x);
-      r.max_abs = std::max(r.max_abs, diff);
-      if (x != 0.0) r.max_rel = std::max(r.max_rel, diff / std::fabs(x));
-    }
-    if (!ok) {
-      if (r.mismatches == 0) {
-        r.first_bad = e;
-        r.first_bad_index = ShapeString(idx, got.rank);
-        r.got_at_bad = g;
-        r.expected_at_bad = x;
-      }
-      ++r.mismatches;
-    }
-    for (int d = got.rank - 1; d >= 0; --d) {
-      if (++idx[d] < got.shape[d]) break;
-      idx[d] = 0;
-    }
-  }
-  r.match = r.mismatches == 0;
-  return r;
-}
-
 Result<CaseReport> VerifyGoldenCase(const GoldenCase& c, VerifyImpl impl,
                                     const KernelOptions& kopt) {
-  if (nn::IsNnGoldenKind(c.kind)) {
+  if (const GoldenKind* gk = FindGoldenKind(c.kind); gk != nullptr && gk->verify != nullptr) {
     if (impl != VerifyImpl::kReference) {
       return Unimplemented("verify: --impl kernels supports kind sdpa only (got " + c.kind + ")");
     }
-    return nn::VerifyNnCase(*c.file, c.atol, c.rtol);
+    return gk->verify(*c.file, c.atol, c.rtol);
   }
   CaseReport rep;
   rep.path = c.path;

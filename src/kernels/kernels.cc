@@ -2,8 +2,8 @@
 // them through HWY_DYNAMIC_DISPATCH (the best target the CPU supports is
 // chosen at the first call).
 //
-// Targets: the project's one target policy, src/ops/targets.h.
-#include "ops/targets.h"
+// Targets: the project's one target policy, src/core/hwy_targets.h.
+#include "core/hwy_targets.h"
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/kernels.cc"

@@ -9,7 +9,7 @@
 //     within a row the reductions use kAcc vector accumulators over lanes
 //     in a fixed order, then one fixed-order lane sum.
 //  3. Outputs may alias inputs (each row / element is read before written).
-#include "ops/targets.h"
+#include "core/hwy_targets.h"
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "ops/elementwise.cc"

@@ -24,7 +24,7 @@
 //     panels), derived from m and n only.
 //  3. Linear allocates nothing; the partial last panel is stored through a
 //     stack tile.
-#include "ops/targets.h"
+#include "core/hwy_targets.h"
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "ops/gemm.cc"

@@ -7,7 +7,7 @@
 // independent of which worker runs it and of the number of workers. Scratch
 // is indexed by the worker id (only used as working memory, never read
 // across tasks).
-#include "ops/targets.h"
+#include "core/hwy_targets.h"
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "ops/qmatmul.cc"

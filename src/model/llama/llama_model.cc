@@ -514,6 +514,15 @@ Result<std::unique_ptr<DecoderModel>> LoadLlamaGgufWithOptions(const std::string
 
 }  // namespace llama
 
+Result<std::unique_ptr<DecoderModel>> LoadDecoderModel(const std::string& path,
+                                                       const DecoderOptions& options) {
+  llama::LlamaOptions lo;
+  lo.kv_dtype = options.kv_dtype;
+  lo.num_threads = options.num_threads;
+  lo.max_context = options.max_context;
+  return llama::LoadLlamaGgufWithOptions(path, lo);
+}
+
 Result<std::unique_ptr<Model>> LoadLlamaGguf(const std::string& path) {
   Result<std::unique_ptr<DecoderModel>> m = llama::LoadLlamaGgufWithOptions(path, {});
   if (!m.ok()) return m.status();

@@ -1,0 +1,48 @@
+// attnflow/compare.h — the stage comparison every check in attnflow uses
+// (golden cases, nn golden kinds, `verify --compare`, ports).
+//
+// Rule: an element matches when |got − expected| <= atol + rtol·|expected|;
+// a NaN on either side is a bad element; an infinity matches only the same
+// infinity. max_abs / max_rel cover the finite pairs. Shapes must agree (a
+// mismatch is one bad stage, explained in `note`).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "attnflow/tensor.h"
+
+namespace attnflow {
+
+// The golden-format identifier (metadata "format") and the default
+// tolerance of a case that states none (../shared/golden-format.md).
+constexpr const char* kGoldenFormatV1 = "attnflow-golden/1";
+constexpr double kGoldenDefaultTol = 1e-4;
+
+struct StageReport {
+  std::string stage;
+  bool compared = false;  // false: absent on one side (see note)
+  bool match = false;
+  double max_abs = 0, max_rel = 0;
+  int64_t mismatches = 0;
+  int64_t first_bad = -1;      // flat index of the first bad element
+  std::string first_bad_index; // "[0,1,5,3]"
+  double got_at_bad = 0, expected_at_bad = 0;
+  std::string note;
+};
+
+struct CaseReport {
+  std::string path;
+  std::string kind;
+  std::string implementation;  // "reference" or a kernel name
+  std::vector<StageReport> stages;
+  bool ok() const;                          // every compared stage matches
+  const StageReport* FirstMismatch() const; // nullptr if ok
+};
+
+// Compares one tensor pair (shapes must agree; any float dtypes).
+StageReport CompareStage(const std::string& name, const TensorView& got,
+                         const TensorView& expected, double atol, double rtol);
+
+}  // namespace attnflow
