@@ -69,6 +69,9 @@ struct RingOptions {
   // Benchmarking only (memory / transfer measurements): run the ring and send
   // every block but skip the kernels; out is then all zeros. Never exact.
   bool skip_compute = false;
+  // Prefill: query rows per partial-result tile (0 = 2048). Bounds the
+  // scratch; changes no result bit (rows are independent).
+  int64_t row_tile = 0;
 };
 
 // Copies this rank's rows (dim 2 of a rank-3 or rank-4 view, e.g. q [B,H,L,D],

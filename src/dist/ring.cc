@@ -37,6 +37,9 @@ double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
+// Query rows per partial-result tile (bounds the scratch to
+// B*H*kRowTile*(Dv+1) floats).
+constexpr int64_t kRowTile = 2048;
 // Largest single MPI message (bytes); bigger blocks go as several messages.
 constexpr int64_t kMaxMessage = int64_t{1} << 30;
 
@@ -86,7 +89,11 @@ Status WaitAll(std::vector<MPI_Request>* reqs, double timeout_s,
       }
       sleep_us = std::min(sleep_us * 2, 1000);
     }
-    std::this_thread::sleep_for(std::chrono::microseconds(b ? 50 : sleep_us));
+    if (!b && Seconds(idle_since, Clock::now()) < 0.02) {
+      std::this_thread::yield();  // waiting only: poll tightly, but let co-located ranks run
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(b ? 50 : sleep_us));
+    }
   }
 }
 
@@ -452,12 +459,21 @@ Status RingAttention(MPI_Comm comm, const TensorView& out, const TensorView& lse
   int64_t max_bytes = 0, max_rows = 0;
   for (int r = 0; r < p; ++r) max_bytes = std::max(max_bytes, block_bytes(r));
   const std::vector<Range> q_chunks = SequenceShard(layout, q_len, rank, p);
-  for (const Range& c : q_chunks) max_rows = std::max(max_rows, c.size());
+  // Query rows are processed in tiles of at most kRowTile rows so that the
+  // partial (out, lse) scratch stays small whatever the shard size.
+  const int64_t row_tile = ropt.row_tile > 0 ? ropt.row_tile : kRowTile;
+  std::vector<Range> q_tiles;
+  for (const Range& c : q_chunks)
+    for (int64_t b = c.begin; b < c.end; b += row_tile)
+      q_tiles.push_back({b, std::min(c.end, b + row_tile)});
+  for (const Range& c : q_tiles) max_rows = std::max(max_rows, c.size());
 
   // Scratch: two K/V buffers (held + in flight), one partial (out, lse), the
   // accumulator lse when the caller did not ask for one.
-  auto buf_a = Tensor::Zeros(DType::kU8, {std::max<int64_t>(max_bytes, 1)});
-  auto buf_b = Tensor::Zeros(DType::kU8, {std::max<int64_t>(max_bytes, 1)});
+  // With one rank there is no ring: compute on the caller's k/v, no buffers.
+  const int64_t buf_bytes = p > 1 ? std::max<int64_t>(max_bytes, 1) : 1;
+  auto buf_a = Tensor::Zeros(DType::kU8, {buf_bytes});
+  auto buf_b = Tensor::Zeros(DType::kU8, {buf_bytes});
   auto part_out = Tensor::Zeros(DType::kF32, {std::max<int64_t>(B * dims.num_heads * max_rows * Dv, 1)});
   auto part_lse = Tensor::Zeros(DType::kF32, {std::max<int64_t>(B * dims.num_heads * max_rows, 1)});
   Result<Tensor> own_lse = Tensor();
@@ -472,9 +488,8 @@ Status RingAttention(MPI_Comm comm, const TensorView& out, const TensorView& lse
 
   char* cur = buf_a->data<char>();
   char* nxt = buf_b->data<char>();
-  {
-    const TensorView kl = SliceDim(k, 2, 0, k.shape[2]);
-    Pack(cur, kl);
+  if (p > 1) {
+    Pack(cur, k);
     Pack(cur + B * Hkv * k.shape[2] * D * es, v);
   }
   const int next_rank = (rank + 1) % p, prev_rank = (rank - 1 + p) % p;
@@ -510,10 +525,11 @@ Status RingAttention(MPI_Comm comm, const TensorView& out, const TensorView& lse
     auto compute = [&]() {
       const auto tc = Clock::now();
       if (ropt.skip_compute) return;
-      const TensorView kb = MakeView(cur, k.dtype, {B, Hkv, lk_src, D});
-      const TensorView vb = MakeView(cur + B * Hkv * lk_src * D * es, k.dtype, {B, Hkv, lk_src, Dv});
+      const TensorView kb = p == 1 ? k : MakeView(cur, k.dtype, {B, Hkv, lk_src, D});
+      const TensorView vb =
+          p == 1 ? v : MakeView(cur + B * Hkv * lk_src * D * es, k.dtype, {B, Hkv, lk_src, Dv});
       int64_t q_row = 0;
-      for (const Range& qc : q_chunks) {
+      for (const Range& qc : q_tiles) {
         const TensorView q_rows = Rows(q, q_row, qc.size());
         int64_t k_row = 0;
         for (const Range& kc : SequenceShard(layout, kv_len, src, p)) {

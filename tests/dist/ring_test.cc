@@ -60,6 +60,7 @@ struct Case {
   DType kv = DType::kF32;
   Layout layout = Layout::kZigzag;
   bool mask = false, kv_lens = false;
+  int64_t row_tile = 0;  // RingOptions::row_tile
   uint64_t seed = 1;
 };
 
@@ -127,6 +128,7 @@ Checked RunPrefill(const Case& c) {
   ro.layout = c.layout;
   ro.timeout_s = 120;
   ro.kopt.pool = &Pool1();
+  ro.row_tile = c.row_tile;
   const Status st = RingAttention(MPI_COMM_WORLD, r.out.view(), r.lse.view(), ql.view(),
                                   kl.view(), vl.view(), lopt, c.Lq, c.Lk, ro);
   EXPECT_TRUE(st.ok()) << st.ToString();
@@ -205,6 +207,26 @@ TEST(Ring, MaskKvLensGqaHalfKv) {
   c.causal = Causal::kNone;
   c.kv = DType::kF16;
   ExpectExact(c, "MQA F16, Dv 24");
+}
+
+TEST(Ring, SmallRowTiles) {
+  // Query chunks split into row tiles of 7 (and 1): tiles cross the causal
+  // diagonal, mask rows and kv_lens at different offsets.
+  for (int64_t tile : {7, 1}) {
+    Case c;
+    c.row_tile = tile;
+    c.Lq = 40;
+    c.Lk = 61;
+    c.causal = Causal::kBottomRight;
+    c.mask = true;
+    c.kv_lens = true;
+    c.B = 2;
+    ExpectExact(c, "bottom_right, mask, kv_lens");
+    c.causal = Causal::kTopLeft;
+    c.Lq = 61;
+    c.Lk = 40;
+    ExpectExact(c, "top_left, Lq > Lk");
+  }
 }
 
 TEST(Ring, DeterministicRunToRun) {

@@ -45,7 +45,7 @@ struct RingArgs {
   std::string action;  // verify | bench
   std::string mode = "prefill";
   int64_t batch = 1, heads = 8, kv_heads = 2, q_len = 1024, kv_len = -1, head_dim = 64;
-  std::string causal = "top_left", kv_dtype = "F32", layout = "zigzag";
+  std::string causal, kv_dtype = "F32", layout = "zigzag";
   bool mask = false, kv_lens = false, skip_compute = false, json = false;
   int threads = 1, iters = 3;
   double timeout = 60;
@@ -118,7 +118,9 @@ struct Setup {
 };
 
 Status ParseSetup(const RingArgs& a, Setup* s) {
-  if (!ParseCausal(a.causal, &s->opt.causal))
+  const std::string causal =
+      !a.causal.empty() ? a.causal : (a.mode == "decode" ? "bottom_right" : "top_left");
+  if (!ParseCausal(causal, &s->opt.causal))
     return InvalidArgument("ring: --causal must be none, top_left or bottom_right, got " + a.causal);
   if (!ParseDType(a.kv_dtype, &s->kv))
     return InvalidArgument("ring: --kv-dtype must be F32, F16 or BF16, got " + a.kv_dtype);
@@ -220,7 +222,7 @@ int Verify(const RingArgs& a, const Setup& s, ThreadPool* pool) {
     std::printf("ring verify %s: P=%d layout=%s B=%lld H=%lld Hkv=%lld Lq=%lld Lk=%lld D=%lld "
                 "causal=%s kv=%s mask=%d kv_lens=%d\n",
                 a.mode.c_str(), p, dist::LayoutName(lay), (long long)B, (long long)H,
-                (long long)Hkv, (long long)Lq, (long long)Lk, (long long)D, a.causal.c_str(),
+                (long long)Hkv, (long long)Lq, (long long)Lk, (long long)D, CausalName(s.opt.causal),
                 DTypeName(s.kv), a.mask, a.kv_lens);
     std::printf("  vs single-process kernel: max |err|/(1+|ref|) = %.3g (tol %.0e)\n", ek,
                 kTolKernel);
@@ -315,11 +317,13 @@ int Bench(const RingArgs& a, const Setup& s, ThreadPool* pool) {
       return s / v.size();
     };
     const double pair_imb = *std::max_element(pairs_all.begin(), pairs_all.end()) / mean(pairs_all);
-    const double comp_imb = *std::max_element(comp_all.begin(), comp_all.end()) / mean(comp_all);
+    const double comp_mean = mean(comp_all);
+    const double comp_imb =
+        comp_mean > 0 ? *std::max_element(comp_all.begin(), comp_all.end()) / comp_mean : 0.0;
     std::printf("ring bench %s: P=%d layout=%s B=%lld H=%lld Hkv=%lld Lq=%lld Lk=%lld D=%lld "
                 "causal=%s kv=%s threads/rank=%d%s\n",
                 a.mode.c_str(), p, dist::LayoutName(lay), (long long)B, (long long)H,
-                (long long)Hkv, (long long)Lq, (long long)Lk, (long long)D, a.causal.c_str(),
+                (long long)Hkv, (long long)Lq, (long long)Lk, (long long)D, CausalName(s.opt.causal),
                 DTypeName(s.kv), a.threads, s.ro.skip_compute ? " SKIP-COMPUTE (memory/transfer only)" : "");
     std::printf("%-5s %10s %10s %10s %10s %12s   (last iteration; max over ranks, bytes summed)\n",
                 "step", "time_ms", "compute_ms", "comm_ms", "exposed_ms", "bytes_sent");
@@ -345,7 +349,7 @@ int Bench(const RingArgs& a, const Setup& s, ThreadPool* pool) {
                   "\"pair_imbalance\":%.4f,\"compute_imbalance\":%.4f,\"rss_mib_max\":%.1f,"
                   "\"step_compute_s\":[",
                   a.mode.c_str(), p, dist::LayoutName(lay), (long long)B, (long long)H,
-                  (long long)Hkv, (long long)Lq, (long long)Lk, (long long)D, a.causal.c_str(),
+                  (long long)Hkv, (long long)Lq, (long long)Lk, (long long)D, CausalName(s.opt.causal),
                   DTypeName(s.kv), s.ro.skip_compute ? 1 : 0,
                   *std::min_element(totals.begin(), totals.end()), Median(totals),
                   *std::min_element(hid_all.begin(), hid_all.end()), pair_imb, comp_imb,
@@ -383,7 +387,8 @@ void AddShapeOptions(CLI::App* c, RingArgs* a) {
   c->add_option("--kv-len", a->kv_len, "global key length (default: q-len)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 32));
   c->add_option("--head-dim", a->head_dim, "D = Dv (default 64)")->check(CLI::Range(int64_t{1}, int64_t{256}));
-  c->add_option("--causal", a->causal, "none, top_left (default) or bottom_right");
+  c->add_option("--causal", a->causal,
+                "none, top_left or bottom_right (default: top_left for prefill, bottom_right for decode)");
   c->add_option("--kv-dtype", a->kv_dtype, "K/V dtype: F32 (default), F16, BF16");
   c->add_option("--layout", a->layout, "prefill sharding: zigzag (default) or contiguous");
   c->add_flag("--mask", a->mask, "random BOOL mask [B,1,Lq,Lk] (verify)");
