@@ -171,8 +171,7 @@ struct Problem {
 Status BlockPartial(const Problem& p, const TensorView& q_rows, int64_t qs,
                     int64_t mask_row0, const TensorView& kc, const TensorView& vc,
                     int64_t ks, float* out_s, float* lse_s, int64_t rows_cap,
-                    std::vector<int64_t>* kvl_scratch, int64_t* first_live,
-                    int64_t* pairs) {
+                    std::vector<int64_t>* kvl_scratch, int64_t* first_live) {
   const int64_t lq = q_rows.shape[2], lk = kc.shape[2];
   *first_live = lq;
   if (lq == 0 || lk == 0) return Status::Ok();
@@ -206,7 +205,6 @@ Status BlockPartial(const Problem& p, const TensorView& q_rows, int64_t qs,
         ScratchView(out_s, p.batch, p.num_heads, rows_cap, lq, p.v_dim), 2, r0, r1 - r0);
     const TensorView lv =
         SliceDim(ScratchView(lse_s, p.batch, p.num_heads, rows_cap, lq, -1), 2, r0, r1 - r0);
-    *pairs += (r1 - r0) * keys;  // upper bound for partial rows; refined below
     return Attention(ov, lv, qv, kv, vv, o, p.kopt);
   };
   if (p.causal != Causal::kNone && nf > nd) {
@@ -520,7 +518,6 @@ Status RingAttention(MPI_Comm comm, const TensorView& out, const TensorView& lse
     }
     // Compute on the held block (on a helper thread while this one drives MPI).
     Status compute_st;
-    int64_t pairs = 0;
     double compute_s = 0;
     auto compute = [&]() {
       const auto tc = Clock::now();
@@ -537,7 +534,7 @@ Status RingAttention(MPI_Comm comm, const TensorView& out, const TensorView& lse
           Status bs = BlockPartial(pb, q_rows, qc.begin, q_row, Rows(kb, k_row, kc.size()),
                                    Rows(vb, k_row, kc.size()), kc.begin,
                                    part_out->data<float>(), part_lse->data<float>(), max_rows,
-                                   &kvl_scratch, &first, &pairs);
+                                   &kvl_scratch, &first);
           if (!bs.ok()) { compute_st = bs; return; }
           const int64_t live = qc.size() - first;
           if (live > 0) {
@@ -624,9 +621,9 @@ Status ShardedDecode(MPI_Comm comm, const TensorView& out, const TensorView& lse
   const auto tc = Clock::now();
   const Range kr = SequenceShard(Layout::kContiguous, kv_len, rank, p)[0];
   std::vector<int64_t> kvl_scratch;
-  int64_t first = 0, pairs = 0;
+  int64_t first = 0;
   const Status bs = BlockPartial(pb, q, 0, 0, k, v, kr.begin, mine.data(),
-                                 mine.data() + n_out, lq, &kvl_scratch, &first, &pairs);
+                                 mine.data() + n_out, lq, &kvl_scratch, &first);
   ATTNFLOW_RETURN_IF_ERROR(AgreeOnStatus(comm, bs, ropt.timeout_s));
   // Rows before `first` saw no key: make them the dead state (0, -inf).
   for (int64_t bh = 0; bh < B * H; ++bh)
