@@ -26,11 +26,11 @@ run() {  # P, then ring bench args
 }
 SHAPE=(--heads 8 --kv-heads 2 --head-dim 64)
 # 1. Compute per block and strong scaling (causal prefill, L=8192).
-for p in 1 2 4; do run "$p" prefill --q-len 8192 "${SHAPE[@]}" --causal top_left --iters 3; done
-run 4 prefill --q-len 8192 "${SHAPE[@]}" --causal top_left --iters 3 --layout contiguous
-run 2 prefill --q-len 8192 "${SHAPE[@]}" --causal none --iters 3
+for p in 1 2 4; do run "$p" prefill --q-len 8192 "${SHAPE[@]}" --causal top_left --iters 5; done
+run 4 prefill --q-len 8192 "${SHAPE[@]}" --causal top_left --iters 5 --layout contiguous
+run 2 prefill --q-len 8192 "${SHAPE[@]}" --causal none --iters 5
 # 2. Transfer cost per byte (no compute): small and large blocks.
-for L in 512 8192 131072; do run 2 prefill --q-len "$L" "${SHAPE[@]}" --iters 5 --skip-compute; done
+for L in 512 8192 131072; do run 2 prefill --q-len "$L" "${SHAPE[@]}" --iters 10 --skip-compute; done
 # 3. Sharded decode, 262144-token cache.
 for p in 1 2 4; do run "$p" decode --q-len 1 --kv-len 262144 "${SHAPE[@]}" --kv-dtype F16 --causal bottom_right --iters 20; done
 # 4. Peak RSS per rank at L=262144 (memory only: --skip-compute; F16 K/V).

@@ -76,7 +76,7 @@ def calibrate(rows):
     r1 = pick(rows, mode="prefill", P=1, causal="top_left", skip_compute=0)
     L = r1["Lq"]
     pairs = L * (L + 1) / 2 * r1["H"]
-    t_pair = r1["min_s"] / pairs  # best of the iterations: the machine is shared
+    t_pair = r1["step_compute_s"][0] / pairs  # min over iterations: the machine is shared
     # Transfer: skip-compute P=2 runs; bytes per rank per step vs comm time.
     xs, ys = [], []
     for r in rows:
