@@ -30,9 +30,11 @@ cmake_language(DEFER CALL _attnflow_dist_link_cli)
 
 if(ATTNFLOW_BUILD_TESTS)
   find_package(GTest REQUIRED)
-  # Root (CI containers) needs these two flags; they belong here, not in user docs.
+  # CI runs as root in a container: --allow-run-as-root (here, not in user docs);
+  # containers often forbid the cross-process copy (CMA) that Open MPI's
+  # shared-memory transport tries first (ptrace-restricted), so it is off.
   set(ATTNFLOW_MPIRUN ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root
-      --mca btl self,vader,tcp --bind-to none)
+      --mca btl self,vader,tcp --mca btl_vader_single_copy_mechanism none --bind-to none)
   file(GLOB ATTNFLOW_DIST_TESTS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/dist/*_test.cc)
   foreach(src ${ATTNFLOW_DIST_TESTS})
     get_filename_component(name ${src} NAME_WE)
