@@ -60,6 +60,7 @@ struct Case {
   DType kv = DType::kF32;
   Layout layout = Layout::kZigzag;
   bool mask = false, kv_lens = false;
+  bool float_mask = false;  // F32 additive mask (with -inf entries) instead of BOOL
   int64_t row_tile = 0;  // RingOptions::row_tile
   uint64_t seed = 1;
 };
@@ -93,7 +94,15 @@ Checked RunPrefill(const Case& c) {
   Tensor mask, kvl;
   SdpaOptions opt;
   opt.causal = c.causal;
-  if (c.mask) {
+  if (c.mask && c.float_mask) {
+    mask = Tensor::Zeros(DType::kF32, {c.B, 1, c.Lq, c.Lk}).value();
+    std::mt19937_64 gen(c.seed * 11 + 4);
+    for (int64_t i = 0; i < mask.numel(); ++i) {
+      const uint64_t r = gen();
+      mask.data<float>()[i] = r % 5 == 0 ? -INFINITY : static_cast<float>(r % 1000) / 500.0f - 1.0f;
+    }
+    opt.attn_mask = mask.view();
+  } else if (c.mask) {
     mask = Tensor::Zeros(DType::kBool, {c.B, 1, c.Lq, c.Lk}).value();
     std::mt19937_64 gen(c.seed * 11 + 4);
     for (int64_t i = 0; i < mask.numel(); ++i) mask.data<uint8_t>()[i] = (gen() % 4) != 0;
@@ -201,6 +210,10 @@ TEST(Ring, MaskKvLensGqaHalfKv) {
     c.kv = dt;
     ExpectExact(c, DTypeName(dt));
   }
+  c.float_mask = true;
+  c.kv = DType::kBF16;
+  ExpectExact(c, "float mask with -inf, BF16");
+  c.float_mask = false;
   c.H = 4;
   c.Hkv = 1;  // MQA
   c.Dv = 24;  // v_dim != head_dim
