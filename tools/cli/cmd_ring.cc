@@ -18,6 +18,7 @@
 // prints the error and aborts the whole job (MPI_Abort, exit status 3).
 // Built without MPI, `attnflow ring` explains that and exits 2.
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <string>
 
@@ -44,7 +45,7 @@ namespace {
 struct RingArgs {
   std::string action;  // verify | bench
   std::string mode = "prefill";
-  int64_t batch = 1, heads = 8, kv_heads = 2, q_len = 1024, kv_len = -1, head_dim = 64;
+  int64_t batch = 1, heads = 8, kv_heads = 2, q_len = -1, kv_len = -1, head_dim = 64;
   std::string causal, kv_dtype = "F32", layout = "zigzag";
   bool mask = false, kv_lens = false, skip_compute = false, json = false;
   int threads = 1, iters = 3;
@@ -76,8 +77,18 @@ int Fail(MPI_Comm comm, const Status& st, bool collective) {
   return 3;
 }
 
+// Allocation failures (a size this machine cannot hold) end the whole job
+// with a clear message instead of crashing one rank.
+Tensor Take(Result<Tensor> r) {
+  if (!r.ok()) {
+    Fail(MPI_COMM_WORLD, r.status(), false);  // MPI_Abort: does not return
+    std::abort();
+  }
+  return std::move(r.value());
+}
+
 Tensor Random(DType dt, const Shape& shape, uint64_t seed) {
-  Tensor t = Tensor::Zeros(dt, shape).value();
+  Tensor t = Take(Tensor::Zeros(dt, shape));
   std::mt19937_64 gen(seed);
   std::uniform_real_distribution<double> u(-1.0, 1.0);
   for (int64_t i = 0; i < t.numel(); ++i) t.view().store(i, u(gen));
@@ -128,7 +139,10 @@ Status ParseSetup(const RingArgs& a, Setup* s) {
     return InvalidArgument("ring: --layout must be zigzag or contiguous, got " + a.layout);
   if (a.mode != "prefill" && a.mode != "decode")
     return InvalidArgument("ring: mode must be prefill or decode, got " + a.mode);
-  s->kv_len = a.kv_len < 0 ? a.q_len : a.kv_len;
+  if (a.mode == "decode" && (a.q_len < 1 || a.q_len > 4))
+    return InvalidArgument("ring: decode takes 1 to 4 new tokens (--q-len), got " +
+                           std::to_string(a.q_len));
+  s->kv_len = a.kv_len >= 0 ? a.kv_len : (a.mode == "decode" ? 4096 : a.q_len);
   s->ro.timeout_s = a.timeout;
   s->ro.skip_compute = a.skip_compute;
   return Status::Ok();
@@ -140,47 +154,47 @@ int Verify(const RingArgs& a, const Setup& s, ThreadPool* pool) {
   MPI_Comm_size(MPI_COMM_WORLD, &p);
   const bool decode = a.mode == "decode";
   const int64_t B = a.batch, H = a.heads, Hkv = a.kv_heads, D = a.head_dim;
-  const int64_t Lq = decode ? std::min<int64_t>(a.q_len, 4) : a.q_len, Lk = s.kv_len;
+  const int64_t Lq = a.q_len, Lk = s.kv_len;
   Tensor q = Random(DType::kF32, {B, H, Lq, D}, a.seed * 11 + 1);
   Tensor k = Random(s.kv, {B, Hkv, Lk, D}, a.seed * 11 + 2);
   Tensor v = Random(s.kv, {B, Hkv, Lk, D}, a.seed * 11 + 3);
   SdpaOptions opt = s.opt;
   Tensor mask, kvl;
   if (a.mask) {
-    mask = Tensor::Zeros(DType::kBool, {B, 1, Lq, Lk}).value();
+    mask = Take(Tensor::Zeros(DType::kBool, {B, 1, Lq, Lk}));
     std::mt19937_64 gen(a.seed * 11 + 4);
     for (int64_t i = 0; i < mask.numel(); ++i) mask.data<uint8_t>()[i] = (gen() % 4) != 0;
     opt.attn_mask = mask.view();
   }
   if (a.kv_lens) {
-    kvl = Tensor::Zeros(DType::kI64, {B}).value();
+    kvl = Take(Tensor::Zeros(DType::kI64, {B}));
     for (int64_t b = 0; b < B; ++b) kvl.data<int64_t>()[b] = std::max<int64_t>(0, Lk - 7 * b - 3);
     opt.kv_lens = kvl.view();
   }
   KernelOptions kopt;
   kopt.pool = pool;
-  Tensor out_k = Tensor::Zeros(DType::kF32, {B, H, Lq, D}).value();
-  Tensor lse_k = Tensor::Zeros(DType::kF32, {B, H, Lq}).value();
+  Tensor out_k = Take(Tensor::Zeros(DType::kF32, {B, H, Lq, D}));
+  Tensor lse_k = Take(Tensor::Zeros(DType::kF32, {B, H, Lq}));
   Status st = Attention(out_k.view(), lse_k.view(), q.view(), k.view(), v.view(), opt, kopt);
   st = dist::AgreeOnStatus(MPI_COMM_WORLD, st);
   if (!st.ok()) return Fail(MPI_COMM_WORLD, st, true);
   const bool with_ref = static_cast<double>(B) * H * Lq * Lk <= double(1 << 24);
   Tensor out_r, lse_r;
   if (with_ref) {
-    out_r = Tensor::Zeros(DType::kF64, {B, H, Lq, D}).value();
-    lse_r = Tensor::Zeros(DType::kF64, {B, H, Lq}).value();
+    out_r = Take(Tensor::Zeros(DType::kF64, {B, H, Lq, D}));
+    lse_r = Take(Tensor::Zeros(DType::kF64, {B, H, Lq}));
     if (!reference::Sdpa(out_r.view(), lse_r.view(), q.view(), k.view(), v.view(), opt).ok())
       return Fail(MPI_COMM_WORLD, InvalidArgument("ring verify: reference failed"), false);
   }
   const dist::Layout lay = decode ? dist::Layout::kContiguous : s.ro.layout;
-  Tensor kl = dist::ShardRows(k.view(), lay, rank, p).value();
-  Tensor vl = dist::ShardRows(v.view(), lay, rank, p).value();
+  Tensor kl = Take(dist::ShardRows(k.view(), lay, rank, p));
+  Tensor vl = Take(dist::ShardRows(v.view(), lay, rank, p));
   dist::RingOptions ro = s.ro;
   ro.kopt.pool = pool;
   Tensor out, lse, ok_rows, lk_rows, or_rows, lr_rows;
   if (decode) {
-    out = Tensor::Zeros(DType::kF32, {B, H, Lq, D}).value();
-    lse = Tensor::Zeros(DType::kF32, {B, H, Lq}).value();
+    out = Take(Tensor::Zeros(DType::kF32, {B, H, Lq, D}));
+    lse = Take(Tensor::Zeros(DType::kF32, {B, H, Lq}));
     st = dist::ShardedDecode(MPI_COMM_WORLD, out.view(), lse.view(), q.view(), kl.view(),
                              vl.view(), opt, Lk, ro);
     ok_rows = std::move(out_k);
@@ -188,21 +202,21 @@ int Verify(const RingArgs& a, const Setup& s, ThreadPool* pool) {
     or_rows = std::move(out_r);
     lr_rows = std::move(lse_r);
   } else {
-    Tensor ql = dist::ShardRows(q.view(), lay, rank, p).value();
+    Tensor ql = Take(dist::ShardRows(q.view(), lay, rank, p));
     Tensor ml;
     if (a.mask) {
-      ml = dist::ShardRows(mask.view(), lay, rank, p).value();
+      ml = Take(dist::ShardRows(mask.view(), lay, rank, p));
       opt.attn_mask = ml.view();
     }
-    out = Tensor::Zeros(DType::kF32, {B, H, ql.shape()[2], D}).value();
-    lse = Tensor::Zeros(DType::kF32, {B, H, ql.shape()[2]}).value();
+    out = Take(Tensor::Zeros(DType::kF32, {B, H, ql.shape()[2], D}));
+    lse = Take(Tensor::Zeros(DType::kF32, {B, H, ql.shape()[2]}));
     st = dist::RingAttention(MPI_COMM_WORLD, out.view(), lse.view(), ql.view(), kl.view(),
                              vl.view(), opt, Lq, Lk, ro);
-    ok_rows = dist::ShardRows(out_k.view(), lay, rank, p).value();
-    lk_rows = dist::ShardRows(lse_k.view(), lay, rank, p).value();
+    ok_rows = Take(dist::ShardRows(out_k.view(), lay, rank, p));
+    lk_rows = Take(dist::ShardRows(lse_k.view(), lay, rank, p));
     if (with_ref) {
-      or_rows = dist::ShardRows(out_r.view(), lay, rank, p).value();
-      lr_rows = dist::ShardRows(lse_r.view(), lay, rank, p).value();
+      or_rows = Take(dist::ShardRows(out_r.view(), lay, rank, p));
+      lr_rows = Take(dist::ShardRows(lse_r.view(), lay, rank, p));
     }
   }
   if (!st.ok()) {
@@ -249,7 +263,7 @@ int Bench(const RingArgs& a, const Setup& s, ThreadPool* pool) {
   MPI_Comm_size(MPI_COMM_WORLD, &p);
   const bool decode = a.mode == "decode";
   const int64_t B = a.batch, H = a.heads, Hkv = a.kv_heads, D = a.head_dim;
-  const int64_t Lq = decode ? std::min<int64_t>(a.q_len, 4) : a.q_len, Lk = s.kv_len;
+  const int64_t Lq = a.q_len, Lk = s.kv_len;
   const dist::Layout lay = decode ? dist::Layout::kContiguous : s.ro.layout;
   const int64_t lq_local = decode ? Lq : dist::ShardLength(lay, Lq, rank, p);
   const int64_t lk_local = dist::ShardLength(lay, Lk, rank, p);
@@ -257,8 +271,8 @@ int Bench(const RingArgs& a, const Setup& s, ThreadPool* pool) {
   Tensor q = Random(DType::kF32, {B, H, lq_local, D}, a.seed * 101 + rank);
   Tensor k = Random(s.kv, {B, Hkv, lk_local, D}, a.seed * 103 + rank);
   Tensor v = Random(s.kv, {B, Hkv, lk_local, D}, a.seed * 107 + rank);
-  Tensor out = Tensor::Zeros(DType::kF32, {B, H, lq_local, D}).value();
-  Tensor lse = Tensor::Zeros(DType::kF32, {B, H, lq_local}).value();
+  Tensor out = Take(Tensor::Zeros(DType::kF32, {B, H, lq_local, D}));
+  Tensor lse = Take(Tensor::Zeros(DType::kF32, {B, H, lq_local}));
   dist::RingOptions ro = s.ro;
   ro.kopt.pool = pool;
   std::vector<double> totals;
@@ -387,11 +401,13 @@ int Bench(const RingArgs& a, const Setup& s, ThreadPool* pool) {
 int RunRing(const RingArgs& a) {
   int provided = 0;
   MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
+  RingArgs args = a;
+  if (args.q_len < 0) args.q_len = args.mode == "decode" ? 1 : 1024;
   Setup s;
-  Status st = ParseSetup(a, &s);
+  Status st = ParseSetup(args, &s);
   if (!st.ok()) return Fail(MPI_COMM_WORLD, st, true);  // same flags on every rank
   ThreadPool pool(a.threads);
-  return a.action == "verify" ? Verify(a, s, &pool) : Bench(a, s, &pool);
+  return args.action == "verify" ? Verify(args, s, &pool) : Bench(args, s, &pool);
 }
 #endif
 
@@ -400,9 +416,9 @@ void AddShapeOptions(CLI::App* c, RingArgs* a) {
   c->add_option("--batch", a->batch, "B (default 1)")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   c->add_option("--heads", a->heads, "H (default 8)")->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
   c->add_option("--kv-heads", a->kv_heads, "Hkv (default 2)")->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
-  c->add_option("--q-len", a->q_len, "global query length (decode: new tokens, at most 4; default 1024)")
+  c->add_option("--q-len", a->q_len, "global query length (default 1024); decode: new tokens, 1..4 (default 1)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 32));
-  c->add_option("--kv-len", a->kv_len, "global key length (default: q-len)")
+  c->add_option("--kv-len", a->kv_len, "global key length (default: q-len; decode: 4096)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 32));
   c->add_option("--head-dim", a->head_dim, "D = Dv (default 64)")->check(CLI::Range(int64_t{1}, int64_t{256}));
   c->add_option("--causal", a->causal,
