@@ -255,6 +255,34 @@ TEST(Ring, DeterministicRunToRun) {
   EXPECT_EQ(all, 1) << "two identical runs differ in some bit";
 }
 
+TEST(Ring, ShardsPartitionTheSequence) {
+  // Property: for any length, the chunks of all ranks are disjoint, cover
+  // [0, len) exactly, and their sizes differ by at most one.
+  for (int p = 1; p <= 9; ++p)
+    for (Layout lay : {Layout::kZigzag, Layout::kContiguous})
+      for (int64_t len : {0, 1, 2, 7, 17, 100, 1001}) {
+        std::vector<int> owner(len, -1);
+        int64_t mn = INT64_MAX, mx = 0;
+        for (int r = 0; r < p; ++r) {
+          int64_t total = 0;
+          for (const Range& c : SequenceShard(lay, len, r, p)) {
+            mn = std::min(mn, c.size());
+            mx = std::max(mx, c.size());
+            for (int64_t i = c.begin; i < c.end; ++i) {
+              ASSERT_GE(i, 0);
+              ASSERT_LT(i, len);
+              EXPECT_EQ(owner[i], -1) << "index " << i << " owned twice";
+              owner[i] = r;
+            }
+            total += c.size();
+          }
+          EXPECT_EQ(total, ShardLength(lay, len, r, p));
+        }
+        for (int64_t i = 0; i < len; ++i) EXPECT_NE(owner[i], -1) << "index " << i;
+        EXPECT_LE(mx - mn, 1) << LayoutName(lay) << " len " << len << " P " << p;
+      }
+}
+
 TEST(Ring, ZigzagBalancesCausalWork) {
   // Property of the layout (no timing): with zigzag every rank scores the
   // same number of causal (query, key) pairs within 2 rows' worth; the
