@@ -22,6 +22,12 @@ set(ATTNFLOW_DEPS_golden core io reference kernels nn)
 set(ATTNFLOW_DEPS_trace core io reference kernels ops nn model golden)
 set(ATTNFLOW_DEPS_bench core)
 
+# Layers with a build of their own (cmake/<feature>.cmake), checked the same
+# way: dist (MPI, cmake/dist.cmake).
+set(ATTNFLOW_EXTRA_LAYERS dist)
+set(ATTNFLOW_DEPS_dist core reference kernels)
+set(ATTNFLOW_HEADERS_dist dist)
+
 # Which layer owns each public header include/attnflow/<name>.h.
 set(ATTNFLOW_HEADERS_core status tensor semantics stages threading attention rng compare)
 set(ATTNFLOW_HEADERS_io file_util gguf npy safetensors)
@@ -73,7 +79,7 @@ function(attnflow_check_includes file owner allowed)
 endfunction()
 
 function(attnflow_check_layering)
-  foreach(layer ${ATTNFLOW_LAYERS})
+  foreach(layer ${ATTNFLOW_LAYERS} ${ATTNFLOW_EXTRA_LAYERS})
     file(GLOB_RECURSE files ${CMAKE_SOURCE_DIR}/src/${layer}/*.cc ${CMAKE_SOURCE_DIR}/src/${layer}/*.h)
     foreach(h ${ATTNFLOW_HEADERS_${layer}})
       list(APPEND files ${CMAKE_SOURCE_DIR}/include/attnflow/${h}.h)
