@@ -23,6 +23,33 @@ class StageSink {
   virtual void Put(std::string_view stage, const TensorView& value) = 0;
 };
 
+// Forwards the stages of an inner computation to `inner` under other names:
+// map(stage) is the outer name, or an empty view to drop the stage. The one
+// renaming sink of the project (a multi-head block reports its inner SDPA's
+// "out" as "heads_out"; a model may drop stages it reports itself). A null
+// inner sink wants nothing.
+class RenamingSink : public StageSink {
+ public:
+  using Map = std::string_view (*)(std::string_view stage);
+  RenamingSink(StageSink* inner, Map map) : inner_(inner), map_(map) {}
+  bool Wants(std::string_view stage) const override {
+    const std::string_view m = map_(stage);
+    return inner_ != nullptr && !m.empty() && inner_->Wants(m);
+  }
+  void Put(std::string_view stage, const TensorView& value) override {
+    const std::string_view m = map_(stage);
+    if (inner_ != nullptr && !m.empty()) inner_->Put(m, value);
+  }
+  // The common map: everything unchanged except "out" -> "heads_out".
+  static std::string_view OutAsHeadsOut(std::string_view s) {
+    return s == "out" ? std::string_view("heads_out") : s;
+  }
+
+ private:
+  StageSink* inner_;
+  Map map_;
+};
+
 // Keeps a deep copy of every stage it is given (all stages by default, or
 // only those listed).
 class StageRecorder : public StageSink {

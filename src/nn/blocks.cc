@@ -27,21 +27,6 @@ Status Wrap(const char* op, const Status& st) {
   return Status(st.code(), std::string(op) + ": " + st.message());
 }
 
-// Renames the sdpa's "out" stage to "heads_out".
-class HeadsOutSink : public StageSink {
- public:
-  explicit HeadsOutSink(StageSink* inner) : inner_(inner) {}
-  bool Wants(std::string_view s) const override {
-    return inner_ != nullptr && inner_->Wants(s == "out" ? std::string_view("heads_out") : s);
-  }
-  void Put(std::string_view s, const TensorView& t) override {
-    inner_->Put(s == "out" ? std::string_view("heads_out") : s, t);
-  }
-
- private:
-  StageSink* inner_;
-};
-
 // [B, L, nh·Dh] -> [B, nh, L, Dh]
 Result<Tensor> SplitHeads(const Tensor& x, int64_t B, int64_t L, int64_t nh, int64_t Dh) {
   Result<Tensor> r = F64Zeros({B, nh, L, Dh});
@@ -293,7 +278,7 @@ Status AttentionLayer(const TensorView& out, const TensorView& x_q, const Tensor
     ATTNFLOW_RETURN_IF_ERROR(Wrap(op, SdpaKernels(heads.value(), q.value(), k_all, v_all, opt)));
     Emit(sink, "heads_out", heads.value());
   } else {
-    HeadsOutSink hs(sink);
+    RenamingSink hs(sink, RenamingSink::OutAsHeadsOut);
     ATTNFLOW_RETURN_IF_ERROR(Wrap(op, reference::Sdpa(heads->view(), TensorView(), q->view(),
                                                       k_all, v_all, opt,
                                                       sink != nullptr ? &hs : nullptr)));

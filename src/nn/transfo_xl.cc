@@ -28,24 +28,13 @@ Status Wrap(const char* op, const Status& st) {
   return Status(st.code(), std::string(op) + ": " + st.message());
 }
 
-// Forwards masked / weights / lse / out (as heads_out) of the inner sdpa.
-class TxlSdpaSink : public StageSink {
- public:
-  explicit TxlSdpaSink(StageSink* inner) : inner_(inner) {}
-  static std::string_view Map(std::string_view s) {
-    if (s == "out") return "heads_out";
-    if (s == "masked" || s == "weights" || s == "lse") return s;
-    return {};
-  }
-  bool Wants(std::string_view s) const override {
-    const std::string_view m = Map(s);
-    return !m.empty() && inner_->Wants(m);
-  }
-  void Put(std::string_view s, const TensorView& t) override { inner_->Put(Map(s), t); }
-
- private:
-  StageSink* inner_;
-};
+// Of the inner sdpa's stages, masked / weights / lse pass and out becomes
+// heads_out; the rest is the TXL layer's own business.
+std::string_view TxlSdpaStage(std::string_view s) {
+  if (s == "out") return "heads_out";
+  if (s == "masked" || s == "weights" || s == "lse") return s;
+  return {};
+}
 
 Result<Tensor> LayerNormT(const Tensor& x, const TensorView& w, const TensorView& b, double eps) {
   Result<Tensor> r = F64Zeros(x.shape());
@@ -255,7 +244,7 @@ Status TxlLayer(const TensorView& out, const TensorView& x, const TensorView& me
   SdpaOptions opt;
   opt.scale = scale;
   opt.attn_mask = bias->view();
-  TxlSdpaSink ts(sink);
+  RenamingSink ts(sink, TxlSdpaStage);
   ATTNFLOW_RETURN_IF_ERROR(Wrap(op, reference::Sdpa(heads->view(), TensorView(), qu->view(), k->view(),
                                                     v->view(), opt, sink != nullptr ? &ts : nullptr)));
   Result<Tensor> concat = F64Zeros({B, L, HD});

@@ -16,21 +16,6 @@ namespace attnflow {
 namespace reference {
 namespace {
 
-// Forwards every stage, renaming "out" of the inner sdpa to "heads_out".
-class RenamingSink : public StageSink {
- public:
-  explicit RenamingSink(StageSink* inner) : inner_(inner) {}
-  bool Wants(std::string_view s) const override {
-    return inner_->Wants(s == "out" ? std::string_view("heads_out") : s);
-  }
-  void Put(std::string_view s, const TensorView& t) override {
-    inner_->Put(s == "out" ? std::string_view("heads_out") : s, t);
-  }
-
- private:
-  StageSink* inner_;
-};
-
 Status CheckMatrix(const char* name, const TensorView& t, int64_t rows,
                    int64_t cols, bool optional) {
   if (t.empty_view()) {
@@ -153,7 +138,7 @@ Status Mha(const TensorView& out, const TensorView& x_q, const TensorView& x_k,
     if (sink->Wants("k")) sink->Put("k", k->view());
     if (sink->Wants("v")) sink->Put("v", v->view());
   }
-  RenamingSink renaming(sink);
+  RenamingSink renaming(sink, RenamingSink::OutAsHeadsOut);
   // The SDPA options were validated on these shapes by ValidateMha, so
   // errors already name reference::mha.
   ATTNFLOW_RETURN_IF_ERROR(Sdpa(heads->view(), TensorView(), q->view(), k->view(),

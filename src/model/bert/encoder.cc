@@ -35,18 +35,6 @@
 namespace attnflow::bert {
 namespace {
 
-// Renames the reference attention's "out" to the golden-format "heads_out".
-class HeadsOutSink : public StageSink {
- public:
-  explicit HeadsOutSink(StageSink* inner) : inner_(inner) {}
-  bool Wants(std::string_view s) const override { return inner_->Wants(Map(s)); }
-  void Put(std::string_view s, const TensorView& v) override { inner_->Put(Map(s), v); }
-
- private:
-  static std::string_view Map(std::string_view s) { return s == "out" ? "heads_out" : s; }
-  StageSink* inner_;
-};
-
 Result<Tensor> Alloc(const Shape& s) { return Tensor::Zeros(DType::kF32, s); }
 
 }  // namespace
@@ -231,7 +219,7 @@ Status BertModel::Forward(const std::vector<std::vector<int32_t>>& ids, Tensor* 
                                 {"k", &k}, {"v", &v}}) {
         if (sink->Wants(name)) sink->Put(name, *view);
       }
-      HeadsOutSink rename(sink);
+      RenamingSink rename(sink, RenamingSink::OutAsHeadsOut);
       Result<Tensor> lse = Tensor::Zeros(DType::kF32, {B, H, L});
       if (!lse.ok()) return lse.status();
       ATTNFLOW_RETURN_IF_ERROR(reference::Sdpa(out, lse->view(), q, k, v, opt, &rename));

@@ -37,19 +37,9 @@ struct Layer {
   QMatrix q, k, v, o, gate, up, down;
 };
 
-// Forwards the reference's score stages; drops its "out" (the model reports
-// the fast kernel's output as heads_out).
-class ScoreSink : public StageSink {
- public:
-  explicit ScoreSink(StageSink* inner) : inner_(inner) {}
-  bool Wants(std::string_view s) const override { return s != "out" && inner_->Wants(s); }
-  void Put(std::string_view s, const TensorView& v) override {
-    if (s != "out") inner_->Put(s, v);
-  }
-
- private:
-  StageSink* inner_;
-};
+// The reference's score stages pass through; its "out" is dropped (the
+// model reports the fast kernel's output as heads_out).
+std::string_view DropOut(std::string_view s) { return s == "out" ? std::string_view() : s; }
 
 class LlamaModel : public DecoderModel {
  public:
@@ -365,7 +355,7 @@ void LlamaModel::CaptureLayer(const StageCapture& cap, int64_t T, int64_t Lk, co
     if (out.ok()) {
       SdpaOptions so;
       so.causal = Causal::kBottomRight;
-      ScoreSink ss(sink);
+      RenamingSink ss(sink, DropOut);
       (void)reference::Sdpa(out->view(), TensorView(), qv, kv, vv, so, &ss);
     }
   }
