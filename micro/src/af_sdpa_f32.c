@@ -1,0 +1,238 @@
+/* af_sdpa_f32.c — f32 scaled dot-product attention for microcontrollers:
+ * streaming over key tiles of AF_KEY_TILE with an online softmax, and a
+ * decode step over a ring-buffer KV cache (include/attnflow/micro.h).
+ *
+ * Invariants: no heap; the arena holds one tile of scores and one Dv
+ * accumulator row (AF_KEY_TILE + Dv floats), nothing proportional to Lq*Lk or
+ * to a whole score row. Keys outside a row's visible range are never read,
+ * so masked keys cost nothing and no -inf arithmetic happens; a row with no
+ * visible key writes zeros and lse = -inf. fp32 accumulation, in key order
+ * (deterministic). */
+#include <math.h>
+#include <string.h>
+
+#include "af_internal.h"
+
+typedef struct {
+  float m;   /* running max of scaled scores (valid when n > 0) */
+  float l;   /* running sum of exp(s - m) */
+  int32_t n; /* keys seen */
+  float* acc;
+} af_row_state;
+
+static float af_dot_f32(const float* a, const float* b, int32_t n) {
+  float s0 = 0.f, s1 = 0.f, s2 = 0.f, s3 = 0.f;
+  int32_t d = 0;
+  for (; d + 4 <= n; d += 4) {
+    s0 += a[d] * b[d];
+    s1 += a[d + 1] * b[d + 1];
+    s2 += a[d + 2] * b[d + 2];
+    s3 += a[d + 3] * b[d + 3];
+  }
+  for (; d < n; ++d) s0 += a[d] * b[d];
+  return (s0 + s1) + (s2 + s3);
+}
+
+static void af_axpy_f32(float* acc, float p, const float* v, int32_t n) {
+  int32_t d = 0;
+  for (; d + 4 <= n; d += 4) {
+    acc[d] += p * v[d];
+    acc[d + 1] += p * v[d + 1];
+    acc[d + 2] += p * v[d + 2];
+    acc[d + 3] += p * v[d + 3];
+  }
+  for (; d < n; ++d) acc[d] += p * v[d];
+}
+
+/* Folds keys k[0..n) / v[0..n) (row strides D / Dv) into the row state. */
+static void af_row_update(af_row_state* st, const float* q, const float* k,
+                          const float* v, int32_t n, int32_t D, int32_t Dv,
+                          float scale, float* sbuf) {
+  int32_t j0;
+  for (j0 = 0; j0 < n; j0 += AF_KEY_TILE) {
+    const int32_t t_n = (n - j0) < AF_KEY_TILE ? (n - j0) : AF_KEY_TILE;
+    float tmax, m_new;
+    int32_t t;
+    for (t = 0; t < t_n; ++t)
+      sbuf[t] = af_dot_f32(q, k + (size_t)(j0 + t) * D, D) * scale;
+    tmax = sbuf[0];
+    for (t = 1; t < t_n; ++t)
+      if (sbuf[t] > tmax) tmax = sbuf[t];
+    if (st->n == 0) {
+      m_new = tmax;
+    } else {
+      m_new = st->m > tmax ? st->m : tmax;
+      if (m_new > st->m) {
+        const float alpha = expf(st->m - m_new);
+        int32_t d;
+        st->l *= alpha;
+        for (d = 0; d < Dv; ++d) st->acc[d] *= alpha;
+      }
+    }
+    st->m = m_new;
+    for (t = 0; t < t_n; ++t) {
+      const float p = expf(sbuf[t] - m_new);
+      st->l += p;
+      af_axpy_f32(st->acc, p, v + (size_t)(j0 + t) * Dv, Dv);
+    }
+    st->n += t_n;
+  }
+}
+
+static void af_row_finish(float* out, float* lse, const af_row_state* st,
+                          int32_t Dv) {
+  int32_t d;
+  if (st->n == 0) {
+    for (d = 0; d < Dv; ++d) out[d] = 0.f;
+    if (lse) *lse = -INFINITY;
+    return;
+  }
+  {
+    const float inv = 1.f / st->l;
+    for (d = 0; d < Dv; ++d) out[d] = st->acc[d] * inv;
+    if (lse) *lse = st->m + logf(st->l);
+  }
+}
+
+static int af_scale_ok(float scale) {
+  return scale > 0.f && scale <= 3.0e38f; /* excludes NaN, 0, negative, inf */
+}
+
+size_t af_sdpa_f32_workspace_bytes(const af_sdpa_shape* s) {
+  if (af_sdpa_check_shape(s) != AF_OK) return 0;
+  return (size_t)(AF_KEY_TILE + s->v_dim) * sizeof(float);
+}
+
+af_status af_sdpa_f32(float* out, float* lse, const float* q, const float* k,
+                      const float* v, const int32_t* kv_lens, float scale,
+                      const af_sdpa_shape* s, void* arena, size_t arena_bytes) {
+  af_status st = af_sdpa_check_shape(s);
+  int32_t b, h, i;
+  float *sbuf, *acc;
+  if (st != AF_OK) return st;
+  if (out == NULL || q == NULL || k == NULL || v == NULL || arena == NULL)
+    return AF_ERR_NULL;
+  if (!af_scale_ok(scale)) return AF_ERR_PARAM;
+  if ((st = af_check_kv_lens(kv_lens, s)) != AF_OK) return st;
+  if (arena_bytes < af_sdpa_f32_workspace_bytes(s) || ((uintptr_t)arena & 3u))
+    return AF_ERR_ARENA;
+  sbuf = (float*)arena;
+  acc = sbuf + AF_KEY_TILE;
+  {
+    const int32_t H = s->num_heads, G = s->num_heads / s->num_kv_heads;
+    const int32_t Lq = s->q_len, Lk = s->kv_len, D = s->head_dim, Dv = s->v_dim;
+    for (b = 0; b < s->batch; ++b) {
+      const int32_t valid = kv_lens ? kv_lens[b] : Lk;
+      for (h = 0; h < H; ++h) {
+        const int32_t g = h / G;
+        const float* kh = k + ((size_t)b * s->num_kv_heads + g) * Lk * D;
+        const float* vh = v + ((size_t)b * s->num_kv_heads + g) * Lk * Dv;
+        for (i = 0; i < Lq; ++i) {
+          const size_t row = ((size_t)b * H + h) * Lq + i;
+          const int32_t last = af_last_key(s, i, valid);
+          af_row_state rs;
+          int32_t d;
+          rs.m = 0.f;
+          rs.l = 0.f;
+          rs.n = 0;
+          rs.acc = acc;
+          for (d = 0; d < Dv; ++d) acc[d] = 0.f;
+          if (last >= 0)
+            af_row_update(&rs, q + row * D, kh, vh, last + 1, D, Dv, scale, sbuf);
+          af_row_finish(out + row * Dv, lse ? lse + row : NULL, &rs, Dv);
+        }
+      }
+    }
+  }
+  return AF_OK;
+}
+
+/* ------------------------------------------------------------ decode --- */
+
+af_status af_kv_cache_init(af_kv_cache* c, float* k_storage, float* v_storage,
+                           int32_t num_kv_heads, int32_t head_dim,
+                           int32_t v_dim, int32_t capacity, int32_t window) {
+  if (c == NULL || k_storage == NULL || v_storage == NULL) return AF_ERR_NULL;
+  if (num_kv_heads < 1 || head_dim < 1 || v_dim < 1 || capacity < 1 ||
+      num_kv_heads > AF_MAX_DIM || head_dim > AF_MAX_DIM || v_dim > AF_MAX_DIM ||
+      capacity > AF_MAX_DIM ||
+      (uint64_t)num_kv_heads * (uint64_t)capacity *
+              (uint64_t)(head_dim > v_dim ? head_dim : v_dim) >= ((uint64_t)1 << 31))
+    return AF_ERR_SHAPE;
+  if (window < 0 || window > capacity) return AF_ERR_PARAM;
+  c->k = k_storage;
+  c->v = v_storage;
+  c->num_kv_heads = num_kv_heads;
+  c->head_dim = head_dim;
+  c->v_dim = v_dim;
+  c->capacity = capacity;
+  c->window = window;
+  c->length = 0;
+  return AF_OK;
+}
+
+af_status af_kv_cache_append(af_kv_cache* c, const float* k_new,
+                             const float* v_new) {
+  int32_t g, slot;
+  if (c == NULL || k_new == NULL || v_new == NULL || c->k == NULL) return AF_ERR_NULL;
+  if (c->window == 0 && c->length >= c->capacity) return AF_ERR_FULL;
+  if (c->length == 0x7fffffff) return AF_ERR_FULL;
+  slot = c->length % c->capacity;
+  for (g = 0; g < c->num_kv_heads; ++g) {
+    memcpy(c->k + ((size_t)g * c->capacity + slot) * c->head_dim,
+           k_new + (size_t)g * c->head_dim, (size_t)c->head_dim * sizeof(float));
+    memcpy(c->v + ((size_t)g * c->capacity + slot) * c->v_dim,
+           v_new + (size_t)g * c->v_dim, (size_t)c->v_dim * sizeof(float));
+  }
+  c->length++;
+  return AF_OK;
+}
+
+size_t af_decode_f32_workspace_bytes(const af_kv_cache* c, int32_t num_heads) {
+  if (c == NULL || num_heads < 1) return 0;
+  return (size_t)(AF_KEY_TILE + c->v_dim) * sizeof(float);
+}
+
+af_status af_decode_f32(float* out, float* lse, const float* q,
+                        const af_kv_cache* c, int32_t num_heads, float scale,
+                        void* arena, size_t arena_bytes) {
+  int32_t h, first, n;
+  float *sbuf, *acc;
+  if (out == NULL || q == NULL || c == NULL || arena == NULL || c->k == NULL)
+    return AF_ERR_NULL;
+  if (num_heads < 1 || num_heads > AF_MAX_DIM || num_heads % c->num_kv_heads != 0)
+    return AF_ERR_SHAPE;
+  if (!af_scale_ok(scale)) return AF_ERR_PARAM;
+  if (arena_bytes < af_decode_f32_workspace_bytes(c, num_heads) || ((uintptr_t)arena & 3u))
+    return AF_ERR_ARENA;
+  sbuf = (float*)arena;
+  acc = sbuf + AF_KEY_TILE;
+  /* Visible positions [first, length). With a window they are the last
+   * `window` positions; without, all (length <= capacity then). */
+  n = c->length;
+  if (c->window > 0 && n > c->window) n = c->window;
+  first = c->length - n;
+  for (h = 0; h < num_heads; ++h) {
+    const int32_t g = h / (num_heads / c->num_kv_heads);
+    const float* kh = c->k + (size_t)g * c->capacity * c->head_dim;
+    const float* vh = c->v + (size_t)g * c->capacity * c->v_dim;
+    af_row_state rs;
+    int32_t d, s0 = first % c->capacity, seg;
+    rs.m = 0.f;
+    rs.l = 0.f;
+    rs.n = 0;
+    rs.acc = acc;
+    for (d = 0; d < c->v_dim; ++d) acc[d] = 0.f;
+    /* The ring holds positions in slot order; visit them oldest first, as
+     * at most two contiguous segments. */
+    seg = c->capacity - s0 < n ? c->capacity - s0 : n;
+    if (seg > 0)
+      af_row_update(&rs, q + (size_t)h * c->head_dim, kh + (size_t)s0 * c->head_dim,
+                    vh + (size_t)s0 * c->v_dim, seg, c->head_dim, c->v_dim, scale, sbuf);
+    if (n - seg > 0)
+      af_row_update(&rs, q + (size_t)h * c->head_dim, kh, vh, n - seg, c->head_dim,
+                    c->v_dim, scale, sbuf);
+    af_row_finish(out + (size_t)h * c->v_dim, lse ? lse + h : NULL, &rs, c->v_dim);
+  }
+  return AF_OK;
+}
