@@ -119,12 +119,14 @@ af_status af_quantize_multiplier(af_qmult* out, double real);
 /* Parameters of one int8 attention call, for every (per-head) scale set:
  *  q_real = sq[h] * q_int8, k_real = sk[g] * k_int8, v_real = sv[g] * v_int8,
  *  out_real = so[h] * out_int8 (symmetric, zero point 0).
- * exp_mult[h]: score difference (int32 q.k units) -> base-2 exponent in Q8
- *   (sq*sk*scale*log2(e)*256).
+ * exp_mult[h] = {M, p}: score difference diff (int32 q.k units) -> base-2
+ *   exponent in Q8, u = ((diff * M) >> 32) << p, M = round(r * 2^(32-p)),
+ *   r = sq*sk*scale*log2(e)*256, p the smallest in [0, 8] with M < 2^31
+ *   (one high multiply per key).
  * out_mult[h]: v units -> out units (sv/so).
  * Per-tensor scales: set num_scale_heads = 1; per head: num_scale_heads = H
  * (kv head g uses the scales of query head g * (H/Hkv), so per-head K/V
- * scales must be equal within a GQA group; af_s8_prepare checks that). */
+ * scales must be equal within a GQA group; the caller passes them so). */
 #define AF_S8_MAX_HEADS 16
 typedef struct {
   int32_t num_scale_heads;
@@ -133,7 +135,8 @@ typedef struct {
 } af_s8_params;
 
 /* sq/so: [n] (query heads); sk/sv: [n] indexed by query head as well.
- * n = 1 (per tensor) or n = num_heads. scale as for f32. */
+ * n = 1 (per tensor) or n = num_heads. scale as for f32. AF_ERR_PARAM if a
+ * scale is not positive and finite or r >= 128 (see exp_mult). */
 af_status af_s8_prepare(af_s8_params* p, const float* sq, const float* sk,
                         const float* sv, const float* so, int32_t n,
                         float scale);

@@ -47,9 +47,20 @@ af_status af_s8_prepare(af_s8_params* p, const float* sq, const float* sk,
     if (!(sq[h] > 0.f) || !(sk[h] > 0.f) || !(sv[h] > 0.f) || !(so[h] > 0.f) ||
         !isfinite(sq[h]) || !isfinite(sk[h]) || !isfinite(sv[h]) || !isfinite(so[h]))
       return AF_ERR_PARAM;
-    st = af_quantize_multiplier(&p->exp_mult[h],
-                                (double)sq[h] * sk[h] * scale * log2e * 256.0);
-    if (st != AF_OK) return st;
+    {
+      /* exp_mult = {M, p}: u = ((diff * M) >> 32) << p with
+       * M = round(real * 2^(32 - p)) < 2^31, p the smallest in [0, 8]. */
+      const double real = (double)sq[h] * sk[h] * scale * log2e * 256.0;
+      int32_t sh = 0;
+      double m = real * 4294967296.0;
+      while (m >= 2147483647.0 && sh < 9) {
+        m *= 0.5;
+        ++sh;
+      }
+      if (sh > 8 || !(real > 0.0)) return AF_ERR_PARAM;
+      p->exp_mult[h].mult = (int32_t)llround(m);
+      p->exp_mult[h].shift = sh;
+    }
     st = af_quantize_multiplier(&p->out_mult[h], (double)sv[h] / so[h]);
     if (st != AF_OK) return st;
   }

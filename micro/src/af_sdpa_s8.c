@@ -67,28 +67,128 @@ size_t af_sdpa_s8_workspace_bytes(const af_sdpa_shape* s) {
   return (size_t)(AF_KEY_TILE + s->v_dim) * sizeof(int32_t);
 }
 
-static int32_t af_dot_s8(const int8_t* a, const int8_t* b, int32_t n) {
-  int32_t s0 = 0, s1 = 0;
-  int32_t d = 0;
-  for (; d + 4 <= n; d += 4) {
-    s0 += (int32_t)a[d] * b[d];
-    s1 += (int32_t)a[d + 1] * b[d + 1];
-    s0 += (int32_t)a[d + 2] * b[d + 2];
-    s1 += (int32_t)a[d + 3] * b[d + 3];
+#if defined(__GNUC__)
+#define AF_INLINE static inline __attribute__((always_inline))
+#else
+#define AF_INLINE static inline
+#endif
+
+/* Scores of one query row against 4 consecutive keys (rows k, k+D, ...):
+ * each q element is loaded once for 4 MACs. With D a compile-time constant
+ * (see the dispatch in af_sdpa_s8) the 4 key offsets are immediates. */
+AF_INLINE void af_qk4_s8(int32_t* s, const int8_t* q, const int8_t* k, int32_t D) {
+  int32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0, x, d;
+#define AF_QK_STEP(o)        \
+  x = q[o];                  \
+  a0 += x * k[o];            \
+  a1 += x * k[D + (o)];      \
+  a2 += x * k[2 * D + (o)];  \
+  a3 += x * k[3 * D + (o)];
+  for (d = 0; d + 4 <= D; d += 4, q += 4, k += 4) {
+    AF_QK_STEP(0)
+    AF_QK_STEP(1)
+    AF_QK_STEP(2)
+    AF_QK_STEP(3)
   }
-  for (; d < n; ++d) s0 += (int32_t)a[d] * b[d];
-  return s0 + s1;
+  for (; d < D; ++d, ++q, ++k) {
+    AF_QK_STEP(0)
+  }
+#undef AF_QK_STEP
+  s[0] = a0;
+  s[1] = a1;
+  s[2] = a2;
+  s[3] = a3;
 }
 
-static void af_axpy_s8(int32_t* acc, int32_t w, const int8_t* v, int32_t n) {
-  int32_t d = 0;
-  for (; d + 4 <= n; d += 4) {
-    acc[d] += w * v[d];
-    acc[d + 1] += w * v[d + 1];
-    acc[d + 2] += w * v[d + 2];
-    acc[d + 3] += w * v[d + 3];
+AF_INLINE int32_t af_qk1_s8(const int8_t* q, const int8_t* k, int32_t D) {
+  int32_t a = 0, d;
+  for (d = 0; d < D; ++d) a += (int32_t)q[d] * k[d];
+  return a;
+}
+
+/* acc += w0*v0 + w1*v1 + w2*v2 + w3*v3 (4 consecutive value rows): each
+ * accumulator is loaded and stored once per 4 keys. */
+AF_INLINE void af_pv4_s8(int32_t* acc, const int32_t* w, const int8_t* v, int32_t Dv) {
+  const int32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3];
+  int32_t d;
+#define AF_PV_STEP(o) \
+  acc[o] += w0 * v[o] + w1 * v[Dv + (o)] + w2 * v[2 * Dv + (o)] + w3 * v[3 * Dv + (o)];
+  for (d = 0; d + 4 <= Dv; d += 4, acc += 4, v += 4) {
+    AF_PV_STEP(0)
+    AF_PV_STEP(1)
+    AF_PV_STEP(2)
+    AF_PV_STEP(3)
   }
-  for (; d < n; ++d) acc[d] += w * v[d];
+  for (; d < Dv; ++d, ++acc, ++v) {
+    AF_PV_STEP(0)
+  }
+#undef AF_PV_STEP
+}
+
+AF_INLINE void af_pv1_s8(int32_t* acc, int32_t w, const int8_t* v, int32_t Dv) {
+  int32_t d;
+  for (d = 0; d < Dv; ++d) acc[d] += w * v[d];
+}
+
+/* Base-2 exponent in Q8 of a score difference diff >= 0:
+ * u = ((diff * M) >> 32) << p  (exp_mult = {M, p}, see af_s8_prepare). */
+AF_INLINE int32_t af_exp_u(int32_t diff, af_qmult em) {
+  return (int32_t)(((int64_t)diff * em.mult) >> 32) << em.shift;
+}
+
+/* 2^(-u/256) in Q15, shifted right by `extra` more bits, one rounding:
+ * round(LUT[u & 255] / 2^((u >> 8) + extra)); 0 once the shift reaches 16. */
+AF_INLINE int32_t af_exp2_neg(int32_t u, int32_t extra) {
+  const int32_t e = (u >> 8) + extra;
+  if (e >= 16) return 0;
+  return ((int32_t)kExp2NegQ15[u & 255] + ((1 << e) >> 1)) >> e;
+}
+
+/* Weight of a key with score s when the row max is m. hi_cut: any
+ * (diff*M)>>32 at or above it gives u >= 16*256, weight 0 (also keeps the
+ * shift by p from overflowing). */
+AF_INLINE int32_t af_weight(int32_t m, int32_t s, af_qmult em, int32_t hi_cut, int32_t wshift) {
+  const int32_t hi = (int32_t)(((int64_t)(m - s) * em.mult) >> 32);
+  if (hi >= hi_cut) return 0;
+  return af_exp2_neg(hi << em.shift, wshift);
+}
+
+/* One query row over keys [0, n): online softmax over tiles of AF_KEY_TILE.
+ * acc [Dv] and sbuf [AF_KEY_TILE] come from the arena. Returns l (sum of
+ * weights; 0 when n == 0). */
+AF_INLINE int32_t af_row_s8(int32_t* acc, int32_t* sbuf, const int8_t* qr, const int8_t* kh,
+                            const int8_t* vh, int32_t n, af_qmult em, int32_t hi_cut,
+                            int32_t wshift, int32_t D, int32_t Dv) {
+  int32_t m = 0, l = 0, j0, d;
+  for (d = 0; d < Dv; ++d) acc[d] = 0;
+  for (j0 = 0; j0 < n; j0 += AF_KEY_TILE) {
+    const int32_t t_n = (n - j0) < AF_KEY_TILE ? (n - j0) : AF_KEY_TILE;
+    const int8_t* kt = kh + (size_t)j0 * D;
+    const int8_t* vt = vh + (size_t)j0 * Dv;
+    int32_t t, tmax;
+    for (t = 0; t + 4 <= t_n; t += 4) af_qk4_s8(sbuf + t, qr, kt + (size_t)t * D, D);
+    for (; t < t_n; ++t) sbuf[t] = af_qk1_s8(qr, kt + (size_t)t * D, D);
+    tmax = sbuf[0];
+    for (t = 1; t < t_n; ++t)
+      if (sbuf[t] > tmax) tmax = sbuf[t];
+    if (j0 == 0) {
+      m = tmax;
+    } else if (tmax > m) {
+      const int32_t f = af_weight(tmax, m, em, hi_cut, 0);
+      for (d = 0; d < Dv; ++d) acc[d] = (int32_t)af_round_shift64((int64_t)acc[d] * f, 15);
+      l = (int32_t)af_round_shift64((int64_t)l * f, 15);
+      m = tmax;
+    }
+    /* Scores -> weights in place. */
+    for (t = 0; t < t_n; ++t) {
+      sbuf[t] = af_weight(m, sbuf[t], em, hi_cut, wshift);
+      l += sbuf[t];
+    }
+    for (t = 0; t + 4 <= t_n; t += 4) af_pv4_s8(acc, sbuf + t, vt + (size_t)t * Dv, Dv);
+    for (; t < t_n; ++t)
+      if (sbuf[t] != 0) af_pv1_s8(acc, sbuf[t], vt + (size_t)t * Dv, Dv);
+  }
+  return l;
 }
 
 static int32_t af_bitlen(uint32_t x) {
@@ -98,6 +198,19 @@ static int32_t af_bitlen(uint32_t x) {
     x >>= 1;
   }
   return n;
+}
+
+/* Specialisation: head size 64 gets constant D/Dv (immediate
+ * offsets, unrolled loops); anything else runs the generic copy. */
+static int32_t af_row_s8_d64(int32_t* acc, int32_t* sbuf, const int8_t* qr, const int8_t* kh,
+                             const int8_t* vh, int32_t n, af_qmult em, int32_t hi_cut,
+                             int32_t wshift) {
+  return af_row_s8(acc, sbuf, qr, kh, vh, n, em, hi_cut, wshift, 64, 64);
+}
+static int32_t af_row_s8_any(int32_t* acc, int32_t* sbuf, const int8_t* qr, const int8_t* kh,
+                             const int8_t* vh, int32_t n, af_qmult em, int32_t hi_cut,
+                             int32_t wshift, int32_t D, int32_t Dv) {
+  return af_row_s8(acc, sbuf, qr, kh, vh, n, em, hi_cut, wshift, D, Dv);
 }
 
 af_status af_sdpa_s8(int8_t* out, const int8_t* q, const int8_t* k,
@@ -111,6 +224,9 @@ af_status af_sdpa_s8(int8_t* out, const int8_t* q, const int8_t* k,
   if (out == NULL || q == NULL || k == NULL || v == NULL || p == NULL || arena == NULL)
     return AF_ERR_NULL;
   if (s->kv_len > 32768) return AF_ERR_SHAPE;
+  for (h = 0; h < p->num_scale_heads && h < AF_S8_MAX_HEADS; ++h)
+    if (p->exp_mult[h].mult < 0 || p->exp_mult[h].shift < 0 || p->exp_mult[h].shift > 8)
+      return AF_ERR_PARAM;
   if (!(p->num_scale_heads == 1 ||
         (p->num_scale_heads == s->num_heads && s->num_heads <= AF_S8_MAX_HEADS)))
     return AF_ERR_PARAM;
@@ -128,6 +244,7 @@ af_status af_sdpa_s8(int8_t* out, const int8_t* q, const int8_t* k,
       for (h = 0; h < H; ++h) {
         const int32_t g = h / G, ph = p->num_scale_heads == 1 ? 0 : h;
         const af_qmult em = p->exp_mult[ph], om = p->out_mult[ph];
+        const int32_t hi_cut = (16 * 256) >> em.shift;
         const int8_t* kh = k + ((size_t)b * s->num_kv_heads + g) * Lk * D;
         const int8_t* vh = v + ((size_t)b * s->num_kv_heads + g) * Lk * Dv;
         for (i = 0; i < Lq; ++i) {
@@ -135,45 +252,31 @@ af_status af_sdpa_s8(int8_t* out, const int8_t* q, const int8_t* k,
           const int8_t* qr = q + row * D;
           int8_t* o = out + row * Dv;
           const int32_t n = af_last_key(s, i, valid) + 1;
-          int32_t m = 0, l = 0, j0, d;
-          for (d = 0; d < Dv; ++d) acc[d] = 0;
-          for (j0 = 0; j0 < n; j0 += AF_KEY_TILE) {
-            const int32_t t_n = (n - j0) < AF_KEY_TILE ? (n - j0) : AF_KEY_TILE;
-            int32_t t, tmax;
-            for (t = 0; t < t_n; ++t) sbuf[t] = af_dot_s8(qr, kh + (size_t)(j0 + t) * D, D);
-            tmax = sbuf[0];
-            for (t = 1; t < t_n; ++t)
-              if (sbuf[t] > tmax) tmax = sbuf[t];
-            if (j0 == 0) {
-              m = tmax;
-            } else if (tmax > m) {
-              const int32_t f = af_s8_exp2_neg_q15(af_s8_mul_by_qmult(tmax - m, em));
-              for (d = 0; d < Dv; ++d)
-                acc[d] = (int32_t)af_round_shift64((int64_t)acc[d] * f, 15);
-              l = (int32_t)af_round_shift64((int64_t)l * f, 15);
-              m = tmax;
-            }
-            for (t = 0; t < t_n; ++t) {
-              const int32_t u = af_s8_mul_by_qmult(m - sbuf[t], em);
-              const int32_t w = (af_s8_exp2_neg_q15(u) + ((1 << wshift) >> 1)) >> wshift;
-              if (w == 0) continue;
-              l += w;
-              af_axpy_s8(acc, w, vh + (size_t)(j0 + t) * Dv, Dv);
-            }
+          int32_t l, d;
+          if (n <= 0) {
+            for (d = 0; d < Dv; ++d) o[d] = 0;
+            continue;
           }
-          if (n <= 0 || l <= 0) {
+          if (D == 64 && Dv == 64)
+            l = af_row_s8_d64(acc, sbuf, qr, kh, vh, n, em, hi_cut, wshift);
+          else
+            l = af_row_s8_any(acc, sbuf, qr, kh, vh, n, em, hi_cut, wshift, D, Dv);
+          if (l <= 0) { /* cannot happen: the max key has weight >= 2^(15-wshift) */
             for (d = 0; d < Dv; ++d) o[d] = 0;
             continue;
           }
           {
-            /* inv = floor(2^(30+e) / l) with 2^(e-1) <= l < 2^e, so
-             * acc/l = acc*inv / 2^(30+e); r = round(acc/l * 2^16). */
+            /* Per row, one fixed-point factor c = (2^(30+e) / l) * out_mult
+             * (rounded to 31 bits): out = round(acc * c / 2^sh), so each
+             * element costs one 32x32->64 multiply and a shift. */
             const int32_t e = af_bitlen((uint32_t)l);
-            const uint32_t inv = (uint32_t)(((uint64_t)1 << (30 + e)) / (uint32_t)l);
-            const af_qmult om16 = {om.mult, om.shift - 16};
+            const uint64_t inv = ((uint64_t)1 << (30 + e)) / (uint32_t)l; /* (2^30, 2^31] */
+            const uint64_t cm = inv * (uint64_t)(uint32_t)om.mult;     /* < 2^62 */
+            const int32_t c = (int32_t)((cm + ((uint64_t)1 << 31)) >> 32); /* < 2^30 */
+            /* acc * inv / 2^(30+e) * mult * 2^(shift-31) = acc * c * 2^(shift-29-e) */
+            const int32_t sh = 29 + e - om.shift;
             for (d = 0; d < Dv; ++d) {
-              const int32_t r = (int32_t)af_round_shift64((int64_t)acc[d] * inv, 14 + e);
-              int32_t y = af_s8_mul_by_qmult(r, om16);
+              const int64_t y = af_round_shift64((int64_t)acc[d] * c, sh);
               o[d] = (int8_t)(y > 127 ? 127 : (y < -128 ? -128 : y));
             }
           }

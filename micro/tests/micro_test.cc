@@ -454,8 +454,10 @@ TEST(MicroS8, ErrorsAreCodes) {
   af_sdpa_shape s{1, 2, 1, 4, 4, 8, 8, AF_CAUSAL_NONE};
   std::vector<int8_t> q(64), k(32), v(32), out(64, 5);
   af_s8_params p;
-  const float one = 1.f;
-  ASSERT_EQ(af_s8_prepare(&p, &one, &one, &one, &one, 1, 0.35f), AF_OK);
+  const float one = 1.f, small = 1.f / 64;
+  // r = sq*sk*scale*log2(e)*256 >= 128 is refused (exp_mult shift above 8).
+  EXPECT_EQ(af_s8_prepare(&p, &one, &one, &one, &one, 1, 0.35f), AF_ERR_PARAM);
+  ASSERT_EQ(af_s8_prepare(&p, &small, &small, &one, &one, 1, 0.35f), AF_OK);
   std::vector<uint32_t> arena(64);
   const size_t ws = af_sdpa_s8_workspace_bytes(&s);
   EXPECT_EQ(af_sdpa_s8(out.data(), q.data(), k.data(), v.data(), nullptr, &p, &s, arena.data(), ws - 1), AF_ERR_ARENA);

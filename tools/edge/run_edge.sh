@@ -118,10 +118,10 @@ int main(void) {
   af_sdpa_shape s = {1, 2, 1, 4, 4, 8, 8, AF_CAUSAL_TOP_LEFT};
   af_s8_params p;
   af_kv_cache c;
-  float one = 1.f;
+  float one = 1.f, small = 1.f / 64;
   int r = af_sdpa_f32(fbuf, fbuf + 64, fbuf + 128, fbuf + 256, fbuf + 512, 0, 0.35f, &s, arena,
                       af_sdpa_f32_workspace_bytes(&s));
-  r |= af_s8_prepare(&p, &one, &one, &one, &one, 1, 0.35f);
+  r |= af_s8_prepare(&p, &small, &small, &one, &one, 1, 0.35f);
   r |= af_sdpa_s8(ibuf, ibuf + 64, ibuf + 128, ibuf + 256, 0, &p, &s, arena,
                   af_sdpa_s8_workspace_bytes(&s));
   r |= af_kv_cache_init(&c, fbuf + 1024, fbuf + 2048, 1, 8, 8, 16, 4);
