@@ -1,9 +1,9 @@
 /* bench_main.c — instruction counts of the micro kernels on an emulated
  * target (tools/edge/bench.sh, docs/edge.md "Numbers"). Counts come from the
  * emulator under -icount shift=0: rv32 reads minstret (rdinstret, exact);
- * Cortex-M reads SysTick at 25 MHz while QEMU runs 1 instruction per ns, so
- * one tick = 40 instructions (method in /work/shared/edge/README.md and
- * docs/edge.md). Each kernel runs once on L=128, D=64, 4 heads, causal
+ * Cortex-M reads SysTick while QEMU runs 1 instruction per ns; the
+ * ticks-per-instruction factor is calibrated with a loop of known length
+ * (docs/edge.md). Each kernel runs once on L=128, D=64, 4 heads, causal
  * top_left (B=1, Hkv=4); a naive three-pass C version with a full score row
  * runs on the same data. Prints one "BENCH name instr macs arena" line per
  * kernel. Inputs are deterministic pseudo-random. */
@@ -39,8 +39,12 @@ static void counter_init(void) {
   SYST_CSR = 5;
 }
 static inline uint32_t counter(void) { return SYST_CVR; }
-/* Down-counter, 24 bits, 40 instructions per tick. */
-#define INSTR(c0, c1) ((((c0) - (c1)) & 0xFFFFFFu) * 40u)
+/* Down-counter, 24 bits. mps2-an386 ticks every 40 instructions, mps2-an505
+ * every 50: the tick->instruction factor is measured by the calibration loop
+ * in main (cal_ticks for 800000 instructions), not assumed. */
+static uint32_t cal_ticks = 20000;
+#define TICKS(c0, c1) (((c0) - (c1)) & 0xFFFFFFu)
+#define INSTR(c0, c1) ((uint32_t)((uint64_t)TICKS(c0, c1) * 800000u / cal_ticks))
 #endif
 
 static uint32_t rng = 12345u;
@@ -130,6 +134,23 @@ int main(void) {
   }
   af_s8_prepare(&p, &sq, &sk, &sv, &so, 1, scale);
   counter_init();
+  {
+    /* Calibration: a loop of exactly 8 instructions per iteration
+     * (6 nops + decrement + branch), 100000 iterations = 800000. */
+    uint32_t it = 100000;
+    c0 = counter();
+#if defined(__riscv)
+    __asm__ volatile("1: nop; nop; nop; nop; nop; nop; addi %0, %0, -1; bnez %0, 1b" : "+r"(it));
+#else
+    __asm__ volatile("1: nop; nop; nop; nop; nop; nop; subs %0, %0, #1; bne 1b" : "+r"(it) : : "cc");
+#endif
+    c1 = counter();
+#if !defined(__riscv)
+    cal_ticks = TICKS(c0, c1);
+    printf("CALIBRATION %lu SysTick ticks for 800000 instructions\n", (unsigned long)cal_ticks);
+#endif
+    printf("CALIBRATION 800000 instructions counted as %lu\n", (unsigned long)INSTR(c0, c1));
+  }
 #ifndef BENCH_SKIP_F32
   c0 = counter();
   if (af_sdpa_f32(of, 0, qf, kf, vf, 0, scale, &s, arena, sizeof arena) != AF_OK) return 2;

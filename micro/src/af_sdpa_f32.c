@@ -44,17 +44,52 @@ static void af_axpy_f32(float* acc, float p, const float* v, int32_t n) {
   for (; d < n; ++d) acc[d] += p * v[d];
 }
 
+#if defined(__GNUC__)
+#define AF_INLINE static inline __attribute__((always_inline))
+#else
+#define AF_INLINE static inline
+#endif
+
+/* Scores of q against 4 consecutive keys: each q element loaded once for 4
+ * MACs (fp32, one accumulator per key, in d order). */
+AF_INLINE void af_qk4_f32(float* s, const float* q, const float* k, int32_t D) {
+  float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f, x;
+  int32_t d;
+  for (d = 0; d < D; ++d) {
+    x = q[d];
+    a0 += x * k[d];
+    a1 += x * k[D + d];
+    a2 += x * k[2 * D + d];
+    a3 += x * k[3 * D + d];
+  }
+  s[0] = a0;
+  s[1] = a1;
+  s[2] = a2;
+  s[3] = a3;
+}
+
+/* acc += p0*v0 + p1*v1 + p2*v2 + p3*v3 (one load/store of acc per 4 keys). */
+AF_INLINE void af_pv4_f32(float* acc, const float* p, const float* v, int32_t Dv) {
+  const float p0 = p[0], p1 = p[1], p2 = p[2], p3 = p[3];
+  int32_t d;
+  for (d = 0; d < Dv; ++d)
+    acc[d] += p0 * v[d] + p1 * v[Dv + d] + p2 * v[2 * Dv + d] + p3 * v[3 * Dv + d];
+}
+
 /* Folds keys k[0..n) / v[0..n) (row strides D / Dv) into the row state. */
-static void af_row_update(af_row_state* st, const float* q, const float* k,
-                          const float* v, int32_t n, int32_t D, int32_t Dv,
-                          float scale, float* sbuf) {
+AF_INLINE void af_row_update_impl(af_row_state* st, const float* q, const float* k,
+                                  const float* v, int32_t n, int32_t D, int32_t Dv,
+                                  float scale, float* sbuf) {
   int32_t j0;
   for (j0 = 0; j0 < n; j0 += AF_KEY_TILE) {
     const int32_t t_n = (n - j0) < AF_KEY_TILE ? (n - j0) : AF_KEY_TILE;
+    const float* kt = k + (size_t)j0 * D;
+    const float* vt = v + (size_t)j0 * Dv;
     float tmax, m_new;
     int32_t t;
-    for (t = 0; t < t_n; ++t)
-      sbuf[t] = af_dot_f32(q, k + (size_t)(j0 + t) * D, D) * scale;
+    for (t = 0; t + 4 <= t_n; t += 4) af_qk4_f32(sbuf + t, q, kt + (size_t)t * D, D);
+    for (; t < t_n; ++t) sbuf[t] = af_dot_f32(q, kt + (size_t)t * D, D);
+    for (t = 0; t < t_n; ++t) sbuf[t] *= scale;
     tmax = sbuf[0];
     for (t = 1; t < t_n; ++t)
       if (sbuf[t] > tmax) tmax = sbuf[t];
@@ -71,12 +106,29 @@ static void af_row_update(af_row_state* st, const float* q, const float* k,
     }
     st->m = m_new;
     for (t = 0; t < t_n; ++t) {
-      const float p = expf(sbuf[t] - m_new);
-      st->l += p;
-      af_axpy_f32(st->acc, p, v + (size_t)(j0 + t) * Dv, Dv);
+      sbuf[t] = expf(sbuf[t] - m_new);
+      st->l += sbuf[t];
     }
+    for (t = 0; t + 4 <= t_n; t += 4) af_pv4_f32(st->acc, sbuf + t, vt + (size_t)t * Dv, Dv);
+    for (; t < t_n; ++t) af_axpy_f32(st->acc, sbuf[t], vt + (size_t)t * Dv, Dv);
     st->n += t_n;
   }
+}
+
+static void af_row_update_d64(af_row_state* st, const float* q, const float* k, const float* v,
+                              int32_t n, float scale, float* sbuf) {
+  af_row_update_impl(st, q, k, v, n, 64, 64, scale, sbuf);
+}
+static void af_row_update_any(af_row_state* st, const float* q, const float* k, const float* v,
+                              int32_t n, int32_t D, int32_t Dv, float scale, float* sbuf) {
+  af_row_update_impl(st, q, k, v, n, D, Dv, scale, sbuf);
+}
+static void af_row_update(af_row_state* st, const float* q, const float* k, const float* v,
+                          int32_t n, int32_t D, int32_t Dv, float scale, float* sbuf) {
+  if (D == 64 && Dv == 64)
+    af_row_update_d64(st, q, k, v, n, scale, sbuf);
+  else
+    af_row_update_any(st, q, k, v, n, D, Dv, scale, sbuf);
 }
 
 static void af_row_finish(float* out, float* lse, const af_row_state* st,
