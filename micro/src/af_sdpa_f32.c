@@ -20,60 +20,153 @@ typedef struct {
   float* acc;
 } af_row_state;
 
-static float af_dot_f32(const float* a, const float* b, int32_t n) {
-  float s0 = 0.f, s1 = 0.f, s2 = 0.f, s3 = 0.f;
-  int32_t d = 0;
-  for (; d + 4 <= n; d += 4) {
-    s0 += a[d] * b[d];
-    s1 += a[d + 1] * b[d + 1];
-    s2 += a[d + 2] * b[d + 2];
-    s3 += a[d + 3] * b[d + 3];
-  }
-  for (; d < n; ++d) s0 += a[d] * b[d];
-  return (s0 + s1) + (s2 + s3);
-}
-
-static void af_axpy_f32(float* acc, float p, const float* v, int32_t n) {
-  int32_t d = 0;
-  for (; d + 4 <= n; d += 4) {
-    acc[d] += p * v[d];
-    acc[d + 1] += p * v[d + 1];
-    acc[d + 2] += p * v[d + 2];
-    acc[d + 3] += p * v[d + 3];
-  }
-  for (; d < n; ++d) acc[d] += p * v[d];
-}
-
 #if defined(__GNUC__)
 #define AF_INLINE static inline __attribute__((always_inline))
 #else
 #define AF_INLINE static inline
 #endif
+/* a*b + c: a fused multiply-add where the core has one in hardware (e.g.
+ * Cortex-M4F/M33 VFMA: one rounding instead of two, never less accurate),
+ * else multiply then add. Never a library call. */
+#if defined(__ARM_FEATURE_FMA) && defined(__ARM_FP) && (__ARM_FP & 4)
+#define AF_FMA(a, b, c) __builtin_fmaf((a), (b), (c))
+#else
+#define AF_FMA(a, b, c) ((a) * (b) + (c))
+#endif
+
+/* exp(x) for x <= 0 (softmax arguments s - max), about 2 ulp: Cody-Waite
+ * reduction x = n*ln2 + r, |r| <= ln2/2 + eps, degree-7 Taylor polynomial
+ * (truncation < 6e-8 relative), scaled by 2^n through the exponent bits.
+ * Returns 0 below -87.3 (and for -inf); deterministic and a few dozen
+ * instructions on an FPU core, instead of a general expf. */
+static float af_exp_neg(float x) {
+  float r, p, scale;
+  int32_t n;
+  uint32_t bits;
+  if (!(x > -87.3f)) return 0.f;
+  n = (int32_t)(x * 1.44269504f - 0.5f); /* x <= 0: rounds to nearest */
+  r = AF_FMA((float)n, -0.693359375f, x);  /* ln2 high part: n*hi is exact */
+  r = AF_FMA((float)n, 2.12194440e-4f, r);  /* ln2 = hi - 2.12194440e-4 */
+  p = 1.f / 5040.f;
+  p = AF_FMA(p, r, 1.f / 720.f);
+  p = AF_FMA(p, r, 1.f / 120.f);
+  p = AF_FMA(p, r, 1.f / 24.f);
+  p = AF_FMA(p, r, 1.f / 6.f);
+  p = AF_FMA(p, r, 0.5f);
+  p = AF_FMA(p, r, 1.f);
+  p = AF_FMA(p, r, 1.f);
+  bits = (uint32_t)(n + 127) << 23; /* n >= -126 here */
+  memcpy(&scale, &bits, sizeof scale);
+  return p * scale;
+}
+
+/* q.k in d order with one accumulator (the same rounding sequence as the
+ * blocked kernels, so a key's score does not depend on its block). */
+static float af_dot_f32(const float* a, const float* b, int32_t n) {
+  float s = 0.f;
+  int32_t d;
+  for (d = 0; d < n; ++d) s = AF_FMA(a[d], b[d], s);
+  return s;
+}
+
+static void af_axpy_f32(float* acc, float p, const float* v, int32_t n) {
+  int32_t d;
+  for (d = 0; d < n; ++d) acc[d] = AF_FMA(p, v[d], acc[d]);
+}
+
+/* Scores of q against 8 consecutive keys (rows k, k+D, ...): each q element
+ * is loaded once for 8 MACs; with D constant the key offsets are
+ * immediates. */
+AF_INLINE void af_qk8_f32(float* s, const float* q, const float* k, int32_t D) {
+  float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f, a4 = 0.f, a5 = 0.f, a6 = 0.f, a7 = 0.f, x;
+  int32_t d;
+  for (d = 0; d < D; ++d) {
+    x = q[d];
+    a0 = AF_FMA(x, k[d], a0);
+    a1 = AF_FMA(x, k[D + d], a1);
+    a2 = AF_FMA(x, k[2 * D + d], a2);
+    a3 = AF_FMA(x, k[3 * D + d], a3);
+    a4 = AF_FMA(x, k[4 * D + d], a4);
+    a5 = AF_FMA(x, k[5 * D + d], a5);
+    a6 = AF_FMA(x, k[6 * D + d], a6);
+    a7 = AF_FMA(x, k[7 * D + d], a7);
+  }
+  s[0] = a0;
+  s[1] = a1;
+  s[2] = a2;
+  s[3] = a3;
+  s[4] = a4;
+  s[5] = a5;
+  s[6] = a6;
+  s[7] = a7;
+}
+
+/* acc += sum_j p_j * v_j over 8 consecutive value rows, keys in order (one
+ * load/store of acc per 8 keys). */
+AF_INLINE void af_pv8_f32(float* acc, const float* p, const float* v, int32_t Dv) {
+  const float p0 = p[0], p1 = p[1], p2 = p[2], p3 = p[3], p4 = p[4], p5 = p[5], p6 = p[6],
+              p7 = p[7];
+  int32_t d;
+  for (d = 0; d < Dv; ++d) {
+    float a = acc[d];
+    a = AF_FMA(p0, v[d], a);
+    a = AF_FMA(p1, v[Dv + d], a);
+    a = AF_FMA(p2, v[2 * Dv + d], a);
+    a = AF_FMA(p3, v[3 * Dv + d], a);
+    a = AF_FMA(p4, v[4 * Dv + d], a);
+    a = AF_FMA(p5, v[5 * Dv + d], a);
+    a = AF_FMA(p6, v[6 * Dv + d], a);
+    a = AF_FMA(p7, v[7 * Dv + d], a);
+    acc[d] = a;
+  }
+}
 
 /* Scores of q against 4 consecutive keys: each q element loaded once for 4
  * MACs (fp32, one accumulator per key, in d order). */
 AF_INLINE void af_qk4_f32(float* s, const float* q, const float* k, int32_t D) {
   float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f, x;
   int32_t d;
-  for (d = 0; d < D; ++d) {
-    x = q[d];
-    a0 += x * k[d];
-    a1 += x * k[D + d];
-    a2 += x * k[2 * D + d];
-    a3 += x * k[3 * D + d];
+#define AF_QK_STEP(o)                     \
+  x = q[o];                               \
+  a0 = AF_FMA(x, k[o], a0);               \
+  a1 = AF_FMA(x, k[D + (o)], a1);         \
+  a2 = AF_FMA(x, k[2 * D + (o)], a2);     \
+  a3 = AF_FMA(x, k[3 * D + (o)], a3);
+  for (d = 0; d + 4 <= D; d += 4, q += 4, k += 4) {
+    AF_QK_STEP(0)
+    AF_QK_STEP(1)
+    AF_QK_STEP(2)
+    AF_QK_STEP(3)
   }
+  for (; d < D; ++d, ++q, ++k) {
+    AF_QK_STEP(0)
+  }
+#undef AF_QK_STEP
   s[0] = a0;
   s[1] = a1;
   s[2] = a2;
   s[3] = a3;
 }
 
-/* acc += p0*v0 + p1*v1 + p2*v2 + p3*v3 (one load/store of acc per 4 keys). */
+/* acc += p0*v0 + p1*v1 + p2*v2 + p3*v3 (one load/store of acc per 4 keys,
+ * keys added in order). */
 AF_INLINE void af_pv4_f32(float* acc, const float* p, const float* v, int32_t Dv) {
   const float p0 = p[0], p1 = p[1], p2 = p[2], p3 = p[3];
   int32_t d;
-  for (d = 0; d < Dv; ++d)
-    acc[d] += p0 * v[d] + p1 * v[Dv + d] + p2 * v[2 * Dv + d] + p3 * v[3 * Dv + d];
+#define AF_PV_STEP(o)                                                          \
+  acc[o] = AF_FMA(p3, v[3 * Dv + (o)],                                         \
+                  AF_FMA(p2, v[2 * Dv + (o)],                                  \
+                         AF_FMA(p1, v[Dv + (o)], AF_FMA(p0, v[o], acc[o]))));
+  for (d = 0; d + 4 <= Dv; d += 4, acc += 4, v += 4) {
+    AF_PV_STEP(0)
+    AF_PV_STEP(1)
+    AF_PV_STEP(2)
+    AF_PV_STEP(3)
+  }
+  for (; d < Dv; ++d, ++acc, ++v) {
+    AF_PV_STEP(0)
+  }
+#undef AF_PV_STEP
 }
 
 /* Folds keys k[0..n) / v[0..n) (row strides D / Dv) into the row state. */
@@ -87,7 +180,8 @@ AF_INLINE void af_row_update_impl(af_row_state* st, const float* q, const float*
     const float* vt = v + (size_t)j0 * Dv;
     float tmax, m_new;
     int32_t t;
-    for (t = 0; t + 4 <= t_n; t += 4) af_qk4_f32(sbuf + t, q, kt + (size_t)t * D, D);
+    for (t = 0; t + 8 <= t_n; t += 8) af_qk8_f32(sbuf + t, q, kt + (size_t)t * D, D);
+    for (; t + 4 <= t_n; t += 4) af_qk4_f32(sbuf + t, q, kt + (size_t)t * D, D);
     for (; t < t_n; ++t) sbuf[t] = af_dot_f32(q, kt + (size_t)t * D, D);
     for (t = 0; t < t_n; ++t) sbuf[t] *= scale;
     tmax = sbuf[0];
@@ -98,7 +192,7 @@ AF_INLINE void af_row_update_impl(af_row_state* st, const float* q, const float*
     } else {
       m_new = st->m > tmax ? st->m : tmax;
       if (m_new > st->m) {
-        const float alpha = expf(st->m - m_new);
+        const float alpha = af_exp_neg(st->m - m_new);
         int32_t d;
         st->l *= alpha;
         for (d = 0; d < Dv; ++d) st->acc[d] *= alpha;
@@ -106,10 +200,11 @@ AF_INLINE void af_row_update_impl(af_row_state* st, const float* q, const float*
     }
     st->m = m_new;
     for (t = 0; t < t_n; ++t) {
-      sbuf[t] = expf(sbuf[t] - m_new);
+      sbuf[t] = af_exp_neg(sbuf[t] - m_new);
       st->l += sbuf[t];
     }
-    for (t = 0; t + 4 <= t_n; t += 4) af_pv4_f32(st->acc, sbuf + t, vt + (size_t)t * Dv, Dv);
+    for (t = 0; t + 8 <= t_n; t += 8) af_pv8_f32(st->acc, sbuf + t, vt + (size_t)t * Dv, Dv);
+    for (; t + 4 <= t_n; t += 4) af_pv4_f32(st->acc, sbuf + t, vt + (size_t)t * Dv, Dv);
     for (; t < t_n; ++t) af_axpy_f32(st->acc, sbuf[t], vt + (size_t)t * Dv, Dv);
     st->n += t_n;
   }

@@ -76,6 +76,39 @@ size_t af_sdpa_s8_workspace_bytes(const af_sdpa_shape* s) {
 /* Scores of one query row against 4 consecutive keys (rows k, k+D, ...):
  * each q element is loaded once for 4 MACs. With D a compile-time constant
  * (see the dispatch in af_sdpa_s8) the 4 key offsets are immediates. */
+/* 8-key versions of the two kernels below (more work per q / acc load). */
+AF_INLINE void af_qk8_s8(int32_t* s, const int8_t* q, const int8_t* k, int32_t D) {
+  int32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0, a4 = 0, a5 = 0, a6 = 0, a7 = 0, x, d;
+  for (d = 0; d < D; ++d, ++q, ++k) {
+    x = q[0];
+    a0 += x * k[0];
+    a1 += x * k[D];
+    a2 += x * k[2 * D];
+    a3 += x * k[3 * D];
+    a4 += x * k[4 * D];
+    a5 += x * k[5 * D];
+    a6 += x * k[6 * D];
+    a7 += x * k[7 * D];
+  }
+  s[0] = a0;
+  s[1] = a1;
+  s[2] = a2;
+  s[3] = a3;
+  s[4] = a4;
+  s[5] = a5;
+  s[6] = a6;
+  s[7] = a7;
+}
+
+AF_INLINE void af_pv8_s8(int32_t* acc, const int32_t* w, const int8_t* v, int32_t Dv) {
+  const int32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4], w5 = w[5], w6 = w[6],
+                w7 = w[7];
+  int32_t d;
+  for (d = 0; d < Dv; ++d, ++acc, ++v)
+    acc[0] += w0 * v[0] + w1 * v[Dv] + w2 * v[2 * Dv] + w3 * v[3 * Dv] + w4 * v[4 * Dv] +
+              w5 * v[5 * Dv] + w6 * v[6 * Dv] + w7 * v[7 * Dv];
+}
+
 AF_INLINE void af_qk4_s8(int32_t* s, const int8_t* q, const int8_t* k, int32_t D) {
   int32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0, x, d;
 #define AF_QK_STEP(o)        \
@@ -166,7 +199,8 @@ AF_INLINE int32_t af_row_s8(int32_t* acc, int32_t* sbuf, const int8_t* qr, const
     const int8_t* kt = kh + (size_t)j0 * D;
     const int8_t* vt = vh + (size_t)j0 * Dv;
     int32_t t, tmax;
-    for (t = 0; t + 4 <= t_n; t += 4) af_qk4_s8(sbuf + t, qr, kt + (size_t)t * D, D);
+    for (t = 0; t + 8 <= t_n; t += 8) af_qk8_s8(sbuf + t, qr, kt + (size_t)t * D, D);
+    for (; t + 4 <= t_n; t += 4) af_qk4_s8(sbuf + t, qr, kt + (size_t)t * D, D);
     for (; t < t_n; ++t) sbuf[t] = af_qk1_s8(qr, kt + (size_t)t * D, D);
     tmax = sbuf[0];
     for (t = 1; t < t_n; ++t)
@@ -184,7 +218,8 @@ AF_INLINE int32_t af_row_s8(int32_t* acc, int32_t* sbuf, const int8_t* qr, const
       sbuf[t] = af_weight(m, sbuf[t], em, hi_cut, wshift);
       l += sbuf[t];
     }
-    for (t = 0; t + 4 <= t_n; t += 4) af_pv4_s8(acc, sbuf + t, vt + (size_t)t * Dv, Dv);
+    for (t = 0; t + 8 <= t_n; t += 8) af_pv8_s8(acc, sbuf + t, vt + (size_t)t * Dv, Dv);
+    for (; t + 4 <= t_n; t += 4) af_pv4_s8(acc, sbuf + t, vt + (size_t)t * Dv, Dv);
     for (; t < t_n; ++t)
       if (sbuf[t] != 0) af_pv1_s8(acc, sbuf[t], vt + (size_t)t * Dv, Dv);
   }
@@ -266,18 +301,31 @@ af_status af_sdpa_s8(int8_t* out, const int8_t* q, const int8_t* k,
             continue;
           }
           {
-            /* Per row, one fixed-point factor c = (2^(30+e) / l) * out_mult
-             * (rounded to 31 bits): out = round(acc * c / 2^sh), so each
-             * element costs one 32x32->64 multiply and a shift. */
+            /* Per row, one fixed-point factor c ~ (2^31 / l_top) * out_mult
+             * / 2^32 with l_top = the top 16 bits of l (one 32-bit division;
+             * relative error < 2^-14, < 0.01 output LSB), so that
+             * out = acc/l * sv/so = acc * c * 2^(shift - 30 - ex). */
             const int32_t e = af_bitlen((uint32_t)l);
-            const uint64_t inv = ((uint64_t)1 << (30 + e)) / (uint32_t)l; /* (2^30, 2^31] */
-            const uint64_t cm = inv * (uint64_t)(uint32_t)om.mult;     /* < 2^62 */
-            const int32_t c = (int32_t)((cm + ((uint64_t)1 << 31)) >> 32); /* < 2^30 */
-            /* acc * inv / 2^(30+e) * mult * 2^(shift-31) = acc * c * 2^(shift-29-e) */
-            const int32_t sh = 29 + e - om.shift;
-            for (d = 0; d < Dv; ++d) {
-              const int64_t y = af_round_shift64((int64_t)acc[d] * c, sh);
-              o[d] = (int8_t)(y > 127 ? 127 : (y < -128 ? -128 : y));
+            const int32_t ex = e > 16 ? e - 16 : 0;
+            const uint32_t inv = 0x80000000u / ((uint32_t)l >> ex); /* < 2^23 */
+            const uint64_t cm = (uint64_t)inv * (uint32_t)om.mult;
+            const int32_t c = (int32_t)((cm + 0x80000000u) >> 32); /* < 2^22 */
+            const int32_t sh = 30 + ex - om.shift;
+            const int32_t z = c > 0 ? 31 - af_bitlen((uint32_t)c) : 0;
+            if (c > 0 && sh + z >= 33 && sh + z <= 62) {
+              /* c' = c << z in [2^30, 2^31): y = (hi(acc * c') + half) >>
+               * (sh + z - 32), one high multiply per element. */
+              const int32_t c2 = c << z, s2 = sh + z - 32, half = 1 << (s2 - 1);
+              for (d = 0; d < Dv; ++d) {
+                const int32_t hi = (int32_t)(((int64_t)acc[d] * c2) >> 32);
+                const int32_t y = (hi + half) >> s2;
+                o[d] = (int8_t)(y > 127 ? 127 : (y < -128 ? -128 : y));
+              }
+            } else {
+              for (d = 0; d < Dv; ++d) {
+                const int64_t y = af_round_shift64((int64_t)acc[d] * c, sh);
+                o[d] = (int8_t)(y > 127 ? 127 : (y < -128 ? -128 : y));
+              }
             }
           }
         }
