@@ -62,9 +62,11 @@ int32_t af_s8_exp2_neg_q15(int32_t u) {
   return ((int32_t)kExp2NegQ15[u & 255] + ((1 << e) >> 1)) >> e;
 }
 
+/* Arena: two rows' score tiles and accumulators (rows are processed in
+ * pairs so every K/V byte loaded serves two query rows). */
 size_t af_sdpa_s8_workspace_bytes(const af_sdpa_shape* s) {
   if (af_sdpa_check_shape(s) != AF_OK) return 0;
-  return (size_t)(AF_KEY_TILE + s->v_dim) * sizeof(int32_t);
+  return (size_t)2 * (AF_KEY_TILE + s->v_dim) * sizeof(int32_t);
 }
 
 #if defined(__GNUC__)
@@ -73,65 +75,49 @@ size_t af_sdpa_s8_workspace_bytes(const af_sdpa_shape* s) {
 #define AF_INLINE static inline
 #endif
 
-/* Scores of one query row against 4 consecutive keys (rows k, k+D, ...):
- * each q element is loaded once for 4 MACs. With D a compile-time constant
- * (see the dispatch in af_sdpa_s8) the 4 key offsets are immediates. */
-/* 8-key versions of the two kernels below (more work per q / acc load). */
-AF_INLINE void af_qk8_s8(int32_t* s, const int8_t* q, const int8_t* k, int32_t D) {
-  int32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0, a4 = 0, a5 = 0, a6 = 0, a7 = 0, x, d;
-  for (d = 0; d < D; ++d, ++q, ++k) {
-    x = q[0];
-    a0 += x * k[0];
-    a1 += x * k[D];
-    a2 += x * k[2 * D];
-    a3 += x * k[3 * D];
-    a4 += x * k[4 * D];
-    a5 += x * k[5 * D];
-    a6 += x * k[6 * D];
-    a7 += x * k[7 * D];
+/* Online-softmax state of one query row. */
+typedef struct {
+  int32_t m;       /* running max score (valid when started) */
+  int32_t l;       /* sum of weights */
+  int32_t started; /* a tile has been seen */
+  int32_t* acc;    /* [Dv] sum of w * v */
+} af_s8_row;
+
+/* ------------------------------------------------------------ kernels --- */
+/* Two consecutive query rows (q, q + D) x 4 keys: per d, 2 q + 4 k loads
+ * serve 8 MACs; two d per iteration. With D a compile-time constant every
+ * offset is an immediate and only two pointers move. */
+#define AF_QK_STEP(o)                                                           \
+  {                                                                            \
+    const int32_t x = q[o], y = q[D + (o)];                                    \
+    const int32_t k0 = k[o], k1 = k[D + (o)], k2 = k[2 * D + (o)], k3 = k[3 * D + (o)]; \
+    a0 += x * k0;                                                              \
+    a1 += x * k1;                                                              \
+    a2 += x * k2;                                                              \
+    a3 += x * k3;                                                              \
+    b0 += y * k0;                                                              \
+    b1 += y * k1;                                                              \
+    b2 += y * k2;                                                              \
+    b3 += y * k3;                                                              \
   }
-  s[0] = a0;
-  s[1] = a1;
-  s[2] = a2;
-  s[3] = a3;
-  s[4] = a4;
-  s[5] = a5;
-  s[6] = a6;
-  s[7] = a7;
-}
-
-AF_INLINE void af_pv8_s8(int32_t* acc, const int32_t* w, const int8_t* v, int32_t Dv) {
-  const int32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4], w5 = w[5], w6 = w[6],
-                w7 = w[7];
-  int32_t d;
-  for (d = 0; d < Dv; ++d, ++acc, ++v)
-    acc[0] += w0 * v[0] + w1 * v[Dv] + w2 * v[2 * Dv] + w3 * v[3 * Dv] + w4 * v[4 * Dv] +
-              w5 * v[5 * Dv] + w6 * v[6 * Dv] + w7 * v[7 * Dv];
-}
-
-AF_INLINE void af_qk4_s8(int32_t* s, const int8_t* q, const int8_t* k, int32_t D) {
-  int32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0, x, d;
-#define AF_QK_STEP(o)        \
-  x = q[o];                  \
-  a0 += x * k[o];            \
-  a1 += x * k[D + (o)];      \
-  a2 += x * k[2 * D + (o)];  \
-  a3 += x * k[3 * D + (o)];
-  for (d = 0; d + 4 <= D; d += 4, q += 4, k += 4) {
+AF_INLINE void af_qk2x4_s8(int32_t* s0, int32_t* s1, const int8_t* q, const int8_t* k,
+                           int32_t D) {
+  int32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0, b0 = 0, b1 = 0, b2 = 0, b3 = 0, d;
+  for (d = 0; d + 2 <= D; d += 2, q += 2, k += 2) {
     AF_QK_STEP(0)
     AF_QK_STEP(1)
-    AF_QK_STEP(2)
-    AF_QK_STEP(3)
   }
-  for (; d < D; ++d, ++q, ++k) {
-    AF_QK_STEP(0)
-  }
-#undef AF_QK_STEP
-  s[0] = a0;
-  s[1] = a1;
-  s[2] = a2;
-  s[3] = a3;
+  if (d < D) AF_QK_STEP(0)
+  s0[0] = a0;
+  s0[1] = a1;
+  s0[2] = a2;
+  s0[3] = a3;
+  s1[0] = b0;
+  s1[1] = b1;
+  s1[2] = b2;
+  s1[3] = b3;
 }
+#undef AF_QK_STEP
 
 AF_INLINE int32_t af_qk1_s8(const int8_t* q, const int8_t* k, int32_t D) {
   int32_t a = 0, d;
@@ -139,36 +125,33 @@ AF_INLINE int32_t af_qk1_s8(const int8_t* q, const int8_t* k, int32_t D) {
   return a;
 }
 
-/* acc += w0*v0 + w1*v1 + w2*v2 + w3*v3 (4 consecutive value rows): each
- * accumulator is loaded and stored once per 4 keys. */
-AF_INLINE void af_pv4_s8(int32_t* acc, const int32_t* w, const int8_t* v, int32_t Dv) {
+/* Two rows' accumulators (acc, acc + Dv) += their weights w, u x 4 value
+ * rows: per d, 4 v loads serve 8 MACs; two d per iteration. */
+#define AF_PV_STEP(o)                                                            \
+  {                                                                             \
+    const int32_t v0 = v[o], v1 = v[Dv + (o)], v2 = v[2 * Dv + (o)], v3 = v[3 * Dv + (o)]; \
+    acc[o] += w0 * v0 + w1 * v1 + w2 * v2 + w3 * v3;                            \
+    acc[Dv + (o)] += u0 * v0 + u1 * v1 + u2 * v2 + u3 * v3;                     \
+  }
+AF_INLINE void af_pv2x4_s8(int32_t* acc, const int32_t* w, const int32_t* u, const int8_t* v,
+                           int32_t Dv) {
   const int32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3];
+  const int32_t u0 = u[0], u1 = u[1], u2 = u[2], u3 = u[3];
   int32_t d;
-#define AF_PV_STEP(o) \
-  acc[o] += w0 * v[o] + w1 * v[Dv + (o)] + w2 * v[2 * Dv + (o)] + w3 * v[3 * Dv + (o)];
-  for (d = 0; d + 4 <= Dv; d += 4, acc += 4, v += 4) {
+  for (d = 0; d + 2 <= Dv; d += 2, v += 2, acc += 2) {
     AF_PV_STEP(0)
     AF_PV_STEP(1)
-    AF_PV_STEP(2)
-    AF_PV_STEP(3)
   }
-  for (; d < Dv; ++d, ++acc, ++v) {
-    AF_PV_STEP(0)
-  }
-#undef AF_PV_STEP
+  if (d < Dv) AF_PV_STEP(0)
 }
+#undef AF_PV_STEP
 
 AF_INLINE void af_pv1_s8(int32_t* acc, int32_t w, const int8_t* v, int32_t Dv) {
   int32_t d;
   for (d = 0; d < Dv; ++d) acc[d] += w * v[d];
 }
 
-/* Base-2 exponent in Q8 of a score difference diff >= 0:
- * u = ((diff * M) >> 32) << p  (exp_mult = {M, p}, see af_s8_prepare). */
-AF_INLINE int32_t af_exp_u(int32_t diff, af_qmult em) {
-  return (int32_t)(((int64_t)diff * em.mult) >> 32) << em.shift;
-}
-
+/* ------------------------------------------------------------ softmax --- */
 /* 2^(-u/256) in Q15, shifted right by `extra` more bits, one rounding:
  * round(LUT[u & 255] / 2^((u >> 8) + extra)); 0 once the shift reaches 16. */
 AF_INLINE int32_t af_exp2_neg(int32_t u, int32_t extra) {
@@ -177,55 +160,125 @@ AF_INLINE int32_t af_exp2_neg(int32_t u, int32_t extra) {
   return ((int32_t)kExp2NegQ15[u & 255] + ((1 << e) >> 1)) >> e;
 }
 
-/* Weight of a key with score s when the row max is m. hi_cut: any
- * (diff*M)>>32 at or above it gives u >= 16*256, weight 0 (also keeps the
- * shift by p from overflowing). */
+/* Weight of a key with score s when the row max is m: u = ((m-s)*M >> 32)
+ * << p (exp_mult = {M, p}); hi_cut: any high part at or above it gives
+ * u >= 16*256, weight 0 (and keeps the shift by p from overflowing). */
 AF_INLINE int32_t af_weight(int32_t m, int32_t s, af_qmult em, int32_t hi_cut, int32_t wshift) {
   const int32_t hi = (int32_t)(((int64_t)(m - s) * em.mult) >> 32);
   if (hi >= hi_cut) return 0;
   return af_exp2_neg(hi << em.shift, wshift);
 }
 
-/* One query row over keys [0, n): online softmax over tiles of AF_KEY_TILE.
- * acc [Dv] and sbuf [AF_KEY_TILE] come from the arena. Returns l (sum of
- * weights; 0 when n == 0). */
-AF_INLINE int32_t af_row_s8(int32_t* acc, int32_t* sbuf, const int8_t* qr, const int8_t* kh,
-                            const int8_t* vh, int32_t n, af_qmult em, int32_t hi_cut,
-                            int32_t wshift, int32_t D, int32_t Dv) {
-  int32_t m = 0, l = 0, j0, d;
-  for (d = 0; d < Dv; ++d) acc[d] = 0;
-  for (j0 = 0; j0 < n; j0 += AF_KEY_TILE) {
-    const int32_t t_n = (n - j0) < AF_KEY_TILE ? (n - j0) : AF_KEY_TILE;
-    const int8_t* kt = kh + (size_t)j0 * D;
-    const int8_t* vt = vh + (size_t)j0 * Dv;
-    int32_t t, tmax;
-    for (t = 0; t + 8 <= t_n; t += 8) af_qk8_s8(sbuf + t, qr, kt + (size_t)t * D, D);
-    for (; t + 4 <= t_n; t += 4) af_qk4_s8(sbuf + t, qr, kt + (size_t)t * D, D);
-    for (; t < t_n; ++t) sbuf[t] = af_qk1_s8(qr, kt + (size_t)t * D, D);
-    tmax = sbuf[0];
-    for (t = 1; t < t_n; ++t)
-      if (sbuf[t] > tmax) tmax = sbuf[t];
-    if (j0 == 0) {
-      m = tmax;
-    } else if (tmax > m) {
-      const int32_t f = af_weight(tmax, m, em, hi_cut, 0);
-      for (d = 0; d < Dv; ++d) acc[d] = (int32_t)af_round_shift64((int64_t)acc[d] * f, 15);
-      l = (int32_t)af_round_shift64((int64_t)l * f, 15);
-      m = tmax;
-    }
-    /* Scores -> weights in place. */
-    for (t = 0; t < t_n; ++t) {
-      sbuf[t] = af_weight(m, sbuf[t], em, hi_cut, wshift);
-      l += sbuf[t];
-    }
-    for (t = 0; t + 8 <= t_n; t += 8) af_pv8_s8(acc, sbuf + t, vt + (size_t)t * Dv, Dv);
-    for (; t + 4 <= t_n; t += 4) af_pv4_s8(acc, sbuf + t, vt + (size_t)t * Dv, Dv);
-    for (; t < t_n; ++t)
-      if (sbuf[t] != 0) af_pv1_s8(acc, sbuf[t], vt + (size_t)t * Dv, Dv);
+static int64_t af_round_shift64(int64_t p, int32_t sh);
+
+/* One tile of scores (t_n >= 1) of one row: raise the max (rescaling acc and
+ * l by 2^-u in Q15, rounded), then scores -> weights in place, l += sum. */
+static void af_s8_softmax_tile(af_s8_row* r, int32_t* sbuf, int32_t t_n, af_qmult em,
+                               int32_t hi_cut, int32_t wshift, int32_t Dv) {
+  int32_t t, tmax = sbuf[0], l = r->l, m;
+  for (t = 1; t < t_n; ++t)
+    if (sbuf[t] > tmax) tmax = sbuf[t];
+  if (!r->started) {
+    r->m = tmax;
+    r->started = 1;
+  } else if (tmax > r->m) {
+    const int32_t f = af_weight(tmax, r->m, em, hi_cut, 0);
+    int32_t d;
+    for (d = 0; d < Dv; ++d) r->acc[d] = (int32_t)af_round_shift64((int64_t)r->acc[d] * f, 15);
+    l = (int32_t)af_round_shift64((int64_t)l * f, 15);
+    r->m = tmax;
   }
-  return l;
+  m = r->m;
+  for (t = 0; t < t_n; ++t) {
+    sbuf[t] = af_weight(m, sbuf[t], em, hi_cut, wshift);
+    l += sbuf[t];
+  }
+  r->l = l;
 }
 
+/* ---------------------------------------------------------- row loops --- */
+/* One row over keys k[0..n) (a sub-range of the head, tiles from its
+ * start). */
+AF_INLINE void af_s8_keys1(af_s8_row* r, int32_t* sbuf, const int8_t* qr, const int8_t* k,
+                           const int8_t* v, int32_t n, af_qmult em, int32_t hi_cut,
+                           int32_t wshift, int32_t D, int32_t Dv) {
+  int32_t j0, t;
+  for (j0 = 0; j0 < n; j0 += AF_KEY_TILE) {
+    const int32_t t_n = (n - j0) < AF_KEY_TILE ? (n - j0) : AF_KEY_TILE;
+    const int8_t* kt = k + (size_t)j0 * D;
+    const int8_t* vt = v + (size_t)j0 * Dv;
+    for (t = 0; t < t_n; ++t) sbuf[t] = af_qk1_s8(qr, kt + (size_t)t * D, D);
+    af_s8_softmax_tile(r, sbuf, t_n, em, hi_cut, wshift, Dv);
+    for (t = 0; t < t_n; ++t)
+      if (sbuf[t] != 0) af_pv1_s8(r->acc, sbuf[t], vt + (size_t)t * Dv, Dv);
+  }
+}
+
+/* Two rows over the same keys k[0..n). Requires q1 == q0 + D and
+ * r1->acc == r0->acc + Dv (consecutive rows, adjacent accumulators). */
+AF_INLINE void af_s8_keys2(af_s8_row* r0, af_s8_row* r1, int32_t* sb0, int32_t* sb1,
+                           const int8_t* q0, const int8_t* q1, const int8_t* k,
+                           const int8_t* v, int32_t n, af_qmult em, int32_t hi_cut,
+                           int32_t wshift, int32_t D, int32_t Dv) {
+  int32_t j0, t;
+  for (j0 = 0; j0 < n; j0 += AF_KEY_TILE) {
+    const int32_t t_n = (n - j0) < AF_KEY_TILE ? (n - j0) : AF_KEY_TILE;
+    const int8_t* kt = k + (size_t)j0 * D;
+    const int8_t* vt = v + (size_t)j0 * Dv;
+    for (t = 0; t + 4 <= t_n; t += 4)
+      af_qk2x4_s8(sb0 + t, sb1 + t, q0, kt + (size_t)t * D, D);
+    for (; t < t_n; ++t) {
+      sb0[t] = af_qk1_s8(q0, kt + (size_t)t * D, D);
+      sb1[t] = af_qk1_s8(q1, kt + (size_t)t * D, D);
+    }
+    af_s8_softmax_tile(r0, sb0, t_n, em, hi_cut, wshift, Dv);
+    af_s8_softmax_tile(r1, sb1, t_n, em, hi_cut, wshift, Dv);
+    for (t = 0; t + 4 <= t_n; t += 4)
+      af_pv2x4_s8(r0->acc, sb0 + t, sb1 + t, vt + (size_t)t * Dv, Dv);
+    for (; t < t_n; ++t) {
+      if (sb0[t] != 0) af_pv1_s8(r0->acc, sb0[t], vt + (size_t)t * Dv, Dv);
+      if (sb1[t] != 0) af_pv1_s8(r1->acc, sb1[t], vt + (size_t)t * Dv, Dv);
+    }
+  }
+}
+
+/* Rows i (n0 keys) and, if q1 != NULL, i+1 (n1 keys): the common keys
+ * jointly, then each row's extra keys alone (as one more key range). */
+AF_INLINE void af_s8_pair(af_s8_row* r0, af_s8_row* r1, int32_t* sb0, int32_t* sb1,
+                          const int8_t* q0, const int8_t* q1, const int8_t* k, const int8_t* v,
+                          int32_t n0, int32_t n1, af_qmult em, int32_t hi_cut, int32_t wshift,
+                          int32_t D, int32_t Dv) {
+  int32_t nc;
+  if (q1 == NULL) {
+    af_s8_keys1(r0, sb0, q0, k, v, n0, em, hi_cut, wshift, D, Dv);
+    return;
+  }
+  nc = n0 < n1 ? n0 : n1;
+  if (nc < 0) nc = 0;
+  af_s8_keys2(r0, r1, sb0, sb1, q0, q1, k, v, nc, em, hi_cut, wshift, D, Dv);
+  if (n0 > nc)
+    af_s8_keys1(r0, sb0, q0, k + (size_t)nc * D, v + (size_t)nc * Dv, n0 - nc, em, hi_cut,
+                wshift, D, Dv);
+  if (n1 > nc)
+    af_s8_keys1(r1, sb1, q1, k + (size_t)nc * D, v + (size_t)nc * Dv, n1 - nc, em, hi_cut,
+                wshift, D, Dv);
+}
+
+/* Specialisation: head size 64 gets constant offsets; others the generic
+ * copy. */
+static void af_s8_pair_d64(af_s8_row* r0, af_s8_row* r1, int32_t* sb0, int32_t* sb1,
+                           const int8_t* q0, const int8_t* q1, const int8_t* k, const int8_t* v,
+                           int32_t n0, int32_t n1, af_qmult em, int32_t hi_cut, int32_t wshift) {
+  af_s8_pair(r0, r1, sb0, sb1, q0, q1, k, v, n0, n1, em, hi_cut, wshift, 64, 64);
+}
+static void af_s8_pair_any(af_s8_row* r0, af_s8_row* r1, int32_t* sb0, int32_t* sb1,
+                           const int8_t* q0, const int8_t* q1, const int8_t* k, const int8_t* v,
+                           int32_t n0, int32_t n1, af_qmult em, int32_t hi_cut, int32_t wshift,
+                           int32_t D, int32_t Dv) {
+  af_s8_pair(r0, r1, sb0, sb1, q0, q1, k, v, n0, n1, em, hi_cut, wshift, D, Dv);
+}
+
+/* ------------------------------------------------------------- finish --- */
 static int32_t af_bitlen(uint32_t x) {
   int32_t n = 0;
   while (x) {
@@ -235,17 +288,41 @@ static int32_t af_bitlen(uint32_t x) {
   return n;
 }
 
-/* Specialisation: head size 64 gets constant D/Dv (immediate
- * offsets, unrolled loops); anything else runs the generic copy. */
-static int32_t af_row_s8_d64(int32_t* acc, int32_t* sbuf, const int8_t* qr, const int8_t* kh,
-                             const int8_t* vh, int32_t n, af_qmult em, int32_t hi_cut,
-                             int32_t wshift) {
-  return af_row_s8(acc, sbuf, qr, kh, vh, n, em, hi_cut, wshift, 64, 64);
-}
-static int32_t af_row_s8_any(int32_t* acc, int32_t* sbuf, const int8_t* qr, const int8_t* kh,
-                             const int8_t* vh, int32_t n, af_qmult em, int32_t hi_cut,
-                             int32_t wshift, int32_t D, int32_t Dv) {
-  return af_row_s8(acc, sbuf, qr, kh, vh, n, em, hi_cut, wshift, D, Dv);
+/* out = round((acc / l) * sv/so), saturated; zeros for a dead row. */
+static void af_s8_finish(int8_t* o, const af_s8_row* r, af_qmult om, int32_t Dv) {
+  int32_t d;
+  const int32_t l = r->l;
+  if (!r->started || l <= 0) { /* dead row (the max key has weight > 0) */
+    for (d = 0; d < Dv; ++d) o[d] = 0;
+    return;
+  }
+  {
+    /* One fixed-point factor per row: c ~ (2^31 / l_top) * out_mult / 2^32
+     * with l_top = the top 16 bits of l (one 32-bit division; relative error
+     * < 2^-14, < 0.01 output LSB), so out = acc * c * 2^(shift - 30 - ex). */
+    const int32_t e = af_bitlen((uint32_t)l);
+    const int32_t ex = e > 16 ? e - 16 : 0;
+    const uint32_t inv = 0x80000000u / ((uint32_t)l >> ex); /* < 2^23 */
+    const uint64_t cm = (uint64_t)inv * (uint32_t)om.mult;
+    const int32_t c = (int32_t)((cm + 0x80000000u) >> 32); /* < 2^22 */
+    const int32_t sh = 30 + ex - om.shift;
+    const int32_t z = c > 0 ? 31 - af_bitlen((uint32_t)c) : 0;
+    const int32_t* acc = r->acc;
+    if (c > 0 && sh + z >= 33 && sh + z <= 62) {
+      /* c' = c << z in [2^30, 2^31): y = (hi(acc * c') + half) >> (sh+z-32),
+       * one high multiply per element. */
+      const int32_t c2 = c << z, s2 = sh + z - 32, half = 1 << (s2 - 1);
+      for (d = 0; d < Dv; ++d) {
+        const int32_t y = ((int32_t)(((int64_t)acc[d] * c2) >> 32) + half) >> s2;
+        o[d] = (int8_t)(y > 127 ? 127 : (y < -128 ? -128 : y));
+      }
+    } else {
+      for (d = 0; d < Dv; ++d) {
+        const int64_t y = af_round_shift64((int64_t)acc[d] * c, sh);
+        o[d] = (int8_t)(y > 127 ? 127 : (y < -128 ? -128 : y));
+      }
+    }
+  }
 }
 
 af_status af_sdpa_s8(int8_t* out, const int8_t* q, const int8_t* k,
@@ -254,7 +331,7 @@ af_status af_sdpa_s8(int8_t* out, const int8_t* q, const int8_t* k,
                      void* arena, size_t arena_bytes) {
   af_status st = af_sdpa_check_shape(s);
   int32_t b, h, i, wshift = 0;
-  int32_t *sbuf, *acc;
+  int32_t *sb0, *sb1, *acc0, *acc1;
   if (st != AF_OK) return st;
   if (out == NULL || q == NULL || k == NULL || v == NULL || p == NULL || arena == NULL)
     return AF_ERR_NULL;
@@ -269,8 +346,10 @@ af_status af_sdpa_s8(int8_t* out, const int8_t* q, const int8_t* k,
   if (arena_bytes < af_sdpa_s8_workspace_bytes(s) || ((uintptr_t)arena & 3u))
     return AF_ERR_ARENA;
   while (((int64_t)s->kv_len << (22 - wshift)) >= ((int64_t)1 << 31)) ++wshift;
-  sbuf = (int32_t*)arena;
-  acc = sbuf + AF_KEY_TILE;
+  sb0 = (int32_t*)arena;
+  sb1 = sb0 + AF_KEY_TILE;
+  acc0 = sb1 + AF_KEY_TILE;
+  acc1 = acc0 + s->v_dim;
   {
     const int32_t H = s->num_heads, G = s->num_heads / s->num_kv_heads;
     const int32_t Lq = s->q_len, Lk = s->kv_len, D = s->head_dim, Dv = s->v_dim;
@@ -282,52 +361,28 @@ af_status af_sdpa_s8(int8_t* out, const int8_t* q, const int8_t* k,
         const int32_t hi_cut = (16 * 256) >> em.shift;
         const int8_t* kh = k + ((size_t)b * s->num_kv_heads + g) * Lk * D;
         const int8_t* vh = v + ((size_t)b * s->num_kv_heads + g) * Lk * Dv;
-        for (i = 0; i < Lq; ++i) {
+        for (i = 0; i < Lq; i += 2) {
           const size_t row = ((size_t)b * H + h) * Lq + i;
-          const int8_t* qr = q + row * D;
-          int8_t* o = out + row * Dv;
-          const int32_t n = af_last_key(s, i, valid) + 1;
-          int32_t l, d;
-          if (n <= 0) {
-            for (d = 0; d < Dv; ++d) o[d] = 0;
-            continue;
-          }
+          const int32_t two = i + 1 < Lq;
+          const int32_t n0 = af_last_key(s, i, valid) + 1;
+          const int32_t n1 = two ? af_last_key(s, i + 1, valid) + 1 : 0;
+          const int8_t* q1 = two ? q + (row + 1) * D : NULL;
+          af_s8_row r0, r1;
+          int32_t d;
+          r0.m = r1.m = 0;
+          r0.l = r1.l = 0;
+          r0.started = r1.started = 0;
+          r0.acc = acc0;
+          r1.acc = acc1;
+          for (d = 0; d < Dv; ++d) acc0[d] = acc1[d] = 0;
           if (D == 64 && Dv == 64)
-            l = af_row_s8_d64(acc, sbuf, qr, kh, vh, n, em, hi_cut, wshift);
+            af_s8_pair_d64(&r0, &r1, sb0, sb1, q + row * D, q1, kh, vh, n0, n1, em, hi_cut,
+                           wshift);
           else
-            l = af_row_s8_any(acc, sbuf, qr, kh, vh, n, em, hi_cut, wshift, D, Dv);
-          if (l <= 0) { /* cannot happen: the max key has weight >= 2^(15-wshift) */
-            for (d = 0; d < Dv; ++d) o[d] = 0;
-            continue;
-          }
-          {
-            /* Per row, one fixed-point factor c ~ (2^31 / l_top) * out_mult
-             * / 2^32 with l_top = the top 16 bits of l (one 32-bit division;
-             * relative error < 2^-14, < 0.01 output LSB), so that
-             * out = acc/l * sv/so = acc * c * 2^(shift - 30 - ex). */
-            const int32_t e = af_bitlen((uint32_t)l);
-            const int32_t ex = e > 16 ? e - 16 : 0;
-            const uint32_t inv = 0x80000000u / ((uint32_t)l >> ex); /* < 2^23 */
-            const uint64_t cm = (uint64_t)inv * (uint32_t)om.mult;
-            const int32_t c = (int32_t)((cm + 0x80000000u) >> 32); /* < 2^22 */
-            const int32_t sh = 30 + ex - om.shift;
-            const int32_t z = c > 0 ? 31 - af_bitlen((uint32_t)c) : 0;
-            if (c > 0 && sh + z >= 33 && sh + z <= 62) {
-              /* c' = c << z in [2^30, 2^31): y = (hi(acc * c') + half) >>
-               * (sh + z - 32), one high multiply per element. */
-              const int32_t c2 = c << z, s2 = sh + z - 32, half = 1 << (s2 - 1);
-              for (d = 0; d < Dv; ++d) {
-                const int32_t hi = (int32_t)(((int64_t)acc[d] * c2) >> 32);
-                const int32_t y = (hi + half) >> s2;
-                o[d] = (int8_t)(y > 127 ? 127 : (y < -128 ? -128 : y));
-              }
-            } else {
-              for (d = 0; d < Dv; ++d) {
-                const int64_t y = af_round_shift64((int64_t)acc[d] * c, sh);
-                o[d] = (int8_t)(y > 127 ? 127 : (y < -128 ? -128 : y));
-              }
-            }
-          }
+            af_s8_pair_any(&r0, &r1, sb0, sb1, q + row * D, q1, kh, vh, n0, n1, em, hi_cut,
+                           wshift, D, Dv);
+          af_s8_finish(out + row * Dv, &r0, om, Dv);
+          if (two) af_s8_finish(out + (row + 1) * Dv, &r1, om, Dv);
         }
       }
     }
