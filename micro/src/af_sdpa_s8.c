@@ -5,7 +5,8 @@
  * Scheme (docs/edge.md "int8 scheme"): symmetric int8 q, k, v; int32 scores
  * s = q.k; for a row with running max m, key weight
  *   w = exp2neg_q15(u) >> wshift,  u = round((m - s) * exp_mult)  (Q8 base-2)
- * from a 256-entry table of round(2^15 * 2^(-f/256)); the int32 accumulators
+ * from a 256-entry table of round(2^15 * 2^(-f/256)) (entry 0 is 32767, not
+ * 32768, so every weight fits int16 for the SMLAD path); the int32 accumulators
  * acc = sum w*v and the weight sum l are rescaled by exp2neg_q15 when a later
  * key tile raises the max (online softmax, one tile of AF_KEY_TILE int32
  * scores in the arena, no full score row); out = round((acc/l) * sv/so)
@@ -15,7 +16,7 @@
 #include "af_internal.h"
 
 static const uint16_t kExp2NegQ15[256] = {
-    32768, 32679, 32591, 32503, 32415, 32327, 32240, 32153, 32066, 31979, 31893, 31806,
+    32767, 32679, 32591, 32503, 32415, 32327, 32240, 32153, 32066, 31979, 31893, 31806,
     31720, 31635, 31549, 31464, 31379, 31294, 31209, 31125, 31041, 30957, 30873, 30790,
     30706, 30623, 30541, 30458, 30376, 30293, 30212, 30130, 30048, 29967, 29886, 29805,
     29725, 29644, 29564, 29484, 29405, 29325, 29246, 29167, 29088, 29009, 28931, 28852,
@@ -56,7 +57,7 @@ int32_t af_s8_mul_by_qmult(int32_t x, af_qmult m) {
 
 int32_t af_s8_exp2_neg_q15(int32_t u) {
   int32_t e;
-  if (u <= 0) return 32768;
+  if (u <= 0) return 32767;
   e = u >> 8;
   if (e >= 16) return 0;
   return ((int32_t)kExp2NegQ15[u & 255] + ((1 << e) >> 1)) >> e;
@@ -100,7 +101,7 @@ typedef struct {
     b2 += y * k2;                                                              \
     b3 += y * k3;                                                              \
   }
-AF_INLINE void af_qk2x4_s8(int32_t* s0, int32_t* s1, const int8_t* q, const int8_t* k,
+AF_INLINE void af_qk2x4_s8_c(int32_t* s0, int32_t* s1, const int8_t* q, const int8_t* k,
                            int32_t D) {
   int32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0, b0 = 0, b1 = 0, b2 = 0, b3 = 0, d;
   for (d = 0; d + 2 <= D; d += 2, q += 2, k += 2) {
@@ -133,7 +134,7 @@ AF_INLINE int32_t af_qk1_s8(const int8_t* q, const int8_t* k, int32_t D) {
     acc[o] += w0 * v0 + w1 * v1 + w2 * v2 + w3 * v3;                            \
     acc[Dv + (o)] += u0 * v0 + u1 * v1 + u2 * v2 + u3 * v3;                     \
   }
-AF_INLINE void af_pv2x4_s8(int32_t* acc, const int32_t* w, const int32_t* u, const int8_t* v,
+AF_INLINE void af_pv2x4_s8_c(int32_t* acc, const int32_t* w, const int32_t* u, const int8_t* v,
                            int32_t Dv) {
   const int32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3];
   const int32_t u0 = u[0], u1 = u[1], u2 = u[2], u3 = u[3];
@@ -150,6 +151,122 @@ AF_INLINE void af_pv1_s8(int32_t* acc, int32_t w, const int8_t* v, int32_t Dv) {
   int32_t d;
   for (d = 0; d < Dv; ++d) acc[d] += w * v[d];
 }
+
+#if defined(__ARM_FEATURE_DSP)
+/* Cortex-M DSP extension (M4, M33, M7): SXTB16 unpacks int8 pairs, SMLAD
+ * does two 16x16 MACs into an int32. Integer sums are exact, so results are
+ * bit-identical to the C kernels above (which other cores use). */
+#include <arm_acle.h>
+#include <string.h>
+
+/* PKHBT lo(a) | lo(b) << 16 and PKHTB hi(b) << 16 | hi(a), one each. */
+AF_INLINE uint32_t af_pkhbt(uint32_t a, uint32_t b) {
+  uint32_t r;
+  __asm__("pkhbt %0, %1, %2, lsl #16" : "=r"(r) : "r"(a), "r"(b));
+  return r;
+}
+AF_INLINE uint32_t af_pkhtb(uint32_t b, uint32_t a) {
+  uint32_t r;
+  __asm__("pkhtb %0, %1, %2, asr #16" : "=r"(r) : "r"(b), "r"(a));
+  return r;
+}
+/* SXTB16 with its built-in ROR #8 (bytes 1 and 3), one instruction. */
+AF_INLINE uint32_t af_sxtb16_ror8(uint32_t x) {
+  uint32_t r;
+  __asm__("sxtb16 %0, %1, ror #8" : "=r"(r) : "r"(x));
+  return r;
+}
+
+AF_INLINE uint32_t af_ld32(const int8_t* p) {
+  uint32_t w;
+  memcpy(&w, p, 4); /* one LDR; unaligned access is legal on M4/M33 */
+  return w;
+}
+
+/* One query row x 4 keys; q unpacked per 4 d, each key word unpacked once:
+ * 23 instructions per 16 MACs, few enough registers for no spills. */
+AF_INLINE void af_qk1x4_s8_dsp(int32_t* s, const int8_t* q, const int8_t* k, int32_t D) {
+  int32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0, d;
+  for (d = 0; d + 4 <= D; d += 4, q += 4, k += 4) {
+    const uint32_t xw = af_ld32(q);
+    const int32_t x02 = (int32_t)__sxtb16(xw), x13 = (int32_t)af_sxtb16_ror8(xw);
+    uint32_t kw;
+#define AF_DSP_KEY(j, a)                                      \
+    kw = af_ld32(k + (j) * D);                                \
+    a = __smlad(x02, (int32_t)__sxtb16(kw), a);               \
+    a = __smlad(x13, (int32_t)af_sxtb16_ror8(kw), a);
+    AF_DSP_KEY(0, a0)
+    AF_DSP_KEY(1, a1)
+    AF_DSP_KEY(2, a2)
+    AF_DSP_KEY(3, a3)
+#undef AF_DSP_KEY
+  }
+  for (; d < D; ++d, ++q, ++k) {
+    const int32_t x = q[0];
+    a0 += x * k[0];
+    a1 += x * k[D];
+    a2 += x * k[2 * D];
+    a3 += x * k[3 * D];
+  }
+  s[0] = a0;
+  s[1] = a1;
+  s[2] = a2;
+  s[3] = a3;
+}
+
+AF_INLINE void af_qk2x4_s8_dsp(int32_t* s0, int32_t* s1, const int8_t* q, const int8_t* k,
+                               int32_t D) {
+  af_qk1x4_s8_dsp(s0, q, k, D);
+  af_qk1x4_s8_dsp(s1, q + D, k, D);
+}
+
+/* Weights are <= 32767 (the table's entry 0), so they pack as int16 pairs
+ * (w0,w1), (w2,w3); value bytes of key pairs are regrouped with PKHBT/PKHTB
+ * into (v0[d], v1[d]) lanes. */
+AF_INLINE void af_pv2x4_s8_dsp(int32_t* acc, const int32_t* w, const int32_t* u, const int8_t* v,
+                               int32_t Dv) {
+  const int32_t w01 = (int32_t)(((uint32_t)w[0] & 0xFFFFu) | ((uint32_t)w[1] << 16));
+  const int32_t w23 = (int32_t)(((uint32_t)w[2] & 0xFFFFu) | ((uint32_t)w[3] << 16));
+  const int32_t u01 = (int32_t)(((uint32_t)u[0] & 0xFFFFu) | ((uint32_t)u[1] << 16));
+  const int32_t u23 = (int32_t)(((uint32_t)u[2] & 0xFFFFu) | ((uint32_t)u[3] << 16));
+  int32_t d;
+  for (d = 0; d + 4 <= Dv; d += 4, v += 4, acc += 4) {
+    const uint32_t v0 = af_ld32(v), v1 = af_ld32(v + Dv), v2 = af_ld32(v + 2 * Dv),
+                   v3 = af_ld32(v + 3 * Dv);
+    const uint32_t e0 = __sxtb16(v0), o0 = af_sxtb16_ror8(v0);
+    const uint32_t e1 = __sxtb16(v1), o1 = af_sxtb16_ror8(v1);
+    const uint32_t e2 = __sxtb16(v2), o2 = af_sxtb16_ror8(v2);
+    const uint32_t e3 = __sxtb16(v3), o3 = af_sxtb16_ror8(v3);
+    /* (key0, key1) and (key2, key3) lanes for d, d+1, d+2, d+3 */
+    const int32_t p01_0 = (int32_t)af_pkhbt(e0, e1);
+    const int32_t p01_2 = (int32_t)af_pkhtb(e1, e0);
+    const int32_t p01_1 = (int32_t)af_pkhbt(o0, o1);
+    const int32_t p01_3 = (int32_t)af_pkhtb(o1, o0);
+    const int32_t p23_0 = (int32_t)af_pkhbt(e2, e3);
+    const int32_t p23_2 = (int32_t)af_pkhtb(e3, e2);
+    const int32_t p23_1 = (int32_t)af_pkhbt(o2, o3);
+    const int32_t p23_3 = (int32_t)af_pkhtb(o3, o2);
+    acc[0] = __smlad(w23, p23_0, __smlad(w01, p01_0, acc[0]));
+    acc[1] = __smlad(w23, p23_1, __smlad(w01, p01_1, acc[1]));
+    acc[2] = __smlad(w23, p23_2, __smlad(w01, p01_2, acc[2]));
+    acc[3] = __smlad(w23, p23_3, __smlad(w01, p01_3, acc[3]));
+    acc[Dv] = __smlad(u23, p23_0, __smlad(u01, p01_0, acc[Dv]));
+    acc[Dv + 1] = __smlad(u23, p23_1, __smlad(u01, p01_1, acc[Dv + 1]));
+    acc[Dv + 2] = __smlad(u23, p23_2, __smlad(u01, p01_2, acc[Dv + 2]));
+    acc[Dv + 3] = __smlad(u23, p23_3, __smlad(u01, p01_3, acc[Dv + 3]));
+  }
+  for (; d < Dv; ++d, ++v, ++acc) {
+    const int32_t a = v[0], b = v[Dv], c = v[2 * Dv], e = v[3 * Dv];
+    acc[0] += w[0] * a + w[1] * b + w[2] * c + w[3] * e;
+    acc[Dv] += u[0] * a + u[1] * b + u[2] * c + u[3] * e;
+  }
+}
+#define af_qk2x4_s8 af_qk2x4_s8_dsp
+#define af_pv2x4_s8 af_pv2x4_s8_dsp
+#else
+#define af_qk2x4_s8 af_qk2x4_s8_c
+#define af_pv2x4_s8 af_pv2x4_s8_c
+#endif
 
 /* ------------------------------------------------------------ softmax --- */
 /* 2^(-u/256) in Q15, shifted right by `extra` more bits, one rounding:
