@@ -187,6 +187,13 @@ static int run_s8(const af_golden_sdpa* c) {
     printf("  => FIRST MISMATCH: stage 'out': af_sdpa_s8 returned %s\n", af_status_name(st));
     return 1;
   }
+  {
+    /* FNV-1a of the int8 output: the integer path must give the same bits on
+     * every target (tools/edge/run_edge.sh compares these lines). */
+    uint32_t hsh = 2166136261u;
+    for (i = 0; i < n_out; ++i) hsh = (hsh ^ (uint8_t)out[i]) * 16777619u;
+    printf("  int8 checksum %s 0x%08lx\n", c->name, (unsigned long)hsh);
+  }
   /* Compared in output LSB (int8 units): atol = the derived bound, rtol 0. */
   for (i = 0; i < n_out; ++i) {
     got[i] = (float)out[i];

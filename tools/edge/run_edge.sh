@@ -84,6 +84,18 @@ for t in "${EDGE_TARGETS[@]}"; do
   log "$t: $(grep SUMMARY "$OUT/golden_$t.txt")"
 done
 
+# 2b. The int8 path is integer-only: its outputs must be bit-identical on
+# every target and on the host (x86-64 build of the same harness).
+gcc -O2 -std=c99 -Wall -Wextra -Werror $INC -o "$OUT/host_golden" "$ROOT/micro/harness/golden_main.c" "${SRCS[@]}" -lm
+"$OUT/host_golden" > "$OUT/golden_host.txt" || fail "golden harness on the host: $(grep -m1 'FIRST MISMATCH' "$OUT/golden_host.txt")"
+grep 'int8 checksum' "$OUT/golden_host.txt" > "$OUT/checksums_host.txt"
+[[ $(wc -l < "$OUT/checksums_host.txt") -eq $n ]] || fail "host harness printed no int8 checksums"
+for t in "${EDGE_TARGETS[@]}"; do
+  grep 'int8 checksum' "$OUT/golden_$t.txt" | diff -q - "$OUT/checksums_host.txt" > /dev/null ||
+    fail "int8 outputs on $t differ from the host: $(grep 'int8 checksum' "$OUT/golden_$t.txt" | diff - "$OUT/checksums_host.txt" | head -4)"
+done
+log "int8 outputs bit-identical on host, ${EDGE_TARGETS[*]} ($n cases)"
+
 # 3. A tampered value must be caught and named (rv32imc).
 t=rv32imc
 cc=$(edge_cc $t)
