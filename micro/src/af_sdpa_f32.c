@@ -65,60 +65,25 @@ static float af_exp_neg(float x) {
 static float af_dot_f32(const float* a, const float* b, int32_t n) {
   float s = 0.f;
   int32_t d;
-  for (d = 0; d < n; ++d) s = AF_FMA(a[d], b[d], s);
+  for (d = 0; d + 4 <= n; d += 4, a += 4, b += 4) {
+    s = AF_FMA(a[0], b[0], s);
+    s = AF_FMA(a[1], b[1], s);
+    s = AF_FMA(a[2], b[2], s);
+    s = AF_FMA(a[3], b[3], s);
+  }
+  for (; d < n; ++d, ++a, ++b) s = AF_FMA(a[0], b[0], s);
   return s;
 }
 
 static void af_axpy_f32(float* acc, float p, const float* v, int32_t n) {
   int32_t d;
-  for (d = 0; d < n; ++d) acc[d] = AF_FMA(p, v[d], acc[d]);
-}
-
-/* Scores of q against 8 consecutive keys (rows k, k+D, ...): each q element
- * is loaded once for 8 MACs; with D constant the key offsets are
- * immediates. */
-AF_INLINE void af_qk8_f32(float* s, const float* q, const float* k, int32_t D) {
-  float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f, a4 = 0.f, a5 = 0.f, a6 = 0.f, a7 = 0.f, x;
-  int32_t d;
-  for (d = 0; d < D; ++d) {
-    x = q[d];
-    a0 = AF_FMA(x, k[d], a0);
-    a1 = AF_FMA(x, k[D + d], a1);
-    a2 = AF_FMA(x, k[2 * D + d], a2);
-    a3 = AF_FMA(x, k[3 * D + d], a3);
-    a4 = AF_FMA(x, k[4 * D + d], a4);
-    a5 = AF_FMA(x, k[5 * D + d], a5);
-    a6 = AF_FMA(x, k[6 * D + d], a6);
-    a7 = AF_FMA(x, k[7 * D + d], a7);
+  for (d = 0; d + 4 <= n; d += 4, acc += 4, v += 4) {
+    acc[0] = AF_FMA(p, v[0], acc[0]);
+    acc[1] = AF_FMA(p, v[1], acc[1]);
+    acc[2] = AF_FMA(p, v[2], acc[2]);
+    acc[3] = AF_FMA(p, v[3], acc[3]);
   }
-  s[0] = a0;
-  s[1] = a1;
-  s[2] = a2;
-  s[3] = a3;
-  s[4] = a4;
-  s[5] = a5;
-  s[6] = a6;
-  s[7] = a7;
-}
-
-/* acc += sum_j p_j * v_j over 8 consecutive value rows, keys in order (one
- * load/store of acc per 8 keys). */
-AF_INLINE void af_pv8_f32(float* acc, const float* p, const float* v, int32_t Dv) {
-  const float p0 = p[0], p1 = p[1], p2 = p[2], p3 = p[3], p4 = p[4], p5 = p[5], p6 = p[6],
-              p7 = p[7];
-  int32_t d;
-  for (d = 0; d < Dv; ++d) {
-    float a = acc[d];
-    a = AF_FMA(p0, v[d], a);
-    a = AF_FMA(p1, v[Dv + d], a);
-    a = AF_FMA(p2, v[2 * Dv + d], a);
-    a = AF_FMA(p3, v[3 * Dv + d], a);
-    a = AF_FMA(p4, v[4 * Dv + d], a);
-    a = AF_FMA(p5, v[5 * Dv + d], a);
-    a = AF_FMA(p6, v[6 * Dv + d], a);
-    a = AF_FMA(p7, v[7 * Dv + d], a);
-    acc[d] = a;
-  }
+  for (; d < n; ++d, ++acc, ++v) acc[0] = AF_FMA(p, v[0], acc[0]);
 }
 
 /* Scores of q against 4 consecutive keys: each q element loaded once for 4
@@ -169,61 +134,167 @@ AF_INLINE void af_pv4_f32(float* acc, const float* p, const float* v, int32_t Dv
 #undef AF_PV_STEP
 }
 
-/* Folds keys k[0..n) / v[0..n) (row strides D / Dv) into the row state. */
+/* One tile of raw scores (t_n >= 1) of one row: scale, raise the max
+ * (rescaling acc and l), scores -> exp weights in place, l += sum. */
+static void af_softmax_tile_f32(af_row_state* st, float* sbuf, int32_t t_n, float scale,
+                                int32_t Dv) {
+  float tmax, m_new;
+  int32_t t;
+  for (t = 0; t < t_n; ++t) sbuf[t] *= scale;
+  tmax = sbuf[0];
+  for (t = 1; t < t_n; ++t)
+    if (sbuf[t] > tmax) tmax = sbuf[t];
+  if (st->n == 0) {
+    m_new = tmax;
+  } else {
+    m_new = st->m > tmax ? st->m : tmax;
+    if (m_new > st->m) {
+      const float alpha = af_exp_neg(st->m - m_new);
+      int32_t d;
+      st->l *= alpha;
+      for (d = 0; d < Dv; ++d) st->acc[d] *= alpha;
+    }
+  }
+  st->m = m_new;
+  for (t = 0; t < t_n; ++t) {
+    sbuf[t] = af_exp_neg(sbuf[t] - m_new);
+    st->l += sbuf[t];
+  }
+  st->n += t_n;
+}
+
+/* Two consecutive query rows (q, q + D) x 4 keys: per d, 2 q + 4 k loads
+ * serve 8 MACs (fp32, one accumulator per score, d order). */
+#define AF_QK2_STEP(o)                                                          \
+  {                                                                             \
+    const float x = q[o], y = q[D + (o)];                                       \
+    const float k0 = k[o], k1 = k[D + (o)], k2 = k[2 * D + (o)], k3 = k[3 * D + (o)]; \
+    a0 = AF_FMA(x, k0, a0);                                                     \
+    a1 = AF_FMA(x, k1, a1);                                                     \
+    a2 = AF_FMA(x, k2, a2);                                                     \
+    a3 = AF_FMA(x, k3, a3);                                                     \
+    b0 = AF_FMA(y, k0, b0);                                                     \
+    b1 = AF_FMA(y, k1, b1);                                                     \
+    b2 = AF_FMA(y, k2, b2);                                                     \
+    b3 = AF_FMA(y, k3, b3);                                                     \
+  }
+AF_INLINE void af_qk2x4_f32(float* s0, float* s1, const float* q, const float* k, int32_t D) {
+  float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f, b0 = 0.f, b1 = 0.f, b2 = 0.f, b3 = 0.f;
+  int32_t d;
+  for (d = 0; d + 2 <= D; d += 2, q += 2, k += 2) {
+    AF_QK2_STEP(0)
+    AF_QK2_STEP(1)
+  }
+  if (d < D) AF_QK2_STEP(0)
+  s0[0] = a0;
+  s0[1] = a1;
+  s0[2] = a2;
+  s0[3] = a3;
+  s1[0] = b0;
+  s1[1] = b1;
+  s1[2] = b2;
+  s1[3] = b3;
+}
+#undef AF_QK2_STEP
+
+/* Two rows' accumulators (acc, acc + Dv) += weights p, r x 4 value rows,
+ * keys in order. */
+#define AF_PV2_STEP(o)                                                                \
+  {                                                                                   \
+    const float v0 = v[o], v1 = v[Dv + (o)], v2 = v[2 * Dv + (o)], v3 = v[3 * Dv + (o)]; \
+    acc[o] = AF_FMA(p3, v3, AF_FMA(p2, v2, AF_FMA(p1, v1, AF_FMA(p0, v0, acc[o]))));     \
+    acc[Dv + (o)] =                                                                   \
+        AF_FMA(r3, v3, AF_FMA(r2, v2, AF_FMA(r1, v1, AF_FMA(r0, v0, acc[Dv + (o)])))); \
+  }
+AF_INLINE void af_pv2x4_f32(float* acc, const float* p, const float* r, const float* v,
+                            int32_t Dv) {
+  const float p0 = p[0], p1 = p[1], p2 = p[2], p3 = p[3];
+  const float r0 = r[0], r1 = r[1], r2 = r[2], r3 = r[3];
+  int32_t d;
+  for (d = 0; d + 2 <= Dv; d += 2, v += 2, acc += 2) {
+    AF_PV2_STEP(0)
+    AF_PV2_STEP(1)
+  }
+  if (d < Dv) AF_PV2_STEP(0)
+}
+#undef AF_PV2_STEP
+
+/* Folds keys k[0..n) / v[0..n) (row strides D / Dv) into one row's state. */
 AF_INLINE void af_row_update_impl(af_row_state* st, const float* q, const float* k,
                                   const float* v, int32_t n, int32_t D, int32_t Dv,
                                   float scale, float* sbuf) {
-  int32_t j0;
+  int32_t j0, t;
   for (j0 = 0; j0 < n; j0 += AF_KEY_TILE) {
     const int32_t t_n = (n - j0) < AF_KEY_TILE ? (n - j0) : AF_KEY_TILE;
     const float* kt = k + (size_t)j0 * D;
     const float* vt = v + (size_t)j0 * Dv;
-    float tmax, m_new;
-    int32_t t;
-    for (t = 0; t + 8 <= t_n; t += 8) af_qk8_f32(sbuf + t, q, kt + (size_t)t * D, D);
-    for (; t + 4 <= t_n; t += 4) af_qk4_f32(sbuf + t, q, kt + (size_t)t * D, D);
+    for (t = 0; t + 4 <= t_n; t += 4) af_qk4_f32(sbuf + t, q, kt + (size_t)t * D, D);
     for (; t < t_n; ++t) sbuf[t] = af_dot_f32(q, kt + (size_t)t * D, D);
-    for (t = 0; t < t_n; ++t) sbuf[t] *= scale;
-    tmax = sbuf[0];
-    for (t = 1; t < t_n; ++t)
-      if (sbuf[t] > tmax) tmax = sbuf[t];
-    if (st->n == 0) {
-      m_new = tmax;
-    } else {
-      m_new = st->m > tmax ? st->m : tmax;
-      if (m_new > st->m) {
-        const float alpha = af_exp_neg(st->m - m_new);
-        int32_t d;
-        st->l *= alpha;
-        for (d = 0; d < Dv; ++d) st->acc[d] *= alpha;
-      }
-    }
-    st->m = m_new;
-    for (t = 0; t < t_n; ++t) {
-      sbuf[t] = af_exp_neg(sbuf[t] - m_new);
-      st->l += sbuf[t];
-    }
-    for (t = 0; t + 8 <= t_n; t += 8) af_pv8_f32(st->acc, sbuf + t, vt + (size_t)t * Dv, Dv);
-    for (; t + 4 <= t_n; t += 4) af_pv4_f32(st->acc, sbuf + t, vt + (size_t)t * Dv, Dv);
+    af_softmax_tile_f32(st, sbuf, t_n, scale, Dv);
+    for (t = 0; t + 4 <= t_n; t += 4) af_pv4_f32(st->acc, sbuf + t, vt + (size_t)t * Dv, Dv);
     for (; t < t_n; ++t) af_axpy_f32(st->acc, sbuf[t], vt + (size_t)t * Dv, Dv);
-    st->n += t_n;
   }
 }
 
-static void af_row_update_d64(af_row_state* st, const float* q, const float* k, const float* v,
-                              int32_t n, float scale, float* sbuf) {
-  af_row_update_impl(st, q, k, v, n, 64, 64, scale, sbuf);
+/* Two consecutive rows (q0, q0 + D; accumulators s0->acc, s0->acc + Dv) over
+ * the same keys k[0..n). */
+AF_INLINE void af_rows2_update_impl(af_row_state* s0, af_row_state* s1, const float* q,
+                                    const float* k, const float* v, int32_t n, int32_t D,
+                                    int32_t Dv, float scale, float* sb0, float* sb1) {
+  int32_t j0, t;
+  for (j0 = 0; j0 < n; j0 += AF_KEY_TILE) {
+    const int32_t t_n = (n - j0) < AF_KEY_TILE ? (n - j0) : AF_KEY_TILE;
+    const float* kt = k + (size_t)j0 * D;
+    const float* vt = v + (size_t)j0 * Dv;
+    for (t = 0; t + 4 <= t_n; t += 4) af_qk2x4_f32(sb0 + t, sb1 + t, q, kt + (size_t)t * D, D);
+    for (; t < t_n; ++t) {
+      sb0[t] = af_dot_f32(q, kt + (size_t)t * D, D);
+      sb1[t] = af_dot_f32(q + D, kt + (size_t)t * D, D);
+    }
+    af_softmax_tile_f32(s0, sb0, t_n, scale, Dv);
+    af_softmax_tile_f32(s1, sb1, t_n, scale, Dv);
+    for (t = 0; t + 4 <= t_n; t += 4)
+      af_pv2x4_f32(s0->acc, sb0 + t, sb1 + t, vt + (size_t)t * Dv, Dv);
+    for (; t < t_n; ++t) {
+      af_axpy_f32(s0->acc, sb0[t], vt + (size_t)t * Dv, Dv);
+      af_axpy_f32(s1->acc, sb1[t], vt + (size_t)t * Dv, Dv);
+    }
+  }
 }
-static void af_row_update_any(af_row_state* st, const float* q, const float* k, const float* v,
-                              int32_t n, int32_t D, int32_t Dv, float scale, float* sbuf) {
-  af_row_update_impl(st, q, k, v, n, D, Dv, scale, sbuf);
+
+/* Rows i (n0 keys) and i+1 (n1 keys, or none when n1 < 0 means "no second
+ * row"): common keys jointly, then each row's extra keys alone. */
+AF_INLINE void af_pair_impl(af_row_state* s0, af_row_state* s1, const float* q, const float* k,
+                            const float* v, int32_t n0, int32_t n1, int32_t two, int32_t D,
+                            int32_t Dv, float scale, float* sb0, float* sb1) {
+  int32_t nc = 0;
+  if (two) {
+    nc = n0 < n1 ? n0 : n1;
+    if (nc < 0) nc = 0;
+    if (nc > 0) af_rows2_update_impl(s0, s1, q, k, v, nc, D, Dv, scale, sb0, sb1);
+    if (n1 > nc)
+      af_row_update_impl(s1, q + D, k + (size_t)nc * D, v + (size_t)nc * Dv, n1 - nc, D, Dv,
+                         scale, sb1);
+  }
+  if (n0 > nc)
+    af_row_update_impl(s0, q, k + (size_t)nc * D, v + (size_t)nc * Dv, n0 - nc, D, Dv, scale,
+                       sb0);
 }
+
+static void af_pair_d64(af_row_state* s0, af_row_state* s1, const float* q, const float* k,
+                        const float* v, int32_t n0, int32_t n1, int32_t two, float scale,
+                        float* sb0, float* sb1) {
+  af_pair_impl(s0, s1, q, k, v, n0, n1, two, 64, 64, scale, sb0, sb1);
+}
+static void af_pair_any(af_row_state* s0, af_row_state* s1, const float* q, const float* k,
+                        const float* v, int32_t n0, int32_t n1, int32_t two, int32_t D,
+                        int32_t Dv, float scale, float* sb0, float* sb1) {
+  af_pair_impl(s0, s1, q, k, v, n0, n1, two, D, Dv, scale, sb0, sb1);
+}
+/* Single row (decode): generic copy. */
 static void af_row_update(af_row_state* st, const float* q, const float* k, const float* v,
                           int32_t n, int32_t D, int32_t Dv, float scale, float* sbuf) {
-  if (D == 64 && Dv == 64)
-    af_row_update_d64(st, q, k, v, n, scale, sbuf);
-  else
-    af_row_update_any(st, q, k, v, n, D, Dv, scale, sbuf);
+  af_row_update_impl(st, q, k, v, n, D, Dv, scale, sbuf);
 }
 
 static void af_row_finish(float* out, float* lse, const af_row_state* st,
@@ -247,7 +318,7 @@ static int af_scale_ok(float scale) {
 
 size_t af_sdpa_f32_workspace_bytes(const af_sdpa_shape* s) {
   if (af_sdpa_check_shape(s) != AF_OK) return 0;
-  return (size_t)(AF_KEY_TILE + s->v_dim) * sizeof(float);
+  return (size_t)2 * (AF_KEY_TILE + s->v_dim) * sizeof(float);
 }
 
 af_status af_sdpa_f32(float* out, float* lse, const float* q, const float* k,
@@ -263,8 +334,8 @@ af_status af_sdpa_f32(float* out, float* lse, const float* q, const float* k,
   if ((st = af_check_kv_lens(kv_lens, s)) != AF_OK) return st;
   if (arena_bytes < af_sdpa_f32_workspace_bytes(s) || ((uintptr_t)arena & 3u))
     return AF_ERR_ARENA;
-  sbuf = (float*)arena;
-  acc = sbuf + AF_KEY_TILE;
+  sbuf = (float*)arena; /* two score tiles, then two accumulator rows */
+  acc = sbuf + 2 * AF_KEY_TILE;
   {
     const int32_t H = s->num_heads, G = s->num_heads / s->num_kv_heads;
     const int32_t Lq = s->q_len, Lk = s->kv_len, D = s->head_dim, Dv = s->v_dim;
@@ -274,19 +345,27 @@ af_status af_sdpa_f32(float* out, float* lse, const float* q, const float* k,
         const int32_t g = h / G;
         const float* kh = k + ((size_t)b * s->num_kv_heads + g) * Lk * D;
         const float* vh = v + ((size_t)b * s->num_kv_heads + g) * Lk * Dv;
-        for (i = 0; i < Lq; ++i) {
+        for (i = 0; i < Lq; i += 2) {
           const size_t row = ((size_t)b * H + h) * Lq + i;
-          const int32_t last = af_last_key(s, i, valid);
-          af_row_state rs;
+          const int32_t two = i + 1 < Lq;
+          const int32_t n0 = af_last_key(s, i, valid) + 1;
+          const int32_t n1 = two ? af_last_key(s, i + 1, valid) + 1 : 0;
+          af_row_state r0, r1;
           int32_t d;
-          rs.m = 0.f;
-          rs.l = 0.f;
-          rs.n = 0;
-          rs.acc = acc;
-          for (d = 0; d < Dv; ++d) acc[d] = 0.f;
-          if (last >= 0)
-            af_row_update(&rs, q + row * D, kh, vh, last + 1, D, Dv, scale, sbuf);
-          af_row_finish(out + row * Dv, lse ? lse + row : NULL, &rs, Dv);
+          r0.m = r1.m = 0.f;
+          r0.l = r1.l = 0.f;
+          r0.n = r1.n = 0;
+          r0.acc = acc;
+          r1.acc = acc + Dv;
+          for (d = 0; d < 2 * Dv; ++d) acc[d] = 0.f;
+          if (D == 64 && Dv == 64)
+            af_pair_d64(&r0, &r1, q + row * D, kh, vh, n0, n1, two, scale, sbuf,
+                        sbuf + AF_KEY_TILE);
+          else
+            af_pair_any(&r0, &r1, q + row * D, kh, vh, n0, n1, two, D, Dv, scale, sbuf,
+                        sbuf + AF_KEY_TILE);
+          af_row_finish(out + row * Dv, lse ? lse + row : NULL, &r0, Dv);
+          if (two) af_row_finish(out + (row + 1) * Dv, lse ? lse + row + 1 : NULL, &r1, Dv);
         }
       }
     }
