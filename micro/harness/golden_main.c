@@ -15,7 +15,7 @@
 #include "cases.h" /* defines kCases[] and kNumCases */
 
 #ifndef AF_HARNESS_POOL_BYTES
-#define AF_HARNESS_POOL_BYTES (256 * 1024)
+#define AF_HARNESS_POOL_BYTES (32 * 1024)
 #endif
 static uint32_t pool[AF_HARNESS_POOL_BYTES / 4];
 static size_t pool_used;
