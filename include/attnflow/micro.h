@@ -103,6 +103,39 @@ af_status af_decode_f32(float* out, float* lse, const float* q,
                         const af_kv_cache* c, int32_t num_heads, float scale,
                         void* arena, size_t arena_bytes);
 
+/* ---------------------------------------------------------------- MHA --- */
+
+/* torch.nn.MultiheadAttention semantics (batch first) with GQA projections,
+ * as reference::Mha / docs/golden-format.md "mha":
+ *   x_q [B,Lq,E], x_k/x_v [B,Lk,E]; w_q [E,E], w_k/w_v [Hkv*Dh, E],
+ *   w_o [E,E] (row = output feature), biases optional (NULL = 0);
+ *   q = x_q w_q^T + b_q split into H heads of Dh = E/H columns, likewise k, v
+ *   into Hkv heads; SDPA as af_sdpa_f32; concat heads; out = concat w_o^T + b_o.
+ * Arena per batch element (reused): projected q, k, v, the head outputs, one
+ * concat row and the SDPA arena. */
+typedef struct {
+  int32_t batch, q_len, kv_len, embed, num_heads, num_kv_heads;
+  af_causal causal;
+} af_mha_shape;
+
+typedef struct {
+  const float *w_q, *w_k, *w_v, *w_o;
+  const float *b_q, *b_k, *b_v, *b_o; /* each may be NULL */
+} af_mha_weights_f32;
+
+/* Optional intermediate stages for golden checks (any pointer may be NULL):
+ * q [B,H,Lq,Dh], k/v [B,Hkv,Lk,Dh], lse [B,H,Lq], heads_out [B,H,Lq,Dh],
+ * concat [B,Lq,E]. */
+typedef struct {
+  float *q, *k, *v, *lse, *heads_out, *concat;
+} af_mha_stages_f32;
+
+size_t af_mha_f32_workspace_bytes(const af_mha_shape* s);
+af_status af_mha_f32(float* out, const float* x_q, const float* x_k, const float* x_v,
+                     const int32_t* kv_lens, const af_mha_weights_f32* w, float scale,
+                     const af_mha_shape* s, void* arena, size_t arena_bytes,
+                     const af_mha_stages_f32* stages);
+
 /* --------------------------------------------------------------- int8 --- */
 
 /* Fixed-point multiplier as in TFLite Micro: real = mult * 2^(shift - 31),

@@ -27,4 +27,16 @@ typedef struct {
   int32_t bound_lsb;
 } af_golden_sdpa;
 
+/* kind = mha: inputs, weights (biases NULL when absent) and the stages the
+ * micro MHA produces, all f32 (float64 reference rounded once). */
+typedef struct {
+  const char* name;
+  af_mha_shape shape;
+  float scale, atol, rtol;
+  const float *x_q, *x_k, *x_v;
+  af_mha_weights_f32 w;
+  const int32_t* kv_lens;
+  const float *q, *k, *v, *lse, *heads_out, *concat, *out;
+} af_golden_mha;
+
 #endif

@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "af_golden.h"
-#include "cases.h" /* defines kCases[] and kNumCases */
+#include "cases.h" /* defines kCases[], kNumCases, kMhaCases[], kNumMhaCases */
 
 #ifndef AF_HARNESS_POOL_BYTES
 #define AF_HARNESS_POOL_BYTES (32 * 1024)
@@ -212,6 +212,69 @@ static int run_s8(const af_golden_sdpa* c) {
   return verdict(names, &rep, dims, ranks, 1);
 }
 
+static int run_mha(const af_golden_mha* c) {
+  static const char* const kSkipped[] = {"scores", "scaled", "masked", "weights"};
+  const af_mha_shape* s = &c->shape;
+  const int32_t dh = s->embed / s->num_heads;
+  const long nq = (long)s->batch * s->num_heads * s->q_len * dh;
+  const long nk = (long)s->batch * s->num_kv_heads * s->kv_len * dh;
+  const long nl = (long)s->batch * s->num_heads * s->q_len;
+  const long no = (long)s->batch * s->q_len * s->embed;
+  const size_t ws = af_mha_f32_workspace_bytes(s);
+  af_mha_stages_f32 st;
+  float* out = (float*)take((size_t)no * 4 + 4);
+  void* arena;
+  af_status rc;
+  int i, bad;
+  st.q = (float*)take((size_t)nq * 4 + 4);
+  st.k = (float*)take((size_t)nk * 4 + 4);
+  st.v = (float*)take((size_t)nk * 4 + 4);
+  st.lse = (float*)take((size_t)nl * 4 + 4);
+  st.heads_out = (float*)take((size_t)nq * 4 + 4);
+  st.concat = (float*)take((size_t)no * 4 + 4);
+  arena = take(ws);
+  if (!out || !st.q || !st.k || !st.v || !st.lse || !st.heads_out || !st.concat || !arena) {
+    printf("case %s: harness pool too small (AF_HARNESS_POOL_BYTES)\n", c->name);
+    return 1;
+  }
+  rc = af_mha_f32(out, c->x_q, c->x_k, c->x_v, c->kv_lens, &c->w, c->scale, s, arena, ws, &st);
+  printf("case %s  kind=mha  impl=micro-f32  atol=%g rtol=%g\n", c->name, c->atol, c->rtol);
+  printf("  %-10s %12s %12s %10s  %-18s %s\n", "stage", "max_abs", "max_rel", "bad", "first_bad",
+         "result");
+  if (rc != AF_OK) {
+    printf("  => FIRST MISMATCH: stage 'q': af_mha_f32 returned %s\n", af_status_name(rc));
+    return 1;
+  }
+#ifdef AF_HARNESS_TAMPER
+  if (no > 0) out[no - 1] += 0.5f;
+#endif
+  {
+    const int32_t dq[4] = {s->batch, s->num_heads, s->q_len, dh};
+    const int32_t dk[4] = {s->batch, s->num_kv_heads, s->kv_len, dh};
+    const int32_t dl[3] = {s->batch, s->num_heads, s->q_len};
+    const int32_t dout[3] = {s->batch, s->q_len, s->embed};
+    const char* names[7] = {"q", "k", "v", "lse", "heads_out", "concat", "out"};
+    const float* got[7] = {st.q, st.k, st.v, st.lse, st.heads_out, st.concat, out};
+    const float* exp[7] = {c->q, c->k, c->v, c->lse, c->heads_out, c->concat, c->out};
+    const long n[7] = {nq, nk, nk, nl, nq, no, no};
+    const int32_t* dims[7] = {dq, dk, dk, dl, dq, dout, dout};
+    int ranks[7] = {4, 4, 4, 3, 4, 3, 3};
+    stage_report reps[7];
+    for (i = 0; i < 7; ++i) {
+      reps[i] = compare(got[i], exp[i], n[i], c->atol, c->rtol);
+      if (i == 3) {
+        int j;
+        for (j = 0; j < 4; ++j)
+          printf("  %-10s %12s %12s %10s  %-18s skipped (%s)\n", kSkipped[j], "-", "-", "-", "-",
+                 "not produced by this implementation");
+      }
+      print_row(names[i], &reps[i], dims[i], ranks[i]);
+    }
+    bad = verdict(names, reps, dims, ranks, 7);
+  }
+  return bad;
+}
+
 int main(void) {
   int i, failed = 0;
   for (i = 0; i < kNumCases; ++i) {
@@ -220,7 +283,11 @@ int main(void) {
     pool_used = 0;
     failed += run_s8(kCases[i]);
   }
-  printf("SUMMARY: %d cases x 2 paths, %d mismatching, pool %u bytes\n", kNumCases, failed,
-         (unsigned)sizeof pool);
+  for (i = 0; i < kNumMhaCases; ++i) {
+    pool_used = 0;
+    failed += run_mha(kMhaCases[i]);
+  }
+  printf("SUMMARY: %d cases x 2 paths, %d mha cases, %d mismatching, pool %u bytes\n", kNumCases,
+         kNumMhaCases, failed, (unsigned)sizeof pool);
   return failed > 125 ? 125 : failed;
 }

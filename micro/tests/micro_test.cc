@@ -303,6 +303,145 @@ TEST(MicroGolden, F32MatchesOutAndLseOfEverySupportedSdpaCase) {
   EXPECT_GT(skipped, 0);
 }
 
+// -------------------------------------------------------------------- MHA --
+
+struct MhaCase {
+  af_mha_shape s;
+  std::vector<float> xq, xk, xv, wq, wk, wv, wo, bq, bk, bv, bo;
+  std::vector<int32_t> kv_lens;
+  float scale;
+};
+
+TEST(MicroMha, MatchesReferenceMhaWithGqaCrossCausalKvLens) {
+  std::mt19937 rng(21);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  auto fill = [&](std::vector<float>* v, size_t n) {
+    v->resize(n);
+    for (auto& x : *v) x = u(rng);
+  };
+  int n = 0;
+  for (int it = 0; it < 24; ++it) {
+    MhaCase c;
+    const int H = it % 2 ? 4 : 2, Hkv = it % 3 == 0 ? 1 : H, dh = 3 + it % 5, E = H * dh;
+    const int Lq = 1 + (it * 7) % 11, Lk = (it % 4 == 1) ? Lq : 1 + (it * 5) % 13;
+    c.s = {2, Lq, Lk, E, H, Hkv, (af_causal)(it % 3)};
+    c.scale = 1.f / std::sqrt(float(dh));
+    fill(&c.xq, size_t(2) * Lq * E);
+    fill(&c.xk, size_t(2) * Lk * E);
+    if (it % 4 == 1) c.xk = c.xq;  // self-attention
+    fill(&c.xv, size_t(2) * Lk * E);
+    fill(&c.wq, size_t(E) * E);
+    fill(&c.wk, size_t(Hkv) * dh * E);
+    fill(&c.wv, size_t(Hkv) * dh * E);
+    fill(&c.wo, size_t(E) * E);
+    const bool bias = it % 2 == 0;
+    if (bias) {
+      fill(&c.bq, E);
+      fill(&c.bk, size_t(Hkv) * dh);
+      fill(&c.bv, size_t(Hkv) * dh);
+      fill(&c.bo, E);
+    }
+    if (it % 5 == 0) c.kv_lens = {int32_t(Lk / 2), int32_t(Lk)};
+    // reference
+    std::vector<double> ref(size_t(2) * Lq * E);
+    reference::MhaWeights w;
+    auto V = [](std::vector<float>& x, Shape sh) { return MakeView(x.data(), DType::kF32, sh); };
+    w.w_q = V(c.wq, {E, E});
+    w.w_k = V(c.wk, {Hkv * dh, E});
+    w.w_v = V(c.wv, {Hkv * dh, E});
+    w.w_o = V(c.wo, {E, E});
+    if (bias) {
+      w.b_q = V(c.bq, {E});
+      w.b_k = V(c.bk, {Hkv * dh});
+      w.b_v = V(c.bv, {Hkv * dh});
+      w.b_o = V(c.bo, {E});
+    }
+    w.num_heads = H;
+    w.num_kv_heads = Hkv;
+    SdpaOptions opt;
+    opt.causal = ToCausal(c.s.causal);
+    opt.scale = c.scale;
+    std::vector<int64_t> kl(c.kv_lens.begin(), c.kv_lens.end());
+    if (!kl.empty()) opt.kv_lens = MakeView(kl.data(), DType::kI64, {2});
+    Status st = reference::Mha(MakeView(ref.data(), DType::kF64, {2, Lq, E}), V(c.xq, {2, Lq, E}),
+                               V(c.xk, {2, Lk, E}), V(c.xv, {2, Lk, E}), w, opt);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    af_mha_weights_f32 mw = {c.wq.data(), c.wk.data(), c.wv.data(), c.wo.data(),
+                             bias ? c.bq.data() : nullptr, bias ? c.bk.data() : nullptr,
+                             bias ? c.bv.data() : nullptr, bias ? c.bo.data() : nullptr};
+    const size_t ws = af_mha_f32_workspace_bytes(&c.s);
+    ASSERT_GT(ws, 0u);
+    std::vector<uint32_t> arena(ws / 4 + 8, 0xA5A5A5A5u);
+    std::vector<float> out(ref.size());
+    ASSERT_EQ(af_mha_f32(out.data(), c.xq.data(), c.xk.data(), c.xv.data(),
+                         c.kv_lens.empty() ? nullptr : c.kv_lens.data(), &mw, c.scale, &c.s,
+                         arena.data(), ws, nullptr),
+              AF_OK);
+    for (size_t i = ws / 4; i < arena.size(); ++i) EXPECT_EQ(arena[i], 0xA5A5A5A5u);
+    for (size_t i = 0; i < ref.size(); ++i)
+      ASSERT_NEAR(out[i], ref[i], 1e-4 * (1 + std::fabs(ref[i]))) << "case " << it << " elem " << i;
+    ++n;
+  }
+  EXPECT_EQ(n, 24);
+  af_mha_shape bad = {1, 2, 2, 10, 4, 4, AF_CAUSAL_NONE};  // 10 % 4 != 0
+  EXPECT_EQ(af_mha_f32_workspace_bytes(&bad), 0u);
+}
+
+TEST(MicroGolden, MhaMatchesEveryStageOfEverySupportedCase) {
+  int checked = 0;
+  for (const auto& f : GoldenFiles()) {
+    Result<GoldenCase> c = LoadGoldenCase(f);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    if (c->kind != "mha" || !c->opt.attn_mask.empty_view() || !c->opt.alibi_slopes.empty_view() ||
+        c->opt.window_left >= 0 || c->opt.window_right >= 0)
+      continue;
+    const reference::MhaWeights& w = c->weights;
+    const int32_t B = int32_t(c->x_q.shape[0]), Lq = int32_t(c->x_q.shape[1]),
+                  Lk = int32_t(c->x_k.shape[1]), E = int32_t(c->x_q.shape[2]);
+    const int32_t H = int32_t(w.num_heads), Hkv = int32_t(w.num_kv_heads ? w.num_kv_heads : H);
+    const int32_t dh = E / H;
+    af_mha_shape s = {B, Lq, Lk, E, H, Hkv,
+                      c->opt.causal == Causal::kTopLeft       ? AF_CAUSAL_TOP_LEFT
+                      : c->opt.causal == Causal::kBottomRight ? AF_CAUSAL_BOTTOM_RIGHT
+                                                              : AF_CAUSAL_NONE};
+    std::vector<float> xq = Flat(c->x_q), xk = Flat(c->x_k), xv = Flat(c->x_v), wq = Flat(w.w_q),
+                       wk = Flat(w.w_k), wv = Flat(w.w_v), wo = Flat(w.w_o);
+    auto opt_flat = [](const TensorView& t) { return t.empty_view() ? std::vector<float>() : Flat(t); };
+    std::vector<float> bq = opt_flat(w.b_q), bk = opt_flat(w.b_k), bv = opt_flat(w.b_v), bo = opt_flat(w.b_o);
+    std::vector<int32_t> kl;
+    if (!c->opt.kv_lens.empty_view())
+      for (int64_t b = 0; b < B; ++b) kl.push_back(int32_t(c->opt.kv_lens.load(b)));
+    af_mha_weights_f32 mw = {wq.data(), wk.data(), wv.data(), wo.data(),
+                             bq.empty() ? nullptr : bq.data(), bk.empty() ? nullptr : bk.data(),
+                             bv.empty() ? nullptr : bv.data(), bo.empty() ? nullptr : bo.data()};
+    std::vector<float> out(size_t(B) * Lq * E), q(size_t(B) * H * Lq * dh), k(size_t(B) * Hkv * Lk * dh),
+        v(k.size()), lse(size_t(B) * H * Lq), ho(q.size()), cat(out.size());
+    af_mha_stages_f32 stg = {q.data(), k.data(), v.data(), lse.data(), ho.data(), cat.data()};
+    std::vector<uint32_t> arena(af_mha_f32_workspace_bytes(&s) / 4 + 1);
+    const float scale = float(std::isnan(c->opt.scale) ? DefaultScale(dh) : c->opt.scale);
+    ASSERT_EQ(af_mha_f32(out.data(), xq.data(), xk.data(), xv.data(), kl.empty() ? nullptr : kl.data(),
+                         &mw, scale, &s, arena.data(), arena.size() * 4, &stg),
+              AF_OK)
+        << f;
+    const struct {
+      const char* name;
+      std::vector<float>* got;
+      Shape shape;
+    } stages[] = {{"q", &q, {B, H, Lq, dh}},        {"k", &k, {B, Hkv, Lk, dh}},
+                  {"v", &v, {B, Hkv, Lk, dh}},      {"lse", &lse, {B, H, Lq}},
+                  {"heads_out", &ho, {B, H, Lq, dh}}, {"concat", &cat, {B, Lq, E}},
+                  {"out", &out, {B, Lq, E}}};
+    for (const auto& st : stages) {
+      StageReport r = CompareStage(st.name, MakeView(st.got->data(), DType::kF32, st.shape),
+                                   c->file->Get(st.name).value(), c->atol, c->rtol);
+      EXPECT_TRUE(r.match) << f << " stage " << st.name << " max_abs " << r.max_abs << " at "
+                           << r.first_bad_index;
+    }
+    ++checked;
+  }
+  EXPECT_GE(checked, 2);
+}
+
 // ------------------------------------------------------------------- int8 --
 
 // Bound of docs/edge.md: |out_int8 - round(ref / so)| <= kS8BoundLsb.

@@ -1,6 +1,8 @@
 // cmd_export_c.cc — `attnflow export-c CASE.safetensors --out case.h`: writes
 // a golden case as a C99 header for the on-device harness (micro/harness/,
-// docs/edge.md), so a microcontroller needs no file system.
+// docs/edge.md), so a microcontroller needs no file system. Kinds: sdpa (f32
+// and int8, below) and mha (f32: inputs, weights, stages q k v lse heads_out
+// concat out, as `static const af_golden_mha NAME`).
 //
 // The header defines one `static const af_golden_sdpa NAME` (struct in
 // micro/harness/af_golden.h) holding: the shape, causal rule, scale and the
@@ -10,7 +12,7 @@
 // reference (reference::Sdpa) run on the DEQUANTISED int8 inputs, divided by
 // so and rounded once (docs/edge.md "int8 golden cases"). Floats are written
 // as exact hexadecimal literals. Cases the micro library does not cover
-// (mha kind, attn_mask, ALiBi, sliding window) are refused with exit 2.
+// (attn_mask, ALiBi, sliding window) are refused with exit 2.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -79,6 +81,83 @@ std::string Ident(std::string s) {
   return s;
 }
 
+const char* CausalMacro(Causal c) {
+  return c == Causal::kTopLeft       ? "AF_CAUSAL_TOP_LEFT"
+         : c == Causal::kBottomRight ? "AF_CAUSAL_BOTTOM_RIGHT"
+                                     : "AF_CAUSAL_NONE";
+}
+
+Status WriteText(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+  out.close();
+  if (!out) return Status(StatusCode::kInvalidArgument, "cannot write " + path);
+  return Status();
+}
+
+// kind = mha: inputs, weights, and the stages af_mha_f32 produces.
+template <typename Refuse>
+int ExportMha(const ExportArgs& a, const GoldenCase& c, Refuse refuse) {
+  const reference::MhaWeights& w = c.weights;
+  const int64_t B = c.x_q.shape[0], Lq = c.x_q.shape[1], Lk = c.x_k.shape[1], E = c.x_q.shape[2];
+  const int64_t H = w.num_heads, Hkv = w.num_kv_heads ? w.num_kv_heads : H;
+  for (int64_t d : {B, Lq, Lk, E})
+    if (d > 65535) return refuse("a dimension above 65535");
+  for (const char* st : {"q", "k", "v", "lse", "heads_out", "concat", "out"})
+    if (!c.file->Has(st)) return refuse(std::string("a case without the '") + st + "' stage");
+  const std::string name = a.name.empty()
+                               ? Ident(std::filesystem::path(a.file).stem().string())
+                               : Ident(a.name);
+  std::ostringstream os;
+  os << "/* " << name << " — golden case (kind mha) exported by `attnflow export-c` from\n * "
+     << std::filesystem::path(a.file).filename().string()
+     << "; do not edit. Inputs, weights and the stages of af_mha_f32 (float64\n"
+        " * reference rounded to f32), tolerances (docs/edge.md). */\n"
+     << "#include <math.h>\n#include \"af_golden.h\"\n\n";
+  auto f = [](float x) { return FloatLit(x); };
+  auto i32 = [](int32_t x) { return std::to_string(x); };
+  auto arr = [&](const std::string& suffix, const TensorView& t) {
+    if (t.empty_view()) return std::string("0");
+    Array(os, "float", name + "_" + suffix, Flat(t), f);
+    return name + "_" + suffix;
+  };
+  for (const TensorView* t : {&c.x_q, &c.x_k, &c.x_v})
+    for (float x : Flat(*t))
+      if (!std::isfinite(x)) return refuse("a non-finite input");
+  const std::string xq = arr("x_q", c.x_q), xk = arr("x_k", c.x_k), xv = arr("x_v", c.x_v);
+  const std::string wq = arr("w_q", w.w_q), wk = arr("w_k", w.w_k), wv = arr("w_v", w.w_v),
+                    wo = arr("w_o", w.w_o), bq = arr("b_q", w.b_q), bk = arr("b_k", w.b_k),
+                    bv = arr("b_v", w.b_v), bo = arr("b_o", w.b_o);
+  std::string kl = "0";
+  if (!c.opt.kv_lens.empty_view()) {
+    std::vector<int32_t> v;
+    for (int64_t b = 0; b < B; ++b) v.push_back(int32_t(c.opt.kv_lens.load(b)));
+    Array(os, "int32_t", name + "_kv_lens", v, i32);
+    kl = name + "_kv_lens";
+  }
+  std::string st[7];
+  const char* names[7] = {"q", "k", "v", "lse", "heads_out", "concat", "out"};
+  for (int i = 0; i < 7; ++i) st[i] = arr(std::string("st_") + names[i], c.file->Get(names[i]).value());
+  const float scale = float(std::isnan(c.opt.scale) ? DefaultScale(E / H) : c.opt.scale);
+  os << "static const af_golden_mha " << name << " = {\n  \"" << name << "\",\n  {" << B << ", "
+     << Lq << ", " << Lk << ", " << E << ", " << H << ", " << Hkv << ", "
+     << CausalMacro(c.opt.causal) << "},\n  " << FloatLit(scale) << ", "
+     << FloatLit(float(c.atol)) << ", " << FloatLit(float(c.rtol)) << ",\n  " << xq << ", " << xk
+     << ", " << xv << ",\n  {" << wq << ", " << wk << ", " << wv << ", " << wo << ", " << bq << ", "
+     << bk << ", " << bv << ", " << bo << "},\n  " << kl << ",\n  " << st[0] << ", " << st[1]
+     << ", " << st[2] << ", " << st[3] << ", " << st[4] << ", " << st[5] << ", " << st[6]
+     << "\n};\n";
+  Status ws = WriteText(a.out, os.str());
+  if (!ws.ok()) {
+    PrintError("export-c", ws.message());
+    return kExitUsage;
+  }
+  std::printf("export-c: %s -> %s (%s, mha B=%lld Lq=%lld Lk=%lld E=%lld H=%lld Hkv=%lld)\n",
+              a.file.c_str(), a.out.c_str(), name.c_str(), (long long)B, (long long)Lq,
+              (long long)Lk, (long long)E, (long long)H, (long long)Hkv);
+  return kExitOk;
+}
+
 int RunExport(const ExportArgs& a) {
   Result<GoldenCase> c = LoadGoldenCase(a.file);
   if (!c.ok()) {
@@ -90,10 +169,11 @@ int RunExport(const ExportArgs& a) {
                                                   "(docs/edge.md lists what it covers)");
     return kExitUsage;
   };
-  if (c->kind != "sdpa") return refuse("kind '" + c->kind + "'");
+  if (c->kind != "sdpa" && c->kind != "mha") return refuse("kind '" + c->kind + "'");
   if (!c->opt.attn_mask.empty_view()) return refuse("attn_mask");
   if (!c->opt.alibi_slopes.empty_view()) return refuse("ALiBi");
   if (c->opt.window_left >= 0 || c->opt.window_right >= 0) return refuse("a sliding window");
+  if (c->kind == "mha") return ExportMha(a, c.value(), refuse);
   const TensorView &q = c->q, &k = c->k, &v = c->v;
   const int64_t B = q.shape[0], H = q.shape[1], Hkv = k.shape[1], Lq = q.shape[2],
                 Lk = k.shape[2], D = q.shape[3], Dv = v.shape[3];
