@@ -136,6 +136,19 @@ af_status af_mha_f32(float* out, const float* x_q, const float* x_k, const float
                      const af_mha_shape* s, void* arena, size_t arena_bytes,
                      const af_mha_stages_f32* stages);
 
+/* ------------------------------------------------------ block pieces --- */
+/* LayerNorm over n values (biased variance, as PyTorch), w/b may be NULL
+ * (1/0); y may alias x. */
+af_status af_layernorm_f32(float* y, const float* x, const float* w, const float* b, int32_t n,
+                           float eps);
+/* RMSNorm: y = x / sqrt(mean(x^2) + eps) * w; y may alias x. */
+af_status af_rmsnorm_f32(float* y, const float* x, const float* w, int32_t n, float eps);
+/* y[out] = W[out,in] . x[in] + b (b may be NULL); y must not alias x. */
+af_status af_linear_f32(float* y, const float* x, const float* w, const float* b, int32_t in,
+                        int32_t out);
+void af_relu_f32(float* x, int32_t n);
+void af_add_f32(float* y, const float* x, int32_t n); /* residual: y += x */
+
 /* --------------------------------------------------------------- int8 --- */
 
 /* Fixed-point multiplier as in TFLite Micro: real = mult * 2^(shift - 31),

@@ -442,6 +442,36 @@ TEST(MicroGolden, MhaMatchesEveryStageOfEverySupportedCase) {
   EXPECT_GE(checked, 2);
 }
 
+// ----------------------------------------------------------- block pieces --
+
+TEST(MicroNn, LayerNormRmsNormLinearMatchFloat64) {
+  std::mt19937 rng(8);
+  std::uniform_real_distribution<float> u(-2.f, 2.f);
+  const int n = 37, m = 11;
+  std::vector<float> x(n), w(n), b(n), y(n), W(size_t(m) * n), bo(m), yo(m);
+  for (auto* t : {&x, &w, &b, &W, &bo})
+    for (auto& e : *t) e = u(rng);
+  double mean = 0, var = 0, ss = 0;
+  for (float e : x) mean += e;
+  mean /= n;
+  for (float e : x) var += (e - mean) * (e - mean), ss += double(e) * e;
+  var /= n;
+  ASSERT_EQ(af_layernorm_f32(y.data(), x.data(), w.data(), b.data(), n, 1e-5f), AF_OK);
+  for (int i = 0; i < n; ++i)
+    EXPECT_NEAR(y[i], (x[i] - mean) / std::sqrt(var + 1e-5) * w[i] + b[i], 1e-5);
+  ASSERT_EQ(af_rmsnorm_f32(y.data(), x.data(), w.data(), n, 1e-6f), AF_OK);
+  for (int i = 0; i < n; ++i) EXPECT_NEAR(y[i], x[i] / std::sqrt(ss / n + 1e-6) * w[i], 1e-5);
+  ASSERT_EQ(af_linear_f32(yo.data(), x.data(), W.data(), bo.data(), n, m), AF_OK);
+  for (int o = 0; o < m; ++o) {
+    double acc = bo[o];
+    for (int i = 0; i < n; ++i) acc += double(W[size_t(o) * n + i]) * x[i];
+    EXPECT_NEAR(yo[o], acc, 1e-4);
+  }
+  EXPECT_EQ(af_linear_f32(x.data(), x.data(), W.data(), nullptr, n, n), AF_ERR_PARAM);
+  EXPECT_EQ(af_layernorm_f32(y.data(), x.data(), nullptr, nullptr, 0, 1e-5f), AF_ERR_SHAPE);
+  EXPECT_EQ(af_layernorm_f32(y.data(), x.data(), nullptr, nullptr, n, 0.f), AF_ERR_PARAM);
+}
+
 // ------------------------------------------------------------------- int8 --
 
 // Bound of docs/edge.md: |out_int8 - round(ref / so)| <= kS8BoundLsb.
