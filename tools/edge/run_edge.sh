@@ -5,6 +5,7 @@
 #     (micro/harness/golden_main.c) for rv32imc (soft-float f32 + int8),
 #     Cortex-M4F (mps2-an386) and Cortex-M33 (mps2-an505);
 #  2. runs each under QEMU with semihosting; any mismatch fails;
+#     plus the tiny decoder's greedy tokens against PyTorch's (rv32imc, M4F);
 #  3. proves the harness fails and names the stage on a tampered value;
 #  4. static checks on the micro objects: no heap/stdio/abort symbols
 #     (nm -u) and a link with malloc/free/calloc/realloc wrapped to undefined
@@ -103,6 +104,23 @@ for t in "${EDGE_TARGETS[@]}"; do
     fail "int8 outputs on $t differ from the host: $(grep 'int8 checksum' "$OUT/golden_$t.txt" | diff - "$OUT/checksums_host.txt" | head -4)"
 done
 log "int8 outputs bit-identical on host, ${EDGE_TARGETS[*]} ($n cases)"
+
+# 2c. The tiny char-level decoder (docs/edge.md "tiny model"): weights in
+# flash, greedy generation of 64 tokens in f32 on rv32imc (soft-float) and
+# Cortex-M4F; every token must equal the committed PyTorch tokens.
+python3 "$ROOT/tools/edge/tiny/export_header.py" "$OUT/cases/tiny_weights.h"
+for t in rv32imc m4f; do
+  cc=$(edge_cc $t)
+  $cc $(edge_cflags $t) -O2 -std=c99 -Wall -Wextra -Werror $INC \
+    $(edge_ldflags $t) -o "$OUT/$t/tiny.elf" "$ROOT/micro/tiny/tiny_main.c" "$OUT/$t"/af_*.o -lm
+  set +e
+  edge_qemu $t "$OUT/$t/tiny.elf" > "$OUT/tiny_$t.txt" 2>&1
+  rc=$?
+  set -e
+  ((rc == 0)) && grep -q "TINY f32: 64/64 tokens identical to PyTorch" "$OUT/tiny_$t.txt" ||
+    fail "tiny decoder on $t (exit $rc): $(cat "$OUT/tiny_$t.txt")"
+  log "$t: $(grep 'tokens identical' "$OUT/tiny_$t.txt")"
+done
 
 # 3. A tampered value must be caught and named (rv32imc).
 t=rv32imc
