@@ -5,7 +5,10 @@
  * ring-buffer KV caches (af_kv_cache_append / af_decode_f32), and compares
  * every token with the PyTorch tokens committed in
  * tests/data/edge/tiny_expected.json. Returns the number of mismatching
- * tokens (0 = identical). No heap: all state is static. */
+ * tokens (0 = identical). No heap: all state is static. Also prints the
+ * retired instructions of the generation loop (rv32: minstret; Cortex-M:
+ * SysTick calibrated against a loop of known length, as micro/bench does)
+ * so docs/edge.md can state tokens per second at a clock with CPI = 1. */
 #include <stdio.h>
 
 #include "attnflow/micro.h"
@@ -16,6 +19,38 @@ typedef struct {
 } tiny_layer;
 
 #include "tiny_weights.h"
+
+#if defined(__riscv)
+static uint32_t counter(void) {
+  uint32_t r;
+  __asm__ volatile("rdinstret %0" : "=r"(r));
+  return r;
+}
+static uint64_t instr(uint32_t c0, uint32_t c1) { return c1 - c0; }
+static void counter_init(void) {}
+#elif defined(__ARM_ARCH)
+#define SYST_CSR (*(volatile uint32_t*)0xE000E010)
+#define SYST_RVR (*(volatile uint32_t*)0xE000E014)
+#define SYST_CVR (*(volatile uint32_t*)0xE000E018)
+static uint32_t cal_ticks = 20000;
+static uint32_t counter(void) { return SYST_CVR; }
+static uint64_t instr(uint32_t c0, uint32_t c1) {
+  return (uint64_t)((c0 - c1) & 0xFFFFFFu) * 800000u / cal_ticks;
+}
+static void counter_init(void) {
+  uint32_t it = 100000, c0;
+  SYST_RVR = 0xFFFFFF;
+  SYST_CVR = 0;
+  SYST_CSR = 5;
+  c0 = counter();
+  __asm__ volatile("1: nop; nop; nop; nop; nop; nop; subs %0, %0, #1; bne 1b" : "+r"(it) : : "cc");
+  cal_ticks = (c0 - counter()) & 0xFFFFFFu;
+}
+#else
+static uint32_t counter(void) { return 0; }
+static uint64_t instr(uint32_t c0, uint32_t c1) { return (uint64_t)(c1 - c0); }
+static void counter_init(void) {}
+#endif
 
 #define TINY_DH (TINY_D / TINY_H)
 static float kstore[TINY_LAYERS][TINY_T * TINY_D], vstore[TINY_LAYERS][TINY_T * TINY_D];
@@ -63,10 +98,13 @@ static int argmax(void) {
 int main(void) {
   int l, pos = 0, i, tok, bad = 0;
   char text[TINY_GEN + 1];
+  uint32_t c0 = 0;
+  uint64_t total = 0;
   for (l = 0; l < TINY_LAYERS; ++l)
     if (af_kv_cache_init(&cache[l], kstore[l], vstore[l], TINY_H, TINY_DH, TINY_DH, TINY_T, 0) !=
         AF_OK)
       return 100;
+  counter_init();
   for (i = 0; i < TINY_PROMPT_LEN; ++i)
     if (step(tiny_prompt[i], pos++)) return 101;
   for (i = 0; i < TINY_GEN; ++i) {
@@ -78,10 +116,17 @@ int main(void) {
       ++bad;
     }
     text[i] = tiny_vocab[tok];
-    if (i + 1 < TINY_GEN && step(tok, pos++)) return 102;
+    if (i + 1 < TINY_GEN) {
+      /* Counted per step; the 24-bit SysTick cannot wrap within one. */
+      c0 = counter();
+      if (step(tok, pos++)) return 102;
+      total += instr(c0, counter());
+    }
   }
   text[TINY_GEN] = 0;
   printf("TINY f32 generated: \"%s\"\n", text);
   printf("TINY f32: %d/%d tokens identical to PyTorch\n", TINY_GEN - bad, TINY_GEN);
+  printf("TINY f32: %lu instructions per generated token (mean of %d decode steps)\n",
+         (unsigned long)(total / (TINY_GEN - 1)), TINY_GEN - 1);
   return bad > 99 ? 99 : bad;
 }

@@ -119,7 +119,7 @@ for t in rv32imc m4f; do
   set -e
   ((rc == 0)) && grep -q "TINY f32: 64/64 tokens identical to PyTorch" "$OUT/tiny_$t.txt" ||
     fail "tiny decoder on $t (exit $rc): $(cat "$OUT/tiny_$t.txt")"
-  log "$t: $(grep 'tokens identical' "$OUT/tiny_$t.txt")"
+  log "$t: $(grep 'tokens identical' "$OUT/tiny_$t.txt"); $(grep -o '[0-9]* instructions per generated token' "$OUT/tiny_$t.txt")"
 done
 
 # 3. A tampered value must be caught and named (rv32imc).
