@@ -51,9 +51,10 @@ typedef enum {
 /* Largest value of any one dimension (keeps every index product in 32 bits
  * for the sizes validated below). */
 #define AF_MAX_DIM 65535
-/* Key tile width of the streaming kernels (scores of one tile live in the
- * arena). */
+/* Key tile widths of the streaming kernels (the scores of one tile per query
+ * row in flight live in the arena): f32 and int8. */
 #define AF_KEY_TILE 32
+#define AF_S8_KEY_TILE 24
 
 typedef struct {
   int32_t batch, num_heads, num_kv_heads, q_len, kv_len, head_dim, v_dim;
@@ -69,9 +70,11 @@ af_status af_sdpa_check_shape(const af_sdpa_shape* s);
 /* Arena bytes af_sdpa_f32 needs for shape s (0 if the shape is invalid). */
 size_t af_sdpa_f32_workspace_bytes(const af_sdpa_shape* s);
 
-/* out [B,H,Lq,Dv]; lse [B,H,Lq] or NULL; kv_lens [B] or NULL (each in
- * [0, kv_len]); scale > 0 and finite (pass 1/sqrt(head_dim) for the
- * default). Arena: >= af_sdpa_f32_workspace_bytes(s) bytes, 4-byte aligned. */
+/* out [B,H,Lq,Dv] (also the accumulator: must not overlap q, k or v);
+ * lse [B,H,Lq] or NULL; kv_lens [B] or NULL (each in [0, kv_len]);
+ * scale > 0 and finite (pass 1/sqrt(head_dim) for the default).
+ * Arena: >= af_sdpa_f32_workspace_bytes(s) bytes (2 * AF_KEY_TILE floats),
+ * 4-byte aligned. */
 af_status af_sdpa_f32(float* out, float* lse, const float* q, const float* k,
                       const float* v, const int32_t* kv_lens, float scale,
                       const af_sdpa_shape* s, void* arena, size_t arena_bytes);

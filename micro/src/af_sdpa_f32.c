@@ -2,9 +2,10 @@
  * streaming over key tiles of AF_KEY_TILE with an online softmax, and a
  * decode step over a ring-buffer KV cache (include/attnflow/micro.h).
  *
- * Invariants: no heap; the arena holds one tile of scores and one Dv
- * accumulator row (AF_KEY_TILE + Dv floats), nothing proportional to Lq*Lk or
- * to a whole score row. Keys outside a row's visible range are never read,
+ * Invariants: no heap; the arena holds one tile of AF_KEY_TILE scores per
+ * query row in flight (two rows are processed together), nothing
+ * proportional to Lq*Lk or to a whole score row; each row accumulates
+ * directly in its `out` row (which must not overlap the inputs). Keys outside a row's visible range are never read,
  * so masked keys cost nothing and no -inf arithmetic happens; a row with no
  * visible key writes zeros and lse = -inf. fp32 accumulation, in key order
  * (deterministic). */
@@ -318,7 +319,7 @@ static int af_scale_ok(float scale) {
 
 size_t af_sdpa_f32_workspace_bytes(const af_sdpa_shape* s) {
   if (af_sdpa_check_shape(s) != AF_OK) return 0;
-  return (size_t)2 * (AF_KEY_TILE + s->v_dim) * sizeof(float);
+  return (size_t)2 * AF_KEY_TILE * sizeof(float); /* accumulators live in `out` */
 }
 
 af_status af_sdpa_f32(float* out, float* lse, const float* q, const float* k,
@@ -326,7 +327,7 @@ af_status af_sdpa_f32(float* out, float* lse, const float* q, const float* k,
                       const af_sdpa_shape* s, void* arena, size_t arena_bytes) {
   af_status st = af_sdpa_check_shape(s);
   int32_t b, h, i;
-  float *sbuf, *acc;
+  float* sbuf;
   if (st != AF_OK) return st;
   if (out == NULL || q == NULL || k == NULL || v == NULL || arena == NULL)
     return AF_ERR_NULL;
@@ -334,8 +335,7 @@ af_status af_sdpa_f32(float* out, float* lse, const float* q, const float* k,
   if ((st = af_check_kv_lens(kv_lens, s)) != AF_OK) return st;
   if (arena_bytes < af_sdpa_f32_workspace_bytes(s) || ((uintptr_t)arena & 3u))
     return AF_ERR_ARENA;
-  sbuf = (float*)arena; /* two score tiles, then two accumulator rows */
-  acc = sbuf + 2 * AF_KEY_TILE;
+  sbuf = (float*)arena; /* two score tiles; the rows accumulate in `out` */
   {
     const int32_t H = s->num_heads, G = s->num_heads / s->num_kv_heads;
     const int32_t Lq = s->q_len, Lk = s->kv_len, D = s->head_dim, Dv = s->v_dim;
@@ -355,9 +355,9 @@ af_status af_sdpa_f32(float* out, float* lse, const float* q, const float* k,
           r0.m = r1.m = 0.f;
           r0.l = r1.l = 0.f;
           r0.n = r1.n = 0;
-          r0.acc = acc;
-          r1.acc = acc + Dv;
-          for (d = 0; d < 2 * Dv; ++d) acc[d] = 0.f;
+          r0.acc = out + row * Dv;
+          r1.acc = r0.acc + Dv; /* only touched when `two` */
+          for (d = 0; d < (two ? 2 : 1) * Dv; ++d) r0.acc[d] = 0.f;
           if (D == 64 && Dv == 64)
             af_pair_d64(&r0, &r1, q + row * D, kh, vh, n0, n1, two, scale, sbuf,
                         sbuf + AF_KEY_TILE);
@@ -416,14 +416,14 @@ af_status af_kv_cache_append(af_kv_cache* c, const float* k_new,
 
 size_t af_decode_f32_workspace_bytes(const af_kv_cache* c, int32_t num_heads) {
   if (c == NULL || num_heads < 1) return 0;
-  return (size_t)(AF_KEY_TILE + c->v_dim) * sizeof(float);
+  return (size_t)AF_KEY_TILE * sizeof(float); /* accumulators live in `out` */
 }
 
 af_status af_decode_f32(float* out, float* lse, const float* q,
                         const af_kv_cache* c, int32_t num_heads, float scale,
                         void* arena, size_t arena_bytes) {
   int32_t h, first, n;
-  float *sbuf, *acc;
+  float* sbuf;
   if (out == NULL || q == NULL || c == NULL || arena == NULL || c->k == NULL)
     return AF_ERR_NULL;
   if (num_heads < 1 || num_heads > AF_MAX_DIM || num_heads % c->num_kv_heads != 0)
@@ -432,7 +432,6 @@ af_status af_decode_f32(float* out, float* lse, const float* q,
   if (arena_bytes < af_decode_f32_workspace_bytes(c, num_heads) || ((uintptr_t)arena & 3u))
     return AF_ERR_ARENA;
   sbuf = (float*)arena;
-  acc = sbuf + AF_KEY_TILE;
   /* Visible positions [first, length). With a window they are the last
    * `window` positions; without, all (length <= capacity then). */
   n = c->length;
@@ -447,8 +446,8 @@ af_status af_decode_f32(float* out, float* lse, const float* q,
     rs.m = 0.f;
     rs.l = 0.f;
     rs.n = 0;
-    rs.acc = acc;
-    for (d = 0; d < c->v_dim; ++d) acc[d] = 0.f;
+    rs.acc = out + (size_t)h * c->v_dim;
+    for (d = 0; d < c->v_dim; ++d) rs.acc[d] = 0.f;
     /* The ring holds positions in slot order; visit them oldest first, as
      * at most two contiguous segments. */
     seg = c->capacity - s0 < n ? c->capacity - s0 : n;

@@ -8,7 +8,7 @@
  * from a 256-entry table of round(2^15 * 2^(-f/256)) (entry 0 is 32767, not
  * 32768, so every weight fits int16 for the SMLAD path); the int32 accumulators
  * acc = sum w*v and the weight sum l are rescaled by exp2neg_q15 when a later
- * key tile raises the max (online softmax, one tile of AF_KEY_TILE int32
+ * key tile raises the max (online softmax, one tile of AF_S8_KEY_TILE int32
  * scores in the arena, no full score row); out = round((acc/l) * sv/so)
  * saturated to int8. wshift keeps |acc| < 2^31: n_keys * 2^(22-wshift) < 2^31.
  * Every rounding is "add half, arithmetic shift" (round half up), so a NumPy
@@ -67,7 +67,7 @@ int32_t af_s8_exp2_neg_q15(int32_t u) {
  * pairs so every K/V byte loaded serves two query rows). */
 size_t af_sdpa_s8_workspace_bytes(const af_sdpa_shape* s) {
   if (af_sdpa_check_shape(s) != AF_OK) return 0;
-  return (size_t)2 * (AF_KEY_TILE + s->v_dim) * sizeof(int32_t);
+  return (size_t)2 * (AF_S8_KEY_TILE + s->v_dim) * sizeof(int32_t);
 }
 
 #if defined(__GNUC__)
@@ -320,8 +320,8 @@ AF_INLINE void af_s8_keys1(af_s8_row* r, int32_t* sbuf, const int8_t* qr, const 
                            const int8_t* v, int32_t n, af_qmult em, int32_t hi_cut,
                            int32_t wshift, int32_t D, int32_t Dv) {
   int32_t j0, t;
-  for (j0 = 0; j0 < n; j0 += AF_KEY_TILE) {
-    const int32_t t_n = (n - j0) < AF_KEY_TILE ? (n - j0) : AF_KEY_TILE;
+  for (j0 = 0; j0 < n; j0 += AF_S8_KEY_TILE) {
+    const int32_t t_n = (n - j0) < AF_S8_KEY_TILE ? (n - j0) : AF_S8_KEY_TILE;
     const int8_t* kt = k + (size_t)j0 * D;
     const int8_t* vt = v + (size_t)j0 * Dv;
     for (t = 0; t < t_n; ++t) sbuf[t] = af_qk1_s8(qr, kt + (size_t)t * D, D);
@@ -338,8 +338,8 @@ AF_INLINE void af_s8_keys2(af_s8_row* r0, af_s8_row* r1, int32_t* sb0, int32_t* 
                            const int8_t* v, int32_t n, af_qmult em, int32_t hi_cut,
                            int32_t wshift, int32_t D, int32_t Dv) {
   int32_t j0, t;
-  for (j0 = 0; j0 < n; j0 += AF_KEY_TILE) {
-    const int32_t t_n = (n - j0) < AF_KEY_TILE ? (n - j0) : AF_KEY_TILE;
+  for (j0 = 0; j0 < n; j0 += AF_S8_KEY_TILE) {
+    const int32_t t_n = (n - j0) < AF_S8_KEY_TILE ? (n - j0) : AF_S8_KEY_TILE;
     const int8_t* kt = k + (size_t)j0 * D;
     const int8_t* vt = v + (size_t)j0 * Dv;
     for (t = 0; t + 4 <= t_n; t += 4)
@@ -464,8 +464,8 @@ af_status af_sdpa_s8(int8_t* out, const int8_t* q, const int8_t* k,
     return AF_ERR_ARENA;
   while (((int64_t)s->kv_len << (22 - wshift)) >= ((int64_t)1 << 31)) ++wshift;
   sb0 = (int32_t*)arena;
-  sb1 = sb0 + AF_KEY_TILE;
-  acc0 = sb1 + AF_KEY_TILE;
+  sb1 = sb0 + AF_S8_KEY_TILE;
+  acc0 = sb1 + AF_S8_KEY_TILE;
   acc1 = acc0 + s->v_dim;
   {
     const int32_t H = s->num_heads, G = s->num_heads / s->num_kv_heads;

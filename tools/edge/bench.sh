@@ -49,12 +49,13 @@ cat > "$OUT/arena.c" <<'C'
 #include "attnflow/micro.h"
 int main(void) {
   int L[3] = {64, 128, 256}, D[2] = {32, 64}, i, j;
-  printf("| L | head_dim | f32 arena B | int8 arena B | naive f32 score row B |\n|---:|---:|---:|---:|---:|\n");
+  printf("| L | head_dim | f32 arena B | int8 arena B | naive f32: score row B | naive int8: row + acc B |\n|---:|---:|---:|---:|---:|---:|\n");
   for (i = 0; i < 3; ++i)
     for (j = 0; j < 2; ++j) {
       af_sdpa_shape s = {1, 4, 4, L[i], L[i], D[j], D[j], AF_CAUSAL_TOP_LEFT};
-      printf("| %d | %d | %u | %u | %u |\n", L[i], D[j], (unsigned)af_sdpa_f32_workspace_bytes(&s),
-             (unsigned)af_sdpa_s8_workspace_bytes(&s), (unsigned)(L[i] * 4));
+      printf("| %d | %d | %u | %u | %u | %u |\n", L[i], D[j], (unsigned)af_sdpa_f32_workspace_bytes(&s),
+             (unsigned)af_sdpa_s8_workspace_bytes(&s), (unsigned)(L[i] * 4),
+             (unsigned)(L[i] * 4 + D[j] * 4));
     }
   return 0;
 }
