@@ -109,6 +109,10 @@ log "int8 outputs bit-identical on host, ${EDGE_TARGETS[*]} ($n cases)"
 # flash, greedy generation of 64 tokens in f32 on rv32imc (soft-float) and
 # Cortex-M4F; every token must equal the committed PyTorch tokens.
 python3 "$ROOT/tools/edge/tiny/export_header.py" "$OUT/cases/tiny_weights.h"
+gcc -O2 -std=c99 -Wall -Wextra -Werror $INC -o "$OUT/host_tiny" "$ROOT/micro/tiny/tiny_main.c" "${SRCS[@]}" -lm
+"$OUT/host_tiny" > "$OUT/tiny_host.txt" 2>&1 && grep -q "TINY f32: 64/64 tokens identical to PyTorch" "$OUT/tiny_host.txt" ||
+  fail "tiny decoder on the host: $(cat "$OUT/tiny_host.txt")"
+log "host: $(grep 'tokens identical' "$OUT/tiny_host.txt")"
 for t in rv32imc m4f; do
   cc=$(edge_cc $t)
   $cc $(edge_cflags $t) -O2 -std=c99 -Wall -Wextra -Werror $INC \
