@@ -169,6 +169,17 @@ int main(void) {
   r |= af_kv_cache_init(&c, fbuf + 1024, fbuf + 2048, 1, 8, 8, 16, 4);
   r |= af_kv_cache_append(&c, fbuf, fbuf);
   r |= af_decode_f32(fbuf + 3000, 0, fbuf, &c, 2, 0.35f, arena, af_decode_f32_workspace_bytes(&c, 2));
+  {
+    af_mha_shape ms = {1, 2, 2, 8, 2, 1, AF_CAUSAL_BOTTOM_RIGHT};
+    af_mha_weights_f32 mw = {fbuf, fbuf + 64, fbuf + 128, fbuf + 192, 0, 0, 0, 0};
+    r |= af_mha_f32(fbuf + 3500, fbuf + 256, fbuf + 256, fbuf + 256, 0, &mw, 0.5f, &ms, arena,
+                    af_mha_f32_workspace_bytes(&ms), 0);
+    r |= af_layernorm_f32(fbuf + 3600, fbuf, 0, 0, 8, 1e-5f);
+    r |= af_rmsnorm_f32(fbuf + 3600, fbuf, 0, 8, 1e-5f);
+    r |= af_linear_f32(fbuf + 3700, fbuf, fbuf + 8, 0, 8, 8);
+    af_relu_f32(fbuf + 3700, 8);
+    af_add_f32(fbuf + 3700, fbuf, 8);
+  }
   return r + (af_status_name((af_status)r)[0] == 0);
 }
 C
