@@ -10,6 +10,7 @@
 #include <stdio.h>
 
 #include "attnflow/micro.h"
+#include "counter.h"
 
 typedef struct {
   const int32_t *ln1_g, *ln1_b, *ln2_g, *ln2_b;
@@ -122,6 +123,9 @@ static int step(int tok, int pos) {
 
 int main(void) {
   int i, j, pos = 0, tok, bad = 0, bad_tok = 0;
+  uint32_t c0;
+  uint64_t total = 0;
+  counter_init();
   for (i = 0; i < TINY_PROMPT_LEN; ++i)
     if (step(tiny_prompt[i], pos++)) return 101;
   for (i = 0; i < TINY_GEN; ++i) {
@@ -138,9 +142,15 @@ int main(void) {
       if (logits[j] > logits[best]) best = j;
     tok = best;
     if (tok != s8_expected_ids[i]) ++bad_tok;
-    if (i + 1 < TINY_GEN && step(tok, pos++)) return 102;
+    if (i + 1 < TINY_GEN) {
+      c0 = counter();
+      if (step(tok, pos++)) return 102;
+      total += instr(c0, counter());
+    }
   }
   printf("TINY int8: %d/%d steps with logits bit-identical to the NumPy model, %d/%d tokens equal\n",
          TINY_GEN - bad, TINY_GEN, TINY_GEN - bad_tok, TINY_GEN);
+  printf("TINY int8: %lu instructions per generated token (mean of %d decode steps)\n",
+         (unsigned long)(total / (TINY_GEN - 1)), TINY_GEN - 1);
   return bad + bad_tok > 99 ? 99 : bad + bad_tok;
 }

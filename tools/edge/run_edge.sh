@@ -144,7 +144,7 @@ for t in rv32imc m4f; do
   set -e
   ((rc == 0)) && grep -q "TINY int8: 64/64 steps with logits bit-identical to the NumPy model, 64/64 tokens equal" "$OUT/tiny_s8_$t.txt" ||
     fail "int8 tiny decoder on $t (exit $rc): $(cat "$OUT/tiny_s8_$t.txt")"
-  log "$t: $(grep 'TINY int8' "$OUT/tiny_s8_$t.txt")"
+  log "$t: $(grep 'TINY int8: 64' "$OUT/tiny_s8_$t.txt"); $(grep -o '[0-9]* instructions per generated token' "$OUT/tiny_s8_$t.txt")"
 done
 riscv64-unknown-elf-gcc $(edge_cflags rv32imc) -O2 --specs=picolibc.specs -std=c99 $INC -c \
   "$ROOT/micro/tiny/tiny_s8_main.c" -o "$OUT/rv32imc/tiny_s8_main.o"
