@@ -190,6 +190,22 @@ af_status af_s8_prepare(af_s8_params* p, const float* sq, const float* sk,
                         const float* sv, const float* so, int32_t n,
                         float scale);
 
+/* int8 block pieces (integer only; docs/edge.md "tiny model, int8"):
+ * linear: acc = W8[out,in] . x8 + b32 (b may be NULL), then
+ *   af_linear_s8:          y8[o] = sat8(mulq(acc, m[o]))   (y must not alias x)
+ *   af_linear_s8_residual: r[o] += mulq(acc, m[o])         (int32 residual)
+ *   with mulq = af_s8_mul_by_qmult (round half up) and one multiplier per row;
+ * LayerNorm over an int32 vector: mean = floor(sum/n), var = floor(sum d^2/n),
+ *   sd = floor(sqrt(var + eps)), t = (d * floor(2^32/sd)) >> 16 (Q16),
+ *   y8 = sat8((t*g + b + 2^23) >> 24) with g, b the folded gamma/beta. */
+af_status af_linear_s8(int8_t* y, const int8_t* x, const int8_t* w, const int32_t* b,
+                       const af_qmult* m, int32_t in, int32_t out);
+af_status af_linear_s8_residual(int32_t* r, const int8_t* x, const int8_t* w, const int32_t* b,
+                                const af_qmult* m, int32_t in, int32_t out);
+af_status af_layernorm_s8(int8_t* y, const int32_t* x, const int32_t* g, const int32_t* b,
+                          int32_t n, int32_t eps);
+void af_relu_s8(int8_t* x, int32_t n);
+
 size_t af_sdpa_s8_workspace_bytes(const af_sdpa_shape* s);
 
 /* int8 SDPA (integer arithmetic only; docs/edge.md "int8 scheme"):

@@ -472,6 +472,70 @@ TEST(MicroNn, LayerNormRmsNormLinearMatchFloat64) {
   EXPECT_EQ(af_layernorm_f32(y.data(), x.data(), nullptr, nullptr, n, 0.f), AF_ERR_PARAM);
 }
 
+TEST(MicroNnS8, LayerNormAndLinearWithinOneLsbOfFloat64) {
+  std::mt19937 rng(77);
+  std::uniform_int_distribution<int32_t> ux(-60000, 60000);
+  std::uniform_real_distribution<double> ug(0.5, 1.5), ub(-0.3, 0.3);
+  const int n = 64;
+  const double s_out = 3.0 / 127;  // int8 output scale of the normalised values
+  int worst = 0;
+  for (int it = 0; it < 50; ++it) {
+    std::vector<int32_t> x(n), g(n), b(n);
+    std::vector<double> gamma(n), beta(n);
+    const int32_t shift = it % 3 == 0 ? 40000 : 0;  // offset rows
+    for (int i = 0; i < n; ++i) {
+      x[i] = ux(rng) / (1 + it % 7) + shift;
+      gamma[i] = ug(rng);
+      beta[i] = ub(rng);
+      g[i] = int32_t(std::lrint(gamma[i] / s_out * 256));        // G = gamma/s_out * 2^8
+      b[i] = int32_t(std::llrint(beta[i] / s_out * 16777216.0));  // B = beta/s_out * 2^24
+    }
+    std::vector<int8_t> y(n);
+    const int32_t eps = 168;  // 1e-5 at the residual scale 2^-12
+    ASSERT_EQ(af_layernorm_s8(y.data(), x.data(), g.data(), b.data(), n, eps), AF_OK);
+    double mean = 0, var = 0;
+    for (int32_t v : x) mean += v;
+    mean /= n;
+    for (int32_t v : x) var += (v - mean) * (v - mean);
+    var /= n;
+    for (int i = 0; i < n; ++i) {
+      const double want = std::clamp(
+          std::nearbyint(((x[i] - mean) / std::sqrt(var + eps) * gamma[i] + beta[i]) / s_out), -128.0, 127.0);
+      worst = std::max(worst, int(std::fabs(y[i] - want)));
+    }
+  }
+  EXPECT_LE(worst, 1) << "integer LayerNorm vs float64";
+  // Linear: y = sat(round(acc * real)) with real = m * 2^(s-31).
+  std::uniform_int_distribution<int> u8(-127, 127);
+  const int in = 37, out = 9;
+  std::vector<int8_t> w(size_t(in) * out), xv(in), y(out);
+  std::vector<int32_t> bias(out), r(out, 1000), r0 = r;
+  std::vector<af_qmult> m(out);
+  std::vector<double> real(out);
+  for (auto& e : w) e = int8_t(u8(rng));
+  for (auto& e : xv) e = int8_t(u8(rng));
+  for (int o = 0; o < out; ++o) {
+    bias[o] = u8(rng) * 50;
+    real[o] = 1e-4 * (o + 1);
+    ASSERT_EQ(af_quantize_multiplier(&m[o], real[o]), AF_OK);
+  }
+  ASSERT_EQ(af_linear_s8(y.data(), xv.data(), w.data(), bias.data(), m.data(), in, out), AF_OK);
+  ASSERT_EQ(af_linear_s8_residual(r.data(), xv.data(), w.data(), bias.data(), m.data(), in, out), AF_OK);
+  for (int o = 0; o < out; ++o) {
+    int64_t acc = bias[o];
+    for (int i = 0; i < in; ++i) acc += int64_t(w[size_t(o) * in + i]) * xv[i];
+    const double exact = double(acc) * real[o];
+    EXPECT_LE(std::fabs(y[o] - std::clamp(std::nearbyint(exact), -128.0, 127.0)), 1.0) << o;
+    EXPECT_LE(std::fabs((r[o] - r0[o]) - exact), 1.0) << o;
+  }
+  std::vector<int8_t> z = {-3, 0, 5};
+  af_relu_s8(z.data(), 3);
+  EXPECT_EQ(z, (std::vector<int8_t>{0, 0, 5}));
+  EXPECT_EQ(af_linear_s8(xv.data(), xv.data(), w.data(), nullptr, m.data(), in, in), AF_ERR_PARAM);
+  EXPECT_EQ(af_layernorm_s8(y.data(), r.data(), nullptr, nullptr, 3, 1), AF_ERR_NULL);
+  EXPECT_EQ(af_layernorm_s8(y.data(), r.data(), r.data(), r.data(), 3, 0), AF_ERR_PARAM);
+}
+
 // ------------------------------------------------------------------- int8 --
 
 // Bound of docs/edge.md: |out_int8 - round(ref / so)| <= kS8BoundLsb.

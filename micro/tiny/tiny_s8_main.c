@@ -4,7 +4,8 @@
  * fixed-point multipliers, af_sdpa_s8 per head over an int8 KV cache),
  * weights and integer parameters from tiny_s8_weights.h (written by
  * tools/edge/tiny/int8_model.py, which also runs a NumPy model of exactly
- * this arithmetic). Feeds the prompt, greedily generates the tokens, and
+ * this arithmetic) — built from the library's af_linear_s8,
+ * af_linear_s8_residual, af_layernorm_s8, af_relu_s8 and af_sdpa_s8. Feeds the prompt, greedily generates the tokens, and
  * requires every step's int32 logits to equal the NumPy model's bit for bit.
  * Returns the number of mismatching steps (0 = identical). No heap, no float. */
 #include <stdio.h>
@@ -31,54 +32,6 @@ static int32_t r[D], logits[TINY_V];
 static int8_t h8[D], q8[D], k8[D], v8[D], a8[D], f8[TINY_FF];
 static uint32_t arena[256];
 
-static uint32_t isqrt64(uint64_t x) { /* floor(sqrt(x)) */
-  uint64_t res = 0, bit = (uint64_t)1 << 62;
-  while (bit > x) bit >>= 2;
-  while (bit) {
-    if (x >= res + bit) {
-      x -= res + bit;
-      res = (res >> 1) + bit;
-    } else {
-      res >>= 1;
-    }
-    bit >>= 2;
-  }
-  return (uint32_t)res;
-}
-
-static int8_t clamp8(int64_t v) { return (int8_t)(v > 127 ? 127 : (v < -128 ? -128 : v)); }
-
-static int64_t round_shift(int64_t p, int sh) { return (p + ((int64_t)1 << (sh - 1))) >> sh; }
-
-static void ln_int(int8_t* out, const int32_t* x, const int32_t* g, const int32_t* b) {
-  int64_t sum = 0, var = 0, mean, inv;
-  int i;
-  for (i = 0; i < D; ++i) sum += x[i];
-  mean = sum >> 6; /* D == 64: floor division */
-  for (i = 0; i < D; ++i) var += (int64_t)(x[i] - mean) * (x[i] - mean);
-  var >>= 6;
-  inv = ((int64_t)1 << 32) / (int64_t)isqrt64((uint64_t)(var + S8_EPS));
-  for (i = 0; i < D; ++i) {
-    const int64_t t = ((int64_t)(x[i] - mean) * inv) >> 16;
-    out[i] = clamp8(round_shift(t * g[i] + b[i], 24));
-  }
-}
-
-/* acc = W x + b; out8 = clamp(mulq(acc, m_row)) or residual += mulq(...). */
-static void lin_int(int8_t* out8, int32_t* res, const int8_t* x, const int8_t* w,
-                    const int32_t* b, const af_qmult* m, int in, int outn) {
-  int o, i;
-  for (o = 0; o < outn; ++o) {
-    const int8_t* wr = w + o * in;
-    int32_t acc = b[o];
-    for (i = 0; i < in; ++i) acc += (int32_t)wr[i] * x[i];
-    if (res)
-      res[o] += af_s8_mul_by_qmult(acc, m[o]);
-    else
-      out8[o] = clamp8(af_s8_mul_by_qmult(acc, m[o]));
-  }
-}
-
 static int step(int tok, int pos) {
   int l, i, hh;
   for (i = 0; i < D; ++i)
@@ -87,10 +40,11 @@ static int step(int tok, int pos) {
   for (l = 0; l < TINY_LAYERS; ++l) {
     const s8_layer* L = &s8_layers[l];
     af_s8_params p;
-    ln_int(h8, r, L->ln1_g, L->ln1_b);
-    lin_int(q8, 0, h8, L->w[WQ], L->b[WQ], L->m[WQ], D, D);
-    lin_int(k8, 0, h8, L->w[WK], L->b[WK], L->m[WK], D, D);
-    lin_int(v8, 0, h8, L->w[WV], L->b[WV], L->m[WV], D, D);
+    if (af_layernorm_s8(h8, r, L->ln1_g, L->ln1_b, D, S8_EPS) ||
+        af_linear_s8(q8, h8, L->w[WQ], L->b[WQ], L->m[WQ], D, D) ||
+        af_linear_s8(k8, h8, L->w[WK], L->b[WK], L->m[WK], D, D) ||
+        af_linear_s8(v8, h8, L->w[WV], L->b[WV], L->m[WV], D, D))
+      return 1;
     p.num_scale_heads = 1;
     p.exp_mult[0] = L->em;
     p.out_mult[0] = L->om;
@@ -104,14 +58,14 @@ static int step(int tok, int pos) {
                      sizeof arena) != AF_OK)
         return 1;
     }
-    lin_int(0, r, a8, L->w[WO], L->b[WO], L->m[WO], D, D);
-    ln_int(h8, r, L->ln2_g, L->ln2_b);
-    lin_int(f8, 0, h8, L->w[F1], L->b[F1], L->m[F1], D, TINY_FF);
-    for (i = 0; i < TINY_FF; ++i)
-      if (f8[i] < 0) f8[i] = 0;
-    lin_int(0, r, f8, L->w[F2], L->b[F2], L->m[F2], TINY_FF, D);
+    if (af_linear_s8_residual(r, a8, L->w[WO], L->b[WO], L->m[WO], D, D) ||
+        af_layernorm_s8(h8, r, L->ln2_g, L->ln2_b, D, S8_EPS) ||
+        af_linear_s8(f8, h8, L->w[F1], L->b[F1], L->m[F1], D, TINY_FF))
+      return 1;
+    af_relu_s8(f8, TINY_FF);
+    if (af_linear_s8_residual(r, f8, L->w[F2], L->b[F2], L->m[F2], TINY_FF, D)) return 1;
   }
-  ln_int(h8, r, s8_lnf_g, s8_lnf_b);
+  if (af_layernorm_s8(h8, r, s8_lnf_g, s8_lnf_b, D, S8_EPS)) return 1;
   for (i = 0; i < TINY_V; ++i) {
     int32_t acc = 0;
     int j;

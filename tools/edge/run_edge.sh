@@ -200,6 +200,16 @@ int main(void) {
     r |= af_layernorm_f32(fbuf + 3600, fbuf, 0, 0, 8, 1e-5f);
     r |= af_rmsnorm_f32(fbuf + 3600, fbuf, 0, 8, 1e-5f);
     r |= af_linear_f32(fbuf + 3700, fbuf, fbuf + 8, 0, 8, 8);
+    {
+      static int32_t ibig[64];
+      af_qmult qm[8];
+      int k;
+      for (k = 0; k < 8; ++k) { qm[k].mult = 1 << 30; qm[k].shift = 0; ibig[k] = 1 << 10; }
+      r |= af_linear_s8(ibuf + 512, ibuf, ibuf + 64, 0, qm, 8, 8);
+      r |= af_linear_s8_residual(ibig, ibuf, ibuf + 64, 0, qm, 8, 8);
+      r |= af_layernorm_s8(ibuf + 600, ibig, ibig, ibig, 8, 1);
+      af_relu_s8(ibuf + 600, 8);
+    }
     af_relu_f32(fbuf + 3700, 8);
     af_add_f32(fbuf + 3700, fbuf, 8);
   }
@@ -220,13 +230,13 @@ log "link test: micro library links and runs with malloc/free/calloc/realloc poi
 
 # 4c. No soft-float call in the rv32imc int8 kernel object.
 SOFTFLOAT='__(add|sub|mul|div|neg|cmp|eq|ne|lt|le|gt|ge|unord|fix|fixuns|float|floatun|extend|trunc)[a-z]*[sdt]f[0-9]?$'
-sf=$(riscv64-unknown-elf-nm -u "$OUT/rv32imc/af_sdpa_s8.o" "$OUT/rv32imc/tiny_s8_main.o" | grep -E "$SOFTFLOAT" || true)
+sf=$(riscv64-unknown-elf-nm -u "$OUT/rv32imc/af_sdpa_s8.o" "$OUT/rv32imc/af_nn_s8.o" "$OUT/rv32imc/tiny_s8_main.o" | grep -E "$SOFTFLOAT" || true)
 [[ -z $sf ]] || fail "soft-float calls in the rv32imc int8 objects: $sf"
 # Float instructions (F extension mnemonics start with f: flw, fadd.s, fcvt...):
 # none in the int8 objects; the same count finds them in an rv32imfc build of
 # the f32 kernel, so it is not blind.
 float_insns() { riscv64-unknown-elf-objdump -d "$@" | awk -F'\t' 'NF >= 3 && $3 ~ /^f/ {n++} END {print n + 0}'; }
-fi_s8=$(float_insns "$OUT/rv32imc/af_sdpa_s8.o" "$OUT/rv32imc/tiny_s8_main.o")
+fi_s8=$(float_insns "$OUT/rv32imc/af_sdpa_s8.o" "$OUT/rv32imc/af_nn_s8.o" "$OUT/rv32imc/tiny_s8_main.o")
 ((fi_s8 == 0)) || fail "$fi_s8 float instructions in the rv32imc int8 objects"
 riscv64-unknown-elf-gcc -march=rv32imfc -mabi=ilp32f -O2 --specs=picolibc.specs -std=c99 $INC \
   -c "$ROOT/micro/src/af_sdpa_f32.c" -o "$OUT/rv32imc/f32_hardfloat_probe.o"
@@ -234,5 +244,5 @@ fi_probe=$(float_insns "$OUT/rv32imc/f32_hardfloat_probe.o")
 ((fi_probe > 0)) || fail "float-instruction check is blind: none found in an rv32imfc f32 build"
 (($(riscv64-unknown-elf-nm -u "$OUT/rv32imc/af_sdpa_f32.o" | grep -cE "$SOFTFLOAT" || true) > 0)) ||
   fail "soft-float check is blind: found no soft-float call in the f32 object either"
-log "rv32imc af_sdpa_s8.o, tiny_s8_main.o: no soft-float calls and no float instructions (the same checks find $(riscv64-unknown-elf-nm -u "$OUT/rv32imc/af_sdpa_f32.o" | grep -cE "$SOFTFLOAT") soft-float calls in af_sdpa_f32.o and $fi_probe float instructions in its rv32imfc build)"
+log "rv32imc af_sdpa_s8.o, af_nn_s8.o, tiny_s8_main.o: no soft-float calls and no float instructions (the same checks find $(riscv64-unknown-elf-nm -u "$OUT/rv32imc/af_sdpa_f32.o" | grep -cE "$SOFTFLOAT") soft-float calls in af_sdpa_f32.o and $fi_probe float instructions in its rv32imfc build)"
 log "all edge checks passed ($(( $(date +%s) - t0 ))s)"
