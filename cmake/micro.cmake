@@ -1,0 +1,19 @@
+# micro.cmake — the edge port kit (micro/, include/attnflow/micro.h,
+# docs/edge.md): the C99 micro library built for the host, and its host test
+# (micro/tests/micro_test.cc) against reference::Sdpa and the golden cases.
+# Cross builds and emulator runs are tools/edge/run_edge.sh (not CMake).
+file(GLOB ATTNFLOW_MICRO_SOURCES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/micro/src/*.c)
+add_library(attnflow_micro STATIC ${ATTNFLOW_MICRO_SOURCES})
+set_target_properties(attnflow_micro PROPERTIES C_STANDARD 99 C_STANDARD_REQUIRED ON C_EXTENSIONS OFF)
+target_include_directories(attnflow_micro PUBLIC ${CMAKE_SOURCE_DIR}/include)
+target_compile_options(attnflow_micro PRIVATE -Wall -Wextra -Wpedantic -Werror=implicit-function-declaration)
+target_link_libraries(attnflow_micro PUBLIC m)
+
+if(ATTNFLOW_BUILD_TESTS)
+  find_package(GTest REQUIRED)
+  include(GoogleTest)
+  add_executable(micro_test ${CMAKE_SOURCE_DIR}/micro/tests/micro_test.cc)
+  target_link_libraries(micro_test PRIVATE attnflow_micro attnflow_lib GTest::gtest_main)
+  target_compile_definitions(micro_test PRIVATE ATTNFLOW_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
+  gtest_discover_tests(micro_test DISCOVERY_TIMEOUT 60 PROPERTIES LABELS unit)
+endif()

@@ -1,0 +1,93 @@
+/* af_nn_s8.c — integer-only building blocks of an int8 transformer block for
+ * the micro library (include/attnflow/micro.h): linear layer with per-row
+ * fixed-point requantisation (to int8, or added to an int32 residual
+ * stream), integer LayerNorm, ReLU. No float type anywhere (checked by
+ * tools/edge/run_edge.sh on the rv32imc object); every rounding is "add half,
+ * arithmetic shift", so tools/edge/tiny/int8_model.py reproduces every bit. */
+#include "af_internal.h"
+
+static int8_t af_sat8(int64_t v) { return (int8_t)(v > 127 ? 127 : (v < -128 ? -128 : v)); }
+
+static af_status af_linear_s8_check(const void* y, const int8_t* x, const int8_t* w,
+                                    const af_qmult* m, int32_t in, int32_t out) {
+  if (y == NULL || x == NULL || w == NULL || m == NULL) return AF_ERR_NULL;
+  if (in < 1 || out < 1 || in > AF_MAX_DIM || out > AF_MAX_DIM)
+    return AF_ERR_SHAPE;
+  if ((uint64_t)in * (uint64_t)out >= ((uint64_t)1 << 31)) return AF_ERR_SHAPE;
+  return AF_OK;
+}
+
+af_status af_linear_s8(int8_t* y, const int8_t* x, const int8_t* w, const int32_t* b,
+                       const af_qmult* m, int32_t in, int32_t out) {
+  af_status st = af_linear_s8_check(y, x, w, m, in, out);
+  int32_t o, i;
+  if (st != AF_OK) return st;
+  if ((const void*)y == (const void*)x) return AF_ERR_PARAM;
+  for (o = 0; o < out; ++o) {
+    const int8_t* wr = w + (size_t)o * in;
+    int32_t acc = b ? b[o] : 0;
+    for (i = 0; i < in; ++i) acc += (int32_t)wr[i] * x[i];
+    y[o] = af_sat8(af_s8_mul_by_qmult(acc, m[o]));
+  }
+  return AF_OK;
+}
+
+af_status af_linear_s8_residual(int32_t* r, const int8_t* x, const int8_t* w, const int32_t* b,
+                                const af_qmult* m, int32_t in, int32_t out) {
+  af_status st = af_linear_s8_check(r, x, w, m, in, out);
+  int32_t o, i;
+  if (st != AF_OK) return st;
+  for (o = 0; o < out; ++o) {
+    const int8_t* wr = w + (size_t)o * in;
+    int32_t acc = b ? b[o] : 0;
+    for (i = 0; i < in; ++i) acc += (int32_t)wr[i] * x[i];
+    r[o] += af_s8_mul_by_qmult(acc, m[o]);
+  }
+  return AF_OK;
+}
+
+static uint32_t af_isqrt64(uint64_t x) { /* floor(sqrt(x)) */
+  uint64_t res = 0, bit = (uint64_t)1 << 62;
+  while (bit > x) bit >>= 2;
+  while (bit) {
+    if (x >= res + bit) {
+      x -= res + bit;
+      res = (res >> 1) + bit;
+    } else {
+      res >>= 1;
+    }
+    bit >>= 2;
+  }
+  return (uint32_t)res;
+}
+
+static int64_t af_floor_div(int64_t a, int64_t n) { /* n > 0 */
+  return a >= 0 ? a / n : -((-a + n - 1) / n);
+}
+
+af_status af_layernorm_s8(int8_t* y, const int32_t* x, const int32_t* g, const int32_t* b,
+                          int32_t n, int32_t eps) {
+  int64_t sum = 0, var = 0, mean, inv;
+  uint32_t sd;
+  int32_t i;
+  if (y == NULL || x == NULL || g == NULL || b == NULL) return AF_ERR_NULL;
+  if (n < 1 || n > 65536) return AF_ERR_SHAPE;
+  if (eps < 1) return AF_ERR_PARAM;
+  for (i = 0; i < n; ++i) sum += x[i];
+  mean = af_floor_div(sum, n);
+  for (i = 0; i < n; ++i) var += (int64_t)(x[i] - mean) * (x[i] - mean);
+  var = var / n;
+  sd = af_isqrt64((uint64_t)var + (uint64_t)eps);
+  inv = ((int64_t)1 << 32) / (int64_t)sd; /* sd >= 1 since eps >= 1 */
+  for (i = 0; i < n; ++i) {
+    const int64_t t = ((int64_t)(x[i] - mean) * inv) >> 16;
+    y[i] = af_sat8((t * g[i] + b[i] + ((int64_t)1 << 23)) >> 24);
+  }
+  return AF_OK;
+}
+
+void af_relu_s8(int8_t* x, int32_t n) {
+  int32_t i;
+  for (i = 0; i < n; ++i)
+    if (x[i] < 0) x[i] = 0;
+}

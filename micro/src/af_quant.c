@@ -1,0 +1,68 @@
+/* af_quant.c — preparation of the int8 parameters (include/attnflow/micro.h):
+ * real scales -> fixed-point multipliers. This is the ONLY micro source that
+ * uses floating point; run it on the host or once at start-up. The kernels in
+ * af_sdpa_s8.c consume the integer results only. */
+#include <math.h>
+
+#include "af_internal.h"
+
+af_status af_quantize_multiplier(af_qmult* out, double real) {
+  int e = 0;
+  double f;
+  int64_t m;
+  if (out == NULL) return AF_ERR_NULL;
+  if (!(real >= 0.0) || real >= 1073741824.0) return AF_ERR_PARAM; /* NaN too */
+  if (real == 0.0) {
+    out->mult = 0;
+    out->shift = 0;
+    return AF_OK;
+  }
+  f = frexp(real, &e); /* real = f * 2^e, f in [0.5, 1) */
+  m = (int64_t)llround(f * 2147483648.0);
+  if (m == ((int64_t)1 << 31)) {
+    m >>= 1;
+    ++e;
+  }
+  if (e < -31) { /* below 2^-32: treat as zero */
+    out->mult = 0;
+    out->shift = 0;
+    return AF_OK;
+  }
+  out->mult = (int32_t)m;
+  out->shift = e;
+  return AF_OK;
+}
+
+af_status af_s8_prepare(af_s8_params* p, const float* sq, const float* sk,
+                        const float* sv, const float* so, int32_t n,
+                        float scale) {
+  int32_t h;
+  af_status st;
+  if (p == NULL || sq == NULL || sk == NULL || sv == NULL || so == NULL) return AF_ERR_NULL;
+  if (n < 1 || n > AF_S8_MAX_HEADS) return AF_ERR_PARAM;
+  if (!(scale > 0.f) || !isfinite(scale)) return AF_ERR_PARAM;
+  p->num_scale_heads = n;
+  for (h = 0; h < n; ++h) {
+    const double log2e = 1.4426950408889634;
+    if (!(sq[h] > 0.f) || !(sk[h] > 0.f) || !(sv[h] > 0.f) || !(so[h] > 0.f) ||
+        !isfinite(sq[h]) || !isfinite(sk[h]) || !isfinite(sv[h]) || !isfinite(so[h]))
+      return AF_ERR_PARAM;
+    {
+      /* exp_mult = {M, p}: u = ((diff * M) >> 32) << p with
+       * M = round(real * 2^(32 - p)) < 2^31, p the smallest in [0, 8]. */
+      const double real = (double)sq[h] * sk[h] * scale * log2e * 256.0;
+      int32_t sh = 0;
+      double m = real * 4294967296.0;
+      while (m >= 2147483647.0 && sh < 9) {
+        m *= 0.5;
+        ++sh;
+      }
+      if (sh > 8 || !(real > 0.0)) return AF_ERR_PARAM;
+      p->exp_mult[h].mult = (int32_t)llround(m);
+      p->exp_mult[h].shift = sh;
+    }
+    st = af_quantize_multiplier(&p->out_mult[h], (double)sv[h] / so[h]);
+    if (st != AF_OK) return st;
+  }
+  return AF_OK;
+}

@@ -1,0 +1,463 @@
+/* af_sdpa_f32.c — f32 scaled dot-product attention for microcontrollers:
+ * streaming over key tiles of AF_KEY_TILE with an online softmax, and a
+ * decode step over a ring-buffer KV cache (include/attnflow/micro.h).
+ *
+ * Invariants: no heap; the arena holds one tile of AF_KEY_TILE scores per
+ * query row in flight (two rows are processed together), nothing
+ * proportional to Lq*Lk or to a whole score row; each row accumulates
+ * directly in its `out` row (which must not overlap the inputs). Keys outside a row's visible range are never read,
+ * so masked keys cost nothing and no -inf arithmetic happens; a row with no
+ * visible key writes zeros and lse = -inf. fp32 accumulation, in key order
+ * (deterministic). */
+#include <math.h>
+#include <string.h>
+
+#include "af_internal.h"
+
+typedef struct {
+  float m;   /* running max of scaled scores (valid when n > 0) */
+  float l;   /* running sum of exp(s - m) */
+  int32_t n; /* keys seen */
+  float* acc;
+} af_row_state;
+
+#if defined(__GNUC__)
+#define AF_INLINE static inline __attribute__((always_inline))
+#else
+#define AF_INLINE static inline
+#endif
+/* a*b + c: a fused multiply-add where the core has one in hardware (e.g.
+ * Cortex-M4F/M33 VFMA: one rounding instead of two, never less accurate),
+ * else multiply then add. Never a library call. */
+#if defined(__ARM_FEATURE_FMA) && defined(__ARM_FP) && (__ARM_FP & 4)
+#define AF_FMA(a, b, c) __builtin_fmaf((a), (b), (c))
+#else
+#define AF_FMA(a, b, c) ((a) * (b) + (c))
+#endif
+
+/* exp(x) for x <= 0 (softmax arguments s - max), about 2 ulp: Cody-Waite
+ * reduction x = n*ln2 + r, |r| <= ln2/2 + eps, degree-7 Taylor polynomial
+ * (truncation < 6e-8 relative), scaled by 2^n through the exponent bits.
+ * Returns 0 below -87.3 (and for -inf); deterministic and a few dozen
+ * instructions on an FPU core, instead of a general expf. */
+static float af_exp_neg(float x) {
+  float r, p, scale;
+  int32_t n;
+  uint32_t bits;
+  if (!(x > -87.3f)) return 0.f;
+  n = (int32_t)(x * 1.44269504f - 0.5f); /* x <= 0: rounds to nearest */
+  r = AF_FMA((float)n, -0.693359375f, x);  /* ln2 high part: n*hi is exact */
+  r = AF_FMA((float)n, 2.12194440e-4f, r);  /* ln2 = hi - 2.12194440e-4 */
+  p = 1.f / 5040.f;
+  p = AF_FMA(p, r, 1.f / 720.f);
+  p = AF_FMA(p, r, 1.f / 120.f);
+  p = AF_FMA(p, r, 1.f / 24.f);
+  p = AF_FMA(p, r, 1.f / 6.f);
+  p = AF_FMA(p, r, 0.5f);
+  p = AF_FMA(p, r, 1.f);
+  p = AF_FMA(p, r, 1.f);
+  bits = (uint32_t)(n + 127) << 23; /* n >= -126 here */
+  memcpy(&scale, &bits, sizeof scale);
+  return p * scale;
+}
+
+/* q.k in d order with one accumulator (the same rounding sequence as the
+ * blocked kernels, so a key's score does not depend on its block). */
+static float af_dot_f32(const float* a, const float* b, int32_t n) {
+  float s = 0.f;
+  int32_t d;
+  for (d = 0; d + 4 <= n; d += 4, a += 4, b += 4) {
+    s = AF_FMA(a[0], b[0], s);
+    s = AF_FMA(a[1], b[1], s);
+    s = AF_FMA(a[2], b[2], s);
+    s = AF_FMA(a[3], b[3], s);
+  }
+  for (; d < n; ++d, ++a, ++b) s = AF_FMA(a[0], b[0], s);
+  return s;
+}
+
+static void af_axpy_f32(float* acc, float p, const float* v, int32_t n) {
+  int32_t d;
+  for (d = 0; d + 4 <= n; d += 4, acc += 4, v += 4) {
+    acc[0] = AF_FMA(p, v[0], acc[0]);
+    acc[1] = AF_FMA(p, v[1], acc[1]);
+    acc[2] = AF_FMA(p, v[2], acc[2]);
+    acc[3] = AF_FMA(p, v[3], acc[3]);
+  }
+  for (; d < n; ++d, ++acc, ++v) acc[0] = AF_FMA(p, v[0], acc[0]);
+}
+
+/* Scores of q against 4 consecutive keys: each q element loaded once for 4
+ * MACs (fp32, one accumulator per key, in d order). */
+AF_INLINE void af_qk4_f32(float* s, const float* q, const float* k, int32_t D) {
+  float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f, x;
+  int32_t d;
+#define AF_QK_STEP(o)                     \
+  x = q[o];                               \
+  a0 = AF_FMA(x, k[o], a0);               \
+  a1 = AF_FMA(x, k[D + (o)], a1);         \
+  a2 = AF_FMA(x, k[2 * D + (o)], a2);     \
+  a3 = AF_FMA(x, k[3 * D + (o)], a3);
+  for (d = 0; d + 4 <= D; d += 4, q += 4, k += 4) {
+    AF_QK_STEP(0)
+    AF_QK_STEP(1)
+    AF_QK_STEP(2)
+    AF_QK_STEP(3)
+  }
+  for (; d < D; ++d, ++q, ++k) {
+    AF_QK_STEP(0)
+  }
+#undef AF_QK_STEP
+  s[0] = a0;
+  s[1] = a1;
+  s[2] = a2;
+  s[3] = a3;
+}
+
+/* acc += p0*v0 + p1*v1 + p2*v2 + p3*v3 (one load/store of acc per 4 keys,
+ * keys added in order). */
+AF_INLINE void af_pv4_f32(float* acc, const float* p, const float* v, int32_t Dv) {
+  const float p0 = p[0], p1 = p[1], p2 = p[2], p3 = p[3];
+  int32_t d;
+#define AF_PV_STEP(o)                                                          \
+  acc[o] = AF_FMA(p3, v[3 * Dv + (o)],                                         \
+                  AF_FMA(p2, v[2 * Dv + (o)],                                  \
+                         AF_FMA(p1, v[Dv + (o)], AF_FMA(p0, v[o], acc[o]))));
+  for (d = 0; d + 4 <= Dv; d += 4, acc += 4, v += 4) {
+    AF_PV_STEP(0)
+    AF_PV_STEP(1)
+    AF_PV_STEP(2)
+    AF_PV_STEP(3)
+  }
+  for (; d < Dv; ++d, ++acc, ++v) {
+    AF_PV_STEP(0)
+  }
+#undef AF_PV_STEP
+}
+
+/* One tile of raw scores (t_n >= 1) of one row: scale, raise the max
+ * (rescaling acc and l), scores -> exp weights in place, l += sum. */
+static void af_softmax_tile_f32(af_row_state* st, float* sbuf, int32_t t_n, float scale,
+                                int32_t Dv) {
+  float tmax, m_new;
+  int32_t t;
+  for (t = 0; t < t_n; ++t) sbuf[t] *= scale;
+  tmax = sbuf[0];
+  for (t = 1; t < t_n; ++t)
+    if (sbuf[t] > tmax) tmax = sbuf[t];
+  if (st->n == 0) {
+    m_new = tmax;
+  } else {
+    m_new = st->m > tmax ? st->m : tmax;
+    if (m_new > st->m) {
+      const float alpha = af_exp_neg(st->m - m_new);
+      int32_t d;
+      st->l *= alpha;
+      for (d = 0; d < Dv; ++d) st->acc[d] *= alpha;
+    }
+  }
+  st->m = m_new;
+  for (t = 0; t < t_n; ++t) {
+    sbuf[t] = af_exp_neg(sbuf[t] - m_new);
+    st->l += sbuf[t];
+  }
+  st->n += t_n;
+}
+
+/* Two consecutive query rows (q, q + D) x 4 keys: per d, 2 q + 4 k loads
+ * serve 8 MACs (fp32, one accumulator per score, d order). */
+#define AF_QK2_STEP(o)                                                          \
+  {                                                                             \
+    const float x = q[o], y = q[D + (o)];                                       \
+    const float k0 = k[o], k1 = k[D + (o)], k2 = k[2 * D + (o)], k3 = k[3 * D + (o)]; \
+    a0 = AF_FMA(x, k0, a0);                                                     \
+    a1 = AF_FMA(x, k1, a1);                                                     \
+    a2 = AF_FMA(x, k2, a2);                                                     \
+    a3 = AF_FMA(x, k3, a3);                                                     \
+    b0 = AF_FMA(y, k0, b0);                                                     \
+    b1 = AF_FMA(y, k1, b1);                                                     \
+    b2 = AF_FMA(y, k2, b2);                                                     \
+    b3 = AF_FMA(y, k3, b3);                                                     \
+  }
+AF_INLINE void af_qk2x4_f32(float* s0, float* s1, const float* q, const float* k, int32_t D) {
+  float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f, b0 = 0.f, b1 = 0.f, b2 = 0.f, b3 = 0.f;
+  int32_t d;
+  for (d = 0; d + 2 <= D; d += 2, q += 2, k += 2) {
+    AF_QK2_STEP(0)
+    AF_QK2_STEP(1)
+  }
+  if (d < D) AF_QK2_STEP(0)
+  s0[0] = a0;
+  s0[1] = a1;
+  s0[2] = a2;
+  s0[3] = a3;
+  s1[0] = b0;
+  s1[1] = b1;
+  s1[2] = b2;
+  s1[3] = b3;
+}
+#undef AF_QK2_STEP
+
+/* Two rows' accumulators (acc, acc + Dv) += weights p, r x 4 value rows,
+ * keys in order. */
+#define AF_PV2_STEP(o)                                                                \
+  {                                                                                   \
+    const float v0 = v[o], v1 = v[Dv + (o)], v2 = v[2 * Dv + (o)], v3 = v[3 * Dv + (o)]; \
+    acc[o] = AF_FMA(p3, v3, AF_FMA(p2, v2, AF_FMA(p1, v1, AF_FMA(p0, v0, acc[o]))));     \
+    acc[Dv + (o)] =                                                                   \
+        AF_FMA(r3, v3, AF_FMA(r2, v2, AF_FMA(r1, v1, AF_FMA(r0, v0, acc[Dv + (o)])))); \
+  }
+AF_INLINE void af_pv2x4_f32(float* acc, const float* p, const float* r, const float* v,
+                            int32_t Dv) {
+  const float p0 = p[0], p1 = p[1], p2 = p[2], p3 = p[3];
+  const float r0 = r[0], r1 = r[1], r2 = r[2], r3 = r[3];
+  int32_t d;
+  for (d = 0; d + 2 <= Dv; d += 2, v += 2, acc += 2) {
+    AF_PV2_STEP(0)
+    AF_PV2_STEP(1)
+  }
+  if (d < Dv) AF_PV2_STEP(0)
+}
+#undef AF_PV2_STEP
+
+/* Folds keys k[0..n) / v[0..n) (row strides D / Dv) into one row's state. */
+AF_INLINE void af_row_update_impl(af_row_state* st, const float* q, const float* k,
+                                  const float* v, int32_t n, int32_t D, int32_t Dv,
+                                  float scale, float* sbuf) {
+  int32_t j0, t;
+  for (j0 = 0; j0 < n; j0 += AF_KEY_TILE) {
+    const int32_t t_n = (n - j0) < AF_KEY_TILE ? (n - j0) : AF_KEY_TILE;
+    const float* kt = k + (size_t)j0 * D;
+    const float* vt = v + (size_t)j0 * Dv;
+    for (t = 0; t + 4 <= t_n; t += 4) af_qk4_f32(sbuf + t, q, kt + (size_t)t * D, D);
+    for (; t < t_n; ++t) sbuf[t] = af_dot_f32(q, kt + (size_t)t * D, D);
+    af_softmax_tile_f32(st, sbuf, t_n, scale, Dv);
+    for (t = 0; t + 4 <= t_n; t += 4) af_pv4_f32(st->acc, sbuf + t, vt + (size_t)t * Dv, Dv);
+    for (; t < t_n; ++t) af_axpy_f32(st->acc, sbuf[t], vt + (size_t)t * Dv, Dv);
+  }
+}
+
+/* Two consecutive rows (q0, q0 + D; accumulators s0->acc, s0->acc + Dv) over
+ * the same keys k[0..n). */
+AF_INLINE void af_rows2_update_impl(af_row_state* s0, af_row_state* s1, const float* q,
+                                    const float* k, const float* v, int32_t n, int32_t D,
+                                    int32_t Dv, float scale, float* sb0, float* sb1) {
+  int32_t j0, t;
+  for (j0 = 0; j0 < n; j0 += AF_KEY_TILE) {
+    const int32_t t_n = (n - j0) < AF_KEY_TILE ? (n - j0) : AF_KEY_TILE;
+    const float* kt = k + (size_t)j0 * D;
+    const float* vt = v + (size_t)j0 * Dv;
+    for (t = 0; t + 4 <= t_n; t += 4) af_qk2x4_f32(sb0 + t, sb1 + t, q, kt + (size_t)t * D, D);
+    for (; t < t_n; ++t) {
+      sb0[t] = af_dot_f32(q, kt + (size_t)t * D, D);
+      sb1[t] = af_dot_f32(q + D, kt + (size_t)t * D, D);
+    }
+    af_softmax_tile_f32(s0, sb0, t_n, scale, Dv);
+    af_softmax_tile_f32(s1, sb1, t_n, scale, Dv);
+    for (t = 0; t + 4 <= t_n; t += 4)
+      af_pv2x4_f32(s0->acc, sb0 + t, sb1 + t, vt + (size_t)t * Dv, Dv);
+    for (; t < t_n; ++t) {
+      af_axpy_f32(s0->acc, sb0[t], vt + (size_t)t * Dv, Dv);
+      af_axpy_f32(s1->acc, sb1[t], vt + (size_t)t * Dv, Dv);
+    }
+  }
+}
+
+/* Rows i (n0 keys) and i+1 (n1 keys, or none when n1 < 0 means "no second
+ * row"): common keys jointly, then each row's extra keys alone. */
+AF_INLINE void af_pair_impl(af_row_state* s0, af_row_state* s1, const float* q, const float* k,
+                            const float* v, int32_t n0, int32_t n1, int32_t two, int32_t D,
+                            int32_t Dv, float scale, float* sb0, float* sb1) {
+  int32_t nc = 0;
+  if (two) {
+    nc = n0 < n1 ? n0 : n1;
+    if (nc < 0) nc = 0;
+    if (nc > 0) af_rows2_update_impl(s0, s1, q, k, v, nc, D, Dv, scale, sb0, sb1);
+    if (n1 > nc)
+      af_row_update_impl(s1, q + D, k + (size_t)nc * D, v + (size_t)nc * Dv, n1 - nc, D, Dv,
+                         scale, sb1);
+  }
+  if (n0 > nc)
+    af_row_update_impl(s0, q, k + (size_t)nc * D, v + (size_t)nc * Dv, n0 - nc, D, Dv, scale,
+                       sb0);
+}
+
+static void af_pair_d64(af_row_state* s0, af_row_state* s1, const float* q, const float* k,
+                        const float* v, int32_t n0, int32_t n1, int32_t two, float scale,
+                        float* sb0, float* sb1) {
+  af_pair_impl(s0, s1, q, k, v, n0, n1, two, 64, 64, scale, sb0, sb1);
+}
+static void af_pair_any(af_row_state* s0, af_row_state* s1, const float* q, const float* k,
+                        const float* v, int32_t n0, int32_t n1, int32_t two, int32_t D,
+                        int32_t Dv, float scale, float* sb0, float* sb1) {
+  af_pair_impl(s0, s1, q, k, v, n0, n1, two, D, Dv, scale, sb0, sb1);
+}
+/* Single row (decode): generic copy. */
+static void af_row_update(af_row_state* st, const float* q, const float* k, const float* v,
+                          int32_t n, int32_t D, int32_t Dv, float scale, float* sbuf) {
+  af_row_update_impl(st, q, k, v, n, D, Dv, scale, sbuf);
+}
+
+static void af_row_finish(float* out, float* lse, const af_row_state* st,
+                          int32_t Dv) {
+  int32_t d;
+  if (st->n == 0) {
+    for (d = 0; d < Dv; ++d) out[d] = 0.f;
+    if (lse) *lse = -INFINITY;
+    return;
+  }
+  {
+    const float inv = 1.f / st->l;
+    for (d = 0; d < Dv; ++d) out[d] = st->acc[d] * inv;
+    if (lse) *lse = st->m + logf(st->l);
+  }
+}
+
+static int af_scale_ok(float scale) {
+  return scale > 0.f && scale <= 3.0e38f; /* excludes NaN, 0, negative, inf */
+}
+
+size_t af_sdpa_f32_workspace_bytes(const af_sdpa_shape* s) {
+  if (af_sdpa_check_shape(s) != AF_OK) return 0;
+  return (size_t)2 * AF_KEY_TILE * sizeof(float); /* accumulators live in `out` */
+}
+
+af_status af_sdpa_f32(float* out, float* lse, const float* q, const float* k,
+                      const float* v, const int32_t* kv_lens, float scale,
+                      const af_sdpa_shape* s, void* arena, size_t arena_bytes) {
+  af_status st = af_sdpa_check_shape(s);
+  int32_t b, h, i;
+  float* sbuf;
+  if (st != AF_OK) return st;
+  if (out == NULL || q == NULL || k == NULL || v == NULL || arena == NULL)
+    return AF_ERR_NULL;
+  if (!af_scale_ok(scale)) return AF_ERR_PARAM;
+  if ((st = af_check_kv_lens(kv_lens, s)) != AF_OK) return st;
+  if (arena_bytes < af_sdpa_f32_workspace_bytes(s) || ((uintptr_t)arena & 3u))
+    return AF_ERR_ARENA;
+  sbuf = (float*)arena; /* two score tiles; the rows accumulate in `out` */
+  {
+    const int32_t H = s->num_heads, G = s->num_heads / s->num_kv_heads;
+    const int32_t Lq = s->q_len, Lk = s->kv_len, D = s->head_dim, Dv = s->v_dim;
+    for (b = 0; b < s->batch; ++b) {
+      const int32_t valid = kv_lens ? kv_lens[b] : Lk;
+      for (h = 0; h < H; ++h) {
+        const int32_t g = h / G;
+        const float* kh = k + ((size_t)b * s->num_kv_heads + g) * Lk * D;
+        const float* vh = v + ((size_t)b * s->num_kv_heads + g) * Lk * Dv;
+        for (i = 0; i < Lq; i += 2) {
+          const size_t row = ((size_t)b * H + h) * Lq + i;
+          const int32_t two = i + 1 < Lq;
+          const int32_t n0 = af_last_key(s, i, valid) + 1;
+          const int32_t n1 = two ? af_last_key(s, i + 1, valid) + 1 : 0;
+          af_row_state r0, r1;
+          int32_t d;
+          r0.m = r1.m = 0.f;
+          r0.l = r1.l = 0.f;
+          r0.n = r1.n = 0;
+          r0.acc = out + row * Dv;
+          r1.acc = r0.acc + Dv; /* only touched when `two` */
+          for (d = 0; d < (two ? 2 : 1) * Dv; ++d) r0.acc[d] = 0.f;
+          if (D == 64 && Dv == 64)
+            af_pair_d64(&r0, &r1, q + row * D, kh, vh, n0, n1, two, scale, sbuf,
+                        sbuf + AF_KEY_TILE);
+          else
+            af_pair_any(&r0, &r1, q + row * D, kh, vh, n0, n1, two, D, Dv, scale, sbuf,
+                        sbuf + AF_KEY_TILE);
+          af_row_finish(out + row * Dv, lse ? lse + row : NULL, &r0, Dv);
+          if (two) af_row_finish(out + (row + 1) * Dv, lse ? lse + row + 1 : NULL, &r1, Dv);
+        }
+      }
+    }
+  }
+  return AF_OK;
+}
+
+/* ------------------------------------------------------------ decode --- */
+
+af_status af_kv_cache_init(af_kv_cache* c, float* k_storage, float* v_storage,
+                           int32_t num_kv_heads, int32_t head_dim,
+                           int32_t v_dim, int32_t capacity, int32_t window) {
+  if (c == NULL || k_storage == NULL || v_storage == NULL) return AF_ERR_NULL;
+  if (num_kv_heads < 1 || head_dim < 1 || v_dim < 1 || capacity < 1 ||
+      num_kv_heads > AF_MAX_DIM || head_dim > AF_MAX_DIM || v_dim > AF_MAX_DIM ||
+      capacity > AF_MAX_DIM ||
+      (uint64_t)num_kv_heads * (uint64_t)capacity *
+              (uint64_t)(head_dim > v_dim ? head_dim : v_dim) >= ((uint64_t)1 << 31))
+    return AF_ERR_SHAPE;
+  if (window < 0 || window > capacity) return AF_ERR_PARAM;
+  c->k = k_storage;
+  c->v = v_storage;
+  c->num_kv_heads = num_kv_heads;
+  c->head_dim = head_dim;
+  c->v_dim = v_dim;
+  c->capacity = capacity;
+  c->window = window;
+  c->length = 0;
+  return AF_OK;
+}
+
+af_status af_kv_cache_append(af_kv_cache* c, const float* k_new,
+                             const float* v_new) {
+  int32_t g, slot;
+  if (c == NULL || k_new == NULL || v_new == NULL || c->k == NULL) return AF_ERR_NULL;
+  if (c->window == 0 && c->length >= c->capacity) return AF_ERR_FULL;
+  if (c->length == 0x7fffffff) return AF_ERR_FULL;
+  slot = c->length % c->capacity;
+  for (g = 0; g < c->num_kv_heads; ++g) {
+    memcpy(c->k + ((size_t)g * c->capacity + slot) * c->head_dim,
+           k_new + (size_t)g * c->head_dim, (size_t)c->head_dim * sizeof(float));
+    memcpy(c->v + ((size_t)g * c->capacity + slot) * c->v_dim,
+           v_new + (size_t)g * c->v_dim, (size_t)c->v_dim * sizeof(float));
+  }
+  c->length++;
+  return AF_OK;
+}
+
+size_t af_decode_f32_workspace_bytes(const af_kv_cache* c, int32_t num_heads) {
+  if (c == NULL || num_heads < 1) return 0;
+  return (size_t)AF_KEY_TILE * sizeof(float); /* accumulators live in `out` */
+}
+
+af_status af_decode_f32(float* out, float* lse, const float* q,
+                        const af_kv_cache* c, int32_t num_heads, float scale,
+                        void* arena, size_t arena_bytes) {
+  int32_t h, first, n;
+  float* sbuf;
+  if (out == NULL || q == NULL || c == NULL || arena == NULL || c->k == NULL)
+    return AF_ERR_NULL;
+  if (num_heads < 1 || num_heads > AF_MAX_DIM || num_heads % c->num_kv_heads != 0)
+    return AF_ERR_SHAPE;
+  if (!af_scale_ok(scale)) return AF_ERR_PARAM;
+  if (arena_bytes < af_decode_f32_workspace_bytes(c, num_heads) || ((uintptr_t)arena & 3u))
+    return AF_ERR_ARENA;
+  sbuf = (float*)arena;
+  /* Visible positions [first, length). With a window they are the last
+   * `window` positions; without, all (length <= capacity then). */
+  n = c->length;
+  if (c->window > 0 && n > c->window) n = c->window;
+  first = c->length - n;
+  for (h = 0; h < num_heads; ++h) {
+    const int32_t g = h / (num_heads / c->num_kv_heads);
+    const float* kh = c->k + (size_t)g * c->capacity * c->head_dim;
+    const float* vh = c->v + (size_t)g * c->capacity * c->v_dim;
+    af_row_state rs;
+    int32_t d, s0 = first % c->capacity, seg;
+    rs.m = 0.f;
+    rs.l = 0.f;
+    rs.n = 0;
+    rs.acc = out + (size_t)h * c->v_dim;
+    for (d = 0; d < c->v_dim; ++d) rs.acc[d] = 0.f;
+    /* The ring holds positions in slot order; visit them oldest first, as
+     * at most two contiguous segments. */
+    seg = c->capacity - s0 < n ? c->capacity - s0 : n;
+    if (seg > 0)
+      af_row_update(&rs, q + (size_t)h * c->head_dim, kh + (size_t)s0 * c->head_dim,
+                    vh + (size_t)s0 * c->v_dim, seg, c->head_dim, c->v_dim, scale, sbuf);
+    if (n - seg > 0)
+      af_row_update(&rs, q + (size_t)h * c->head_dim, kh, vh, n - seg, c->head_dim,
+                    c->v_dim, scale, sbuf);
+    af_row_finish(out + (size_t)h * c->v_dim, lse ? lse + h : NULL, &rs, c->v_dim);
+  }
+  return AF_OK;
+}

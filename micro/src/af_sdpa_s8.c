@@ -1,0 +1,508 @@
+/* af_sdpa_s8.c — int8 scaled dot-product attention with integer arithmetic
+ * only (no float type, no float instruction: tools/edge/run_edge.sh
+ * disassembles the rv32imc object and fails on any soft-float call).
+ *
+ * Scheme (docs/edge.md "int8 scheme"): symmetric int8 q, k, v; int32 scores
+ * s = q.k; for a row with running max m, key weight
+ *   w = exp2neg_q15(u) >> wshift,  u = round((m - s) * exp_mult)  (Q8 base-2)
+ * from a 256-entry table of round(2^15 * 2^(-f/256)) (entry 0 is 32767, not
+ * 32768, so every weight fits int16 for the SMLAD path); the int32 accumulators
+ * acc = sum w*v and the weight sum l are rescaled by exp2neg_q15 when a later
+ * key tile raises the max (online softmax, one tile of AF_S8_KEY_TILE int32
+ * scores in the arena, no full score row); out = round((acc/l) * sv/so)
+ * saturated to int8. wshift keeps |acc| < 2^31: n_keys * 2^(22-wshift) < 2^31.
+ * Every rounding is "add half, arithmetic shift" (round half up), so a NumPy
+ * model of the same integer steps reproduces every bit. */
+#include "af_internal.h"
+
+static const uint16_t kExp2NegQ15[256] = {
+    32767, 32679, 32591, 32503, 32415, 32327, 32240, 32153, 32066, 31979, 31893, 31806,
+    31720, 31635, 31549, 31464, 31379, 31294, 31209, 31125, 31041, 30957, 30873, 30790,
+    30706, 30623, 30541, 30458, 30376, 30293, 30212, 30130, 30048, 29967, 29886, 29805,
+    29725, 29644, 29564, 29484, 29405, 29325, 29246, 29167, 29088, 29009, 28931, 28852,
+    28774, 28697, 28619, 28542, 28464, 28388, 28311, 28234, 28158, 28082, 28006, 27930,
+    27855, 27779, 27704, 27629, 27554, 27480, 27406, 27332, 27258, 27184, 27110, 27037,
+    26964, 26891, 26818, 26746, 26674, 26601, 26530, 26458, 26386, 26315, 26244, 26173,
+    26102, 26031, 25961, 25891, 25821, 25751, 25681, 25612, 25543, 25474, 25405, 25336,
+    25268, 25199, 25131, 25063, 24995, 24928, 24860, 24793, 24726, 24659, 24593, 24526,
+    24460, 24394, 24328, 24262, 24196, 24131, 24066, 24001, 23936, 23871, 23806, 23742,
+    23678, 23614, 23550, 23486, 23423, 23359, 23296, 23233, 23170, 23108, 23045, 22983,
+    22921, 22859, 22797, 22735, 22674, 22613, 22552, 22491, 22430, 22369, 22309, 22248,
+    22188, 22128, 22068, 22009, 21949, 21890, 21831, 21772, 21713, 21654, 21595, 21537,
+    21479, 21421, 21363, 21305, 21247, 21190, 21133, 21076, 21019, 20962, 20905, 20849,
+    20792, 20736, 20680, 20624, 20568, 20513, 20457, 20402, 20347, 20292, 20237, 20182,
+    20127, 20073, 20019, 19965, 19911, 19857, 19803, 19750, 19696, 19643, 19590, 19537,
+    19484, 19431, 19379, 19326, 19274, 19222, 19170, 19118, 19066, 19015, 18963, 18912,
+    18861, 18810, 18759, 18708, 18658, 18607, 18557, 18507, 18457, 18407, 18357, 18308,
+    18258, 18209, 18160, 18110, 18061, 18013, 17964, 17915, 17867, 17819, 17770, 17722,
+    17674, 17627, 17579, 17531, 17484, 17437, 17390, 17343, 17296, 17249, 17202, 17156,
+    17109, 17063, 17017, 16971, 16925, 16879, 16834, 16788, 16743, 16697, 16652, 16607,
+    16562, 16518, 16473, 16428,
+};
+
+/* round(p / 2^sh) for sh in [0, 63], half up; 0..-1 for larger shifts. */
+static int64_t af_round_shift64(int64_t p, int32_t sh) {
+  if (sh <= 0) return p;
+  if (sh >= 63) return p < 0 ? -1 : 0;
+  return (p + ((int64_t)1 << (sh - 1))) >> sh;
+}
+
+static int32_t af_sat32(int64_t x) {
+  return x > 2147483647 ? 2147483647 : (x < -2147483647 - 1 ? -2147483647 - 1 : (int32_t)x);
+}
+
+int32_t af_s8_mul_by_qmult(int32_t x, af_qmult m) {
+  return af_sat32(af_round_shift64((int64_t)x * m.mult, 31 - m.shift));
+}
+
+int32_t af_s8_exp2_neg_q15(int32_t u) {
+  int32_t e;
+  if (u <= 0) return 32767;
+  e = u >> 8;
+  if (e >= 16) return 0;
+  return ((int32_t)kExp2NegQ15[u & 255] + ((1 << e) >> 1)) >> e;
+}
+
+/* Arena: two rows' score tiles and accumulators (rows are processed in
+ * pairs so every K/V byte loaded serves two query rows). */
+size_t af_sdpa_s8_workspace_bytes(const af_sdpa_shape* s) {
+  if (af_sdpa_check_shape(s) != AF_OK) return 0;
+  return (size_t)2 * (AF_S8_KEY_TILE + s->v_dim) * sizeof(int32_t);
+}
+
+#if defined(__GNUC__)
+#define AF_INLINE static inline __attribute__((always_inline))
+#else
+#define AF_INLINE static inline
+#endif
+
+/* Online-softmax state of one query row. */
+typedef struct {
+  int32_t m;       /* running max score (valid when started) */
+  int32_t l;       /* sum of weights */
+  int32_t started; /* a tile has been seen */
+  int32_t* acc;    /* [Dv] sum of w * v */
+} af_s8_row;
+
+/* ------------------------------------------------------------ kernels --- */
+/* Two consecutive query rows (q, q + D) x 4 keys: per d, 2 q + 4 k loads
+ * serve 8 MACs; two d per iteration. With D a compile-time constant every
+ * offset is an immediate and only two pointers move. */
+#define AF_QK_STEP(o)                                                           \
+  {                                                                            \
+    const int32_t x = q[o], y = q[D + (o)];                                    \
+    const int32_t k0 = k[o], k1 = k[D + (o)], k2 = k[2 * D + (o)], k3 = k[3 * D + (o)]; \
+    a0 += x * k0;                                                              \
+    a1 += x * k1;                                                              \
+    a2 += x * k2;                                                              \
+    a3 += x * k3;                                                              \
+    b0 += y * k0;                                                              \
+    b1 += y * k1;                                                              \
+    b2 += y * k2;                                                              \
+    b3 += y * k3;                                                              \
+  }
+AF_INLINE void af_qk2x4_s8_c(int32_t* s0, int32_t* s1, const int8_t* q, const int8_t* k,
+                           int32_t D) {
+  int32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0, b0 = 0, b1 = 0, b2 = 0, b3 = 0, d;
+  for (d = 0; d + 2 <= D; d += 2, q += 2, k += 2) {
+    AF_QK_STEP(0)
+    AF_QK_STEP(1)
+  }
+  if (d < D) AF_QK_STEP(0)
+  s0[0] = a0;
+  s0[1] = a1;
+  s0[2] = a2;
+  s0[3] = a3;
+  s1[0] = b0;
+  s1[1] = b1;
+  s1[2] = b2;
+  s1[3] = b3;
+}
+#undef AF_QK_STEP
+
+AF_INLINE int32_t af_qk1_s8(const int8_t* q, const int8_t* k, int32_t D) {
+  int32_t a = 0, d;
+  for (d = 0; d < D; ++d) a += (int32_t)q[d] * k[d];
+  return a;
+}
+
+/* Two rows' accumulators (acc, acc + Dv) += their weights w, u x 4 value
+ * rows: per d, 4 v loads serve 8 MACs; two d per iteration. */
+#define AF_PV_STEP(o)                                                            \
+  {                                                                             \
+    const int32_t v0 = v[o], v1 = v[Dv + (o)], v2 = v[2 * Dv + (o)], v3 = v[3 * Dv + (o)]; \
+    acc[o] += w0 * v0 + w1 * v1 + w2 * v2 + w3 * v3;                            \
+    acc[Dv + (o)] += u0 * v0 + u1 * v1 + u2 * v2 + u3 * v3;                     \
+  }
+AF_INLINE void af_pv2x4_s8_c(int32_t* acc, const int32_t* w, const int32_t* u, const int8_t* v,
+                           int32_t Dv) {
+  const int32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3];
+  const int32_t u0 = u[0], u1 = u[1], u2 = u[2], u3 = u[3];
+  int32_t d;
+  for (d = 0; d + 2 <= Dv; d += 2, v += 2, acc += 2) {
+    AF_PV_STEP(0)
+    AF_PV_STEP(1)
+  }
+  if (d < Dv) AF_PV_STEP(0)
+}
+#undef AF_PV_STEP
+
+AF_INLINE void af_pv1_s8(int32_t* acc, int32_t w, const int8_t* v, int32_t Dv) {
+  int32_t d;
+  for (d = 0; d < Dv; ++d) acc[d] += w * v[d];
+}
+
+#if defined(__ARM_FEATURE_DSP)
+/* Cortex-M DSP extension (M4, M33, M7): SXTB16 unpacks int8 pairs, SMLAD
+ * does two 16x16 MACs into an int32. Integer sums are exact, so results are
+ * bit-identical to the C kernels above (which other cores use). */
+#include <arm_acle.h>
+#include <string.h>
+
+/* PKHBT lo(a) | lo(b) << 16 and PKHTB hi(b) << 16 | hi(a), one each. */
+AF_INLINE uint32_t af_pkhbt(uint32_t a, uint32_t b) {
+  uint32_t r;
+  __asm__("pkhbt %0, %1, %2, lsl #16" : "=r"(r) : "r"(a), "r"(b));
+  return r;
+}
+AF_INLINE uint32_t af_pkhtb(uint32_t b, uint32_t a) {
+  uint32_t r;
+  __asm__("pkhtb %0, %1, %2, asr #16" : "=r"(r) : "r"(b), "r"(a));
+  return r;
+}
+/* SXTB16 with its built-in ROR #8 (bytes 1 and 3), one instruction. */
+AF_INLINE uint32_t af_sxtb16_ror8(uint32_t x) {
+  uint32_t r;
+  __asm__("sxtb16 %0, %1, ror #8" : "=r"(r) : "r"(x));
+  return r;
+}
+
+AF_INLINE uint32_t af_ld32(const int8_t* p) {
+  uint32_t w;
+  memcpy(&w, p, 4); /* one LDR; unaligned access is legal on M4/M33 */
+  return w;
+}
+
+/* One query row x 4 keys; q unpacked per 4 d, each key word unpacked once:
+ * 23 instructions per 16 MACs, few enough registers for no spills. */
+AF_INLINE void af_qk1x4_s8_dsp(int32_t* s, const int8_t* q, const int8_t* k, int32_t D) {
+  int32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0, d;
+  for (d = 0; d + 4 <= D; d += 4, q += 4, k += 4) {
+    const uint32_t xw = af_ld32(q);
+    const int32_t x02 = (int32_t)__sxtb16(xw), x13 = (int32_t)af_sxtb16_ror8(xw);
+    uint32_t kw;
+#define AF_DSP_KEY(j, a)                                      \
+    kw = af_ld32(k + (j) * D);                                \
+    a = __smlad(x02, (int32_t)__sxtb16(kw), a);               \
+    a = __smlad(x13, (int32_t)af_sxtb16_ror8(kw), a);
+    AF_DSP_KEY(0, a0)
+    AF_DSP_KEY(1, a1)
+    AF_DSP_KEY(2, a2)
+    AF_DSP_KEY(3, a3)
+#undef AF_DSP_KEY
+  }
+  for (; d < D; ++d, ++q, ++k) {
+    const int32_t x = q[0];
+    a0 += x * k[0];
+    a1 += x * k[D];
+    a2 += x * k[2 * D];
+    a3 += x * k[3 * D];
+  }
+  s[0] = a0;
+  s[1] = a1;
+  s[2] = a2;
+  s[3] = a3;
+}
+
+AF_INLINE void af_qk2x4_s8_dsp(int32_t* s0, int32_t* s1, const int8_t* q, const int8_t* k,
+                               int32_t D) {
+  af_qk1x4_s8_dsp(s0, q, k, D);
+  af_qk1x4_s8_dsp(s1, q + D, k, D);
+}
+
+/* Weights are <= 32767 (the table's entry 0), so they pack as int16 pairs
+ * (w0,w1), (w2,w3); value bytes of key pairs are regrouped with PKHBT/PKHTB
+ * into (v0[d], v1[d]) lanes. */
+AF_INLINE void af_pv2x4_s8_dsp(int32_t* acc, const int32_t* w, const int32_t* u, const int8_t* v,
+                               int32_t Dv) {
+  const int32_t w01 = (int32_t)(((uint32_t)w[0] & 0xFFFFu) | ((uint32_t)w[1] << 16));
+  const int32_t w23 = (int32_t)(((uint32_t)w[2] & 0xFFFFu) | ((uint32_t)w[3] << 16));
+  const int32_t u01 = (int32_t)(((uint32_t)u[0] & 0xFFFFu) | ((uint32_t)u[1] << 16));
+  const int32_t u23 = (int32_t)(((uint32_t)u[2] & 0xFFFFu) | ((uint32_t)u[3] << 16));
+  int32_t d;
+  for (d = 0; d + 4 <= Dv; d += 4, v += 4, acc += 4) {
+    const uint32_t v0 = af_ld32(v), v1 = af_ld32(v + Dv), v2 = af_ld32(v + 2 * Dv),
+                   v3 = af_ld32(v + 3 * Dv);
+    const uint32_t e0 = __sxtb16(v0), o0 = af_sxtb16_ror8(v0);
+    const uint32_t e1 = __sxtb16(v1), o1 = af_sxtb16_ror8(v1);
+    const uint32_t e2 = __sxtb16(v2), o2 = af_sxtb16_ror8(v2);
+    const uint32_t e3 = __sxtb16(v3), o3 = af_sxtb16_ror8(v3);
+    /* (key0, key1) and (key2, key3) lanes for d, d+1, d+2, d+3 */
+    const int32_t p01_0 = (int32_t)af_pkhbt(e0, e1);
+    const int32_t p01_2 = (int32_t)af_pkhtb(e1, e0);
+    const int32_t p01_1 = (int32_t)af_pkhbt(o0, o1);
+    const int32_t p01_3 = (int32_t)af_pkhtb(o1, o0);
+    const int32_t p23_0 = (int32_t)af_pkhbt(e2, e3);
+    const int32_t p23_2 = (int32_t)af_pkhtb(e3, e2);
+    const int32_t p23_1 = (int32_t)af_pkhbt(o2, o3);
+    const int32_t p23_3 = (int32_t)af_pkhtb(o3, o2);
+    acc[0] = __smlad(w23, p23_0, __smlad(w01, p01_0, acc[0]));
+    acc[1] = __smlad(w23, p23_1, __smlad(w01, p01_1, acc[1]));
+    acc[2] = __smlad(w23, p23_2, __smlad(w01, p01_2, acc[2]));
+    acc[3] = __smlad(w23, p23_3, __smlad(w01, p01_3, acc[3]));
+    acc[Dv] = __smlad(u23, p23_0, __smlad(u01, p01_0, acc[Dv]));
+    acc[Dv + 1] = __smlad(u23, p23_1, __smlad(u01, p01_1, acc[Dv + 1]));
+    acc[Dv + 2] = __smlad(u23, p23_2, __smlad(u01, p01_2, acc[Dv + 2]));
+    acc[Dv + 3] = __smlad(u23, p23_3, __smlad(u01, p01_3, acc[Dv + 3]));
+  }
+  for (; d < Dv; ++d, ++v, ++acc) {
+    const int32_t a = v[0], b = v[Dv], c = v[2 * Dv], e = v[3 * Dv];
+    acc[0] += w[0] * a + w[1] * b + w[2] * c + w[3] * e;
+    acc[Dv] += u[0] * a + u[1] * b + u[2] * c + u[3] * e;
+  }
+}
+#define af_qk2x4_s8 af_qk2x4_s8_dsp
+#define af_pv2x4_s8 af_pv2x4_s8_dsp
+#else
+#define af_qk2x4_s8 af_qk2x4_s8_c
+#define af_pv2x4_s8 af_pv2x4_s8_c
+#endif
+
+/* ------------------------------------------------------------ softmax --- */
+/* 2^(-u/256) in Q15, shifted right by `extra` more bits, one rounding:
+ * round(LUT[u & 255] / 2^((u >> 8) + extra)); 0 once the shift reaches 16. */
+AF_INLINE int32_t af_exp2_neg(int32_t u, int32_t extra) {
+  const int32_t e = (u >> 8) + extra;
+  if (e >= 16) return 0;
+  return ((int32_t)kExp2NegQ15[u & 255] + ((1 << e) >> 1)) >> e;
+}
+
+/* Weight of a key with score s when the row max is m: u = ((m-s)*M >> 32)
+ * << p (exp_mult = {M, p}); hi_cut: any high part at or above it gives
+ * u >= 16*256, weight 0 (and keeps the shift by p from overflowing). */
+AF_INLINE int32_t af_weight(int32_t m, int32_t s, af_qmult em, int32_t hi_cut, int32_t wshift) {
+  const int32_t hi = (int32_t)(((int64_t)(m - s) * em.mult) >> 32);
+  if (hi >= hi_cut) return 0;
+  return af_exp2_neg(hi << em.shift, wshift);
+}
+
+static int64_t af_round_shift64(int64_t p, int32_t sh);
+
+/* One tile of scores (t_n >= 1) of one row: raise the max (rescaling acc and
+ * l by 2^-u in Q15, rounded), then scores -> weights in place, l += sum. */
+static void af_s8_softmax_tile(af_s8_row* r, int32_t* sbuf, int32_t t_n, af_qmult em,
+                               int32_t hi_cut, int32_t wshift, int32_t Dv) {
+  int32_t t, tmax = sbuf[0], l = r->l, m;
+  for (t = 1; t < t_n; ++t)
+    if (sbuf[t] > tmax) tmax = sbuf[t];
+  if (!r->started) {
+    r->m = tmax;
+    r->started = 1;
+  } else if (tmax > r->m) {
+    const int32_t f = af_weight(tmax, r->m, em, hi_cut, 0);
+    int32_t d;
+    for (d = 0; d < Dv; ++d) r->acc[d] = (int32_t)af_round_shift64((int64_t)r->acc[d] * f, 15);
+    l = (int32_t)af_round_shift64((int64_t)l * f, 15);
+    r->m = tmax;
+  }
+  m = r->m;
+  for (t = 0; t < t_n; ++t) {
+    sbuf[t] = af_weight(m, sbuf[t], em, hi_cut, wshift);
+    l += sbuf[t];
+  }
+  r->l = l;
+}
+
+/* ---------------------------------------------------------- row loops --- */
+/* One row over keys k[0..n) (a sub-range of the head, tiles from its
+ * start). */
+AF_INLINE void af_s8_keys1(af_s8_row* r, int32_t* sbuf, const int8_t* qr, const int8_t* k,
+                           const int8_t* v, int32_t n, af_qmult em, int32_t hi_cut,
+                           int32_t wshift, int32_t D, int32_t Dv) {
+  int32_t j0, t;
+  for (j0 = 0; j0 < n; j0 += AF_S8_KEY_TILE) {
+    const int32_t t_n = (n - j0) < AF_S8_KEY_TILE ? (n - j0) : AF_S8_KEY_TILE;
+    const int8_t* kt = k + (size_t)j0 * D;
+    const int8_t* vt = v + (size_t)j0 * Dv;
+    for (t = 0; t < t_n; ++t) sbuf[t] = af_qk1_s8(qr, kt + (size_t)t * D, D);
+    af_s8_softmax_tile(r, sbuf, t_n, em, hi_cut, wshift, Dv);
+    for (t = 0; t < t_n; ++t)
+      if (sbuf[t] != 0) af_pv1_s8(r->acc, sbuf[t], vt + (size_t)t * Dv, Dv);
+  }
+}
+
+/* Two rows over the same keys k[0..n). Requires q1 == q0 + D and
+ * r1->acc == r0->acc + Dv (consecutive rows, adjacent accumulators). */
+AF_INLINE void af_s8_keys2(af_s8_row* r0, af_s8_row* r1, int32_t* sb0, int32_t* sb1,
+                           const int8_t* q0, const int8_t* q1, const int8_t* k,
+                           const int8_t* v, int32_t n, af_qmult em, int32_t hi_cut,
+                           int32_t wshift, int32_t D, int32_t Dv) {
+  int32_t j0, t;
+  for (j0 = 0; j0 < n; j0 += AF_S8_KEY_TILE) {
+    const int32_t t_n = (n - j0) < AF_S8_KEY_TILE ? (n - j0) : AF_S8_KEY_TILE;
+    const int8_t* kt = k + (size_t)j0 * D;
+    const int8_t* vt = v + (size_t)j0 * Dv;
+    for (t = 0; t + 4 <= t_n; t += 4)
+      af_qk2x4_s8(sb0 + t, sb1 + t, q0, kt + (size_t)t * D, D);
+    for (; t < t_n; ++t) {
+      sb0[t] = af_qk1_s8(q0, kt + (size_t)t * D, D);
+      sb1[t] = af_qk1_s8(q1, kt + (size_t)t * D, D);
+    }
+    af_s8_softmax_tile(r0, sb0, t_n, em, hi_cut, wshift, Dv);
+    af_s8_softmax_tile(r1, sb1, t_n, em, hi_cut, wshift, Dv);
+    for (t = 0; t + 4 <= t_n; t += 4)
+      af_pv2x4_s8(r0->acc, sb0 + t, sb1 + t, vt + (size_t)t * Dv, Dv);
+    for (; t < t_n; ++t) {
+      if (sb0[t] != 0) af_pv1_s8(r0->acc, sb0[t], vt + (size_t)t * Dv, Dv);
+      if (sb1[t] != 0) af_pv1_s8(r1->acc, sb1[t], vt + (size_t)t * Dv, Dv);
+    }
+  }
+}
+
+/* Rows i (n0 keys) and, if q1 != NULL, i+1 (n1 keys): the common keys
+ * jointly, then each row's extra keys alone (as one more key range). */
+AF_INLINE void af_s8_pair(af_s8_row* r0, af_s8_row* r1, int32_t* sb0, int32_t* sb1,
+                          const int8_t* q0, const int8_t* q1, const int8_t* k, const int8_t* v,
+                          int32_t n0, int32_t n1, af_qmult em, int32_t hi_cut, int32_t wshift,
+                          int32_t D, int32_t Dv) {
+  int32_t nc;
+  if (q1 == NULL) {
+    af_s8_keys1(r0, sb0, q0, k, v, n0, em, hi_cut, wshift, D, Dv);
+    return;
+  }
+  nc = n0 < n1 ? n0 : n1;
+  if (nc < 0) nc = 0;
+  af_s8_keys2(r0, r1, sb0, sb1, q0, q1, k, v, nc, em, hi_cut, wshift, D, Dv);
+  if (n0 > nc)
+    af_s8_keys1(r0, sb0, q0, k + (size_t)nc * D, v + (size_t)nc * Dv, n0 - nc, em, hi_cut,
+                wshift, D, Dv);
+  if (n1 > nc)
+    af_s8_keys1(r1, sb1, q1, k + (size_t)nc * D, v + (size_t)nc * Dv, n1 - nc, em, hi_cut,
+                wshift, D, Dv);
+}
+
+/* Specialisation: head size 64 gets constant offsets; others the generic
+ * copy. */
+static void af_s8_pair_d64(af_s8_row* r0, af_s8_row* r1, int32_t* sb0, int32_t* sb1,
+                           const int8_t* q0, const int8_t* q1, const int8_t* k, const int8_t* v,
+                           int32_t n0, int32_t n1, af_qmult em, int32_t hi_cut, int32_t wshift) {
+  af_s8_pair(r0, r1, sb0, sb1, q0, q1, k, v, n0, n1, em, hi_cut, wshift, 64, 64);
+}
+static void af_s8_pair_any(af_s8_row* r0, af_s8_row* r1, int32_t* sb0, int32_t* sb1,
+                           const int8_t* q0, const int8_t* q1, const int8_t* k, const int8_t* v,
+                           int32_t n0, int32_t n1, af_qmult em, int32_t hi_cut, int32_t wshift,
+                           int32_t D, int32_t Dv) {
+  af_s8_pair(r0, r1, sb0, sb1, q0, q1, k, v, n0, n1, em, hi_cut, wshift, D, Dv);
+}
+
+/* ------------------------------------------------------------- finish --- */
+static int32_t af_bitlen(uint32_t x) {
+  int32_t n = 0;
+  while (x) {
+    ++n;
+    x >>= 1;
+  }
+  return n;
+}
+
+/* out = round((acc / l) * sv/so), saturated; zeros for a dead row. */
+static void af_s8_finish(int8_t* o, const af_s8_row* r, af_qmult om, int32_t Dv) {
+  int32_t d;
+  const int32_t l = r->l;
+  if (!r->started || l <= 0) { /* dead row (the max key has weight > 0) */
+    for (d = 0; d < Dv; ++d) o[d] = 0;
+    return;
+  }
+  {
+    /* One fixed-point factor per row: c ~ (2^31 / l_top) * out_mult / 2^32
+     * with l_top = the top 16 bits of l (one 32-bit division; relative error
+     * < 2^-14, < 0.01 output LSB), so out = acc * c * 2^(shift - 30 - ex). */
+    const int32_t e = af_bitlen((uint32_t)l);
+    const int32_t ex = e > 16 ? e - 16 : 0;
+    const uint32_t inv = 0x80000000u / ((uint32_t)l >> ex); /* < 2^23 */
+    const uint64_t cm = (uint64_t)inv * (uint32_t)om.mult;
+    const int32_t c = (int32_t)((cm + 0x80000000u) >> 32); /* < 2^22 */
+    const int32_t sh = 30 + ex - om.shift;
+    const int32_t z = c > 0 ? 31 - af_bitlen((uint32_t)c) : 0;
+    const int32_t* acc = r->acc;
+    if (c > 0 && sh + z >= 33 && sh + z <= 62) {
+      /* c' = c << z in [2^30, 2^31): y = (hi(acc * c') + half) >> (sh+z-32),
+       * one high multiply per element. */
+      const int32_t c2 = c << z, s2 = sh + z - 32, half = 1 << (s2 - 1);
+      for (d = 0; d < Dv; ++d) {
+        const int32_t y = ((int32_t)(((int64_t)acc[d] * c2) >> 32) + half) >> s2;
+        o[d] = (int8_t)(y > 127 ? 127 : (y < -128 ? -128 : y));
+      }
+    } else {
+      for (d = 0; d < Dv; ++d) {
+        const int64_t y = af_round_shift64((int64_t)acc[d] * c, sh);
+        o[d] = (int8_t)(y > 127 ? 127 : (y < -128 ? -128 : y));
+      }
+    }
+  }
+}
+
+af_status af_sdpa_s8(int8_t* out, const int8_t* q, const int8_t* k,
+                     const int8_t* v, const int32_t* kv_lens,
+                     const af_s8_params* p, const af_sdpa_shape* s,
+                     void* arena, size_t arena_bytes) {
+  af_status st = af_sdpa_check_shape(s);
+  int32_t b, h, i, wshift = 0;
+  int32_t *sb0, *sb1, *acc0, *acc1;
+  if (st != AF_OK) return st;
+  if (out == NULL || q == NULL || k == NULL || v == NULL || p == NULL || arena == NULL)
+    return AF_ERR_NULL;
+  if (s->kv_len > 32768) return AF_ERR_SHAPE;
+  for (h = 0; h < p->num_scale_heads && h < AF_S8_MAX_HEADS; ++h)
+    if (p->exp_mult[h].mult < 0 || p->exp_mult[h].shift < 0 || p->exp_mult[h].shift > 8)
+      return AF_ERR_PARAM;
+  if (!(p->num_scale_heads == 1 ||
+        (p->num_scale_heads == s->num_heads && s->num_heads <= AF_S8_MAX_HEADS)))
+    return AF_ERR_PARAM;
+  if ((st = af_check_kv_lens(kv_lens, s)) != AF_OK) return st;
+  if (arena_bytes < af_sdpa_s8_workspace_bytes(s) || ((uintptr_t)arena & 3u))
+    return AF_ERR_ARENA;
+  while (((int64_t)s->kv_len << (22 - wshift)) >= ((int64_t)1 << 31)) ++wshift;
+  sb0 = (int32_t*)arena;
+  sb1 = sb0 + AF_S8_KEY_TILE;
+  acc0 = sb1 + AF_S8_KEY_TILE;
+  acc1 = acc0 + s->v_dim;
+  {
+    const int32_t H = s->num_heads, G = s->num_heads / s->num_kv_heads;
+    const int32_t Lq = s->q_len, Lk = s->kv_len, D = s->head_dim, Dv = s->v_dim;
+    for (b = 0; b < s->batch; ++b) {
+      const int32_t valid = kv_lens ? kv_lens[b] : Lk;
+      for (h = 0; h < H; ++h) {
+        const int32_t g = h / G, ph = p->num_scale_heads == 1 ? 0 : h;
+        const af_qmult em = p->exp_mult[ph], om = p->out_mult[ph];
+        const int32_t hi_cut = (16 * 256) >> em.shift;
+        const int8_t* kh = k + ((size_t)b * s->num_kv_heads + g) * Lk * D;
+        const int8_t* vh = v + ((size_t)b * s->num_kv_heads + g) * Lk * Dv;
+        for (i = 0; i < Lq; i += 2) {
+          const size_t row = ((size_t)b * H + h) * Lq + i;
+          const int32_t two = i + 1 < Lq;
+          const int32_t n0 = af_last_key(s, i, valid) + 1;
+          const int32_t n1 = two ? af_last_key(s, i + 1, valid) + 1 : 0;
+          const int8_t* q1 = two ? q + (row + 1) * D : NULL;
+          af_s8_row r0, r1;
+          int32_t d;
+          r0.m = r1.m = 0;
+          r0.l = r1.l = 0;
+          r0.started = r1.started = 0;
+          r0.acc = acc0;
+          r1.acc = acc1;
+          for (d = 0; d < Dv; ++d) acc0[d] = acc1[d] = 0;
+          if (D == 64 && Dv == 64)
+            af_s8_pair_d64(&r0, &r1, sb0, sb1, q + row * D, q1, kh, vh, n0, n1, em, hi_cut,
+                           wshift);
+          else
+            af_s8_pair_any(&r0, &r1, sb0, sb1, q + row * D, q1, kh, vh, n0, n1, em, hi_cut,
+                           wshift, D, Dv);
+          af_s8_finish(out + row * Dv, &r0, om, Dv);
+          if (two) af_s8_finish(out + (row + 1) * Dv, &r1, om, Dv);
+        }
+      }
+    }
+  }
+  return AF_OK;
+}
