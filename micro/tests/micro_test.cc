@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "attnflow/attention.h"
+#include "attnflow/reference.h"
 #include "attnflow/golden.h"
 #include "attnflow/micro.h"
 

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "attnflow/attention.h"
+#include "attnflow/reference.h"
 #include "attnflow/golden.h"
 #include "cli_common.h"
 
