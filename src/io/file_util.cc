@@ -4,6 +4,7 @@
 // fsync'ed temporary file over the target, or removes the temporary file and
 // leaves the target as it was. No exception escapes.
 #include "attnflow/file_util.h"
+#include "core/utf8.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -279,40 +280,11 @@ Result<MappedFile> MapFileReadOnly(const std::string& path, const std::string& p
 }
 
 bool IsValidUtf8(std::string_view s) {
-  size_t i = 0;
-  const size_t n = s.size();
-  while (i < n) {
-    const uint8_t c = static_cast<uint8_t>(s[i]);
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    int len;
-    uint32_t cp;
-    if ((c & 0xE0) == 0xC0) {
-      len = 2;
-      cp = c & 0x1F;
-    } else if ((c & 0xF0) == 0xE0) {
-      len = 3;
-      cp = c & 0x0F;
-    } else if ((c & 0xF8) == 0xF0) {
-      len = 4;
-      cp = c & 0x07;
-    } else {
-      return false;
-    }
-    if (i + len > n) return false;
-    for (int k = 1; k < len; ++k) {
-      const uint8_t cc = static_cast<uint8_t>(s[i + k]);
-      if ((cc & 0xC0) != 0x80) return false;
-      cp = (cp << 6) | (cc & 0x3F);
-    }
-    if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) ||
-        (len == 4 && cp < 0x10000)) {
-      return false;  // overlong
-    }
-    if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
-    i += len;
+  char32_t cp;
+  for (size_t i = 0; i < s.size();) {
+    const int len = utf8::DecodeOne(s, i, &cp);
+    if (len == 0) return false;
+    i += static_cast<size_t>(len);
   }
   return true;
 }

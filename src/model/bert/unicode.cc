@@ -2,6 +2,7 @@
 // for the WordPiece tokenizer. Binary searches over sorted tables; no
 // allocation except into caller-provided strings.
 #include "model/bert/unicode.h"
+#include "core/utf8.h"
 
 #include <algorithm>
 
@@ -101,57 +102,17 @@ std::u32string Nfd(std::u32string_view s) {
 bool DecodeUtf8(std::string_view in, std::u32string* out) {
   out->clear();
   out->reserve(in.size());
-  const auto* p = reinterpret_cast<const unsigned char*>(in.data());
-  const size_t n = in.size();
-  size_t i = 0;
-  while (i < n) {
-    const unsigned char b0 = p[i];
-    if (b0 < 0x80) {
-      out->push_back(b0);
-      ++i;
-      continue;
-    }
-    int len;
-    char32_t c, min;
-    if ((b0 & 0xE0) == 0xC0) {
-      len = 2, c = b0 & 0x1F, min = 0x80;
-    } else if ((b0 & 0xF0) == 0xE0) {
-      len = 3, c = b0 & 0x0F, min = 0x800;
-    } else if ((b0 & 0xF8) == 0xF0) {
-      len = 4, c = b0 & 0x07, min = 0x10000;
-    } else {
-      return false;
-    }
-    if (i + static_cast<size_t>(len) > n) return false;
-    for (int k = 1; k < len; ++k) {
-      const unsigned char b = p[i + static_cast<size_t>(k)];
-      if ((b & 0xC0) != 0x80) return false;
-      c = (c << 6) | (b & 0x3F);
-    }
-    if (c < min || c > kMaxCodePoint || (c >= 0xD800 && c <= 0xDFFF)) return false;
-    out->push_back(c);
+  char32_t cp;
+  for (size_t i = 0; i < in.size();) {
+    const int len = utf8::DecodeOne(in, i, &cp);
+    if (len == 0) return false;
+    out->push_back(cp);
     i += static_cast<size_t>(len);
   }
   return true;
 }
 
-void AppendUtf8(char32_t c, std::string* out) {
-  if (c < 0x80) {
-    out->push_back(static_cast<char>(c));
-  } else if (c < 0x800) {
-    out->push_back(static_cast<char>(0xC0 | (c >> 6)));
-    out->push_back(static_cast<char>(0x80 | (c & 0x3F)));
-  } else if (c < 0x10000) {
-    out->push_back(static_cast<char>(0xE0 | (c >> 12)));
-    out->push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (c & 0x3F)));
-  } else {
-    out->push_back(static_cast<char>(0xF0 | (c >> 18)));
-    out->push_back(static_cast<char>(0x80 | ((c >> 12) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (c & 0x3F)));
-  }
-}
+void AppendUtf8(char32_t c, std::string* out) { utf8::Append(c, out); }
 
 std::string EncodeUtf8(std::u32string_view s) {
   std::string out;
