@@ -199,8 +199,6 @@ Status WriteTraceHeatmaps(const std::string& dir, const Trace& trace,
 // RGB8 image -> PNG bytes (stored deflate blocks, CRC-32, Adler-32).
 Result<std::string> EncodePng(int64_t width, int64_t height,
                               const std::vector<uint8_t>& rgb);
-// A float tensor -> .npy v1.0 bytes ('<f8' for F64, '<f4' otherwise,
-// C order); I32/I64 as '<i4'/'<i8'.
-Result<std::string> EncodeNpy(const TensorView& t);
+// (.npy files are written by the one encoder, attnflow/npy.h EncodeNpy.)
 
 }  // namespace attnflow::trace

@@ -14,6 +14,7 @@
 #include <system_error>
 
 #include "attnflow/file_util.h"
+#include "attnflow/npy.h"
 #include "attnflow/golden.h"
 #include "attnflow/safetensors.h"
 #include "attnflow/trace.h"
@@ -129,63 +130,31 @@ Status WriteTraceSafetensors(const std::string& path, const Trace& t) {
   return WriteSafetensors(path, tensors, meta);
 }
 
-Result<std::string> EncodeNpy(const TensorView& t) {
-  const char* descr = nullptr;
-  switch (t.dtype) {
-    case DType::kF64: descr = "<f8"; break;
-    case DType::kF32: case DType::kF16: case DType::kBF16: descr = "<f4"; break;
-    case DType::kI32: descr = "<i4"; break;
-    case DType::kI64: descr = "<i8"; break;
-    default:
-      return Unimplemented(std::string("trace: .npy export of dtype ") + DTypeName(t.dtype));
-  }
-  std::string shape = "(";
-  for (int i = 0; i < t.rank; ++i) shape += (i ? ", " : "") + std::to_string(t.shape[i]);
-  shape += t.rank == 1 ? ",)" : ")";
-  std::string header = std::string("{'descr': '") + descr +
-                       "', 'fortran_order': False, 'shape': " + shape + ", }";
-  // magic(6) + version(2) + len(2) + header + '\n' is a multiple of 64.
-  const size_t total = 10 + header.size() + 1;
-  header.append((64 - total % 64) % 64, ' ');
-  header += '\n';
-  std::string o = "\x93NUMPY";
-  o += '\x01';
-  o += '\x00';
-  o += static_cast<char>(header.size() & 0xff);
-  o += static_cast<char>((header.size() >> 8) & 0xff);
-  o += header;
-  const int64_t n = t.numel();
+// .npy bytes of a stage through the one encoder (io/npy.cc); F16/BF16 stages
+// (a half-precision KV cache) are widened to F32 first.
+Result<std::vector<uint8_t>> StageNpy(const TensorView& v) {
+  if (v.dtype != DType::kF16 && v.dtype != DType::kBF16) return EncodeNpy(v);
+  Result<Tensor> wide = Tensor::Zeros(DType::kF32, Shape(v.shape.begin(), v.shape.begin() + v.rank));
+  if (!wide.ok()) return wide.status();
   int64_t idx[4] = {0, 0, 0, 0};
-  for (int64_t e = 0; e < n; ++e) {
-    const int64_t off = t.offset(idx[0], idx[1], idx[2], idx[3]);
-    if (t.dtype == DType::kF64) {
-      const double v = t.load(off);
-      o.append(reinterpret_cast<const char*>(&v), 8);
-    } else if (t.dtype == DType::kI32) {
-      const int32_t v = t.ptr<int32_t>()[off];
-      o.append(reinterpret_cast<const char*>(&v), 4);
-    } else if (t.dtype == DType::kI64) {
-      const int64_t v = t.ptr<int64_t>()[off];
-      o.append(reinterpret_cast<const char*>(&v), 8);
-    } else {
-      const float v = static_cast<float>(t.load(off));
-      o.append(reinterpret_cast<const char*>(&v), 4);
-    }
-    for (int k = t.rank - 1; k >= 0; --k) {
-      if (++idx[k] < t.shape[k]) break;
+  for (int64_t e = 0; e < v.numel(); ++e) {
+    wide->view().store(e, v.load(v.offset(idx[0], idx[1], idx[2], idx[3])));
+    for (int k = v.rank - 1; k >= 0; --k) {
+      if (++idx[k] < v.shape[k]) break;
       idx[k] = 0;
     }
   }
-  return o;
+  return EncodeNpy(wide->view());
 }
 
 Status WriteTraceNpy(const std::string& dir, const Trace& t, std::vector<std::string>* written) {
   ATTNFLOW_RETURN_IF_ERROR(internal::MakeDirs(dir));
   auto put = [&](const std::string& name, const TensorView& v) -> Status {
-    Result<std::string> bytes = EncodeNpy(v);
+    Result<std::vector<uint8_t>> bytes = StageNpy(v);
     if (!bytes.ok()) return bytes.status();
     const std::string path = JoinPath(dir, name + ".npy");
-    ATTNFLOW_RETURN_IF_ERROR(WriteFileAtomic(path, bytes.value()));
+    ATTNFLOW_RETURN_IF_ERROR(WriteFileAtomic(
+        path, std::string_view(reinterpret_cast<const char*>(bytes->data()), bytes->size())));
     if (written) written->push_back(path);
     return Status::Ok();
   };

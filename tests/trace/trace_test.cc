@@ -25,6 +25,7 @@
 #include "attnflow/golden.h"
 #include "attnflow/model.h"
 #include "attnflow/safetensors.h"
+#include "attnflow/npy.h"
 #include "attnflow/trace.h"
 #include "util/test_util.h"
 #include "util/minilm_util.h"
@@ -461,9 +462,9 @@ TEST(TraceExport, SafetensorsIsAGoldenCaseWithGoldenStageNames) {
 
 TEST(TraceExport, NpyHeaderAndDataRoundTrip) {
   Trace t = Toy();
-  Result<std::string> b = trace::EncodeNpy(t.Find("weights")->view());
+  Result<std::vector<uint8_t>> b = EncodeNpy(t.Find("weights")->view());
   ASSERT_TRUE(b.ok());
-  const std::string& s = b.value();
+  const std::string s(b->begin(), b->end());
   ASSERT_EQ(s.substr(0, 6), "\x93NUMPY");
   const size_t hl = static_cast<unsigned char>(s[8]) | (static_cast<unsigned char>(s[9]) << 8);
   EXPECT_EQ((10 + hl) % 64, 0u);
@@ -477,8 +478,8 @@ TEST(TraceExport, NpyHeaderAndDataRoundTrip) {
     EXPECT_EQ(v, t.Find("weights")->data<double>()[i]);
   }
   int32_t ids[3] = {1, 2, 3};
-  Result<std::string> bi = trace::EncodeNpy(MakeView(ids, DType::kI32, {3}));
-  EXPECT_NE(bi->find("'descr': '<i4', 'fortran_order': False, 'shape': (3,)"), std::string::npos);
+  Result<std::vector<uint8_t>> bi = EncodeNpy(MakeView(ids, DType::kI32, {3}));
+  EXPECT_NE(std::string(bi->begin(), bi->end()).find("'descr': '<i4', 'fortran_order': False, 'shape': (3,)"), std::string::npos);
   const std::string dir = TempDir() + "/npy";
   std::vector<std::string> files;
   ASSERT_TRUE(trace::WriteTraceNpy(dir, t, &files).ok());
