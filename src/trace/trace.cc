@@ -14,6 +14,7 @@
 #include <cmath>
 #include <limits>
 
+#include "attnflow/nn.h"
 #include "attnflow/reference.h"
 #include "attnflow/kernels.h"
 #include "attnflow/trace.h"
@@ -153,33 +154,6 @@ namespace {
 using internal::Collector;
 
 Result<Tensor> F64(const Shape& s) { return Tensor::Zeros(DType::kF64, s); }
-
-// y[r] = LayerNorm(x[r]) * g + b over rows of width n (biased variance).
-void LayerNormRows(double* y, const double* x, const double* g, const double* b,
-                   int64_t rows, int64_t n, double eps) {
-  for (int64_t r = 0; r < rows; ++r) {
-    const double* xr = x + r * n;
-    double mean = 0;
-    for (int64_t i = 0; i < n; ++i) mean += xr[i];
-    mean /= static_cast<double>(n);
-    double var = 0;
-    for (int64_t i = 0; i < n; ++i) var += (xr[i] - mean) * (xr[i] - mean);
-    var /= static_cast<double>(n);
-    const double inv = 1.0 / std::sqrt(var + eps);
-    for (int64_t i = 0; i < n; ++i) y[r * n + i] = (xr[i] - mean) * inv * g[i] + b[i];
-  }
-}
-
-// y[r, o] = b[o] + sum_c x[r, c] * w[o, c]   (torch.nn.Linear)
-void Linear(double* y, const double* x, const double* w, const double* b, int64_t rows,
-            int64_t in, int64_t out) {
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t o = 0; o < out; ++o) {
-      double acc = b != nullptr ? b[o] : 0.0;
-      for (int64_t c = 0; c < in; ++c) acc += x[r * in + c] * w[o * in + c];
-      y[r * out + o] = acc;
-    }
-}
 
 Status CheckRange(const char* what, int64_t v, int64_t lo, int64_t hi) {
   if (v < lo || v > hi) {
@@ -370,18 +344,15 @@ Result<Trace> TraceToy(const ToyOptions& o) {
   const double* xa = x->data<double>();
   const double* aa = attn->data<double>();
   for (int64_t i = 0; i < L * E; ++i) residual->data<double>()[i] = xa[i] + aa[i];
-  LayerNormRows(norm->data<double>(), residual->data<double>(), blk.ln1_g.data<double>(),
-                blk.ln1_b.data<double>(), L, E, kToyLayerNormEps);
-  Linear(hidden->data<double>(), norm->data<double>(), blk.w_1.data<double>(),
-         blk.b_1.data<double>(), L, E, F);
-  for (int64_t i = 0; i < L * F; ++i)
-    hidden->data<double>()[i] = std::max(0.0, hidden->data<double>()[i]);
-  Linear(ffn->data<double>(), hidden->data<double>(), blk.w_2.data<double>(),
-         blk.b_2.data<double>(), L, F, E);
+  // The block's float64 layers are nn's (the oracles of the ops).
+  const nn::NormWeights ln1{blk.ln1_g.view(), blk.ln1_b.view()}, ln2{blk.ln2_g.view(), blk.ln2_b.view()};
+  ATTNFLOW_RETURN_IF_ERROR(nn::Norm(norm->view(), residual->view(), ln1, nn::NormKind::kLayerNorm, kToyLayerNormEps));
+  ATTNFLOW_RETURN_IF_ERROR(nn::LinearLayer(hidden->view(), norm->view(), blk.w_1.view(), blk.b_1.view()));
+  ATTNFLOW_RETURN_IF_ERROR(nn::Activate(hidden->view(), hidden->view(), nn::Activation::kRelu));
+  ATTNFLOW_RETURN_IF_ERROR(nn::LinearLayer(ffn->view(), hidden->view(), blk.w_2.view(), blk.b_2.view()));
   for (int64_t i = 0; i < L * E; ++i)
     residual2->data<double>()[i] = norm->data<double>()[i] + ffn->data<double>()[i];
-  LayerNormRows(block->data<double>(), residual2->data<double>(), blk.ln2_g.data<double>(),
-                blk.ln2_b.data<double>(), L, E, kToyLayerNormEps);
+  ATTNFLOW_RETURN_IF_ERROR(nn::Norm(block->view(), residual2->view(), ln2, nn::NormKind::kLayerNorm, kToyLayerNormEps));
 
   Result<Tensor> embed = Tensor::FromView(x->view());
   if (!embed.ok()) return embed.status();
