@@ -102,10 +102,27 @@ function(attnflow_check_layering)
   endforeach()
 endfunction()
 
+# The attention player page (web/player.html) compiled into the trace layer:
+# generated at build time, never committed. Sets <out_var> to the source.
+function(attnflow_player_source out_var)
+  find_package(Python3 REQUIRED COMPONENTS Interpreter)
+  set(out ${CMAKE_BINARY_DIR}/generated/player_html.cc)
+  add_custom_command(
+    OUTPUT ${out}
+    COMMAND Python3::Interpreter ${CMAKE_SOURCE_DIR}/web/embed_player.py ${out}
+    DEPENDS ${CMAKE_SOURCE_DIR}/web/player.html ${CMAKE_SOURCE_DIR}/web/embed_player.py
+    COMMENT "Embedding web/player.html")
+  set(${out_var} ${out} PARENT_SCOPE)
+endfunction()
+
 # One static library per layer.
 function(attnflow_add_layers)
   foreach(layer ${ATTNFLOW_LAYERS})
     file(GLOB_RECURSE srcs CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/${layer}/*.cc)
+    if(layer STREQUAL "trace")
+      attnflow_player_source(player)
+      list(APPEND srcs ${player})
+    endif()
     add_library(attnflow_${layer} STATIC ${srcs})
     target_include_directories(attnflow_${layer} PUBLIC ${CMAKE_SOURCE_DIR}/include
                                PRIVATE ${CMAKE_SOURCE_DIR}/src)

@@ -421,7 +421,7 @@ TEST(TracePage, EmbeddedTemplateIsWebPlayerHtml) {
       ReadFileString(std::string(ATTNFLOW_SOURCE_DIR) + "/web/player.html");
   ASSERT_TRUE(file.ok());
   EXPECT_TRUE(file.value() == trace::PlayerTemplate())
-      << "src/trace/player_html.cc is stale: run python3 web/embed_player.py";
+      << "the page generated at build time (web/embed_player.py) differs from web/player.html";
 }
 
 TEST(TracePage, InlinesTheJsonAndCannotBeBrokenOutOf) {
