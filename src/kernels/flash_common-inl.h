@@ -57,8 +57,10 @@ constexpr int kPvVecs = 2;
 // [-0.5, 0.5], relative error ~2e-7. x < -126 (incl. -inf) gives exactly 0.
 // n = round(x) via the 1.5*2^23 "magic" add: the float t = x + magic holds n
 // in its low mantissa bits, so (bits(t) + 127) << 23 is the float 2^n (the
-// high bits of magic shift out). NaN propagates (x86 max returns its second
-// operand when either is NaN).
+// high bits of magic shift out). NaN propagates: x86 max returns its second
+// operand when either is NaN; Arm's Max (vmaxnm) returns the number, so there
+// a NaN input is passed through explicitly (else a NaN score would be
+// swallowed and its row come out finite).
 HWY_INLINE VF Exp2(DF df, VF x) {
   const DI di;
   const VF magic = hn::Set(df, 12582912.0f);  // 1.5 * 2^23
@@ -75,7 +77,11 @@ HWY_INLINE VF Exp2(DF df, VF x) {
   p = hn::MulAdd(p, f, hn::Set(df, 1.0f));
   const VI e = hn::ShiftLeft<23>(hn::Add(hn::BitCast(di, t), hn::Set(di, 127)));
   const VF r = hn::Mul(p, hn::BitCast(df, e));
+#if HWY_ARCH_ARM
+  return hn::IfThenElse(hn::IsNaN(x), x, hn::IfThenZeroElse(hn::Lt(x, hn::Set(df, -126.0f)), r));
+#else
   return hn::IfThenZeroElse(hn::Lt(x, hn::Set(df, -126.0f)), r);
+#endif
 }
 
 // ---------------------------------------------------------------------------
