@@ -20,7 +20,7 @@ set(ATTNFLOW_DEPS_nn core io reference kernels)
 set(ATTNFLOW_DEPS_model core io reference kernels ops)
 set(ATTNFLOW_DEPS_golden core io reference kernels nn)
 set(ATTNFLOW_DEPS_trace core io reference kernels ops nn model golden)
-set(ATTNFLOW_DEPS_bench core)
+set(ATTNFLOW_DEPS_bench core reference kernels)
 
 # Layers with a build of their own (cmake/<feature>.cmake), checked the same
 # way: dist (MPI, cmake/dist.cmake).

@@ -13,6 +13,8 @@
 #include <cstdint>
 #include <string>
 
+#include "attnflow/kernels.h"
+#include "attnflow/status.h"
 #include "attnflow/threading.h"
 
 namespace attnflow {
@@ -24,5 +26,38 @@ std::string PeakTargetName();
 
 // Peak resident set size of this process so far, in bytes.
 int64_t PeakRssBytes();
+
+// ---- the attention benchmark harness (behind `attnflow bench`) ---------------
+//
+// Times the kernels on one shape with random N(0, 1) inputs (attnflow/rng.h,
+// seed 1). Useful FLOPs count only visible (query, key) pairs, from the
+// shared semantics: 2·(D + Dv) per pair. Bytes count the K/V that must be
+// read at least once: B·Hkv·keys_visible_to_some_row·(D + Dv)·sizeof(kv).
+// Runs `warmup` untimed calls (for at least 0.25 s when warmup > 0: a fresh
+// process needs ~0.1 s before the scheduler spreads its threads) and
+// `repeat` timed calls; reports min and median seconds, GFLOP/s and GB/s
+// from the median.
+struct AttentionBenchSpec {
+  int64_t batch = 1, num_heads = 8, num_kv_heads = 8, q_len = 1024, kv_len = 1024, head_dim = 64;
+  DType kv_dtype = DType::kF32;
+  Causal causal = Causal::kNone;
+  int64_t window_left = -1, window_right = -1;
+  KernelKind force = KernelKind::kAuto;
+  int repeat = 10, warmup = 2;
+  // Also time a plain read of the same K/V bytes, same threads, same cache
+  // state (the floor of a decode step; best of 20).
+  bool measure_read = false;
+};
+
+struct AttentionBenchResult {
+  KernelChoice choice;
+  double min_s = 0, median_s = 0;
+  double flops = 0, gflops = 0;     // useful FLOPs, per second at the median
+  double kv_bytes = 0, gbps = 0;    // K/V bytes that must be read, GB/s at the median
+  double read_same_bytes_s = 0;     // 0 when not measured
+};
+
+// Errors (invalid shapes, allocation failure) name the op and the shapes.
+Result<AttentionBenchResult> BenchAttention(const AttentionBenchSpec& spec, ThreadPool& pool);
 
 }  // namespace attnflow

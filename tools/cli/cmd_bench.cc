@@ -1,24 +1,15 @@
-// cmd_bench.cc — `attnflow bench prefill|decode`: times attention kernels and
-// states results as GFLOP/s, GB/s and % of this machine's peaks measured in
-// the same run (built-in FMA loop and read-bandwidth loop).
-//
-// Useful FLOPs count only visible (query, key) pairs: 2·(D + Dv) per pair,
-// i.e. 4·B·H·Lq·Lk·D for a non-causal D == Dv problem. Decode GB/s counts the
-// K/V bytes that must be read: B·Hkv·Lk_visible·(D + Dv)·sizeof(kv dtype).
-// Each configuration runs --warmup untimed calls (for at least 0.25 s when
-// --warmup > 0) and --repeat timed calls; min and
-// median seconds are reported, GFLOP/s and GB/s from the median.
+// cmd_bench.cc — `attnflow bench prefill|decode`: parses the sweep, runs the
+// library's harness (BenchAttention, attnflow/bench.h: what is counted and
+// how it is timed) per configuration, and prints the results as GFLOP/s, GB/s
+// and % of this machine's peaks measured in the same run.
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <memory>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "attnflow/bench.h"
-#include "attnflow/rng.h"
 #include "attnflow/kernels.h"
 #include "cli_common.h"
 
@@ -39,11 +30,6 @@ struct BenchArgs {
   bool no_peak = false;
   int64_t window_left = -1, window_right = -1;
 };
-
-double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 struct Config {
   int64_t B, H, Hkv, Lq, Lk, D;
@@ -101,99 +87,30 @@ int RunBench(const BenchArgs& a) {
               configs.push_back({B, H, Hkv, Lq, Lk, D});
             }
   for (const Config& c : configs) {
-    Rng rng(1);
-    Result<Tensor> q = Tensor::Zeros(DType::kF32, {c.B, c.H, c.Lq, c.D});
-    Result<Tensor> k = Tensor::Zeros(kv_dtype, {c.B, c.Hkv, c.Lk, c.D});
-    Result<Tensor> v = Tensor::Zeros(kv_dtype, {c.B, c.Hkv, c.Lk, c.D});
-    Result<Tensor> out = Tensor::Zeros(DType::kF32, {c.B, c.H, c.Lq, c.D});
-    for (auto* t : {&q, &k, &v, &out}) {
-      if (!t->ok()) {
-        PrintError("bench", t->status().message());
-        return kExitUsage;
-      }
-    }
-    for (auto* t : {&q, &k, &v})
-      for (int64_t i = 0; i < (*t)->numel(); ++i) (*t)->view().store(i, static_cast<float>(rng.Normal()));
-    SdpaOptions opt;
-    opt.causal = causal;
-    opt.window_left = a.window_left;
-    opt.window_right = a.window_right;
-    KernelOptions kopt;
-    kopt.pool = &pool;
-    kopt.force = force;
-    KernelChoice choice;
-    Status st = ExplainAttention(out->view(), {}, q->view(), k->view(), v->view(), opt, kopt,
-                                 &choice);
-    if (!st.ok()) {
-      PrintError("bench", st.message());
+    AttentionBenchSpec spec;
+    spec.batch = c.B;
+    spec.num_heads = c.H;
+    spec.num_kv_heads = c.Hkv;
+    spec.q_len = c.Lq;
+    spec.kv_len = c.Lk;
+    spec.head_dim = c.D;
+    spec.kv_dtype = kv_dtype;
+    spec.causal = causal;
+    spec.window_left = a.window_left;
+    spec.window_right = a.window_right;
+    spec.force = force;
+    spec.repeat = a.repeat;
+    spec.warmup = a.warmup;
+    spec.measure_read = decode && !a.no_peak;
+    Result<AttentionBenchResult> res = BenchAttention(spec, pool);
+    if (!res.ok()) {
+      PrintError("bench", res.status().message());
       return kExitUsage;
     }
+    const KernelChoice& choice = res->choice;
     if (a.explain && !a.json) std::printf("explain: %s\n", choice.ToString().c_str());
-    // Warm-up: at least --warmup calls and at least 0.25 s (when --warmup >
-    // 0). A fresh process needs ~0.1 s before the scheduler has its threads
-    // on separate CPUs (measured: the first ~100 ms of 2-thread calls can
-    // run at 1-thread speed), and caches/scratch must be warm.
-    {
-      const double w0 = Now();
-      for (int r = 0; r < a.warmup || (a.warmup > 0 && Now() - w0 < 0.25 && r < 100000); ++r) {
-        st = Attention(out->view(), {}, q->view(), k->view(), v->view(), opt, kopt, nullptr);
-        if (!st.ok()) {
-          PrintError("bench", st.message());
-          return kExitUsage;
-        }
-      }
-    }
-    std::vector<double> times;
-    for (int r = 0; r < a.repeat; ++r) {
-      const double t0 = Now();
-      st = Attention(out->view(), {}, q->view(), k->view(), v->view(), opt, kopt, nullptr);
-      const double dt = Now() - t0;
-      if (!st.ok()) {
-        PrintError("bench", st.message());
-        return kExitUsage;
-      }
-      times.push_back(dt);
-    }
-    std::sort(times.begin(), times.end());
-    const double tmin = times.front();
-    const double tmed = times.size() % 2 ? times[times.size() / 2]
-                                         : 0.5 * (times[times.size() / 2 - 1] + times[times.size() / 2]);
-    // Visible pairs from the shared semantics.
-    double pairs = 0, visible_keys_max = 0;
-    for (int64_t i = 0; i < c.Lq; ++i) {
-      const KeyRange r = VisibleKeys(causal, a.window_left, a.window_right, i, c.Lq, c.Lk, c.Lk);
-      const double n = r.last >= r.first ? static_cast<double>(r.last - r.first + 1) : 0.0;
-      pairs += n;
-      visible_keys_max = std::max(visible_keys_max, n);
-    }
-    const double flops = 2.0 * (c.D + c.D) * pairs * c.B * c.H;
-    const double gflops = flops / tmed * 1e-9;
-    // K/V bytes that must be read at least once (keys visible to some row).
-    double kv_keys = 0;
-    {
-      int64_t lo = c.Lk, hi = -1;
-      for (int64_t i = 0; i < c.Lq; ++i) {
-        const KeyRange r = VisibleKeys(causal, a.window_left, a.window_right, i, c.Lq, c.Lk, c.Lk);
-        if (r.last >= r.first) {
-          lo = std::min(lo, r.first);
-          hi = std::max(hi, r.last);
-        }
-      }
-      kv_keys = hi >= lo ? static_cast<double>(hi - lo + 1) : 0.0;
-    }
-    const double kv_bytes = static_cast<double>(c.B) * c.Hkv * kv_keys * (2.0 * c.D) *
-                            static_cast<double>(DTypeSize(kv_dtype));
-    const double gbps = kv_bytes / tmed * 1e-9;
-    // Decode is a read of the K/V cache: compare with a plain SIMD read of the
-    // same number of bytes, same threads, in the same cache state (the buffer
-    // is filled, then read repeatedly; best of 20). Above the last-level
-    // cache this is the DRAM bandwidth, below it the cache bandwidth — the
-    // fair floor for this step, which `peak_gbps` (a 256 MiB read) is not.
-    double read_s = 0;
-    if (decode && !a.no_peak && kv_bytes > 0) {
-      const double same_gbps = MeasureReadGBps(pool, static_cast<size_t>(kv_bytes), 20);
-      if (same_gbps > 0) read_s = kv_bytes / (same_gbps * 1e9);
-    }
+    const double tmin = res->min_s, tmed = res->median_s, gflops = res->gflops, gbps = res->gbps;
+    const double kv_bytes = res->kv_bytes, read_s = res->read_same_bytes_s;
     const double pct = peak_gflops > 0 ? 100.0 * gflops / peak_gflops : 0.0;
     const double pct_bw = peak_gbps > 0 ? 100.0 * gbps / peak_gbps : 0.0;
     const char* kname = KernelKindName(choice.kernel);

@@ -1,0 +1,87 @@
+// attention_bench.cc — BenchAttention, the harness behind `attnflow bench`
+// (see attnflow/bench.h for what is counted and how it is timed).
+//
+// Invariants: inputs depend only on the shape (Rng seed 1); FLOPs and bytes
+// come from the shared semantics (VisibleKeys), never from the kernel; the
+// kernel's choice is the one ExplainAttention reports for the same call.
+#include <algorithm>
+#include <chrono>
+#include <vector>
+
+#include "attnflow/bench.h"
+#include "attnflow/rng.h"
+#include "attnflow/semantics.h"
+
+namespace attnflow {
+namespace {
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+Result<AttentionBenchResult> BenchAttention(const AttentionBenchSpec& s, ThreadPool& pool) {
+  const int64_t B = s.batch, H = s.num_heads, Hkv = s.num_kv_heads, Lq = s.q_len, Lk = s.kv_len,
+                D = s.head_dim;
+  Result<Tensor> q = Tensor::Zeros(DType::kF32, {B, H, Lq, D});
+  if (!q.ok()) return q.status();
+  Result<Tensor> k = Tensor::Zeros(s.kv_dtype, {B, Hkv, Lk, D});
+  if (!k.ok()) return k.status();
+  Result<Tensor> v = Tensor::Zeros(s.kv_dtype, {B, Hkv, Lk, D});
+  if (!v.ok()) return v.status();
+  Result<Tensor> out = Tensor::Zeros(DType::kF32, {B, H, Lq, D});
+  if (!out.ok()) return out.status();
+  Rng rng(1);
+  for (Tensor* t : {&q.value(), &k.value(), &v.value()})
+    for (int64_t i = 0; i < t->numel(); ++i) t->view().store(i, static_cast<float>(rng.Normal()));
+  SdpaOptions opt;
+  opt.causal = s.causal;
+  opt.window_left = s.window_left;
+  opt.window_right = s.window_right;
+  KernelOptions kopt;
+  kopt.pool = &pool;
+  kopt.force = s.force;
+  AttentionBenchResult r;
+  ATTNFLOW_RETURN_IF_ERROR(
+      ExplainAttention(out->view(), {}, q->view(), k->view(), v->view(), opt, kopt, &r.choice));
+  auto call = [&] { return Attention(out->view(), {}, q->view(), k->view(), v->view(), opt, kopt, nullptr); };
+  const double w0 = Now();
+  for (int i = 0; i < s.warmup || (s.warmup > 0 && Now() - w0 < 0.25 && i < 100000); ++i) {
+    ATTNFLOW_RETURN_IF_ERROR(call());
+  }
+  std::vector<double> times;
+  for (int i = 0; i < s.repeat; ++i) {
+    const double t0 = Now();
+    ATTNFLOW_RETURN_IF_ERROR(call());
+    times.push_back(Now() - t0);
+  }
+  std::sort(times.begin(), times.end());
+  r.min_s = times.front();
+  const size_t n = times.size();
+  r.median_s = n % 2 ? times[n / 2] : 0.5 * (times[n / 2 - 1] + times[n / 2]);
+  // Visible pairs and the keys some row sees, from the shared semantics.
+  double pairs = 0;
+  int64_t lo = Lk, hi = -1;
+  for (int64_t i = 0; i < Lq; ++i) {
+    const KeyRange kr = VisibleKeys(s.causal, s.window_left, s.window_right, i, Lq, Lk, Lk);
+    if (kr.last >= kr.first) {
+      pairs += static_cast<double>(kr.last - kr.first + 1);
+      lo = std::min(lo, kr.first);
+      hi = std::max(hi, kr.last);
+    }
+  }
+  r.flops = 2.0 * static_cast<double>(D + D) * pairs * static_cast<double>(B * H);
+  r.gflops = r.flops / r.median_s * 1e-9;
+  const double keys = hi >= lo ? static_cast<double>(hi - lo + 1) : 0.0;
+  r.kv_bytes = static_cast<double>(B * Hkv) * keys * (2.0 * static_cast<double>(D)) *
+               static_cast<double>(DTypeSize(s.kv_dtype));
+  r.gbps = r.kv_bytes / r.median_s * 1e-9;
+  if (s.measure_read && r.kv_bytes > 0) {
+    const double same_gbps = MeasureReadGBps(pool, static_cast<size_t>(r.kv_bytes), 20);
+    if (same_gbps > 0) r.read_same_bytes_s = r.kv_bytes / (same_gbps * 1e9);
+  }
+  return r;
+}
+
+}  // namespace attnflow

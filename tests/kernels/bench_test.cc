@@ -1,0 +1,52 @@
+// bench_test.cc — the benchmark harness (BenchAttention) counts what
+// attnflow/bench.h says it counts. Expected values are closed forms of the
+// shape (no timing is checked: timings are not test material).
+#include "attnflow/bench.h"
+#include "gtest/gtest.h"
+
+namespace attnflow {
+namespace {
+
+TEST(BenchAttention, CountsVisiblePairsAndKvBytesFromTheShape) {
+  ThreadPool pool(2);
+  AttentionBenchSpec s;
+  s.batch = 2, s.num_heads = 4, s.num_kv_heads = 2, s.q_len = 9, s.kv_len = 9, s.head_dim = 8;
+  s.repeat = 2, s.warmup = 0;
+  Result<AttentionBenchResult> r = BenchAttention(s, pool);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  // Non-causal: 4·B·H·Lq·Lk·D; K and V of every key once: B·Hkv·Lk·2D·4 bytes.
+  EXPECT_EQ(r->flops, 4.0 * 2 * 4 * 9 * 9 * 8);
+  EXPECT_EQ(r->kv_bytes, 2.0 * 2 * 9 * 2 * 8 * 4);
+  EXPECT_GT(r->median_s, 0);
+  EXPECT_LE(r->min_s, r->median_s);
+  // Causal (square): the lower triangle, L(L+1)/2 pairs per head.
+  s.causal = Causal::kTopLeft;
+  s.kv_dtype = DType::kF16;
+  r = BenchAttention(s, pool);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->flops, 2.0 * 16 * (9 * 10 / 2) * 2 * 4);
+  EXPECT_EQ(r->kv_bytes, 2.0 * 2 * 9 * 2 * 8 * 2);  // F16: half the bytes
+  // A decode step over the last 5 keys of a window sees 5 keys.
+  s.causal = Causal::kBottomRight;
+  s.q_len = 1;
+  s.window_left = 4;
+  s.window_right = 0;
+  s.kv_dtype = DType::kF32;
+  r = BenchAttention(s, pool);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->flops, 2.0 * 16 * 5 * 2 * 4);
+  EXPECT_EQ(r->kv_bytes, 2.0 * 2 * 5 * 2 * 8 * 4);
+}
+
+TEST(BenchAttention, BadShapesAreErrorsNamingTheShapes) {
+  ThreadPool pool(1);
+  AttentionBenchSpec s;
+  s.num_heads = 3, s.num_kv_heads = 2;  // not a GQA multiple
+  s.q_len = 4, s.kv_len = 4, s.repeat = 1, s.warmup = 0;
+  Result<AttentionBenchResult> r = BenchAttention(s, pool);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("[1,3,4,64]"), std::string::npos) << r.status().message();
+}
+
+}  // namespace
+}  // namespace attnflow
