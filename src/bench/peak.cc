@@ -1,7 +1,7 @@
 // peak.cc — built-in FMA peak and read-bandwidth loops (see attnflow/bench.h).
 // Compiled once per Highway target; the best target is chosen at run time.
-#include "core/hwy_targets.h"
-
+// Deliberately not core/hwy_targets.h: the peak loops measure the machine,
+// so they use Highway's full target list (SVE included), not the kernels'.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "bench/peak.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep

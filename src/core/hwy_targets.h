@@ -1,7 +1,8 @@
 // core/hwy_targets.h — the one Highway target policy of attnflow.
 //
 // Included first by every translation unit that compiles code per Highway
-// target (src/kernels/kernels.cc, src/ops/*.cc, src/bench/peak.cc), before hwy/foreach_target.h.
+// target (src/kernels/kernels.cc, src/ops/*.cc; the machine-peak loops of
+// src/bench/peak.cc keep Highway's full list on purpose), before hwy/foreach_target.h.
 //
 // Targets: x86 AVX3 (AVX-512, incl. the Zen 4 / SPR variants), AVX2 (+FMA,
 // F16C), SSE4 and the EMU128 fallback; Arm NEON. Sizeless-vector targets
