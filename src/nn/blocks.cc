@@ -22,11 +22,6 @@ using namespace internal;  // NOLINT: the helpers of this module
 
 namespace {
 
-Status Wrap(const char* op, const Status& st) {
-  if (st.ok()) return st;
-  return Status(st.code(), std::string(op) + ": " + st.message());
-}
-
 // [B, L, nh·Dh] -> [B, nh, L, Dh]
 Result<Tensor> SplitHeads(const Tensor& x, int64_t B, int64_t L, int64_t nh, int64_t Dh) {
   Result<Tensor> r = F64Zeros({B, nh, L, Dh});

@@ -68,4 +68,10 @@ inline int64_t LoadIndex(const TensorView& t, int64_t off) {
 
 std::string Str(const std::vector<int64_t>& dims);
 
+// st with "<op>: " in front of its message (ok stays ok).
+inline Status Wrap(const char* op, const Status& st) {
+  if (st.ok()) return st;
+  return Status(st.code(), std::string(op) + ": " + st.message());
+}
+
 }  // namespace attnflow::nn::internal

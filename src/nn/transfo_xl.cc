@@ -23,11 +23,6 @@ using namespace internal;  // NOLINT: the helpers of this module
 
 namespace {
 
-Status Wrap(const char* op, const Status& st) {
-  if (st.ok()) return st;
-  return Status(st.code(), std::string(op) + ": " + st.message());
-}
-
 // Of the inner sdpa's stages, masked / weights / lse pass and out becomes
 // heads_out; the rest is the TXL layer's own business.
 std::string_view TxlSdpaStage(std::string_view s) {
