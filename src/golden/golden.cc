@@ -105,15 +105,16 @@ Result<GoldenCase> ValidateGoldenCase(SafetensorsFile file) {
   }
   if (!get_meta("kind", &c.kind)) return Corrupt(Where(path, "metadata 'kind': missing"));
   const GoldenKind* gk = FindGoldenKind(c.kind);
-  if (gk != nullptr && gk->verify != nullptr) {  // a module's kind: it validates its own case
-    for (auto [key, dst] : {std::pair<const char*, double*>{"atol", &c.atol}, {"rtol", &c.rtol}}) {
-      std::string s;
-      if (get_meta(key, &s) && (!ParseDouble(s, dst) || !(*dst >= 0) || !std::isfinite(*dst))) {
-        return Corrupt(Where(path, std::string("metadata '") + key + "': \"" + s +
-                                       "\" is not a non-negative decimal"));
-      }
+  // Tolerances and description: the same for every kind.
+  for (auto [key, dst] : {std::pair<const char*, double*>{"atol", &c.atol}, {"rtol", &c.rtol}}) {
+    std::string s;
+    if (get_meta(key, &s) && (!ParseDouble(s, dst) || !(*dst >= 0) || !std::isfinite(*dst))) {
+      return Corrupt(Where(path, std::string("metadata '") + key + "': \"" + s +
+                                     "\" is not a non-negative decimal"));
     }
-    get_meta("description", &c.description);
+  }
+  get_meta("description", &c.description);
+  if (gk != nullptr && gk->verify != nullptr) {  // a module's kind: it validates its own case
     c.file = std::make_shared<const SafetensorsFile>(std::move(file));
     return c;
   }
@@ -131,14 +132,6 @@ Result<GoldenCase> ValidateGoldenCase(SafetensorsFile file) {
   if (!ParseDouble(scale, &c.opt.scale) || !std::isfinite(c.opt.scale)) {
     return Corrupt(Where(path, "metadata 'scale': \"" + scale + "\" is not a finite decimal"));
   }
-  for (auto [key, dst] : {std::pair<const char*, double*>{"atol", &c.atol}, {"rtol", &c.rtol}}) {
-    std::string s;
-    if (get_meta(key, &s) && (!ParseDouble(s, dst) || !(*dst >= 0) || !std::isfinite(*dst))) {
-      return Corrupt(Where(path, std::string("metadata '") + key + "': \"" + s +
-                                     "\" is not a non-negative decimal"));
-    }
-  }
-  get_meta("description", &c.description);
   for (auto [key, dst] : {std::pair<const char*, int64_t*>{"window_left", &c.opt.window_left},
                           {"window_right", &c.opt.window_right}}) {
     std::string s;

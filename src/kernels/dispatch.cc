@@ -169,14 +169,20 @@ std::string DimNote(const SdpaDims& d, int fast_d) {
          " generic path";
 }
 
-void PlanPrefill(const SdpaDims& d, const KernelOptions& kopt, Plan* pl,
-                 KernelChoice* ch, bool explain) {
-  const TargetInfo t = Target();
-  const int64_t G = std::max<int64_t>(1, d.num_heads / std::max<int64_t>(d.num_kv_heads, 1));
+// What both plans share: lane count, padded head dims, the fast-path D.
+// Returns the GQA group size G = H / Hkv.
+int64_t PlanLanes(const SdpaDims& d, const TargetInfo& t, Plan* pl) {
   pl->lanes = t.lanes;
   pl->dp = RoundUp(d.head_dim, t.lanes);
   pl->dvp = RoundUp(d.v_dim, t.lanes);
   pl->fast_d = FastD(d);
+  return std::max<int64_t>(1, d.num_heads / std::max<int64_t>(d.num_kv_heads, 1));
+}
+
+void PlanPrefill(const SdpaDims& d, const KernelOptions& kopt, Plan* pl,
+                 KernelChoice* ch, bool explain) {
+  const TargetInfo t = Target();
+  const int64_t G = PlanLanes(d, t, pl);
   const int64_t default_rows = d.head_dim > 128 ? 32 : 64;
   // Overrides are clamped to what the problem can use (never larger than all
   // of a group's rows, at most kMaxTileRows): no size computation can
@@ -221,11 +227,7 @@ void PlanPrefill(const SdpaDims& d, const KernelOptions& kopt, Plan* pl,
 void PlanDecode(const SdpaDims& d, const KernelOptions& kopt, Plan* pl,
                 KernelChoice* ch, bool explain) {
   const TargetInfo t = Target();
-  const int64_t G = std::max<int64_t>(1, d.num_heads / std::max<int64_t>(d.num_kv_heads, 1));
-  pl->lanes = t.lanes;
-  pl->dp = RoundUp(d.head_dim, t.lanes);
-  pl->dvp = RoundUp(d.v_dim, t.lanes);
-  pl->fast_d = FastD(d);
+  const int64_t G = PlanLanes(d, t, pl);
   pl->rows = G * d.q_len;
   pl->tkv = RoundUp(kopt.tile_kv > 0 ? ClampKv(kopt.tile_kv, d) : 256, 16);
   const int64_t bh = d.batch * d.num_kv_heads;

@@ -31,6 +31,23 @@ std::string_view TxlSdpaStage(std::string_view s) {
   return {};
 }
 
+// The relative position table [K, E]: sinusoids (concat layout) at
+// positions K-1 … 0, clamped at clamp_len when > 0.
+Result<Tensor> RelativePositionTable(const char* op, int64_t K, int64_t E, int64_t clamp_len) {
+  std::vector<double> pos(static_cast<size_t>(K));
+  for (int64_t j = 0; j < K; ++j) {
+    double p = static_cast<double>(K - 1 - j);
+    if (clamp_len > 0 && p > static_cast<double>(clamp_len)) p = static_cast<double>(clamp_len);
+    pos[static_cast<size_t>(j)] = p;
+  }
+  Result<Tensor> R = F64Zeros({K, E});
+  if (!R.ok()) return R.status();
+  SinusoidalOptions so;
+  so.layout = SinusoidalLayout::kConcat;
+  ATTNFLOW_RETURN_IF_ERROR(Wrap(op, SinusoidalAt(R->view(), pos, so)));
+  return R;
+}
+
 Result<Tensor> LayerNormT(const Tensor& x, const TensorView& w, const TensorView& b, double eps) {
   Result<Tensor> r = F64Zeros(x.shape());
   if (!r.ok()) return r;
@@ -162,18 +179,8 @@ Status TxlLayer(const TensorView& out, const TensorView& x, const TensorView& me
   Emit(sink, "k", k.value());
   Emit(sink, "v", v.value());
 
-  // Relative position table: positions K-1 … 0 (clamped), concat layout.
-  std::vector<double> pos(static_cast<size_t>(K));
-  for (int64_t j = 0; j < K; ++j) {
-    double p = static_cast<double>(K - 1 - j);
-    if (cfg.clamp_len > 0 && p > static_cast<double>(cfg.clamp_len)) p = static_cast<double>(cfg.clamp_len);
-    pos[j] = p;
-  }
-  Result<Tensor> R = F64Zeros({K, E});
+  Result<Tensor> R = RelativePositionTable(op, K, E, cfg.clamp_len);
   if (!R.ok()) return R.status();
-  SinusoidalOptions so;
-  so.layout = SinusoidalLayout::kConcat;
-  ATTNFLOW_RETURN_IF_ERROR(Wrap(op, SinusoidalAt(R->view(), pos, so)));
   Result<Tensor> rp = Apply(lr, R.value(), {K, HD});
   if (!rp.ok()) return rp.status();
   Result<Tensor> r = F64Zeros({H, K, Dh});
@@ -312,17 +319,8 @@ Status TxlForward(const TensorView& out, std::vector<Tensor>* new_mems, const Te
   ATTNFLOW_RETURN_IF_ERROR(CheckOut(op, "out", out, {B, L, E}, true));
   if (sink != nullptr && sink->Wants("pos_emb")) {
     const int64_t K = M + L;
-    std::vector<double> pos(static_cast<size_t>(K));
-    for (int64_t j = 0; j < K; ++j) {
-      double p = static_cast<double>(K - 1 - j);
-      if (cfg.clamp_len > 0 && p > static_cast<double>(cfg.clamp_len)) p = static_cast<double>(cfg.clamp_len);
-      pos[j] = p;
-    }
-    Result<Tensor> R = F64Zeros({K, E});
+    Result<Tensor> R = RelativePositionTable(op, K, E, cfg.clamp_len);
     if (!R.ok()) return R.status();
-    SinusoidalOptions so;
-    so.layout = SinusoidalLayout::kConcat;
-    ATTNFLOW_RETURN_IF_ERROR(Wrap(op, SinusoidalAt(R->view(), pos, so)));
     sink->Put("pos_emb", R->view());
   }
   Result<Tensor> core = ToF64(x);

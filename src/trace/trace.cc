@@ -155,6 +155,20 @@ using internal::Collector;
 
 Result<Tensor> F64(const Shape& s) { return Tensor::Zeros(DType::kF64, s); }
 
+// Moves a model's captured stages into the trace and runs the kernel check
+// on its attention stages.
+Status FinishModelTrace(Collector& rec, const std::string& model, int64_t layer, Trace* t) {
+  rec.MoveOrdered(&t->stages);
+  if (t->Find("weights") == nullptr) {
+    return Unimplemented("trace: " + model + " did not report attention weights for layer " +
+                         std::to_string(layer) + " (StageCapture)");
+  }
+  t->kernel = internal::RunKernelCheck(t->Find("q"), t->Find("k"), t->Find("v"), t->causal,
+                                       t->scale, t->Find("heads_out"), t->Find("lse"),
+                                       t->Find("masked"), t->Find("weights"));
+  return Status::Ok();
+}
+
 Status CheckRange(const char* what, int64_t v, int64_t lo, int64_t hi) {
   if (v < lo || v > hi) {
     return OutOfRange(std::string("trace: ") + what + " = " + std::to_string(v) +
@@ -422,14 +436,7 @@ Result<Trace> TraceEncoder(EncoderModel& model, std::string_view text,
     }
     rec.items().push_back({"layer_in", std::move(states[o.layer])});
   }
-  rec.MoveOrdered(&t.stages);
-  if (t.Find("weights") == nullptr) {
-    return Unimplemented("trace: " + info.name + " did not report attention weights for layer " +
-                         std::to_string(o.layer) + " (StageCapture)");
-  }
-  t.kernel = internal::RunKernelCheck(t.Find("q"), t.Find("k"), t.Find("v"), t.causal, t.scale,
-                                      t.Find("heads_out"), t.Find("lse"), t.Find("masked"),
-                                      t.Find("weights"));
+  ATTNFLOW_RETURN_IF_ERROR(FinishModelTrace(rec, info.name, o.layer, &t));
   return t;
 }
 
@@ -458,14 +465,7 @@ Result<Trace> TraceDecoder(DecoderModel& model, std::string_view prompt,
   Tensor logits;
   ATTNFLOW_RETURN_IF_ERROR(model.Forward(ids.value(), /*all_logits=*/false, &logits, cap));
   ATTNFLOW_RETURN_IF_ERROR(rec.status());
-  rec.MoveOrdered(&t.stages);
-  if (t.Find("weights") == nullptr) {
-    return Unimplemented("trace: " + info.name + " did not report attention weights for layer " +
-                         std::to_string(o.layer) + " (StageCapture)");
-  }
-  t.kernel = internal::RunKernelCheck(t.Find("q"), t.Find("k"), t.Find("v"), t.causal, t.scale,
-                                      t.Find("heads_out"), t.Find("lse"), t.Find("masked"),
-                                      t.Find("weights"));
+  ATTNFLOW_RETURN_IF_ERROR(FinishModelTrace(rec, info.name, o.layer, &t));
   for (int64_t s = 0; s < o.decode_steps; ++s) {
     if (!logits.defined() || logits.numel() == 0) {
       return Status(StatusCode::kInternal, "trace: the decoder returned no logits");

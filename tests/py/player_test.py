@@ -299,7 +299,10 @@ class PlayerTest(unittest.TestCase):
         del bad["stages"]["scores"]["data"][5:]
         (OUT / "short_stage.json").write_text(json.dumps(bad))
         page.set_input_files("#open-file", str(OUT / "short_stage.json"))
-        page.wait_for_function("document.getElementById('error').innerText.includes('stages.scores.data')")
+        # A locator wait: Playwright polls with its own injected script. (A
+        # string predicate in wait_for_function is eval'd in the page once it
+        # has to poll, which the page's CSP forbids: that failed under load.)
+        page.locator("#error", has_text="stages.scores.data").wait_for(state="visible")
         self.assertIn("expected 32", page.inner_text("#error"))
         # Opening a good file recovers.
         page.set_input_files("#open-file", str(OUT / "toy.json"))
