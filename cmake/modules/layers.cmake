@@ -102,6 +102,10 @@ function(attnflow_check_layering)
   endforeach()
 endfunction()
 
+# The repository root, from this file's own place (the fuzz build includes
+# this module from fuzz/, where CMAKE_SOURCE_DIR is not the root).
+get_filename_component(ATTNFLOW_REPO_ROOT "${CMAKE_CURRENT_LIST_DIR}/../.." ABSOLUTE)
+
 # The attention player page (web/player.html) compiled into the trace layer:
 # generated at build time, never committed. Sets <out_var> to the source.
 function(attnflow_player_source out_var)
@@ -109,8 +113,8 @@ function(attnflow_player_source out_var)
   set(out ${CMAKE_BINARY_DIR}/generated/player_html.cc)
   add_custom_command(
     OUTPUT ${out}
-    COMMAND Python3::Interpreter ${CMAKE_SOURCE_DIR}/web/embed_player.py ${out}
-    DEPENDS ${CMAKE_SOURCE_DIR}/web/player.html ${CMAKE_SOURCE_DIR}/web/embed_player.py
+    COMMAND Python3::Interpreter ${ATTNFLOW_REPO_ROOT}/web/embed_player.py ${out}
+    DEPENDS ${ATTNFLOW_REPO_ROOT}/web/player.html ${ATTNFLOW_REPO_ROOT}/web/embed_player.py
     COMMENT "Embedding web/player.html")
   set(${out_var} ${out} PARENT_SCOPE)
 endfunction()
