@@ -23,6 +23,7 @@
 
 #include "attnflow/attention.h"
 #include "attnflow/kernels.h"
+#include "attnflow/rng.h"
 #include "attnflow/tensor.h"
 #include "attnflow/threading.h"
 
@@ -40,16 +41,16 @@ ThreadPool& BenchPool() {
 
 Tensor Fill(DType t, const Shape& s, uint64_t seed) {
   Tensor x = std::move(Tensor::Zeros(t, s)).value();
-  std::mt19937 g(static_cast<uint32_t>(seed));
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  Rng rng(seed);
+  auto u = [&rng] { return static_cast<float>(rng.Uniform(-1.0, 1.0)); };
   const int64_t n = x.numel();
   if (t == DType::kF32) {
     float* p = x.data<float>();
-    for (int64_t i = 0; i < n; ++i) p[i] = u(g);
+    for (int64_t i = 0; i < n; ++i) p[i] = u();
   } else {
     uint16_t* p = x.data<uint16_t>();
     for (int64_t i = 0; i < n; ++i) {
-      const float f = u(g);
+      const float f = u();
       p[i] = t == DType::kF16 ? F32ToF16(f) : F32ToBF16(f);
     }
   }

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "attnflow/rng.h"
 #include "attnflow/attention.h"
 #include "attnflow/reference.h"
 #include "attnflow/golden.h"
@@ -33,17 +34,17 @@ struct Case {
   float scale;
 };
 
-Case RandomCase(std::mt19937& rng, af_sdpa_shape s, float amp = 1.f, bool kvlens = false) {
+Case RandomCase(Rng& rng, af_sdpa_shape s, float amp = 1.f, bool kvlens = false) {
   Case c;
   c.s = s;
-  std::uniform_real_distribution<float> u(-amp, amp);
+  auto u = [&](Rng& r) { return static_cast<float>(r.Uniform(-amp, amp)); };
   c.q.resize(size_t(s.batch) * s.num_heads * s.q_len * s.head_dim);
   c.k.resize(size_t(s.batch) * s.num_kv_heads * s.kv_len * s.head_dim);
   c.v.resize(size_t(s.batch) * s.num_kv_heads * s.kv_len * s.v_dim);
   for (auto* t : {&c.q, &c.k, &c.v})
     for (auto& x : *t) x = u(rng);
   if (kvlens) {
-    std::uniform_int_distribution<int32_t> L(0, s.kv_len);
+    auto L = [&](Rng& r) { return static_cast<int32_t>(r.Below(static_cast<uint64_t>(s.kv_len) + 1)); };
     for (int b = 0; b < s.batch; ++b) c.kv_lens.push_back(L(rng));
   }
   c.scale = 1.f / std::sqrt(float(s.head_dim));
@@ -107,7 +108,7 @@ void ExpectCloseF32(const Case& c, double tol) {
 }
 
 TEST(MicroF32, MatchesReferenceOverShapesCausalGqaKvLens) {
-  std::mt19937 rng(12);
+  Rng rng(12);
   const af_causal modes[] = {AF_CAUSAL_NONE, AF_CAUSAL_TOP_LEFT, AF_CAUSAL_BOTTOM_RIGHT};
   const int dims[][4] = {{1, 1, 1, 1}, {7, 13, 8, 8}, {13, 7, 5, 13}, {33, 33, 16, 16},
                          {1, 129, 64, 64}, {64, 100, 32, 17}, {65, 31, 3, 1}};
@@ -127,7 +128,7 @@ TEST(MicroF32, MatchesReferenceOverShapesCausalGqaKvLens) {
 }
 
 TEST(MicroF32, DeadRowsGiveZerosAndMinusInfinity) {
-  std::mt19937 rng(3);
+  Rng rng(3);
   // top_left with Lq > Lk leaves no dead rows, bottom_right with Lq > Lk does;
   // kv_lens = 0 kills every row of a batch.
   af_sdpa_shape s{2, 2, 1, 9, 4, 8, 8, AF_CAUSAL_BOTTOM_RIGHT};
@@ -145,14 +146,14 @@ TEST(MicroF32, DeadRowsGiveZerosAndMinusInfinity) {
 }
 
 TEST(MicroF32, LargeLogitsStayFinite) {
-  std::mt19937 rng(5);
+  Rng rng(5);
   af_sdpa_shape s{1, 2, 2, 40, 70, 16, 16, AF_CAUSAL_TOP_LEFT};
   Case c = RandomCase(rng, s, 30.f);  // logits up to ~ 30*30*16/4 = 3600
   ExpectCloseF32(c, 1e-4);
 }
 
 TEST(MicroF32, ErrorsAreCodesAndNothingIsWritten) {
-  std::mt19937 rng(1);
+  Rng rng(1);
   af_sdpa_shape s{1, 4, 2, 4, 4, 8, 8, AF_CAUSAL_NONE};
   Case c = RandomCase(rng, s);
   std::vector<float> out(4 * 4 * 8, 1.f);
@@ -195,8 +196,8 @@ TEST(MicroF32, ErrorsAreCodesAndNothingIsWritten) {
 // Decode over the ring buffer == reference SDPA (bottom_right, Lq = 1) over
 // the visible positions in order.
 TEST(MicroDecode, RingBufferWithAndWithoutWindowMatchesReference) {
-  std::mt19937 rng(7);
-  std::uniform_real_distribution<float> u(-1.5f, 1.5f);
+  Rng rng(7);
+  auto u = [&](Rng& r) { return static_cast<float>(r.Uniform(-1.5f, 1.5f)); };
   const int H = 4, Hkv = 2, D = 8, Dv = 5;
   for (int window : {0, 5, 16}) {
     const int cap = window == 0 ? 40 : (window == 16 ? 16 : 7);
@@ -314,8 +315,8 @@ struct MhaCase {
 };
 
 TEST(MicroMha, MatchesReferenceMhaWithGqaCrossCausalKvLens) {
-  std::mt19937 rng(21);
-  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  Rng rng(21);
+  auto u = [&](Rng& r) { return static_cast<float>(r.Uniform(-1.f, 1.f)); };
   auto fill = [&](std::vector<float>* v, size_t n) {
     v->resize(n);
     for (auto& x : *v) x = u(rng);
@@ -446,8 +447,8 @@ TEST(MicroGolden, MhaMatchesEveryStageOfEverySupportedCase) {
 // ----------------------------------------------------------- block pieces --
 
 TEST(MicroNn, LayerNormRmsNormLinearMatchFloat64) {
-  std::mt19937 rng(8);
-  std::uniform_real_distribution<float> u(-2.f, 2.f);
+  Rng rng(8);
+  auto u = [&](Rng& r) { return static_cast<float>(r.Uniform(-2.f, 2.f)); };
   const int n = 37, m = 11;
   std::vector<float> x(n), w(n), b(n), y(n), W(size_t(m) * n), bo(m), yo(m);
   for (auto* t : {&x, &w, &b, &W, &bo})
@@ -474,9 +475,10 @@ TEST(MicroNn, LayerNormRmsNormLinearMatchFloat64) {
 }
 
 TEST(MicroNnS8, LayerNormAndLinearWithinOneLsbOfFloat64) {
-  std::mt19937 rng(77);
-  std::uniform_int_distribution<int32_t> ux(-60000, 60000);
-  std::uniform_real_distribution<double> ug(0.5, 1.5), ub(-0.3, 0.3);
+  Rng rng(77);
+  auto ux = [&](Rng& r) { return static_cast<int32_t>(static_cast<int64_t>(r.Below(120001)) - 60000); };
+  auto ug = [&](Rng& r) { return r.Uniform(0.5, 1.5); };
+  auto ub = [&](Rng& r) { return r.Uniform(-0.3, 0.3); };
   const int n = 64;
   const double s_out = 3.0 / 127;  // int8 output scale of the normalised values
   int worst = 0;
@@ -507,7 +509,7 @@ TEST(MicroNnS8, LayerNormAndLinearWithinOneLsbOfFloat64) {
   }
   EXPECT_LE(worst, 1) << "integer LayerNorm vs float64";
   // Linear: y = sat(round(acc * real)) with real = m * 2^(s-31).
-  std::uniform_int_distribution<int> u8(-127, 127);
+  auto u8 = [&](Rng& r) { return static_cast<int>(static_cast<int64_t>(r.Below(255)) - 127); };
   const int in = 37, out = 9;
   std::vector<int8_t> w(size_t(in) * out), xv(in), y(out);
   std::vector<int32_t> bias(out), r(out, 1000), r0 = r;
@@ -624,11 +626,12 @@ TEST(MicroS8, FixedPointHelpers) {
 }
 
 TEST(MicroS8, RandomCasesWithinBound) {
-  std::mt19937 rng(2024);
+  Rng rng(2024);
   const af_causal modes[] = {AF_CAUSAL_NONE, AF_CAUSAL_TOP_LEFT, AF_CAUSAL_BOTTOM_RIGHT};
   int worst = 0, n = 0;
   for (int it = 0; it < 300; ++it) {
-    std::uniform_int_distribution<int> L(1, 80), Dd(1, 64);
+    auto L = [&](Rng& r) { return static_cast<int>(1 + r.Below(80)); };
+    auto Dd = [&](Rng& r) { return static_cast<int>(1 + r.Below(64)); };
     const int g = 1 << (it % 3);
     af_sdpa_shape s{1 + it % 2, 4, 4 / g, L(rng), L(rng), Dd(rng), Dd(rng), modes[it % 3]};
     const float amp = it % 5 == 0 ? 4.f : 1.f;
@@ -643,7 +646,7 @@ TEST(MicroS8, RandomCasesWithinBound) {
 }
 
 TEST(MicroS8, WorstCases) {
-  std::mt19937 rng(99);
+  Rng rng(99);
   // Large logits: |q.k*scale| up to ~ 127*127*64/8 real units are irrelevant,
   // the real logits are what matters: amp 8 gives logits ~ +-500.
   {

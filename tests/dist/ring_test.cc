@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "attnflow/rng.h"
 #include "attnflow/attention.h"
 #include "attnflow/reference.h"
 #include "attnflow/dist.h"
@@ -49,9 +50,8 @@ double GlobalMax(double x) {
 
 Tensor RandomTensor(DType dt, const Shape& shape, uint64_t seed) {
   Tensor t = Tensor::Zeros(dt, shape).value();
-  std::mt19937_64 gen(seed);
-  std::uniform_real_distribution<double> u(-1.0, 1.0);
-  for (int64_t i = 0; i < t.numel(); ++i) t.view().store(i, u(gen));
+  Rng rng(seed);
+  for (int64_t i = 0; i < t.numel(); ++i) t.view().store(i, rng.Uniform(-1.0, 1.0));
   return t;
 }
 

@@ -33,6 +33,7 @@
 #include <random>
 #include <vector>
 
+#include "attnflow/rng.h"
 #include "attnflow/attention.h"
 #include "attnflow/reference.h"
 #include "attnflow/dist.h"
@@ -90,9 +91,8 @@ Tensor Take(Result<Tensor> r) {
 
 Tensor Random(DType dt, const Shape& shape, uint64_t seed) {
   Tensor t = Take(Tensor::Zeros(dt, shape));
-  std::mt19937_64 gen(seed);
-  std::uniform_real_distribution<double> u(-1.0, 1.0);
-  for (int64_t i = 0; i < t.numel(); ++i) t.view().store(i, u(gen));
+  Rng rng(seed);
+  for (int64_t i = 0; i < t.numel(); ++i) t.view().store(i, rng.Uniform(-1.0, 1.0));
   return t;
 }
 
