@@ -43,24 +43,13 @@ class [[nodiscard]] Status {
   std::string message_;
 };
 
-inline Status InvalidArgument(std::string m) {
-  return Status(StatusCode::kInvalidArgument, std::move(m));
-}
-inline Status OutOfRange(std::string m) {
-  return Status(StatusCode::kOutOfRange, std::move(m));
-}
-inline Status IoError(std::string m) {
-  return Status(StatusCode::kIoError, std::move(m));
-}
-inline Status Corrupt(std::string m) {
-  return Status(StatusCode::kCorrupt, std::move(m));
-}
-inline Status Unimplemented(std::string m) {
-  return Status(StatusCode::kUnimplemented, std::move(m));
-}
-inline Status ResourceExhausted(std::string m) {
-  return Status(StatusCode::kResourceExhausted, std::move(m));
-}
+// Status factories, one per non-OK code.
+inline Status InvalidArgument(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
+inline Status OutOfRange(std::string m) { return {StatusCode::kOutOfRange, std::move(m)}; }
+inline Status IoError(std::string m) { return {StatusCode::kIoError, std::move(m)}; }
+inline Status Corrupt(std::string m) { return {StatusCode::kCorrupt, std::move(m)}; }
+inline Status Unimplemented(std::string m) { return {StatusCode::kUnimplemented, std::move(m)}; }
+inline Status ResourceExhausted(std::string m) { return {StatusCode::kResourceExhausted, std::move(m)}; }
 
 // A value or an error. Access value() only when ok().
 template <typename T>

@@ -25,19 +25,11 @@ float FmaLoop(int64_t iters, float seed, int64_t* lanes_out) {
        v3 = hn::Set(d, seed + 3), v4 = hn::Set(d, seed + 4), v5 = hn::Set(d, seed + 5),
        v6 = hn::Set(d, seed + 6), v7 = hn::Set(d, seed + 7), v8 = hn::Set(d, seed + 8),
        v9 = hn::Set(d, seed + 9), v10 = hn::Set(d, seed + 10), v11 = hn::Set(d, seed + 11);
+  auto step = [&](auto& v) { v = hn::MulAdd(v, m, a); };
   for (int64_t i = 0; i < iters; ++i) {
-    v0 = hn::MulAdd(v0, m, a);
-    v1 = hn::MulAdd(v1, m, a);
-    v2 = hn::MulAdd(v2, m, a);
-    v3 = hn::MulAdd(v3, m, a);
-    v4 = hn::MulAdd(v4, m, a);
-    v5 = hn::MulAdd(v5, m, a);
-    v6 = hn::MulAdd(v6, m, a);
-    v7 = hn::MulAdd(v7, m, a);
-    v8 = hn::MulAdd(v8, m, a);
-    v9 = hn::MulAdd(v9, m, a);
-    v10 = hn::MulAdd(v10, m, a);
-    v11 = hn::MulAdd(v11, m, a);
+    // 12 independent chains: enough to cover the FMA latency x throughput.
+    step(v0), step(v1), step(v2), step(v3), step(v4), step(v5);
+    step(v6), step(v7), step(v8), step(v9), step(v10), step(v11);
   }
   auto s = hn::Add(hn::Add(hn::Add(v0, v1), hn::Add(v2, v3)),
                    hn::Add(hn::Add(v4, v5), hn::Add(v6, v7)));

@@ -16,3 +16,17 @@
 #define HWY_DISABLED_TARGETS \
   (HWY_SSSE3 | HWY_SVE | HWY_SVE2 | HWY_SVE_256 | HWY_SVE2_128 | HWY_RVV)
 #endif
+
+// Opens and closes the per-target namespace of a layer's Highway code in one
+// place: HWY_BEFORE_NAMESPACE (per-target compile flags), the namespace
+// attnflow::<layer>::HWY_NAMESPACE, hn = hwy::HWY_NAMESPACE, and the float
+// tag DF / vector VF every op uses. Expanded after hwy/highway.h.
+#define ATTNFLOW_HWY_NAMESPACE_BEGIN(layer)    \
+  HWY_BEFORE_NAMESPACE();                      \
+  namespace attnflow::layer::HWY_NAMESPACE {   \
+  namespace hn = hwy::HWY_NAMESPACE;           \
+  using DF = hn::ScalableTag<float>;           \
+  using VF = hn::Vec<DF>;
+#define ATTNFLOW_HWY_NAMESPACE_END() \
+  }                                  \
+  HWY_AFTER_NAMESPACE();

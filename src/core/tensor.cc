@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <new>
+#include <utility>
 
 namespace attnflow {
 
@@ -19,28 +20,23 @@ size_t DTypeSize(DType t) {
   return 0;
 }
 
+namespace {
+constexpr std::pair<DType, const char*> kDTypeNames[] = {
+    {DType::kF32, "F32"}, {DType::kF16, "F16"}, {DType::kBF16, "BF16"},
+    {DType::kF64, "F64"}, {DType::kI64, "I64"}, {DType::kI32, "I32"},
+    {DType::kI8, "I8"},   {DType::kU8, "U8"},   {DType::kBool, "BOOL"}};
+}  // namespace
+
 const char* DTypeName(DType t) {
-  switch (t) {
-    case DType::kF32: return "F32";
-    case DType::kF16: return "F16";
-    case DType::kBF16: return "BF16";
-    case DType::kF64: return "F64";
-    case DType::kI64: return "I64";
-    case DType::kI32: return "I32";
-    case DType::kI8: return "I8";
-    case DType::kU8: return "U8";
-    case DType::kBool: return "BOOL";
-  }
+  for (const auto& [d, name] : kDTypeNames)
+    if (d == t) return name;
   return "?";
 }
 
 bool ParseDType(std::string_view name, DType* out) {
-  static constexpr DType kAll[] = {DType::kF32, DType::kF16, DType::kBF16,
-                                   DType::kF64, DType::kI64, DType::kI32,
-                                   DType::kI8,  DType::kU8,  DType::kBool};
-  for (DType t : kAll) {
-    if (name == DTypeName(t)) {
-      *out = t;
+  for (const auto& [d, n] : kDTypeNames) {
+    if (name == n) {
+      *out = d;
       return true;
     }
   }

@@ -32,6 +32,12 @@ Status Align(const TensorView& context, const TensorView& alignment, const Tenso
   double* ep = P(energy.value());
   const double* sp = P(sf.value());
   const double* hp = P(hf.value());
+  // energy[b, t, j] = e(b, t, j) for every decoder step t and source j.
+  auto fill = [&](auto&& e) {
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t j = 0; j < S; ++j) ep[(b * T + t) * S + j] = e(b, t, j);
+  };
 
   if (score == AlignScore::kAdditive) {
     if (w.w_s.rank != 2) {
@@ -49,28 +55,23 @@ Status Align(const TensorView& context, const TensorView& alignment, const Tenso
     Result<Tensor> ph = Apply(lh, hf.value(), {B, S, A});  // W_h·h
     if (!ps.ok()) return ps.status();
     if (!ph.ok()) return ph.status();
-    for (int64_t b = 0; b < B; ++b)
-      for (int64_t t = 0; t < T; ++t)
-        for (int64_t j = 0; j < S; ++j) {
-          double acc = 0.0;
-          for (int64_t a = 0; a < A; ++a)
-            acc += P(vv.value())[a] *
-                   std::tanh(P(ps.value())[(b * T + t) * A + a] + P(ph.value())[(b * S + j) * A + a]);
-          ep[(b * T + t) * S + j] = acc;
-        }
+    fill([&](int64_t b, int64_t t, int64_t j) {  // v·tanh(W_s·s_t + b + W_h·h_j)
+      double acc = 0.0;
+      for (int64_t a = 0; a < A; ++a)
+        acc += P(vv.value())[a] *
+               std::tanh(P(ps.value())[(b * T + t) * A + a] + P(ph.value())[(b * S + j) * A + a]);
+      return acc;
+    });
   } else if (score == AlignScore::kDot) {
     if (Ds != Dh) {
       return InvalidArgument(std::string(op) + ": dot score needs equal state sizes, s " +
                              s.describe() + ", h " + h.describe());
     }
-    for (int64_t b = 0; b < B; ++b)
-      for (int64_t t = 0; t < T; ++t)
-        for (int64_t j = 0; j < S; ++j) {
-          double acc = 0.0;
-          for (int64_t c = 0; c < Dh; ++c)
-            acc += sp[(b * T + t) * Ds + c] * hp[(b * S + j) * Dh + c];
-          ep[(b * T + t) * S + j] = acc;
-        }
+    fill([&](int64_t b, int64_t t, int64_t j) {  // s_t·h_j
+      double acc = 0.0;
+      for (int64_t c = 0; c < Dh; ++c) acc += sp[(b * T + t) * Ds + c] * hp[(b * S + j) * Dh + c];
+      return acc;
+    });
   } else {
     ATTNFLOW_RETURN_IF_ERROR(CheckFloat(op, "w_a", w.w_a, {Ds, Dh}));
     Result<Tensor> wa = ToF64(w.w_a);
@@ -82,14 +83,12 @@ Status Align(const TensorView& context, const TensorView& alignment, const Tenso
     la.in = Dh;
     Result<Tensor> wh = Apply(la, hf.value(), {B, S, Ds});
     if (!wh.ok()) return wh.status();
-    for (int64_t b = 0; b < B; ++b)
-      for (int64_t t = 0; t < T; ++t)
-        for (int64_t j = 0; j < S; ++j) {
-          double acc = 0.0;
-          for (int64_t c = 0; c < Ds; ++c)
-            acc += sp[(b * T + t) * Ds + c] * P(wh.value())[(b * S + j) * Ds + c];
-          ep[(b * T + t) * S + j] = acc;
-        }
+    fill([&](int64_t b, int64_t t, int64_t j) {  // s_t·(W_a·h_j)
+      double acc = 0.0;
+      for (int64_t c = 0; c < Ds; ++c)
+        acc += sp[(b * T + t) * Ds + c] * P(wh.value())[(b * S + j) * Ds + c];
+      return acc;
+    });
   }
   Emit(sink, "energy", energy.value());
 

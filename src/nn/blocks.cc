@@ -11,6 +11,7 @@
 //    decoding one token at a time equals one pass over the whole sequence.
 //  * Masks compose by AND (visibility) and sum (biases), as docs/semantics.md.
 #include <cmath>
+#include <functional>
 #include <string>
 
 #include "attnflow/reference.h"
@@ -447,53 +448,57 @@ Status Transformer(const TensorView& dec_out, const TensorView& logits,
     return e;
   };
 
+  // Runs n layers over x ([B, L, E]): layer i writes a fresh tensor from the
+  // previous one and reports its stages under "<prefix><i>.".
+  using LayerFn =
+      std::function<Status(int64_t, const TensorView&, const TensorView&, StageSink*)>;
+  auto stack = [&](Result<Tensor>& x, int64_t n, int64_t L, const std::string& prefix,
+                   const LayerFn& layer) -> Status {
+    for (int64_t i = 0; i < n; ++i) {
+      Result<Tensor> y = F64Zeros({B, L, E});
+      if (!y.ok()) return y.status();
+      PrefixSink ps(sink, prefix + std::to_string(i) + ".");
+      ATTNFLOW_RETURN_IF_ERROR(
+          Wrap(op, layer(i, y->view(), x->view(), sink != nullptr ? &ps : nullptr)));
+      x = std::move(y);
+    }
+    return Status::Ok();
+  };
+
   // Encoder.
-  Result<Tensor> x = embed(src_ids, w.src_embed, Ls);
+  Result<Tensor> x = Staged(sink, "src_in", embed(src_ids, w.src_embed, Ls));
   if (!x.ok()) return x.status();
-  Emit(sink, "src_in", x.value());
-  BlockConfig bc;
-  bc.attn.num_heads = cfg.num_heads;
-  bc.act = cfg.act;
-  bc.norm = NormKind::kLayerNorm;
-  bc.norm_eps = cfg.norm_eps;
-  bc.placement = cfg.placement;
+  AttentionConfig attn;
+  attn.num_heads = cfg.num_heads;
+  const BlockConfig bc{.attn = attn, .act = cfg.act,
+                       .norm = NormKind::kLayerNorm, .norm_eps = cfg.norm_eps,
+                       .placement = cfg.placement};
   AttentionMasks enc_masks;
   enc_masks.key_mask = src_key_mask;
-  for (int64_t i = 0; i < cfg.num_encoder_layers; ++i) {
-    Result<Tensor> y = F64Zeros({B, Ls, E});
-    if (!y.ok()) return y.status();
-    PrefixSink ps(sink, "enc." + std::to_string(i) + ".");
-    ATTNFLOW_RETURN_IF_ERROR(Wrap(op, Block(y->view(), x->view(), w.encoder[i], bc, enc_masks,
-                                            nullptr, sink != nullptr ? &ps : nullptr)));
-    x = std::move(y);
-  }
+  ATTNFLOW_RETURN_IF_ERROR(
+      stack(x, cfg.num_encoder_layers, Ls, "enc.",
+            [&](int64_t i, const TensorView& out, const TensorView& in, StageSink* s) {
+              return Block(out, in, w.encoder[i], bc, enc_masks, nullptr, s);
+            }));
   Result<Tensor> memory = NormT(x.value(), w.encoder_norm, NormKind::kLayerNorm, cfg.norm_eps);
   if (!memory.ok()) return Wrap(op, memory.status());
   Emit(sink, "memory", memory.value());
 
   // Decoder.
-  Result<Tensor> t = embed(tgt_ids, w.tgt_embed, Lt);
+  Result<Tensor> t = Staged(sink, "tgt_in", embed(tgt_ids, w.tgt_embed, Lt));
   if (!t.ok()) return t.status();
-  Emit(sink, "tgt_in", t.value());
-  DecoderLayerConfig dc;
-  dc.self_attn.num_heads = cfg.num_heads;
+  DecoderLayerConfig dc = {.self_attn = bc.attn, .cross_attn = bc.attn, .act = cfg.act,
+                           .norm = NormKind::kLayerNorm, .norm_eps = cfg.norm_eps,
+                           .placement = cfg.placement};
   dc.self_attn.causal = Causal::kTopLeft;
-  dc.cross_attn.num_heads = cfg.num_heads;
-  dc.act = cfg.act;
-  dc.norm = NormKind::kLayerNorm;
-  dc.norm_eps = cfg.norm_eps;
-  dc.placement = cfg.placement;
   AttentionMasks dec_masks;
   dec_masks.key_mask = tgt_key_mask;
-  for (int64_t i = 0; i < cfg.num_decoder_layers; ++i) {
-    Result<Tensor> y = F64Zeros({B, Lt, E});
-    if (!y.ok()) return y.status();
-    PrefixSink ps(sink, "dec." + std::to_string(i) + ".");
-    ATTNFLOW_RETURN_IF_ERROR(Wrap(op, DecoderLayer(y->view(), t->view(), memory->view(),
-                                                   w.decoder[i], dc, dec_masks, src_key_mask,
-                                                   nullptr, sink != nullptr ? &ps : nullptr)));
-    t = std::move(y);
-  }
+  ATTNFLOW_RETURN_IF_ERROR(
+      stack(t, cfg.num_decoder_layers, Lt, "dec.",
+            [&](int64_t i, const TensorView& out, const TensorView& in, StageSink* s) {
+              return DecoderLayer(out, in, memory->view(), w.decoder[i], dc, dec_masks,
+                                  src_key_mask, nullptr, s);
+            }));
   Result<Tensor> d = NormT(t.value(), w.decoder_norm, NormKind::kLayerNorm, cfg.norm_eps);
   if (!d.ok()) return Wrap(op, d.status());
   Emit(sink, "dec_out", d.value());

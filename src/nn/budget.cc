@@ -32,50 +32,6 @@ struct Acc {
   }
 };
 
-ModelShape Bert() {
-  ModelShape s;
-  s.name = "bert-base";
-  s.num_layers = 12, s.d_model = 768, s.num_heads = 12, s.ffn_dim = 3072;
-  s.act = Activation::kGelu;
-  s.vocab_size = 30522, s.max_positions = 512, s.type_vocab = 2;
-  s.embedding_norm = true, s.pooler = true, s.lm_head = false;
-  return s;
-}
-
-ModelShape Gpt2() {
-  ModelShape s;
-  s.name = "gpt2-small";
-  s.num_layers = 12, s.d_model = 768, s.num_heads = 12, s.ffn_dim = 3072;
-  s.act = Activation::kGeluTanh;
-  s.vocab_size = 50257, s.max_positions = 1024;
-  s.final_norm = true, s.tied_lm_head = true;
-  return s;
-}
-
-ModelShape Llama3() {
-  ModelShape s;
-  s.name = "llama-3-8b";
-  s.num_layers = 32, s.d_model = 4096, s.num_heads = 32, s.num_kv_heads = 8, s.ffn_dim = 14336;
-  s.act = Activation::kSwiGlu;
-  s.norm = NormKind::kRmsNorm;
-  s.qkv_bias = s.out_bias = s.ffn_bias = false;
-  s.vocab_size = 128256;
-  s.final_norm = true, s.tied_lm_head = false;
-  return s;
-}
-
-ModelShape TransformerBase() {
-  // The encoder stack of Vaswani et al. "base" (sinusoidal positions, ReLU,
-  // post-norm); vocabulary of the paper's shared 37000 BPE, tied head.
-  ModelShape s;
-  s.name = "transformer-base";
-  s.num_layers = 6, s.d_model = 512, s.num_heads = 8, s.ffn_dim = 2048;
-  s.act = Activation::kRelu;
-  s.vocab_size = 37000;
-  s.tied_lm_head = true;
-  return s;
-}
-
 }  // namespace
 
 Result<Budget> ComputeBudget(const ModelShape& s, int64_t seq_len, int64_t context) {
@@ -140,7 +96,24 @@ Result<Budget> ComputeBudget(const ModelShape& s, int64_t seq_len, int64_t conte
 }
 
 const std::vector<ModelShape>& KnownModelShapes() {
-  static const std::vector<ModelShape> k = {Bert(), Gpt2(), Llama3(), TransformerBase()};
+  // Designated initializers in ModelShape's field order; unnamed fields keep
+  // their defaults (biases on, tied head, fp16 cache).
+  static const std::vector<ModelShape> k = {
+      {.name = "bert-base", .num_layers = 12, .d_model = 768, .num_heads = 12, .ffn_dim = 3072,
+       .act = Activation::kGelu, .vocab_size = 30522, .max_positions = 512, .type_vocab = 2,
+       .embedding_norm = true, .lm_head = false, .pooler = true},
+      {.name = "gpt2-small", .num_layers = 12, .d_model = 768, .num_heads = 12, .ffn_dim = 3072,
+       .act = Activation::kGeluTanh, .vocab_size = 50257, .max_positions = 1024,
+       .final_norm = true, .tied_lm_head = true},
+      {.name = "llama-3-8b", .num_layers = 32, .d_model = 4096, .num_heads = 32,
+       .num_kv_heads = 8, .ffn_dim = 14336, .act = Activation::kSwiGlu,
+       .norm = NormKind::kRmsNorm, .qkv_bias = false, .out_bias = false, .ffn_bias = false,
+       .vocab_size = 128256, .final_norm = true, .tied_lm_head = false},
+      // The encoder stack of Vaswani et al. "base" (sinusoidal positions,
+      // ReLU, post-norm); the paper's shared 37000-token BPE, tied head.
+      {.name = "transformer-base", .num_layers = 6, .d_model = 512, .num_heads = 8,
+       .ffn_dim = 2048, .act = Activation::kRelu, .vocab_size = 37000, .tied_lm_head = true},
+  };
   return k;
 }
 

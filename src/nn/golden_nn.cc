@@ -109,28 +109,30 @@ struct CaseFile {
     *out = r.value();
     return Status::Ok();
   }
+  // One weight tensor under a prefix: its name, whether the case must have
+  // it, and where it goes.
+  struct Field {
+    const char* name;
+    bool required;
+    TensorView* out;
+  };
+  Status Fields(const std::string& p, std::initializer_list<Field> fields) const {
+    for (const Field& fd : fields) ATTNFLOW_RETURN_IF_ERROR(Get(p + fd.name, fd.required, fd.out));
+    return Status::Ok();
+  }
   Status Attention(const std::string& p, AttentionWeights* w) const {
-    ATTNFLOW_RETURN_IF_ERROR(Get(p + "w_q", true, &w->w_q));
-    ATTNFLOW_RETURN_IF_ERROR(Get(p + "w_k", true, &w->w_k));
-    ATTNFLOW_RETURN_IF_ERROR(Get(p + "w_v", true, &w->w_v));
-    ATTNFLOW_RETURN_IF_ERROR(Get(p + "w_o", true, &w->w_o));
-    ATTNFLOW_RETURN_IF_ERROR(Get(p + "b_q", false, &w->b_q));
-    ATTNFLOW_RETURN_IF_ERROR(Get(p + "b_k", false, &w->b_k));
-    ATTNFLOW_RETURN_IF_ERROR(Get(p + "b_v", false, &w->b_v));
-    ATTNFLOW_RETURN_IF_ERROR(Get(p + "b_o", false, &w->b_o));
-    return Get(p + "t5_table", false, &w->t5_table);
+    return Fields(p, {{"w_q", true, &w->w_q}, {"w_k", true, &w->w_k}, {"w_v", true, &w->w_v},
+                      {"w_o", true, &w->w_o}, {"b_q", false, &w->b_q}, {"b_k", false, &w->b_k},
+                      {"b_v", false, &w->b_v}, {"b_o", false, &w->b_o},
+                      {"t5_table", false, &w->t5_table}});
   }
   Status NormW(const std::string& p, NormWeights* w) const {
-    ATTNFLOW_RETURN_IF_ERROR(Get(p + "weight", false, &w->weight));
-    return Get(p + "bias", false, &w->bias);
+    return Fields(p, {{"weight", false, &w->weight}, {"bias", false, &w->bias}});
   }
   Status FfnW(const std::string& p, FfnWeights* w) const {
-    ATTNFLOW_RETURN_IF_ERROR(Get(p + "w_up", true, &w->w_up));
-    ATTNFLOW_RETURN_IF_ERROR(Get(p + "b_up", false, &w->b_up));
-    ATTNFLOW_RETURN_IF_ERROR(Get(p + "w_gate", false, &w->w_gate));
-    ATTNFLOW_RETURN_IF_ERROR(Get(p + "b_gate", false, &w->b_gate));
-    ATTNFLOW_RETURN_IF_ERROR(Get(p + "w_down", true, &w->w_down));
-    return Get(p + "b_down", false, &w->b_down);
+    return Fields(p, {{"w_up", true, &w->w_up}, {"b_up", false, &w->b_up},
+                      {"w_gate", false, &w->w_gate}, {"b_gate", false, &w->b_gate},
+                      {"w_down", true, &w->w_down}, {"b_down", false, &w->b_down}});
   }
   Status BlockW(const std::string& p, BlockWeights* w) const {
     ATTNFLOW_RETURN_IF_ERROR(Attention(p + "attn.", &w->attn));

@@ -68,6 +68,21 @@ Status CheckOut(const char* op, const char* name, const TensorView& t,
 
 Result<Tensor> F64Zeros(const Shape& shape) { return Tensor::Zeros(DType::kF64, shape); }
 
+Result<Tensor> SumT(const Tensor& a, const Tensor& b) {
+  Result<Tensor> r = Tensor::FromView(a.view());
+  if (!r.ok()) return r;
+  const int64_t n = a.numel();
+  for (int64_t i = 0; i < n; ++i) P(r.value())[i] += P(b)[i];
+  return r;
+}
+
+Status CheckRowwise(const char* op, const TensorView& out, const TensorView& x) {
+  if (x.rank < 1 || x.rank > 4 || !IsFloat(x.dtype)) {
+    return InvalidArgument(std::string(op) + ": x is " + x.describe() + ", expected float rank 1..4");
+  }
+  return CheckOut(op, "out", out, std::vector<int64_t>(x.shape.begin(), x.shape.begin() + x.rank));
+}
+
 Result<Tensor> ToF64(const TensorView& v) {
   Shape shape(v.shape.begin(), v.shape.begin() + v.rank);
   Result<Tensor> r = F64Zeros(shape);

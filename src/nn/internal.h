@@ -32,6 +32,10 @@ Status CheckOut(const char* op, const char* name, const TensorView& t,
                 const std::vector<int64_t>& dims, bool optional = false);
 
 Result<Tensor> F64Zeros(const Shape& shape);
+// a + b elementwise (contiguous F64 tensors of one shape), a new tensor.
+Result<Tensor> SumT(const Tensor& a, const Tensor& b);
+// A row-wise op's input and output: x float of rank 1..4, out of x's shape.
+Status CheckRowwise(const char* op, const TensorView& out, const TensorView& x);
 // Contiguous float64 copy of any numeric view.
 Result<Tensor> ToF64(const TensorView& v);
 // Writes a contiguous F64 tensor into an F32/F64 view of the same shape.
@@ -59,6 +63,11 @@ inline void Emit(StageSink* sink, std::string_view name, const Tensor& t) {
   if (sink != nullptr && sink->Wants(name)) sink->Put(name, t.view());
 }
 
+// Reports t (when it holds a tensor) as stage `name` and passes it on.
+inline Result<Tensor> Staged(StageSink* sink, std::string_view name, Result<Tensor> t) {
+  if (t.ok()) Emit(sink, name, t.value());
+  return t;
+}
 inline bool HasView(const TensorView& t) { return !t.empty_view(); }
 
 // Integer element as int64 (I64/I32/float).

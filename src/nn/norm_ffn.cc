@@ -180,11 +180,7 @@ Status LinearLayer(const TensorView& out, const TensorView& x, const TensorView&
 
 Status Activate(const TensorView& out, const TensorView& x, Activation act) {
   const char* op = "activate";
-  if (x.rank < 1 || x.rank > 4 || !IsFloat(x.dtype)) {
-    return InvalidArgument(std::string(op) + ": x is " + x.describe() + ", expected float rank 1..4");
-  }
-  ATTNFLOW_RETURN_IF_ERROR(
-      CheckOut(op, "out", out, std::vector<int64_t>(x.shape.begin(), x.shape.begin() + x.rank)));
+  ATTNFLOW_RETURN_IF_ERROR(CheckRowwise(op, out, x));
   const int64_t E = x.shape[x.rank - 1];
   ForEachRow(x, [&](int64_t, const int64_t* idx) {
     for (int64_t e = 0; e < E; ++e) {
@@ -196,11 +192,7 @@ Status Activate(const TensorView& out, const TensorView& x, Activation act) {
 
 Status Softmax(const TensorView& out, const TensorView& x) {
   const char* op = "softmax";
-  if (x.rank < 1 || x.rank > 4 || !IsFloat(x.dtype)) {
-    return InvalidArgument(std::string(op) + ": x is " + x.describe() + ", expected float rank 1..4");
-  }
-  ATTNFLOW_RETURN_IF_ERROR(
-      CheckOut(op, "out", out, std::vector<int64_t>(x.shape.begin(), x.shape.begin() + x.rank)));
+  ATTNFLOW_RETURN_IF_ERROR(CheckRowwise(op, out, x));
   const int64_t E = x.shape[x.rank - 1];
   std::vector<double> row(static_cast<size_t>(E));
   ForEachRow(x, [&](int64_t, const int64_t* idx) {

@@ -257,13 +257,10 @@ Status TxlLayer(const TensorView& out, const TensorView& x, const TensorView& me
         for (int64_t c = 0; c < Dh; ++c)
           P(concat.value())[(b * L + i) * HD + h * Dh + c] = P(heads.value())[((b * H + h) * L + i) * Dh + c];
   Emit(sink, "concat", concat.value());
-  Result<Tensor> ao = Apply(lo, concat.value(), {B, L, E});
+  Result<Tensor> ao = Staged(sink, "attn_out", Apply(lo, concat.value(), {B, L, E}));
   if (!ao.ok()) return ao.status();
-  Emit(sink, "attn_out", ao.value());
-  Result<Tensor> residual = F64Zeros({B, L, E});
+  Result<Tensor> residual = SumT(xf.value(), ao.value());
   if (!residual.ok()) return residual.status();
-  for (int64_t n = 0; n < B * L * E; ++n)
-    P(residual.value())[n] = P(xf.value())[n] + P(ao.value())[n];
   Emit(sink, "residual", residual.value());
   // FFN input ("norm"): post: h = LN_attn(residual); pre: LN_ff(residual).
   Result<Tensor> hstate = cfg.pre_lnorm ? Tensor::FromView(residual->view())
@@ -277,12 +274,10 @@ Status TxlLayer(const TensorView& out, const TensorView& x, const TensorView& me
   if (!hid.ok()) return hid.status();
   for (int64_t n = 0; n < hid->numel(); ++n) P(hid.value())[n] = std::max(0.0, P(hid.value())[n]);
   Emit(sink, "ffn_hidden", hid.value());
-  Result<Tensor> ff = Apply(l2, hid.value(), {B, L, E});
+  Result<Tensor> ff = Staged(sink, "ffn", Apply(l2, hid.value(), {B, L, E}));
   if (!ff.ok()) return ff.status();
-  Emit(sink, "ffn", ff.value());
-  Result<Tensor> y = F64Zeros({B, L, E});
+  Result<Tensor> y = SumT(hstate.value(), ff.value());
   if (!y.ok()) return y.status();
-  for (int64_t n = 0; n < B * L * E; ++n) P(y.value())[n] = P(hstate.value())[n] + P(ff.value())[n];
   if (!cfg.pre_lnorm) {
     y = LayerNormT(y.value(), w.ln_ff_w, w.ln_ff_b, cfg.norm_eps);
     if (!y.ok()) return Wrap(op, y.status());

@@ -22,14 +22,7 @@
 #include "attnflow/ops.h"
 #include "ops/math-inl.h"
 
-HWY_BEFORE_NAMESPACE();
-namespace attnflow {
-namespace ops {
-namespace HWY_NAMESPACE {
-namespace hn = hwy::HWY_NAMESPACE;
-
-using DF = hn::ScalableTag<float>;
-using VF = hn::Vec<DF>;
+ATTNFLOW_HWY_NAMESPACE_BEGIN(ops)
 
 // Applies fn to x[0..n) -> y through full vectors, the tail through a padded
 // stack vector (lanes past n never reach memory).
@@ -182,27 +175,18 @@ void SoftmaxRowsT(float* y, int64_t ldy, const float* x, int64_t ldx, int64_t r0
     // e = exp(max(x - m, lowest)): -inf inputs become exp(-FLT_MAX) = 0
     // (hn::Exp is specified on [-FLT_MAX, 104]).
     auto ex = [&](VF v) { return hn::Exp(df, hn::Max(hn::Sub(v, vm), lowest)); };
-    int64_t i = 0;
-    for (; i + nl <= n; i += nl) hn::StoreU(ex(hn::LoadU(df, xr + i)), df, yr + i);
-    if (i < n) {
-      HWY_ALIGN float buf[hn::MaxLanes(df)] = {};
-      for (int64_t j = i; j < n; ++j) buf[j - i] = xr[j];
-      hn::Store(ex(hn::Load(df, buf)), df, buf);
-      for (int64_t j = i; j < n; ++j) yr[j] = buf[j - i];
-    }
+    Map1(yr, xr, n, ex);
     const float s = RowSum(yr, n, [](VF v) { return v; });
     const VF inv = hn::Set(df, 1.0f / s);
-    for (i = 0; i + nl <= n; i += nl) hn::StoreU(hn::Mul(hn::LoadU(df, yr + i), inv), df, yr + i);
+    int64_t i = 0;
+    for (; i + nl <= n; i += nl) hn::StoreU(hn::Mul(hn::LoadU(df, yr + i), inv), df, yr + i);
     for (; i < n; ++i) yr[i] = yr[i] * (1.0f / s);
   }
 }
 
 const char* TargetNameT() { return hwy::TargetName(HWY_TARGET); }
 
-}  // namespace HWY_NAMESPACE
-}  // namespace ops
-}  // namespace attnflow
-HWY_AFTER_NAMESPACE();
+ATTNFLOW_HWY_NAMESPACE_END()
 
 #if HWY_ONCE
 #include <algorithm>

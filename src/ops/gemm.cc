@@ -34,14 +34,7 @@
 #include "attnflow/ops.h"
 #include "ops/math-inl.h"
 
-HWY_BEFORE_NAMESPACE();
-namespace attnflow {
-namespace ops {
-namespace HWY_NAMESPACE {
-namespace hn = hwy::HWY_NAMESPACE;
-
-using DF = hn::ScalableTag<float>;
-using VF = hn::Vec<DF>;
+ATTNFLOW_HWY_NAMESPACE_BEGIN(ops)
 
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
 constexpr int kMr = 8;
@@ -187,10 +180,7 @@ void LinearBlockT(float* y, int64_t ldy, const float* x, int64_t ldx, const floa
   }
 }
 
-}  // namespace HWY_NAMESPACE
-}  // namespace ops
-}  // namespace attnflow
-HWY_AFTER_NAMESPACE();
+ATTNFLOW_HWY_NAMESPACE_END()
 
 #if HWY_ONCE
 #include <algorithm>

@@ -19,14 +19,7 @@
 #include "hwy/highway.h"
 #include "attnflow/ops.h"
 
-HWY_BEFORE_NAMESPACE();
-namespace attnflow {
-namespace ops {
-namespace HWY_NAMESPACE {
-namespace hn = hwy::HWY_NAMESPACE;
-
-using DF = hn::ScalableTag<float>;
-using VF = hn::Vec<DF>;
+ATTNFLOW_HWY_NAMESPACE_BEGIN(ops)
 
 // Packed GEMM register tile: kGr weight rows x kGv vectors of tokens.
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
@@ -320,10 +313,7 @@ void GemmRowsT(const QMatrix& w, int64_t r0, int64_t nr, const float* xp, int64_
 }
 
 
-}  // namespace HWY_NAMESPACE
-}  // namespace ops
-}  // namespace attnflow
-HWY_AFTER_NAMESPACE();
+ATTNFLOW_HWY_NAMESPACE_END()
 
 #if HWY_ONCE
 namespace attnflow {

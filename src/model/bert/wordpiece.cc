@@ -3,6 +3,7 @@
 #include "model/bert/wordpiece.h"
 
 #include <algorithm>
+#include <functional>
 
 #include "attnflow/file_util.h"
 #include "model/bert/unicode.h"
@@ -111,11 +112,6 @@ bool WordPieceTokenizer::IsSpecial(int32_t id) const {
   for (const auto& s : specials_)
     if (s.second == id) return true;
   return false;
-}
-
-std::string WordPieceTokenizer::TokenText(int32_t id) const {
-  if (id < 0 || static_cast<size_t>(id) >= tokens_.size()) return "<invalid>";
-  return tokens_[static_cast<size_t>(id)];
 }
 
 std::u32string WordPieceTokenizer::NormalizeU32(const std::u32string& in) const {
@@ -235,24 +231,33 @@ void SplitSpecials(const std::u32string& text,
 
 }  // namespace
 
-Result<std::vector<int32_t>> WordPieceTokenizer::Encode(std::string_view text,
-                                                        bool add_special) const {
+Status WordPieceTokenizer::Walk(std::string_view text,
+                                const std::function<void(const std::u32string&)>& word,
+                                const std::function<void(int32_t)>& special) const {
   std::u32string u;
   if (!wu::DecodeUtf8(text, &u)) {
     return InvalidArgument("wordpiece: input text is not valid UTF-8");
   }
-  std::vector<int32_t> ids;
-  ids.reserve(u.size() / 3 + 2);
-  if (add_special) ids.push_back(cls_id_);
   std::vector<std::u32string> words;
   SplitSpecials(
       u, specials_,
       [&](const std::u32string& seg) {
         words.clear();
         SplitSegment(seg, &words);
-        for (const auto& w : words) EncodeWord(w, &ids);
+        for (const auto& w : words) word(w);
       },
-      [&](int32_t id) { ids.push_back(id); });
+      special);
+  return Status::Ok();
+}
+
+Result<std::vector<int32_t>> WordPieceTokenizer::Encode(std::string_view text,
+                                                        bool add_special) const {
+  std::vector<int32_t> ids;
+  ids.reserve(text.size() / 3 + 2);
+  if (add_special) ids.push_back(cls_id_);
+  ATTNFLOW_RETURN_IF_ERROR(Walk(
+      text, [&](const std::u32string& w) { EncodeWord(w, &ids); },
+      [&](int32_t id) { ids.push_back(id); }));
   if (add_special) ids.push_back(sep_id_);
   return ids;
 }
@@ -267,20 +272,10 @@ Result<std::string> WordPieceTokenizer::Normalize(std::string_view text) const {
 
 Result<std::vector<std::string>> WordPieceTokenizer::PreTokenize(
     std::string_view text) const {
-  std::u32string u;
-  if (!wu::DecodeUtf8(text, &u)) {
-    return InvalidArgument("wordpiece: input text is not valid UTF-8");
-  }
   std::vector<std::string> out;
-  std::vector<std::u32string> words;
-  SplitSpecials(
-      u, specials_,
-      [&](const std::u32string& seg) {
-        words.clear();
-        SplitSegment(seg, &words);
-        for (const auto& w : words) out.push_back(wu::EncodeUtf8(w));
-      },
-      [&](int32_t id) { out.push_back(tokens_[static_cast<size_t>(id)]); });
+  ATTNFLOW_RETURN_IF_ERROR(Walk(
+      text, [&](const std::u32string& w) { out.push_back(wu::EncodeUtf8(w)); },
+      [&](int32_t id) { out.push_back(tokens_[static_cast<size_t>(id)]); }));
   return out;
 }
 

@@ -23,6 +23,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -31,6 +32,7 @@
 
 #include "attnflow/model.h"
 #include "attnflow/status.h"
+#include "model/vocab_tokenizer.h"
 
 namespace attnflow {
 
@@ -45,7 +47,7 @@ struct WordPieceOptions {
               pad_token = "[PAD]", mask_token = "[MASK]";
 };
 
-class WordPieceTokenizer : public Tokenizer {
+class WordPieceTokenizer : public VocabTokenizer {
  public:
   // vocab.txt: one token per line, id = line number (0-based). Errors name
   // the file and the line.
@@ -64,10 +66,6 @@ class WordPieceTokenizer : public Tokenizer {
   // the vocabulary are kOutOfRange.
   Result<std::string> Decode(const std::vector<int32_t>& ids,
                              bool skip_special) const override;
-  std::string TokenText(int32_t id) const override;
-  int64_t VocabSize() const override {
-    return static_cast<int64_t>(tokens_.size());
-  }
 
   // Steps, exposed for tests and traces.
   // Normalised text (step 2) of a segment without special tokens.
@@ -85,6 +83,10 @@ class WordPieceTokenizer : public Tokenizer {
 
  private:
   WordPieceTokenizer() = default;
+  // Steps 1-3 over text: word(w) for each word of ordinary text, special(id)
+  // for each special token, in order. Invalid UTF-8 is kInvalidArgument.
+  Status Walk(std::string_view text, const std::function<void(const std::u32string&)>& word,
+              const std::function<void(int32_t)>& special) const;
   // Appends the ids of one normalised-and-split word.
   void EncodeWord(const std::u32string& word, std::vector<int32_t>* ids) const;
   // Steps 2-3 on one segment free of special tokens.
@@ -94,7 +96,6 @@ class WordPieceTokenizer : public Tokenizer {
 
   WordPieceOptions opt_;
   bool strip_accents_ = true;
-  std::vector<std::string> tokens_;
   std::unordered_map<std::string, int32_t> index_;
   // Special tokens found in the vocabulary: (UTF-32 text, id).
   std::vector<std::pair<std::u32string, int32_t>> specials_;

@@ -454,9 +454,4 @@ Result<std::string> BpeTokenizer::Decode(const std::vector<int32_t>& ids, bool s
   return out;
 }
 
-std::string BpeTokenizer::TokenText(int32_t id) const {
-  if (id < 0 || static_cast<size_t>(id) >= tokens_.size()) return "<?>";
-  return tokens_[id];
-}
-
 }  // namespace attnflow::bpe

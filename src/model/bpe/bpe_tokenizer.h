@@ -33,6 +33,7 @@
 
 #include "attnflow/gguf.h"
 #include "attnflow/model.h"
+#include "model/vocab_tokenizer.h"
 
 namespace attnflow::bpe {
 
@@ -53,7 +54,7 @@ struct BpeConfig {
   bool add_bos = false, add_eos = false;
 };
 
-class BpeTokenizer : public Tokenizer {
+class BpeTokenizer : public VocabTokenizer {
  public:
   // `label` names the source in errors (e.g. the GGUF path).
   static Result<std::unique_ptr<BpeTokenizer>> Create(BpeConfig cfg,
@@ -69,10 +70,6 @@ class BpeTokenizer : public Tokenizer {
                                       bool add_special) const override;
   Result<std::string> Decode(const std::vector<int32_t>& ids,
                              bool skip_special) const override;
-  std::string TokenText(int32_t id) const override;
-  int64_t VocabSize() const override {
-    return static_cast<int64_t>(tokens_.size());
-  }
 
   // The raw bytes a token stands for (special tokens: their text). Empty for
   // out-of-range ids. For streaming output.
@@ -96,7 +93,6 @@ class BpeTokenizer : public Tokenizer {
 
   BpeConfig cfg_;
   PreTokenizerKind kind_ = PreTokenizerKind::kGpt2;
-  std::vector<std::string> tokens_;
   std::unordered_map<std::string, int32_t> vocab_;
   // (left id << 32 | right id) -> (rank << 32 | merged id)
   std::unordered_map<uint64_t, uint64_t> merges_;
