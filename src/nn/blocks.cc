@@ -90,13 +90,6 @@ Result<Tensor> NormT(const Tensor& x, const NormWeights& w, NormKind kind, doubl
   return r;
 }
 
-Result<Tensor> AddT(const Tensor& a, const Tensor& b) {
-  Result<Tensor> r = F64Zeros(a.shape());
-  if (!r.ok()) return r;
-  for (int64_t i = 0; i < a.numel(); ++i) P(r.value())[i] = P(a)[i] + P(b)[i];
-  return r;
-}
-
 Result<Tensor> FfnT(const Tensor& x, const FfnWeights& w, Activation act, StageSink* sink) {
   Result<Tensor> r = F64Zeros(x.shape());
   if (!r.ok()) return r;
@@ -320,7 +313,7 @@ Status Block(const TensorView& out, const TensorView& x, const BlockWeights& w,
   if (!attn.ok()) return attn.status();
   ATTNFLOW_RETURN_IF_ERROR(Wrap(op, AttentionLayer(attn->view(), a_in.view(), a_in.view(), w.attn,
                                                    cfg.attn, masks, cache, sink)));
-  Result<Tensor> residual = AddT(xf.value(), attn.value());
+  Result<Tensor> residual = SumT(xf.value(), attn.value());
   if (!residual.ok()) return residual.status();
   Emit(sink, "residual", residual.value());
   Result<Tensor> f_in = NormT(residual.value(), pre ? w.norm2 : w.norm1, cfg.norm, cfg.norm_eps);
@@ -329,7 +322,7 @@ Status Block(const TensorView& out, const TensorView& x, const BlockWeights& w,
   Result<Tensor> f = FfnT(f_in.value(), w.ffn, cfg.act, sink);
   if (!f.ok()) return Wrap(op, f.status());
   Emit(sink, "ffn", f.value());
-  Result<Tensor> y = pre ? AddT(residual.value(), f.value()) : AddT(f_in.value(), f.value());
+  Result<Tensor> y = pre ? SumT(residual.value(), f.value()) : SumT(f_in.value(), f.value());
   if (!y.ok()) return y.status();
   if (!pre) {
     y = NormT(y.value(), w.norm2, cfg.norm, cfg.norm_eps);
@@ -371,7 +364,7 @@ Status DecoderLayer(const TensorView& out, const TensorView& x, const TensorView
   ATTNFLOW_RETURN_IF_ERROR(Wrap(op, AttentionLayer(sa->view(), s_in->view(), s_in->view(),
                                                    w.self_attn, cfg.self_attn, self_masks,
                                                    self_cache, ss)));
-  Result<Tensor> r1 = AddT(xf.value(), sa.value());
+  Result<Tensor> r1 = SumT(xf.value(), sa.value());
   if (!r1.ok()) return r1.status();
   Emit(ss, "residual", r1.value());
   Result<Tensor> c_in = norm(r1.value(), pre ? w.norm2 : w.norm1);
@@ -388,7 +381,7 @@ Status DecoderLayer(const TensorView& out, const TensorView& x, const TensorView
                                                    w.cross_attn, cfg.cross_attn, cross_masks,
                                                    nullptr, cs)));
   // pre: the stream is r1; post: the stream is h1 = norm1(r1) = c_in.
-  Result<Tensor> r2 = AddT(pre ? r1.value() : c_in.value(), ca.value());
+  Result<Tensor> r2 = SumT(pre ? r1.value() : c_in.value(), ca.value());
   if (!r2.ok()) return r2.status();
   Emit(cs, "residual", r2.value());
   Result<Tensor> f_in = norm(r2.value(), pre ? w.norm3 : w.norm2);
@@ -399,7 +392,7 @@ Status DecoderLayer(const TensorView& out, const TensorView& x, const TensorView
   Result<Tensor> f = FfnT(f_in.value(), w.ffn, cfg.act, sink);
   if (!f.ok()) return Wrap(op, f.status());
   Emit(sink, "ffn", f.value());
-  Result<Tensor> y = AddT(pre ? r2.value() : f_in.value(), f.value());
+  Result<Tensor> y = SumT(pre ? r2.value() : f_in.value(), f.value());
   if (!y.ok()) return y.status();
   if (!pre) {
     y = norm(y.value(), w.norm3);

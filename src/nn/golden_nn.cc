@@ -22,6 +22,7 @@
 #include "attnflow/nn.h"
 #include "attnflow/nn_align.h"
 #include "attnflow/nn_transfo_xl.h"
+#include "attnflow/nn_vit.h"
 
 namespace attnflow::nn {
 namespace {
@@ -461,6 +462,31 @@ Status RunKind(const std::string& kind, const Cfg& c, const CaseFile& cf, StageR
     }
     return Status::Ok();
   }
+  if (kind == "nn_vit") {
+    VitConfig vc;
+    int64_t layers = 0;
+    ATTNFLOW_RETURN_IF_ERROR(c.Int("patch_size", &vc.patch_size, true));
+    ATTNFLOW_RETURN_IF_ERROR(c.Int("num_heads", &vc.num_heads, true));
+    ATTNFLOW_RETURN_IF_ERROR(c.Int("pos_grid", &vc.pos_grid, true));
+    ATTNFLOW_RETURN_IF_ERROR(c.Num("norm_eps", &vc.norm_eps));
+    ATTNFLOW_RETURN_IF_ERROR(c.Bool("interpolate_pos_encoding", &vc.interpolate_pos_encoding));
+    ATTNFLOW_RETURN_IF_ERROR(c.Int("num_layers", &layers, true));
+    if (layers < 0 || layers > 64) {
+      return Corrupt(Where(cf.path, "config 'num_layers' must be in [0, 64]"));
+    }
+    VitWeights w;
+    w.layers.resize(static_cast<size_t>(layers));
+    for (int64_t i = 0; i < layers; ++i)
+      ATTNFLOW_RETURN_IF_ERROR(cf.BlockW("layer." + std::to_string(i) + ".", &w.layers[i]));
+    ATTNFLOW_RETURN_IF_ERROR(cf.Fields("", {{"patch.weight", true, &w.patch_w},
+                                            {"patch.bias", true, &w.patch_b},
+                                            {"cls", true, &w.cls},
+                                            {"pos_table", true, &w.pos}}));
+    ATTNFLOW_RETURN_IF_ERROR(cf.NormW("final_norm.", &w.final_norm));
+    TensorView pixels;
+    ATTNFLOW_RETURN_IF_ERROR(cf.Get("pixels", true, &pixels));
+    return Vit(TensorView(), pixels, w, vc, rec);
+  }
   return Corrupt(Where(cf.path, "metadata 'kind': \"" + kind + "\" is not an nn kind"));
 }
 
@@ -529,7 +555,7 @@ Status ParseMeta(const SafetensorsFile& f, Parsed* p) {
 const std::vector<std::string>& NnGoldenKinds() {
   static const std::vector<std::string> k = {
       "nn_sinusoidal", "nn_learned_pos", "nn_rope",  "nn_t5_bias",   "nn_block",
-      "nn_decoder_layer", "nn_transformer", "nn_align", "nn_transfo_xl"};
+      "nn_decoder_layer", "nn_transformer", "nn_align", "nn_transfo_xl", "nn_vit"};
   return k;
 }
 

@@ -37,7 +37,11 @@ script against an independent library implementation:
   formula (exp/log form) for the sinusoidal tables (< 1e-12);
 * the ALiBi slopes from the paper's reference code (``get_slopes``);
 * Bahdanau/Luong: the NumPy transcription of the paper's equations vs a
-  second torch formulation (< 1e-12).
+  second torch formulation (< 1e-12);
+* ViT: Hugging Face ``ViTModel`` (float64, no pooler) on the same weights,
+  with and without ``interpolate_pos_encoding`` (< 1e-10), and
+  ``torch.nn.functional.interpolate(mode="bicubic")`` for the resized
+  position table (< 1e-12).
 
 Inputs are drawn in float32 from a torch.Generator seeded with the CRC-32 of
 the case name; the reference runs in float64 on the float32-rounded inputs
@@ -1292,6 +1296,141 @@ def build_txl(name, B, L, E, H, Dh, Fd, n_layer, mem_len, pre_lnorm=False, clamp
 
 
 # ---------------------------------------------------------------------------
+# Vision Transformer (Dosovitskiy et al. 2021; HF ViTModel without pooler)
+# ---------------------------------------------------------------------------
+
+def cubic_coeffs(t, A=-0.75):
+    """Keys' cubic convolution weights of the 4 taps around a fraction t."""
+    def c1(x):
+        return ((A + 2) * x - (A + 3)) * x * x + 1
+
+    def c2(x):
+        return ((A * x - 5 * A) * x + 8 * A) * x - 4 * A
+    return [c2(t + 1.0), c1(t), c1(1.0 - t), c2(2.0 - t)]
+
+
+def bicubic_grid(plane, oh, ow, scale_h, scale_w):
+    """plane [G, G, E] -> [oh, ow, E]; torch's bicubic with align_corners=False
+    written out: source = (d + 0.5) / scale - 0.5, taps clamped to the grid."""
+    G = plane.shape[0]
+    out = torch.zeros(oh, ow, plane.shape[2], dtype=D64)
+    clamp = lambda i: min(max(i, 0), G - 1)  # noqa: E731
+    for oy in range(oh):
+        ry = (1.0 / scale_h) * (oy + 0.5) - 0.5
+        iy = math.floor(ry)
+        cy = cubic_coeffs(ry - iy)
+        for ox in range(ow):
+            rx = (1.0 / scale_w) * (ox + 0.5) - 0.5
+            ix = math.floor(rx)
+            cx = cubic_coeffs(rx - ix)
+            acc = torch.zeros(plane.shape[2], dtype=D64)
+            for m in range(4):
+                row = sum(cx[n] * plane[clamp(iy - 1 + m), clamp(ix - 1 + n)] for n in range(4))
+                acc = acc + cy[m] * row
+            out[oy, ox] = acc
+    return out
+
+
+def vit_positions(pos, G, gh, gw, interpolate, square):
+    if not interpolate or (gh * gw == G * G and square):
+        assert gh * gw == G * G
+        return pos
+    E = pos.shape[1]
+    grid = pos[1:].reshape(G, G, E)
+    res = bicubic_grid(grid, gh, gw, (gh + 0.1) / G, (gw + 0.1) / G).reshape(gh * gw, E)
+    return torch.cat([pos[:1], res], 0)
+
+
+def ref_vit(inp, c):
+    x = d(inp["pixels"])
+    B, C, H, Wd = x.shape
+    Pz = c["patch_size"]
+    gh, gw = H // Pz, Wd // Pz
+    w = d(inp["patch.weight"])
+    E = w.shape[0]
+    cols = (x[:, :, :gh * Pz, :gw * Pz].reshape(B, C, gh, Pz, gw, Pz)
+            .permute(0, 2, 4, 1, 3, 5).reshape(B, gh * gw, C * Pz * Pz))
+    patches = cols @ w.reshape(E, -1).T + d(inp["patch.bias"])
+    pos = vit_positions(d(inp["pos_table"]), c["pos_grid"], gh, gw, c["interpolate_pos_encoding"],
+                        H == Wd)
+    emb = torch.cat([d(inp["cls"]).reshape(1, 1, E).expand(B, 1, E), patches], 1) + pos[None]
+    st = {"patches": patches, "pos": pos, "embeddings": emb}
+    bcfg = block_cfg(c["num_heads"], "gelu", "layernorm", "pre", eps=c["norm_eps"])
+    h = emb
+    for i in range(c["num_layers"]):
+        h = t_block(h, sub(inp, f"layer.{i}."), bcfg, st=st, pre=f"layer.{i}.")
+    st["out"] = layer_norm(h, inp["final_norm.weight"], inp["final_norm.bias"], c["norm_eps"])
+    return st
+
+
+def xcheck_hf_vit(inp, c, st, image_size):
+    """transformers.ViTModel (float64, no pooler) with the same weights, and
+    torch.nn.functional.interpolate for the position table."""
+    from transformers import ViTConfig, ViTModel
+    E = inp["patch.weight"].shape[0]
+    C = inp["patch.weight"].shape[1]
+    Fd = inp["layer.0.ffn.w_up"].shape[0]
+    hc = ViTConfig(hidden_size=E, num_hidden_layers=c["num_layers"],
+                   num_attention_heads=c["num_heads"], intermediate_size=Fd,
+                   hidden_act="gelu", hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                   layer_norm_eps=c["norm_eps"], image_size=image_size,
+                   patch_size=c["patch_size"], num_channels=C, qkv_bias=True)
+    with hf_default_f64():
+        m = ViTModel(hc, add_pooling_layer=False).double().eval()
+    sd = {"embeddings.cls_token": d(inp["cls"]).reshape(1, 1, E),
+          "embeddings.position_embeddings": d(inp["pos_table"])[None],
+          "embeddings.patch_embeddings.projection.weight": d(inp["patch.weight"]),
+          "embeddings.patch_embeddings.projection.bias": d(inp["patch.bias"]),
+          "layernorm.weight": d(inp["final_norm.weight"]),
+          "layernorm.bias": d(inp["final_norm.bias"])}
+    for i in range(c["num_layers"]):
+        p, q = f"encoder.layer.{i}.", f"layer.{i}."
+        for hf, ours in (("attention.attention.query", "attn.w_q"), ("attention.attention.key", "attn.w_k"),
+                         ("attention.attention.value", "attn.w_v"), ("attention.output.dense", "attn.w_o"),
+                         ("intermediate.dense", "ffn.w_up"), ("output.dense", "ffn.w_down")):
+            sd[p + hf + ".weight"] = d(inp[q + ours])
+            sd[p + hf + ".bias"] = d(inp[q + ours.replace("w_", "b_")])
+        for hf, ours in (("layernorm_before", "norm1"), ("layernorm_after", "norm2")):
+            sd[p + hf + ".weight"] = d(inp[q + ours + ".weight"])
+            sd[p + hf + ".bias"] = d(inp[q + ours + ".bias"])
+    missing, unexpected = m.load_state_dict(sd, strict=True), None
+    del missing, unexpected
+    with torch.no_grad():
+        out = m(pixel_values=d(inp["pixels"]),
+                interpolate_pos_encoding=c["interpolate_pos_encoding"]).last_hidden_state
+        emb = m.embeddings(d(inp["pixels"]), interpolate_pos_encoding=c["interpolate_pos_encoding"])
+    xs = [close("hf_ViTModel_last_hidden_state", st["out"], out, 1e-10),
+          close("hf_ViTEmbeddings", st["embeddings"], emb, 1e-10)]
+    G, E = c["pos_grid"], inp["pos_table"].shape[1]
+    H, Wd = inp["pixels"].shape[2:]
+    gh, gw = H // c["patch_size"], Wd // c["patch_size"]
+    if c["interpolate_pos_encoding"] and not (gh * gw == G * G and H == Wd):
+        grid = d(inp["pos_table"])[1:].reshape(1, G, G, E).permute(0, 3, 1, 2)
+        ti = F.interpolate(grid, scale_factor=((gh + 0.1) / G, (gw + 0.1) / G), mode="bicubic",
+                           align_corners=False).permute(0, 2, 3, 1).reshape(gh * gw, E)
+        xs.append(close("torch_interpolate_bicubic", st["pos"][1:], ti, 1e-12))
+    return xs
+
+
+def build_vit(name, B, C, H, W, Pz, E, Hn, Fd, N, G, interpolate=False):
+    g = gen(name)
+    inp = {"pixels": randn(g, B, C, H, W)}
+    pw = randn(g, E, C, Pz, Pz, scale=1.0 / math.sqrt(C * Pz * Pz))
+    inp["patch.weight"], inp["patch.bias"] = pw, randn(g, E, scale=0.1)
+    inp["cls"] = randn(g, E, scale=0.5)
+    inp["pos_table"] = randn(g, 1 + G * G, E, scale=0.5)
+    bcfg = block_cfg(Hn, "gelu", "layernorm", "pre", eps=1e-12)
+    for i in range(N):
+        inp.update(block_weights(g, E, Fd, bcfg, True, prefix=f"layer.{i}."))
+    inp.update(norm_weights(g, E, "layernorm", "final_norm."))
+    c = dict(patch_size=Pz, num_heads=Hn, pos_grid=G, norm_eps=1e-12,
+             interpolate_pos_encoding=interpolate, num_layers=N)
+    st = ref_vit(inp, c)
+    # HF checks the image size unless it interpolates; the grid must then be G x G.
+    return inp, c, xcheck_hf_vit(inp, c, st, G * Pz if interpolate else (H, W))
+
+
+# ---------------------------------------------------------------------------
 # The case table
 # ---------------------------------------------------------------------------
 
@@ -1425,13 +1564,28 @@ def _cases():
     add("transfo_xl_same_length", "nn_transfo_xl", "same_length masking, mem_len 3",
         build_txl, txl(1), B=1, L=4, E=8, H=2, Dh=4, Fd=16, n_layer=1, mem_len=3,
         same_length=True)
+    def vit(n_layer):
+        return (["patches", "pos", "embeddings"] +
+                [f"layer.{i}.{t}" for i in range(n_layer) for t in BLOCK_STAGES] + ["out"])
+    add("vit_p4_grid3_2layers", "nn_vit", "ViT: 12x12 image, patch 4, 3x3 grid, 2 pre-norm layers",
+        build_vit, vit(2), B=2, C=3, H=12, W=12, Pz=4, E=16, Hn=4, Fd=32, N=2, G=3)
+    add("vit_p5_grid2_odd_image", "nn_vit", "patch 5 over an 11x11 image (remainder dropped), 1 channel",
+        build_vit, vit(1), B=1, C=1, H=11, W=11, Pz=5, E=12, Hn=3, Fd=20, N=1, G=2)
+    add("vit_interp_3x3_to_4x5", "nn_vit",
+        "positions trained on 3x3 interpolated (bicubic) to a 4x5 grid, non-square image",
+        build_vit, vit(1), B=1, C=3, H=16, W=20, Pz=4, E=8, Hn=2, Fd=16, N=1, G=3,
+        interpolate=True)
+    add("vit_interp_2x2_to_5x5", "nn_vit", "2x2 trained grid upsampled to 5x5, 8 heads",
+        build_vit, vit(1), B=2, C=2, H=15, W=15, Pz=3, E=16, Hn=8, Fd=24, N=1, G=2,
+        interpolate=True)
     return C
 
 
 CASES = _cases()
 REFERENCES = {"nn_sinusoidal": ref_sinusoidal, "nn_learned_pos": ref_learned, "nn_rope": ref_rope,
               "nn_t5_bias": ref_t5, "nn_block": ref_block, "nn_decoder_layer": ref_decoder,
-              "nn_transformer": ref_transformer, "nn_align": ref_align, "nn_transfo_xl": ref_txl}
+              "nn_transformer": ref_transformer, "nn_align": ref_align, "nn_transfo_xl": ref_txl,
+              "nn_vit": ref_vit}
 
 
 # ---------------------------------------------------------------------------
