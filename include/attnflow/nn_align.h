@@ -37,4 +37,44 @@ Status Align(const TensorView& context, const TensorView& alignment,
              AlignScore score, const TensorView& key_mask,
              StageSink* sink = nullptr);
 
+// ---------------------------------------------------------------------------
+// Bahdanau et al. 2015 in its loop: a bidirectional GRU encoder and a GRU
+// decoder that aligns once per output step.
+//
+// GRU (torch.nn.GRU / GRUCell, gates r, z, n in that order):
+//   r = σ(W_ir·x + b_ir + W_hr·h + b_hr)   z = σ(W_iz·x + b_iz + W_hz·h + b_hz)
+//   n = tanh(W_in·x + b_in + r ⊙ (W_hn·h + b_hn))   h' = (1 − z) ⊙ n + z ⊙ h
+// Encoder: h_j = [→h_j ; ←h_j] ([B, S, 2·Hs]), both directions from zero.
+// Decoder (teacher forcing with the given previous-target embeddings y):
+//   s_0   = tanh(W_init·←h_1 + b_init)         (paper: from the backward state)
+//   e_ij  = vᵀ·tanh(W_s·s_{i−1} + W_h·h_j + b)  α_i = softmax_j(e_i·)
+//   c_i   = Σ_j α_ij·h_j
+//   s_i   = GRU_dec([y_{i−1} ; c_i], s_{i−1})
+// Without attention the decoder would see one fixed vector for the whole
+// source; here every step reads a fresh weighted sum of all h_j.
+// Stages: enc_states, s0, energy, alignment, context, states — energy,
+// alignment, context and states have one row per decoder step ([B, T, ·]).
+// ---------------------------------------------------------------------------
+struct GruWeights {
+  TensorView w_ih, w_hh;  // [3H, In], [3H, H]
+  TensorView b_ih, b_hh;  // [3H] each, optional
+};
+
+// out [B, L, H]; x [B, L, In]; h0 [B, H] (absent = zeros); reverse runs
+// from the last step to the first (out keeps the time order).
+Status Gru(const TensorView& out, const TensorView& x, const TensorView& h0,
+           const GruWeights& w, bool reverse);
+
+struct BahdanauWeights {
+  GruWeights enc_fwd, enc_bwd, dec;  // dec input: [y ; c] (Ey + 2·Hs)
+  TensorView w_init, b_init;         // [Ds, Hs], [Ds] optional
+  AlignWeights align;                // additive: w_s [A,Ds], w_h [A,2Hs], b, v
+};
+
+// alignment [B, T, S] and states [B, T, Ds] (either may be absent);
+// src [B, S, Ex], prev_targets [B, T, Ey].
+Status BahdanauSeq2Seq(const TensorView& alignment, const TensorView& states,
+                       const TensorView& src, const TensorView& prev_targets,
+                       const BahdanauWeights& w, StageSink* sink = nullptr);
+
 }  // namespace attnflow::nn

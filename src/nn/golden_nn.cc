@@ -462,6 +462,24 @@ Status RunKind(const std::string& kind, const Cfg& c, const CaseFile& cf, StageR
     }
     return Status::Ok();
   }
+  if (kind == "nn_bahdanau") {
+    BahdanauWeights w;
+    for (auto [p, g] : {std::pair<const char*, GruWeights*>{"enc_fwd.", &w.enc_fwd},
+                        {"enc_bwd.", &w.enc_bwd}, {"dec.", &w.dec}}) {
+      ATTNFLOW_RETURN_IF_ERROR(cf.Fields(p, {{"w_ih", true, &g->w_ih}, {"w_hh", true, &g->w_hh},
+                                             {"b_ih", false, &g->b_ih}, {"b_hh", false, &g->b_hh}}));
+    }
+    ATTNFLOW_RETURN_IF_ERROR(cf.Fields("", {{"w_init", true, &w.w_init},
+                                            {"b_init", false, &w.b_init},
+                                            {"align.w_s", true, &w.align.w_s},
+                                            {"align.w_h", true, &w.align.w_h},
+                                            {"align.b", false, &w.align.b},
+                                            {"align.v", true, &w.align.v}}));
+    TensorView src, prev;
+    ATTNFLOW_RETURN_IF_ERROR(cf.Get("src", true, &src));
+    ATTNFLOW_RETURN_IF_ERROR(cf.Get("prev_targets", true, &prev));
+    return BahdanauSeq2Seq(TensorView(), TensorView(), src, prev, w, rec);
+  }
   if (kind == "nn_vit") {
     VitConfig vc;
     int64_t layers = 0;
@@ -555,7 +573,7 @@ Status ParseMeta(const SafetensorsFile& f, Parsed* p) {
 const std::vector<std::string>& NnGoldenKinds() {
   static const std::vector<std::string> k = {
       "nn_sinusoidal", "nn_learned_pos", "nn_rope",  "nn_t5_bias",   "nn_block",
-      "nn_decoder_layer", "nn_transformer", "nn_align", "nn_transfo_xl", "nn_vit"};
+      "nn_decoder_layer", "nn_transformer", "nn_align", "nn_transfo_xl", "nn_vit", "nn_bahdanau"};
   return k;
 }
 

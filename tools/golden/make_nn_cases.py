@@ -38,6 +38,8 @@ script against an independent library implementation:
 * the ALiBi slopes from the paper's reference code (``get_slopes``);
 * Bahdanau/Luong: the NumPy transcription of the paper's equations vs a
   second torch formulation (< 1e-12);
+* the Bahdanau loop: ``torch.nn.GRU`` (bidirectional) + ``torch.nn.GRUCell``
+  driving the same per-step additive alignment (< 1e-12);
 * ViT: Hugging Face ``ViTModel`` (float64, no pooler) on the same weights,
   with and without ``interpolate_pos_encoding`` (< 1e-10), and
   ``torch.nn.functional.interpolate(mode="bicubic")`` for the resized
@@ -1296,6 +1298,107 @@ def build_txl(name, B, L, E, H, Dh, Fd, n_layer, mem_len, pre_lnorm=False, clamp
 
 
 # ---------------------------------------------------------------------------
+# Bahdanau et al. 2015 in its loop: BiGRU encoder, GRU decoder, one additive
+# alignment per output step
+# ---------------------------------------------------------------------------
+
+def sigmoid(x):
+    return 1.0 / (1.0 + torch.exp(-x))
+
+
+def gru_step(x, h, W, p):
+    """torch.nn.GRUCell's equations written out (gates r, z, n)."""
+    Hn = h.shape[-1]
+    gi = x @ d(W[p + "w_ih"]).T + (d(W[p + "b_ih"]) if p + "b_ih" in W else 0.0)
+    gh = h @ d(W[p + "w_hh"]).T + (d(W[p + "b_hh"]) if p + "b_hh" in W else 0.0)
+    r = sigmoid(gi[..., :Hn] + gh[..., :Hn])
+    z = sigmoid(gi[..., Hn:2 * Hn] + gh[..., Hn:2 * Hn])
+    n = torch.tanh(gi[..., 2 * Hn:] + r * gh[..., 2 * Hn:])
+    return (1.0 - z) * n + z * h
+
+
+def gru_run(x, W, p, reverse=False):
+    B, L, _ = x.shape
+    Hn = W[p + "w_hh"].shape[1]
+    h = torch.zeros(B, Hn, dtype=D64)
+    out = torch.zeros(B, L, Hn, dtype=D64)
+    for t in (reversed(range(L)) if reverse else range(L)):
+        h = gru_step(x[:, t], h, W, p)
+        out[:, t] = h
+    return out
+
+
+def ref_bahdanau(inp, c):
+    x, y = d(inp["src"]), d(inp["prev_targets"])
+    hf, hb = gru_run(x, inp, "enc_fwd."), gru_run(x, inp, "enc_bwd.", reverse=True)
+    h = torch.cat([hf, hb], -1)
+    s = torch.tanh(hb[:, 0] @ d(inp["w_init"]).T + (d(inp["b_init"]) if "b_init" in inp else 0.0))
+    st = {"enc_states": h, "s0": s}
+    Ws, Wh, v = d(inp["align.w_s"]), d(inp["align.w_h"]), d(inp["align.v"])
+    bb = d(inp["align.b"]) if "align.b" in inp else 0.0
+    es, als, cs, ss = [], [], [], []
+    for i in range(y.shape[1]):
+        e = torch.tanh((s @ Ws.T + bb)[:, None, :] + h @ Wh.T) @ v  # [B, S]
+        z = torch.exp(e - e.max(-1, keepdim=True).values)
+        a = z / z.sum(-1, keepdim=True)
+        ctx = torch.einsum("bs,bsd->bd", a, h)
+        s = gru_step(torch.cat([y[:, i], ctx], -1), s, inp, "dec.")
+        es.append(e), als.append(a), cs.append(ctx), ss.append(s)
+    st["energy"], st["alignment"] = torch.stack(es, 1), torch.stack(als, 1)
+    st["context"], st["states"] = torch.stack(cs, 1), torch.stack(ss, 1)
+    return st
+
+
+def build_bahdanau(name, B, S, T, Ex, Ey, Hs, Ds, A, bias=True):
+    g = gen(name)
+    inp = {"src": randn(g, B, S, Ex), "prev_targets": randn(g, B, T, Ey)}
+    for p, In, Hn in (("enc_fwd.", Ex, Hs), ("enc_bwd.", Ex, Hs), ("dec.", Ey + 2 * Hs, Ds)):
+        inp[p + "w_ih"], bi = linear_w(g, 3 * Hn, In, bias)
+        inp[p + "w_hh"], bh = linear_w(g, 3 * Hn, Hn, bias)
+        if bias:
+            inp[p + "b_ih"], inp[p + "b_hh"] = bi, bh
+    inp["w_init"], bi = linear_w(g, Ds, Hs, bias)
+    if bias:
+        inp["b_init"] = bi
+    inp["align.w_s"], ba = linear_w(g, A, Ds, bias)
+    if bias:
+        inp["align.b"] = ba
+    inp["align.w_h"], _ = linear_w(g, A, 2 * Hs, False)
+    inp["align.v"] = randn(g, A, scale=A ** -0.5)
+    c = {}
+    st = ref_bahdanau(inp, c)
+    # Independent formulation: torch.nn.GRU (bidirectional) + torch.nn.GRUCell.
+    enc = torch.nn.GRU(Ex, Hs, batch_first=True, bidirectional=True, bias=bias, dtype=D64)
+    cell = torch.nn.GRUCell(Ey + 2 * Hs, Ds, bias=bias, dtype=D64)
+    with torch.no_grad():
+        for sfx, p in (("", "enc_fwd."), ("_reverse", "enc_bwd.")):
+            getattr(enc, "weight_ih_l0" + sfx).copy_(d(inp[p + "w_ih"]))
+            getattr(enc, "weight_hh_l0" + sfx).copy_(d(inp[p + "w_hh"]))
+            if bias:
+                getattr(enc, "bias_ih_l0" + sfx).copy_(d(inp[p + "b_ih"]))
+                getattr(enc, "bias_hh_l0" + sfx).copy_(d(inp[p + "b_hh"]))
+        cell.weight_ih.copy_(d(inp["dec.w_ih"]))
+        cell.weight_hh.copy_(d(inp["dec.w_hh"]))
+        if bias:
+            cell.bias_ih.copy_(d(inp["dec.b_ih"]))
+            cell.bias_hh.copy_(d(inp["dec.b_hh"]))
+        h, _ = enc(d(inp["src"]))
+        init = torch.nn.functional.linear(h[:, 0, Hs:], d(inp["w_init"]), d(inp.get("b_init")))
+        s = torch.tanh(init)
+        al, states = [], []
+        for i in range(T):
+            e = (torch.nn.functional.linear(s, d(inp["align.w_s"]), d(inp.get("align.b")))[:, None]
+                 + h @ d(inp["align.w_h"]).T).tanh() @ d(inp["align.v"])
+            a = torch.softmax(e, -1)
+            s = cell(torch.cat([d(inp["prev_targets"])[:, i], torch.bmm(a[:, None], h)[:, 0]], -1), s)
+            al.append(a), states.append(s)
+    xs = [close("torch_GRU_bidirectional", st["enc_states"], h, 1e-12),
+          close("torch_alignment", st["alignment"], torch.stack(al, 1), 1e-12),
+          close("torch_GRUCell_states", st["states"], torch.stack(states, 1), 1e-12)]
+    return inp, c, xs
+
+
+# ---------------------------------------------------------------------------
 # Vision Transformer (Dosovitskiy et al. 2021; HF ViTModel without pooler)
 # ---------------------------------------------------------------------------
 
@@ -1564,6 +1667,12 @@ def _cases():
     add("transfo_xl_same_length", "nn_transfo_xl", "same_length masking, mem_len 3",
         build_txl, txl(1), B=1, L=4, E=8, H=2, Dh=4, Fd=16, n_layer=1, mem_len=3,
         same_length=True)
+    bah = ["enc_states", "s0", "energy", "alignment", "context", "states"]
+    add("bahdanau_loop_s7_t5", "nn_bahdanau",
+        "Bahdanau: BiGRU encoder, GRU decoder, one additive alignment per step",
+        build_bahdanau, bah, B=2, S=7, T=5, Ex=6, Ey=4, Hs=5, Ds=6, A=8)
+    add("bahdanau_loop_nobias_s3_t6", "nn_bahdanau", "no biases, decoder longer than the source",
+        build_bahdanau, bah, B=1, S=3, T=6, Ex=3, Ey=2, Hs=4, Ds=3, A=5, bias=False)
     def vit(n_layer):
         return (["patches", "pos", "embeddings"] +
                 [f"layer.{i}.{t}" for i in range(n_layer) for t in BLOCK_STAGES] + ["out"])
@@ -1585,7 +1694,7 @@ CASES = _cases()
 REFERENCES = {"nn_sinusoidal": ref_sinusoidal, "nn_learned_pos": ref_learned, "nn_rope": ref_rope,
               "nn_t5_bias": ref_t5, "nn_block": ref_block, "nn_decoder_layer": ref_decoder,
               "nn_transformer": ref_transformer, "nn_align": ref_align, "nn_transfo_xl": ref_txl,
-              "nn_vit": ref_vit}
+              "nn_vit": ref_vit, "nn_bahdanau": ref_bahdanau}
 
 
 # ---------------------------------------------------------------------------
