@@ -75,7 +75,62 @@ Result<ModelShape> FindModelShape(const std::string& name);
 // A JSON object with the ModelShape field names (act/norm as strings).
 Result<ModelShape> ParseModelShapeJson(const std::string& json_text);
 
+// A Hugging Face config.json (model_type bert, gpt2, llama, mistral, qwen2):
+// hidden sizes, heads, KV heads, FFN width, vocabulary, activation, biases,
+// tied head. Errors name the missing field. ParseModelShapeJson calls it when
+// the object has "model_type".
+Result<ModelShape> ModelShapeFromHfConfig(const std::string& json_text);
+
 // Human-readable table (what `attnflow budget` prints).
 std::string FormatBudget(const Budget& b);
+
+// ---------------------------------------------------------------------------
+// Memory: what a context costs in bytes (one sequence).
+//   kv_bytes            = kv_bytes_per_token · context
+//   score_matrix_bytes  = num_heads · context² · 4 (one layer's materialised
+//                         fp32 L x L scores; FlashAttention never writes it)
+//   weight_bytes[dtype] = total_params · bytes per weight of the dtype (F32 4,
+//                         F16/BF16 2, Q8_0 34/32, Q4_K 144/256, Q4_0 18/32)
+//   decode_read_bytes   = weight bytes + kv_bytes (every weight and every
+//                         cached K/V element is read once per decode step)
+//   max_context         = floor((ram − weight bytes) / kv_bytes_per_token)
+//                         (0 when the weights alone do not fit; ram 0 = not asked)
+// ---------------------------------------------------------------------------
+struct WeightDType {
+  const char* name;
+  int64_t bytes_num, bytes_den;  // bytes per weight = num / den
+};
+const std::vector<WeightDType>& WeightDTypes();
+
+struct MemoryRow {
+  std::string dtype;
+  int64_t weight_bytes = 0, decode_read_bytes = 0, max_context = 0;
+};
+struct MemoryBudget {
+  int64_t context = 0, kv_bytes = 0, score_matrix_bytes = 0, ram_bytes = 0;
+  std::vector<MemoryRow> rows;  // one per WeightDTypes() entry
+};
+Result<MemoryBudget> ComputeMemory(const Budget& b, int64_t ram_bytes);
+std::string FormatMemory(const MemoryBudget& m);
+
+// ---------------------------------------------------------------------------
+// The three axes of Vaswani et al. 2017, Table 1, with real numbers for n
+// tokens, width d, convolution kernel k and restriction window r:
+//   layer                      per-layer ops   sequential   max path length
+//   self-attention             n²·d            1            1
+//   recurrent                  n·d²            n            n
+//   convolutional              k·n·d²          1            ceil(log_k n)
+//   self-attention (restricted) r·n·d          1            ceil(n / r)
+// Ops are multiply-adds of the mixing step (the paper's O(·) with constant
+// 1); "sequential" counts the steps that must run one after another.
+// ---------------------------------------------------------------------------
+struct LayerTypeRow {
+  const char* layer;
+  const char* ops_formula;  // "n^2*d", ...
+  double ops = 0, sequential = 0, max_path = 0;
+};
+Result<std::vector<LayerTypeRow>> CompareLayerTypes(int64_t n, int64_t d, int64_t k, int64_t r);
+std::string FormatLayerComparison(const std::vector<LayerTypeRow>& rows, int64_t n, int64_t d,
+                                  int64_t k, int64_t r);
 
 }  // namespace attnflow::nn

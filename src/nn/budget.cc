@@ -8,7 +8,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cinttypes>
+#include <cmath>
 #include <cstdio>
 #include <string>
 
@@ -127,12 +129,98 @@ Result<ModelShape> FindModelShape(const std::string& name) {
                          "; or pass a JSON file)");
 }
 
+Result<ModelShape> ModelShapeFromHfConfig(const std::string& text) {
+  using nlohmann::json;
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    return InvalidArgument("budget: config.json is not a JSON object");
+  }
+  if (!j.contains("model_type") || !j["model_type"].is_string()) {
+    return InvalidArgument("budget: config.json has no string 'model_type'");
+  }
+  const std::string type = j["model_type"].get<std::string>();
+  // Reads the first present key of `keys` (integer), else `def` (-1 = required).
+  auto num = [&](std::initializer_list<const char*> keys, int64_t def, int64_t* out) -> Status {
+    for (const char* k : keys) {
+      if (!j.contains(k) || j[k].is_null()) continue;
+      if (!j[k].is_number_integer()) {
+        return InvalidArgument(std::string("budget: config.json field '") + k +
+                               "' must be an integer, got " + j[k].dump());
+      }
+      *out = j[k].get<int64_t>();
+      return Status::Ok();
+    }
+    if (def < 0) {
+      return InvalidArgument("budget: config.json (" + type + ") has no '" +
+                             std::string(*keys.begin()) + "'");
+    }
+    *out = def;
+    return Status::Ok();
+  };
+  auto flag = [&](const char* k, bool def) {
+    return j.contains(k) && j[k].is_boolean() ? j[k].get<bool>() : def;
+  };
+  auto act = [&](Activation def) {
+    if (!j.contains("hidden_act") && !j.contains("activation_function")) return def;
+    const json& v = j.contains("hidden_act") ? j["hidden_act"] : j["activation_function"];
+    const std::string a = v.is_string() ? v.get<std::string>() : "";
+    if (a == "relu") return Activation::kRelu;
+    if (a == "gelu") return Activation::kGelu;
+    if (a == "gelu_new" || a == "gelu_pytorch_tanh" || a == "gelu_fast") return Activation::kGeluTanh;
+    if (a == "silu" || a == "swish") return Activation::kSwiGlu;
+    return def;
+  };
+  ModelShape s;
+  s.name = j.contains("_name_or_path") && j["_name_or_path"].is_string()
+               ? j["_name_or_path"].get<std::string>()
+               : type;
+  if (type == "bert") {
+    ATTNFLOW_RETURN_IF_ERROR(num({"hidden_size"}, -1, &s.d_model));
+    ATTNFLOW_RETURN_IF_ERROR(num({"num_hidden_layers"}, -1, &s.num_layers));
+    ATTNFLOW_RETURN_IF_ERROR(num({"num_attention_heads"}, -1, &s.num_heads));
+    ATTNFLOW_RETURN_IF_ERROR(num({"intermediate_size"}, -1, &s.ffn_dim));
+    ATTNFLOW_RETURN_IF_ERROR(num({"vocab_size"}, -1, &s.vocab_size));
+    ATTNFLOW_RETURN_IF_ERROR(num({"max_position_embeddings"}, 512, &s.max_positions));
+    ATTNFLOW_RETURN_IF_ERROR(num({"type_vocab_size"}, 2, &s.type_vocab));
+    s.act = act(Activation::kGelu);
+    s.embedding_norm = true, s.pooler = true, s.lm_head = false;
+  } else if (type == "gpt2") {
+    ATTNFLOW_RETURN_IF_ERROR(num({"n_embd", "hidden_size"}, -1, &s.d_model));
+    ATTNFLOW_RETURN_IF_ERROR(num({"n_layer", "num_hidden_layers"}, -1, &s.num_layers));
+    ATTNFLOW_RETURN_IF_ERROR(num({"n_head", "num_attention_heads"}, -1, &s.num_heads));
+    ATTNFLOW_RETURN_IF_ERROR(num({"n_inner"}, 4 * s.d_model, &s.ffn_dim));
+    ATTNFLOW_RETURN_IF_ERROR(num({"vocab_size"}, -1, &s.vocab_size));
+    ATTNFLOW_RETURN_IF_ERROR(num({"n_positions", "max_position_embeddings"}, 1024, &s.max_positions));
+    s.act = act(Activation::kGeluTanh);
+    s.final_norm = true, s.tied_lm_head = flag("tie_word_embeddings", true);
+  } else if (type == "llama" || type == "mistral" || type == "qwen2") {
+    ATTNFLOW_RETURN_IF_ERROR(num({"hidden_size"}, -1, &s.d_model));
+    ATTNFLOW_RETURN_IF_ERROR(num({"num_hidden_layers"}, -1, &s.num_layers));
+    ATTNFLOW_RETURN_IF_ERROR(num({"num_attention_heads"}, -1, &s.num_heads));
+    ATTNFLOW_RETURN_IF_ERROR(num({"num_key_value_heads"}, s.num_heads, &s.num_kv_heads));
+    ATTNFLOW_RETURN_IF_ERROR(num({"head_dim"}, 0, &s.head_dim));
+    ATTNFLOW_RETURN_IF_ERROR(num({"intermediate_size"}, -1, &s.ffn_dim));
+    ATTNFLOW_RETURN_IF_ERROR(num({"vocab_size"}, -1, &s.vocab_size));
+    s.act = act(Activation::kSwiGlu);
+    s.norm = NormKind::kRmsNorm;
+    s.qkv_bias = flag("attention_bias", type == "qwen2");
+    s.out_bias = flag("attention_bias", false) && type != "qwen2";
+    s.ffn_bias = flag("mlp_bias", false);
+    s.final_norm = true, s.tied_lm_head = flag("tie_word_embeddings", false);
+  } else {
+    return InvalidArgument("budget: config.json model_type '" + type +
+                           "' is not supported (bert, gpt2, llama, mistral, qwen2)");
+  }
+  return s;
+}
+
 Result<ModelShape> ParseModelShapeJson(const std::string& text) {
   using nlohmann::json;
   json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) {
     return InvalidArgument("budget: config is not a JSON object");
   }
+  if (j.contains("model_type")) return ModelShapeFromHfConfig(text);
   ModelShape s;
   s.name = "custom";
   for (auto it = j.begin(); it != j.end(); ++it) {
@@ -227,6 +315,119 @@ std::string FormatBudget(const Budget& b) {
   line("  %-24s %16" PRId64 "  (%s)\n", "total FLOPs", b.total_flops, human(double(b.total_flops)).c_str());
   line("  %-24s %16" PRId64 "  (%" PRId64 " bytes/element)\n", "K/V bytes per token", b.kv_bytes_per_token,
        s.kv_bytes_per_element);
+  return o;
+}
+
+const std::vector<WeightDType>& WeightDTypes() {
+  static const std::vector<WeightDType> k = {
+      {"F32", 4, 1}, {"F16/BF16", 2, 1}, {"Q8_0", 34, 32}, {"Q4_K", 144, 256}, {"Q4_0", 18, 32}};
+  return k;
+}
+
+Result<MemoryBudget> ComputeMemory(const Budget& b, int64_t ram_bytes) {
+  if (ram_bytes < 0) return InvalidArgument("budget: --ram must be >= 0");
+  Acc a;
+  MemoryBudget m;
+  m.context = b.context;
+  m.ram_bytes = ram_bytes;
+  m.kv_bytes = a.Mul({b.kv_bytes_per_token, b.context});
+  m.score_matrix_bytes = a.Mul({b.shape.num_heads, b.context, b.context, 4});
+  for (const WeightDType& t : WeightDTypes()) {
+    MemoryRow r;
+    r.dtype = t.name;
+    // ceil(params · num / den), overflow-checked.
+    r.weight_bytes = a.Add({a.Mul({b.total_params, t.bytes_num}), t.bytes_den - 1}) / t.bytes_den;
+    r.decode_read_bytes = a.Add({r.weight_bytes, m.kv_bytes});
+    if (ram_bytes > 0 && b.kv_bytes_per_token > 0 && ram_bytes > r.weight_bytes) {
+      r.max_context = (ram_bytes - r.weight_bytes) / b.kv_bytes_per_token;
+    }
+    m.rows.push_back(r);
+  }
+  if (a.overflow) return ResourceExhausted("budget: " + b.shape.name + ": byte counts overflow int64");
+  return m;
+}
+
+namespace {
+std::string Bytes(double v) {
+  const char* u[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  int i = 0;
+  while (v >= 1024.0 && i < 6) v /= 1024.0, ++i;
+  char h[48];
+  std::snprintf(h, sizeof(h), i == 0 ? "%.0f %s" : "%.2f %s", v, u[i]);
+  return h;
+}
+}  // namespace
+
+std::string FormatMemory(const MemoryBudget& m) {
+  std::string o;
+  char buf[256];
+  std::snprintf(buf, sizeof(buf), "\nmemory at context %" PRId64 " (one sequence)\n", m.context);
+  o += buf;
+  std::snprintf(buf, sizeof(buf), "  %-34s %14" PRId64 "  (%s)\n", "K/V cache bytes", m.kv_bytes,
+                Bytes(double(m.kv_bytes)).c_str());
+  o += buf;
+  std::snprintf(buf, sizeof(buf), "  %-34s %14" PRId64 "  (%s; FlashAttention never writes it)\n",
+                "materialised LxL scores, 1 layer", m.score_matrix_bytes,
+                Bytes(double(m.score_matrix_bytes)).c_str());
+  o += buf;
+  std::snprintf(buf, sizeof(buf), "  %-10s %16s %18s %16s\n", "weights", "weight bytes",
+                "decode step reads", m.ram_bytes > 0 ? "max context" : "");
+  o += buf;
+  for (const MemoryRow& r : m.rows) {
+    std::string mc;
+    if (m.ram_bytes > 0) {
+      mc = r.max_context > 0 ? std::to_string(r.max_context) : "weights do not fit";
+    }
+    std::snprintf(buf, sizeof(buf), "  %-10s %16s %18s %16s\n", r.dtype.c_str(),
+                  Bytes(double(r.weight_bytes)).c_str(), Bytes(double(r.decode_read_bytes)).c_str(),
+                  mc.c_str());
+    o += buf;
+  }
+  if (m.ram_bytes > 0) {
+    o += "  (max context: tokens whose K/V fit in " + Bytes(double(m.ram_bytes)) +
+         " after the weights; activations not counted)\n";
+  }
+  return o;
+}
+
+Result<std::vector<LayerTypeRow>> CompareLayerTypes(int64_t n, int64_t d, int64_t k, int64_t r) {
+  if (n <= 0 || d <= 0 || k < 2 || r <= 0) {
+    return InvalidArgument("budget --compare: need n > 0, d > 0, k >= 2 and r > 0 (got n=" +
+                           std::to_string(n) + ", d=" + std::to_string(d) + ", k=" +
+                           std::to_string(k) + ", r=" + std::to_string(r) + ")");
+  }
+  const double N = double(n), D = double(d), K = double(k), R = double(r);
+  // ceil(log_k n) by integer powers (no floating log rounding): the stack
+  // depth of dilated / stacked kernel-k convolutions that connects n tokens.
+  double depth = 0;
+  for (double reach = 1; reach < N; reach *= K) ++depth;
+  return std::vector<LayerTypeRow>{
+      {"self-attention", "n^2*d", N * N * D, 1, 1},
+      {"recurrent", "n*d^2", N * D * D, N, N},
+      {"convolutional", "k*n*d^2", K * N * D * D, 1, std::max(1.0, depth)},
+      {"self-attention (restricted)", "r*n*d", R * N * D, 1, std::ceil(N / R)},
+  };
+}
+
+std::string FormatLayerComparison(const std::vector<LayerTypeRow>& rows, int64_t n, int64_t d,
+                                  int64_t k, int64_t r) {
+  std::string o;
+  char buf[256];
+  std::snprintf(buf, sizeof(buf),
+                "Vaswani et al. 2017, Table 1, for n=%" PRId64 " d=%" PRId64 " k=%" PRId64
+                " r=%" PRId64 "\n",
+                n, d, k, r);
+  o += buf;
+  std::snprintf(buf, sizeof(buf), "  %-28s %-8s %14s %12s %12s\n", "layer", "ops", "multiply-adds",
+                "sequential", "max path");
+  o += buf;
+  for (const LayerTypeRow& x : rows) {
+    std::snprintf(buf, sizeof(buf), "  %-28s %-8s %14.4g %12.0f %12.0f\n", x.layer, x.ops_formula,
+                  x.ops, x.sequential, x.max_path);
+    o += buf;
+  }
+  o += "  sequential = steps that must run one after another within the layer; max path =\n"
+       "  layers a signal crosses between any two positions (docs/complexity.md)\n";
   return o;
 }
 

@@ -115,6 +115,85 @@ TEST(Budget, Errors) {
   EXPECT_EQ(ComputeBudget(s, 4).status().code(), StatusCode::kResourceExhausted);
 }
 
+// Vaswani et al. Table 1 with numbers worked by hand (n = d = 512, k = 3,
+// r = 64): 512^3, 3 * 512^3, 64 * 512^2; ceil(log_3 512) = 6 (3^5 = 243 <
+// 512 <= 729 = 3^6); 512 / 64 = 8.
+TEST(Budget, CompareLayerTypesMatchesTheTableWorkedByHand) {
+  Result<std::vector<LayerTypeRow>> r = CompareLayerTypes(512, 512, 3, 64);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  ASSERT_EQ(r->size(), 4u);
+  const double want[4][3] = {{134217728.0, 1, 1}, {134217728.0, 512, 512},
+                             {402653184.0, 1, 6}, {16777216.0, 1, 8}};
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ((*r)[i].ops, want[i][0]) << (*r)[i].layer;
+    EXPECT_EQ((*r)[i].sequential, want[i][1]) << (*r)[i].layer;
+    EXPECT_EQ((*r)[i].max_path, want[i][2]) << (*r)[i].layer;
+  }
+  // Exact powers: log_2 1024 = 10; a single token needs one layer.
+  EXPECT_EQ(CompareLayerTypes(1024, 8, 2, 1).value()[2].max_path, 10);
+  EXPECT_EQ(CompareLayerTypes(1, 8, 2, 1).value()[2].max_path, 1);
+  EXPECT_FALSE(CompareLayerTypes(0, 8, 3, 4).ok());
+  EXPECT_FALSE(CompareLayerTypes(8, 8, 1, 4).ok());
+}
+
+// Llama-3-8B at 4096 tokens: K/V = 2*32*8*128*2 B = 128 KiB per token;
+// scores 32 * 4096^2 * 4 B; F16 weights 2 B x 8030261248; Q4_0 18/32 B per
+// weight (rounded up); 24 GiB leaves room for 74075 (F16) / 162145 (Q4_0)
+// tokens of cache.
+TEST(Budget, MemoryOfLlama3At4096) {
+  Result<ModelShape> s = FindModelShape("llama-3-8b");
+  ASSERT_TRUE(s.ok());
+  Result<Budget> b = ComputeBudget(s.value(), 1, 4096);
+  ASSERT_TRUE(b.ok());
+  Result<MemoryBudget> m = ComputeMemory(b.value(), int64_t{24} << 30);
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  EXPECT_EQ(m->kv_bytes, 536870912);
+  EXPECT_EQ(m->score_matrix_bytes, 2147483648);
+  ASSERT_EQ(m->rows.size(), WeightDTypes().size());
+  EXPECT_EQ(m->rows[1].dtype, "F16/BF16");
+  EXPECT_EQ(m->rows[1].weight_bytes, 16060522496);
+  EXPECT_EQ(m->rows[1].decode_read_bytes, 16060522496 + 536870912);
+  EXPECT_EQ(m->rows[1].max_context, 74075);
+  EXPECT_EQ(m->rows[4].dtype, "Q4_0");
+  EXPECT_EQ(m->rows[4].weight_bytes, 4517021952);
+  EXPECT_EQ(m->rows[4].max_context, 162145);
+  EXPECT_EQ(m->rows[0].max_context, 0);  // 32 GB of F32 weights do not fit in 24 GiB
+  Result<MemoryBudget> tiny = ComputeMemory(b.value(), 512 * 1024);
+  ASSERT_TRUE(tiny.ok());
+  for (const MemoryRow& r : tiny->rows) EXPECT_EQ(r.max_context, 0) << r.dtype;
+  EXPECT_NE(FormatMemory(m.value()).find("74075"), std::string::npos);
+}
+
+// Hugging Face config.json files. SmolLM2-135M's published config gives
+// 134515008 parameters (transformers' num_parameters()); bert-base-uncased's
+// BertModel 109482240.
+TEST(Budget, ReadsHuggingFaceConfigs) {
+  const char* smol = R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama",
+    "hidden_size": 576, "intermediate_size": 1536, "num_attention_heads": 9,
+    "num_hidden_layers": 30, "num_key_value_heads": 3, "vocab_size": 49152,
+    "hidden_act": "silu", "rms_norm_eps": 1e-05, "tie_word_embeddings": true,
+    "max_position_embeddings": 8192, "rope_theta": 100000})";
+  Result<ModelShape> s = ParseModelShapeJson(smol);
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  EXPECT_EQ(s->num_kv_heads, 3);
+  EXPECT_EQ(s->norm, NormKind::kRmsNorm);
+  Result<Budget> b = ComputeBudget(s.value(), 1);
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->total_params, 134515008);
+  const char* bert = R"({"model_type": "bert", "hidden_size": 768, "num_hidden_layers": 12,
+    "num_attention_heads": 12, "intermediate_size": 3072, "vocab_size": 30522,
+    "max_position_embeddings": 512, "type_vocab_size": 2, "hidden_act": "gelu"})";
+  b = ComputeBudget(ModelShapeFromHfConfig(bert).value(), 128);
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->total_params, 109482240);
+  Result<ModelShape> bad = ModelShapeFromHfConfig(R"({"model_type": "llama"})");
+  EXPECT_NE(bad.status().message().find("hidden_size"), std::string::npos);
+  bad = ModelShapeFromHfConfig(R"({"model_type": "t5"})");
+  EXPECT_NE(bad.status().message().find("not supported"), std::string::npos);
+  bad = ModelShapeFromHfConfig(R"({"model_type": "bert", "hidden_size": "768"})");
+  EXPECT_NE(bad.status().message().find("must be an integer"), std::string::npos);
+}
+
 std::string RunCli(const std::string& args, int* rc) {
   attnflow::testing::CliResult r = attnflow::testing::RunCli(args);
   *rc = r.code;
