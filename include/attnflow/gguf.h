@@ -17,7 +17,8 @@
 //    and non-empty, arrays nest at most kGgufMaxArrayDepth deep.
 //  * general.alignment, when present, is a u32 power of two.
 //  * Each tensor has 1..4 dims, each >= 0 with an overflow-checked product,
-//    a supported type (F32 F16 BF16 Q8_0 Q4_0 Q4_1; other known ggml types
+//    a supported type (F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K Q5_K Q6_K;
+//    other known ggml types
 //    give kUnimplemented, unknown ones kCorrupt), ne[0] a multiple of the
 //    type's block size, an aligned offset, a byte range inside the data
 //    section, and no two non-empty tensors overlap.
@@ -50,12 +51,16 @@ const char* GgufTypeName(GgufType t);  // "u32", "string", "array", ...
 // Tensor types (ggml_type). Only these are supported; the numbers are the
 // file's.
 enum class GgmlType : uint32_t {
-  kF32 = 0, kF16 = 1, kQ4_0 = 2, kQ4_1 = 3, kQ8_0 = 8, kBF16 = 30,
+  kF32 = 0, kF16 = 1, kQ4_0 = 2, kQ4_1 = 3, kQ5_0 = 6, kQ5_1 = 7, kQ8_0 = 8,
+  kQ4_K = 12, kQ5_K = 13, kQ6_K = 14, kBF16 = 30,
 };
+// True for the numbers of GgmlType (the types attnflow reads and computes
+// with); block layouts are ggml's, see src/io/gguf_quants.cc.
+bool GgmlTypeSupported(uint32_t type);
 // "F32", "Q4_1", ... also for known-but-unsupported numbers ("Q4_K"); "?"
 // for unknown ones.
 const char* GgmlTypeName(uint32_t type);
-// Elements per block (1 or 32) and bytes per block.
+// Elements per block (1, 32, or 256 for the K-quants) and bytes per block.
 int64_t GgmlBlockSize(GgmlType t);
 int64_t GgmlBlockBytes(GgmlType t);
 // Bytes of a row of n elements (n must be a multiple of the block size);
@@ -162,8 +167,19 @@ class GgufFile {
 // Dequantises n consecutive elements (n a multiple of the block size) of a
 // tensor of type `t` starting at a block boundary. Values equal gguf-py's
 // dequantize() bit for bit: Q4_1 d*q+m (one rounding), Q4_0 d*(q-8), Q8_0
-// d*q, F16/BF16 exact.
+// d*q, Q5_0 d*(q-16), Q5_1 d*q+m, Q4_K/Q5_K (d*sc)*q - dmin*m (the products
+// are exact, one rounding), Q6_K (d*sc)*q (one rounding), F16/BF16 exact.
+// (src/io/gguf_quants.cc)
 Status DequantizeRow(float* dst, const void* src, GgmlType t, int64_t n);
+
+// Quantises n floats (n a multiple of the block size) into `dst` (row bytes
+// from GgmlRowBytes). Q8_0 Q4_0 Q4_1 Q5_0 Q5_1: gguf-py's quantize() bit for
+// bit (for Q8_0 also ggml's quantize_row_q8_0_ref). Q4_K Q5_K Q6_K: the
+// semantics of ggml's reference quantizers without an importance matrix
+// (quantize_row_q{4,5,6}_K_ref: make_qkx2_quants / make_qx_quants), which is
+// what llama.cpp's quantize tool writes when no imatrix is given. F32, F16
+// and BF16 round to nearest even. (src/io/gguf_quants.cc)
+Status QuantizeRow(void* dst, const float* src, GgmlType t, int64_t n);
 
 // ---- writer (tests and tools) ----------------------------------------------
 // Builds a GGUF v3 image in memory: metadata in the given order, tensors laid
