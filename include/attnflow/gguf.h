@@ -29,6 +29,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <string_view>
@@ -180,6 +181,51 @@ Status DequantizeRow(float* dst, const void* src, GgmlType t, int64_t n);
 // what llama.cpp's quantize tool writes when no imatrix is given. F32, F16
 // and BF16 round to nearest even. (src/io/gguf_quants.cc)
 Status QuantizeRow(void* dst, const float* src, GgmlType t, int64_t n);
+
+// ---- streaming writer and quantisation of whole files (gguf_writer.cc) ------
+
+// One tensor of a file being written: `fill` writes its nbytes bytes (the
+// row bytes of `type` times the rows of `ne`) into dst.
+struct GgufOutTensor {
+  std::string name;
+  GgmlType type = GgmlType::kF32;
+  std::vector<int64_t> ne;  // innermost first, as in ggml
+  std::function<Status(uint8_t* dst, uint64_t nbytes)> fill;
+};
+
+// Writes a GGUF v3 file atomically (WriteFileAtomic: nothing at `path` on
+// failure): the metadata in the given order, the tensor infos, then each
+// tensor's data at `alignment`, one tensor in memory at a time. Checks names
+// (unique, 1..63 bytes), dims (1..4, ne[0] a multiple of the block size) and
+// value/type consistency; errors name the key or tensor.
+Status WriteGguf(const std::string& path, const std::vector<std::pair<std::string, GgufValue>>& kv,
+                 const std::vector<GgufOutTensor>& tensors, uint32_t alignment = kGgufDefaultAlignment);
+
+// llama.cpp's file types (general.file_type) that `attnflow quantize` makes.
+enum class QuantMix : uint32_t { kQ4_0 = 2, kQ8_0 = 7, kQ4_K_M = 15, kQ5_K_M = 17, kQ6_K = 18 };
+// "q4_k_m" -> kQ4_K_M, ...; false for other names.
+bool ParseQuantMix(std::string_view name, QuantMix* mix);
+
+// The type llama.cpp's quantize tool (no imatrix, no overrides) gives each
+// tensor for `mix` (docs/quantize.md): `names`/`ne`/`types` are the model's
+// tensors in file order; returns one type per tensor, or an error for a
+// shape no rule covers (ne[0] not a multiple of 32 for Q8_0/Q4_0).
+Result<std::vector<GgmlType>> ChooseQuantTypes(QuantMix mix, const std::vector<std::string>& names,
+                                               const std::vector<std::vector<int64_t>>& ne,
+                                               const std::vector<GgmlType>& types);
+
+struct QuantizeStats {
+  int64_t tensors = 0, requantized = 0, copied = 0;
+  uint64_t bytes_in = 0, bytes_out = 0;
+  std::map<std::string, int64_t> type_counts;  // "Q4_K" -> tensors written as Q4_K
+};
+// Reads `in`, chooses each tensor's type with ChooseQuantTypes, copies
+// tensors already of that type byte for byte, dequantises the others to F32
+// (DequantizeRow) and quantises them (QuantizeRow), rows split over
+// `threads` workers (the bytes do not depend on the count), and writes `out`
+// with general.file_type = mix and general.quantization_version = 2.
+Status QuantizeGguf(const std::string& in, const std::string& out, QuantMix mix, int threads,
+                    QuantizeStats* stats);
 
 // ---- writer (tests and tools) ----------------------------------------------
 // Builds a GGUF v3 image in memory: metadata in the given order, tensors laid
