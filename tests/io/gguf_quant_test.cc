@@ -22,6 +22,9 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
+#include "attnflow/file_util.h"
 #include "attnflow/gguf.h"
 #include "attnflow/rng.h"
 #include "gtest/gtest.h"
@@ -183,6 +186,82 @@ TEST(GgufQuant, ZerosQuantizeToZeroBlocksAndBadInputIsNamed) {
     st = QuantizeRow(q.data(), x.data(), t, n - 1);
     EXPECT_NE(st.message().find("block size"), std::string::npos) << st.message();
   }
+}
+
+}  // namespace
+}  // namespace attnflow
+
+namespace attnflow {
+namespace {
+
+std::string VenvPython() {
+  if (const char* v = std::getenv("ATTNFLOW_VENV"); v != nullptr && *v != 0) return std::string(v) + "/bin/python";
+  return std::string(ATTNFLOW_SOURCE_DIR) + "/.cache/venv/bin/python";
+}
+
+TEST(GgufQuant, RealTensorsDequantizeLikeGgufPy) {
+  const std::string model = testing::SmolLm2Path();
+  if (model.empty()) GTEST_SKIP() << "SmolLM2 GGUF not installed (tools/deps/smollm2.pip)";
+  const std::string py = VenvPython();
+  if (std::system((py + " -c 'import gguf' 2>/dev/null").c_str()) != 0) {
+    GTEST_SKIP() << py << " cannot import gguf (tools/deps/gguf.pip)";
+  }
+  const GgufFile f = OpenOrDie(model);
+  GgufBuilder b;
+  // The file's own blocks (Q4_1 weights, Q8_0 embeddings), then a real
+  // weight matrix quantised by attnflow to every type.
+  const int64_t rows = 6;
+  for (const char* name : {"blk.0.attn_q.weight", "token_embd.weight"}) {
+    const GgufTensorInfo* t = f.FindTensor(name);
+    ASSERT_NE(t, nullptr);
+    int64_t rb = 0;
+    ASSERT_TRUE(GgmlRowBytes(t->type, t->ne[0], &rb));
+    const uint8_t* p = f.TensorData(*t);
+    b.AddTensor(std::string("orig.") + name, static_cast<uint32_t>(t->type), {t->ne[0], rows},
+                std::vector<uint8_t>(p, p + rb * rows));
+  }
+  const GgufTensorInfo* down = f.FindTensor("blk.3.ffn_down.weight");
+  ASSERT_NE(down, nullptr);
+  const int64_t cols = down->ne[0];
+  std::vector<float> x(static_cast<size_t>(cols * rows));
+  int64_t in_rb = 0;
+  ASSERT_TRUE(GgmlRowBytes(down->type, cols, &in_rb));
+  for (int64_t r = 0; r < rows; ++r)
+    ASSERT_TRUE(DequantizeRow(x.data() + r * cols, f.TensorData(*down) + r * in_rb, down->type, cols).ok());
+  for (const char* name : kTypes) {
+    GgmlType t = GgmlType::kF32;
+    for (uint32_t k = 0; k < 31; ++k)
+      if (GgmlTypeSupported(k) && std::string(GgmlTypeName(k)) == name) t = static_cast<GgmlType>(k);
+    int64_t rb = 0;
+    ASSERT_TRUE(GgmlRowBytes(t, cols, &rb));
+    std::vector<uint8_t> q(static_cast<size_t>(rb * rows));
+    for (int64_t r = 0; r < rows; ++r) ASSERT_TRUE(QuantizeRow(q.data() + r * rb, x.data() + r * cols, t, cols).ok());
+    b.AddTensor(std::string("down.") + name, static_cast<uint32_t>(t), {cols, rows}, std::move(q));
+  }
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                    ("attnflow_quant_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string in = (dir / "in.gguf").string(), out = (dir / "out.gguf").string();
+  {
+    const std::vector<uint8_t> bytes = b.Build();
+    ASSERT_TRUE(WriteFileAtomic(in, std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size())).ok());
+  }
+  const std::string cmd = py + " " + ATTNFLOW_SOURCE_DIR + "/tools/quant/gguf_py_dequant.py " + in + " " + out;
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  const GgufFile mine = OpenOrDie(in);
+  const GgufFile ref = OpenOrDie(out);
+  ASSERT_EQ(mine.tensors().size(), 2 + std::size(kTypes));
+  for (const GgufTensorInfo& t : mine.tensors()) {
+    SCOPED_TRACE(t.name);
+    Result<Tensor> got = mine.Dequantize(t.name);
+    Result<Tensor> want = ref.Dequantize(t.name);
+    ASSERT_TRUE(got.ok() && want.ok());
+    ASSERT_EQ(got->numel(), want->numel());
+    int64_t i = -1;
+    EXPECT_TRUE(SameBits(got->data<float>(), want->data<float>(), got->numel(), &i))
+        << "element " << i << ": attnflow " << got->data<float>()[i] << " gguf-py " << want->data<float>()[i];
+  }
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
