@@ -17,7 +17,8 @@
 //    and non-empty, arrays nest at most kGgufMaxArrayDepth deep.
 //  * general.alignment, when present, is a u32 power of two.
 //  * Each tensor has 1..4 dims, each >= 0 with an overflow-checked product,
-//    a supported type (F32 F16 BF16 Q8_0 Q4_0 Q4_1; other known ggml types
+//    a supported type (F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K Q5_K Q6_K;
+//    other known ggml types
 //    give kUnimplemented, unknown ones kCorrupt), ne[0] a multiple of the
 //    type's block size, an aligned offset, a byte range inside the data
 //    section, and no two non-empty tensors overlap.
@@ -28,6 +29,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <string_view>
@@ -50,12 +52,16 @@ const char* GgufTypeName(GgufType t);  // "u32", "string", "array", ...
 // Tensor types (ggml_type). Only these are supported; the numbers are the
 // file's.
 enum class GgmlType : uint32_t {
-  kF32 = 0, kF16 = 1, kQ4_0 = 2, kQ4_1 = 3, kQ8_0 = 8, kBF16 = 30,
+  kF32 = 0, kF16 = 1, kQ4_0 = 2, kQ4_1 = 3, kQ5_0 = 6, kQ5_1 = 7, kQ8_0 = 8,
+  kQ4_K = 12, kQ5_K = 13, kQ6_K = 14, kBF16 = 30,
 };
+// True for the numbers of GgmlType (the types attnflow reads and computes
+// with); block layouts are ggml's, see src/io/gguf_quants.cc.
+bool GgmlTypeSupported(uint32_t type);
 // "F32", "Q4_1", ... also for known-but-unsupported numbers ("Q4_K"); "?"
 // for unknown ones.
 const char* GgmlTypeName(uint32_t type);
-// Elements per block (1 or 32) and bytes per block.
+// Elements per block (1, 32, or 256 for the K-quants) and bytes per block.
 int64_t GgmlBlockSize(GgmlType t);
 int64_t GgmlBlockBytes(GgmlType t);
 // Bytes of a row of n elements (n must be a multiple of the block size);
@@ -162,8 +168,64 @@ class GgufFile {
 // Dequantises n consecutive elements (n a multiple of the block size) of a
 // tensor of type `t` starting at a block boundary. Values equal gguf-py's
 // dequantize() bit for bit: Q4_1 d*q+m (one rounding), Q4_0 d*(q-8), Q8_0
-// d*q, F16/BF16 exact.
+// d*q, Q5_0 d*(q-16), Q5_1 d*q+m, Q4_K/Q5_K (d*sc)*q - dmin*m (the products
+// are exact, one rounding), Q6_K (d*sc)*q (one rounding), F16/BF16 exact.
+// (src/io/gguf_quants.cc)
 Status DequantizeRow(float* dst, const void* src, GgmlType t, int64_t n);
+
+// Quantises n floats (n a multiple of the block size) into `dst` (row bytes
+// from GgmlRowBytes). Q8_0 Q4_0 Q4_1 Q5_0 Q5_1: gguf-py's quantize() bit for
+// bit (for Q8_0 also ggml's quantize_row_q8_0_ref). Q4_K Q5_K Q6_K: the
+// semantics of ggml's reference quantizers without an importance matrix
+// (quantize_row_q{4,5,6}_K_ref: make_qkx2_quants / make_qx_quants), which is
+// what llama.cpp's quantize tool writes when no imatrix is given. F32, F16
+// and BF16 round to nearest even. (src/io/gguf_quants.cc)
+Status QuantizeRow(void* dst, const float* src, GgmlType t, int64_t n);
+
+// ---- streaming writer and quantisation of whole files (gguf_writer.cc) ------
+
+// One tensor of a file being written: `fill` writes its nbytes bytes (the
+// row bytes of `type` times the rows of `ne`) into dst.
+struct GgufOutTensor {
+  std::string name;
+  GgmlType type = GgmlType::kF32;
+  std::vector<int64_t> ne;  // innermost first, as in ggml
+  std::function<Status(uint8_t* dst, uint64_t nbytes)> fill;
+};
+
+// Writes a GGUF v3 file atomically (WriteFileAtomic: nothing at `path` on
+// failure): the metadata in the given order, the tensor infos, then each
+// tensor's data at `alignment`, one tensor in memory at a time. Checks names
+// (unique, 1..63 bytes), dims (1..4, ne[0] a multiple of the block size) and
+// value/type consistency; errors name the key or tensor.
+Status WriteGguf(const std::string& path, const std::vector<std::pair<std::string, GgufValue>>& kv,
+                 const std::vector<GgufOutTensor>& tensors, uint32_t alignment = kGgufDefaultAlignment);
+
+// llama.cpp's file types (general.file_type) that `attnflow quantize` makes.
+enum class QuantMix : uint32_t { kQ4_0 = 2, kQ8_0 = 7, kQ4_K_M = 15, kQ5_K_M = 17, kQ6_K = 18 };
+// "q4_k_m" -> kQ4_K_M, ...; false for other names.
+bool ParseQuantMix(std::string_view name, QuantMix* mix);
+
+// The type llama.cpp's quantize tool (no imatrix, no overrides) gives each
+// tensor for `mix` (docs/quantize.md): `names`/`ne`/`types` are the model's
+// tensors in file order; returns one type per tensor, or an error for a
+// shape no rule covers (ne[0] not a multiple of 32 for Q8_0/Q4_0).
+Result<std::vector<GgmlType>> ChooseQuantTypes(QuantMix mix, const std::vector<std::string>& names,
+                                               const std::vector<std::vector<int64_t>>& ne,
+                                               const std::vector<GgmlType>& types);
+
+struct QuantizeStats {
+  int64_t tensors = 0, requantized = 0, copied = 0;
+  uint64_t bytes_in = 0, bytes_out = 0;
+  std::map<std::string, int64_t> type_counts;  // "Q4_K" -> tensors written as Q4_K
+};
+// Reads `in`, chooses each tensor's type with ChooseQuantTypes, copies
+// tensors already of that type byte for byte, dequantises the others to F32
+// (DequantizeRow) and quantises them (QuantizeRow), rows split over
+// `threads` workers (the bytes do not depend on the count), and writes `out`
+// with general.file_type = mix and general.quantization_version = 2.
+Status QuantizeGguf(const std::string& in, const std::string& out, QuantMix mix, int threads,
+                    QuantizeStats* stats);
 
 // ---- writer (tests and tools) ----------------------------------------------
 // Builds a GGUF v3 image in memory: metadata in the given order, tensors laid

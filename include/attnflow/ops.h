@@ -87,7 +87,8 @@ void Linear(float* y, int64_t ldy, const float* x, int64_t ldx, const PackedMatr
 //
 //   y[t, n] = sum_k x[t, k] * W[n, k]      t < T, n < W.rows, k < W.cols
 //
-// W is F32, F16, BF16, Q4_0, Q4_1 or Q8_0 in ggml's row layout. Two paths,
+// W is F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K or Q6_K in
+// ggml's row layout (docs/quantize.md). Two paths,
 // chosen by T (never by thread count): T < gemm_min_tokens ("fused dot",
 // decode) dequantises each weight block in registers and streams the rows;
 // otherwise ("packed GEMM", prefill) the activations are packed once into

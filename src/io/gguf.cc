@@ -1,5 +1,5 @@
-// gguf.cc — strict memory-mapped GGUF reader, scalar dequantisation and an
-// in-memory writer for tests (see attnflow/gguf.h for the format and the
+// gguf.cc — strict memory-mapped GGUF reader and an in-memory writer for
+// tests (the type table and (de)quantisation are in gguf_quants.cc) (see attnflow/gguf.h for the format and the
 // invariants every open file satisfies).
 //
 // Invariant of the parser: every read goes through Reader, which checks the
@@ -48,10 +48,6 @@ const char* kGgmlNames[] = {
     "IQ4_NL_8_8(removed)", "MXFP4"};
 constexpr uint32_t kNumGgmlNames = sizeof(kGgmlNames) / sizeof(kGgmlNames[0]);
 
-bool SupportedGgml(uint32_t t) {
-  return t == 0 || t == 1 || t == 2 || t == 3 || t == 8 || t == 30;
-}
-
 // Bounds-checked little-endian cursor over the file image.
 class Reader {
  public:
@@ -95,35 +91,7 @@ const char* GgmlTypeName(uint32_t type) {
   return type < kNumGgmlNames ? kGgmlNames[type] : "?";
 }
 
-int64_t GgmlBlockSize(GgmlType t) {
-  switch (t) {
-    case GgmlType::kQ4_0: case GgmlType::kQ4_1: case GgmlType::kQ8_0:
-      return 32;
-    default:
-      return 1;
-  }
-}
-
-int64_t GgmlBlockBytes(GgmlType t) {
-  switch (t) {
-    case GgmlType::kF32: return 4;
-    case GgmlType::kF16: case GgmlType::kBF16: return 2;
-    case GgmlType::kQ4_0: return 18;
-    case GgmlType::kQ4_1: return 20;
-    case GgmlType::kQ8_0: return 34;
-  }
-  return 0;
-}
-
-bool GgmlRowBytes(GgmlType t, int64_t n, int64_t* bytes) {
-  const int64_t bs = GgmlBlockSize(t);
-  if (n < 0 || n % bs != 0) return false;
-  const int64_t blocks = n / bs;
-  const int64_t bb = GgmlBlockBytes(t);
-  if (bb == 0 || blocks > std::numeric_limits<int64_t>::max() / bb) return false;
-  *bytes = blocks * bb;
-  return true;
-}
+// GgmlBlockSize, GgmlBlockBytes, GgmlRowBytes, GgmlTypeSupported: gguf_quants.cc.
 
 size_t GgufValue::size() const {
   if (!is_array) return 1;
@@ -438,11 +406,11 @@ Status GgufFile::Parse() {
       t.numel = numel;
       uint32_t type;
       if (!r.Read(&type)) return Err(StatusCode::kCorrupt, field, "truncated type");
-      if (!SupportedGgml(type)) {
+      if (!GgmlTypeSupported(type)) {
         if (type < kNumGgmlNames && std::strstr(kGgmlNames[type], "removed") == nullptr) {
           return Err(StatusCode::kUnimplemented, field,
                      std::string("tensor type ") + kGgmlNames[type] + " (" + std::to_string(type) +
-                         ") is not supported (supported: F32 F16 BF16 Q8_0 Q4_0 Q4_1)");
+                         ") is not supported (supported: F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K Q5_K Q6_K)");
         }
         return Err(StatusCode::kCorrupt, field, "unknown tensor type " + std::to_string(type));
       }
@@ -602,61 +570,7 @@ Result<Tensor> GgufFile::Dequantize(std::string_view name) const {
   return out;
 }
 
-// ---- dequantisation --------------------------------------------------------
-
-Status DequantizeRow(float* dst, const void* src_v, GgmlType t, int64_t n) {
-  const uint8_t* src = static_cast<const uint8_t*>(src_v);
-  const int64_t bs = GgmlBlockSize(t);
-  if (n < 0 || n % bs != 0) {
-    return InvalidArgument(std::string("dequantize: n = ") + std::to_string(n) +
-                           " is not a multiple of the " + GgmlTypeName(static_cast<uint32_t>(t)) +
-                           " block size " + std::to_string(bs));
-  }
-  auto half = [](const uint8_t* p) {
-    uint16_t h;
-    std::memcpy(&h, p, 2);
-    return h;
-  };
-  switch (t) {
-    case GgmlType::kF32:
-      std::memcpy(dst, src, static_cast<size_t>(n) * 4);
-      return Status::Ok();
-    case GgmlType::kF16:
-      for (int64_t i = 0; i < n; ++i) dst[i] = F16ToF32(half(src + 2 * i));
-      return Status::Ok();
-    case GgmlType::kBF16:
-      for (int64_t i = 0; i < n; ++i) dst[i] = BF16ToF32(half(src + 2 * i));
-      return Status::Ok();
-    case GgmlType::kQ8_0:
-      for (int64_t b = 0; b < n / 32; ++b, src += 34) {
-        const float d = F16ToF32(half(src));
-        for (int j = 0; j < 32; ++j) dst[b * 32 + j] = d * static_cast<float>(static_cast<int8_t>(src[2 + j]));
-      }
-      return Status::Ok();
-    case GgmlType::kQ4_0:
-      for (int64_t b = 0; b < n / 32; ++b, src += 18) {
-        const float d = F16ToF32(half(src));
-        for (int j = 0; j < 16; ++j) {
-          dst[b * 32 + j] = d * static_cast<float>((src[2 + j] & 0x0F) - 8);
-          dst[b * 32 + j + 16] = d * static_cast<float>((src[2 + j] >> 4) - 8);
-        }
-      }
-      return Status::Ok();
-    case GgmlType::kQ4_1:
-      for (int64_t b = 0; b < n / 32; ++b, src += 20) {
-        const float d = F16ToF32(half(src));
-        const float m = F16ToF32(half(src + 2));
-        for (int j = 0; j < 16; ++j) {
-          // d*q is exact in fp32 (11 x 4 significant bits), so this is one
-          // rounding, as in gguf-py's (d * q) + m (and equal to fma).
-          dst[b * 32 + j] = d * static_cast<float>(src[4 + j] & 0x0F) + m;
-          dst[b * 32 + j + 16] = d * static_cast<float>(src[4 + j] >> 4) + m;
-        }
-      }
-      return Status::Ok();
-  }
-  return InvalidArgument("dequantize: unsupported type " + std::to_string(static_cast<uint32_t>(t)));
-}
+// DequantizeRow / QuantizeRow: gguf_quants.cc.
 
 // ---- writer ------------------------------------------------------------------
 

@@ -163,6 +163,145 @@ void DotRowsQ(const QMatrix& w, int64_t r0, int64_t nr, const float* x, float* y
   for (int64_t j = 0; j < nr; ++j, row += w.row_bytes) y[j] = DotRowQ<kType>(row, w.cols, x);
 }
 
+// ---- Q5_0 / Q5_1 / Q4_K / Q5_K / Q6_K -----------------------------------------
+//
+// 32-element sub-block `sub` of a block of kType as G = 32 / L vectors, with
+// exactly DequantizeRow's values (io/gguf_quants.cc): the scale products d*sc
+// and dmin*m are formed in scalar fp32 as there, then d*q is exact, so the one
+// rounding of the final add/sub is the same fused or not. Q6_K products
+// (d*sc)*q round once, as there.
+template <GgmlType kType>
+constexpr int64_t KBlockElems() {
+  return kType == GgmlType::kQ5_0 || kType == GgmlType::kQ5_1 ? 32 : 256;
+}
+template <GgmlType kType>
+constexpr int64_t KBlockBytes() {
+  return kType == GgmlType::kQ5_0 ? 22 : kType == GgmlType::kQ5_1 ? 24 : kType == GgmlType::kQ4_K ? 144
+         : kType == GgmlType::kQ5_K ? 176 : 210;
+}
+
+// u8 lanes [p, p+L) widened to i32.
+HWY_INLINE hn::Vec<hn::Rebind<int32_t, DF>> BytesI32(const uint8_t* p) {
+  const hn::Rebind<uint8_t, DF> du8;
+  const hn::Rebind<int32_t, DF> di32;
+  return hn::PromoteTo(di32, hn::LoadU(du8, p));
+}
+
+template <GgmlType kType>
+HWY_INLINE void SubBlockWeights(DF df, const uint8_t* blk, int sub, VF* w) {
+  const hn::Rebind<int32_t, DF> di32;
+  const hn::Rebind<uint32_t, DF> du32;
+  const size_t L = hn::Lanes(df);
+  const size_t G = 32 / L;
+  if constexpr (kType == GgmlType::kQ5_0 || kType == GgmlType::kQ5_1) {
+    constexpr bool kAffine = kType == GgmlType::kQ5_1;
+    const float d = HalfToF32(blk);
+    const VF vd = hn::Set(df, d);
+    const VF vm = hn::Set(df, kAffine ? HalfToF32(blk + 2) : -16.0f);
+    uint32_t qh;
+    std::memcpy(&qh, blk + (kAffine ? 4 : 2), 4);
+    const uint8_t* qs = blk + (kAffine ? 8 : 6);
+    const auto vqh = hn::Set(du32, qh);
+    for (size_t g = 0; g < G; ++g) {
+      const size_t e0 = g * L;
+      auto q = BytesI32(qs + (e0 & 15));
+      q = e0 >= 16 ? hn::ShiftRight<4>(q) : hn::And(q, hn::Set(di32, 15));
+      const auto hb = hn::And(hn::Shr(vqh, hn::Iota(du32, static_cast<uint32_t>(e0))), hn::Set(du32, 1u));
+      q = hn::Or(q, hn::ShiftLeft<4>(hn::BitCast(di32, hb)));
+      const VF qf = hn::ConvertTo(df, q);
+      w[g] = kAffine ? hn::MulAdd(vd, qf, vm) : hn::Mul(vd, hn::Add(qf, vm));
+    }
+  } else if constexpr (kType == GgmlType::kQ4_K || kType == GgmlType::kQ5_K) {
+    constexpr bool kFive = kType == GgmlType::kQ5_K;
+    const uint8_t* sc = blk + 4;
+    int scv, mv;
+    if (sub < 4) {
+      scv = sc[sub] & 63;
+      mv = sc[sub + 4] & 63;
+    } else {
+      scv = (sc[sub + 4] & 0xF) | ((sc[sub - 4] >> 6) << 4);
+      mv = (sc[sub + 4] >> 4) | ((sc[sub] >> 6) << 4);
+    }
+    const VF ds = hn::Set(df, HalfToF32(blk) * static_cast<float>(scv));
+    const VF ms = hn::Set(df, HalfToF32(blk + 2) * static_cast<float>(mv));
+    const uint8_t* qs = blk + (kFive ? 48 : 16) + 32 * (sub / 2);
+    for (size_t g = 0; g < G; ++g) {
+      auto q = BytesI32(qs + g * L);
+      q = (sub & 1) ? hn::ShiftRight<4>(q) : hn::And(q, hn::Set(di32, 15));
+      if constexpr (kFive) {
+        const auto h = BytesI32(blk + 16 + g * L);
+        q = hn::Or(q, hn::ShiftLeft<4>(hn::And(hn::ShiftRightSame(h, sub), hn::Set(di32, 1))));
+      }
+      w[g] = hn::Sub(hn::Mul(ds, hn::ConvertTo(df, q)), ms);
+    }
+  } else {  // Q6_K: sub = 4 * half + k
+    const int hf = sub / 4, k = sub % 4;
+    const uint8_t* ql = blk + 64 * hf + 32 * (k & 1);
+    const uint8_t* qh = blk + 128 + 32 * hf;
+    const int8_t* sc = reinterpret_cast<const int8_t*>(blk + 192 + 8 * hf + 2 * k);
+    const float d = HalfToF32(blk + 208);
+    for (size_t g = 0; g < G; ++g) {
+      auto lo = BytesI32(ql + g * L);
+      lo = (k >> 1) ? hn::ShiftRight<4>(lo) : hn::And(lo, hn::Set(di32, 15));
+      const auto hi = hn::And(hn::ShiftRightSame(BytesI32(qh + g * L), 2 * k), hn::Set(di32, 3));
+      const auto q = hn::Sub(hn::Or(lo, hn::ShiftLeft<4>(hi)), hn::Set(di32, 32));
+      const VF ds = hn::Set(df, d * static_cast<float>(sc[(g * L) / 16]));
+      w[g] = hn::Mul(ds, hn::ConvertTo(df, q));
+    }
+  }
+}
+
+// y = dot(W[r], x) for Q5_0/Q5_1/Q4_K/Q5_K/Q6_K rows: one vector accumulator
+// per lane group, blocks and sub-blocks in order, then the fixed pairwise
+// reduction of DotRowQ.
+template <GgmlType kType>
+HWY_INLINE float DotRowK(const uint8_t* HWY_RESTRICT row, int64_t cols, const float* HWY_RESTRICT x) {
+  const DF df;
+  constexpr size_t kMaxG = 32 / hn::MaxLanes(DF()) > 0 ? 32 / hn::MaxLanes(DF()) : 1;
+  const size_t L = hn::Lanes(df);
+  const size_t G = 32 / L;
+  constexpr int64_t kBE = KBlockElems<kType>();
+  constexpr int kSubs = static_cast<int>(kBE / 32);
+  const int64_t nb = cols / kBE;
+  VF acc[kMaxG];
+  for (size_t g = 0; g < G; ++g) acc[g] = hn::Zero(df);
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = row + b * KBlockBytes<kType>();
+    for (int s = 0; s < kSubs; ++s) {
+      VF wv[kMaxG];
+      SubBlockWeights<kType>(df, blk, s, wv);
+      const float* xb = x + b * kBE + s * 32;
+      for (size_t g = 0; g < G; ++g) acc[g] = hn::MulAdd(wv[g], hn::LoadU(df, xb + g * L), acc[g]);
+    }
+  }
+  for (size_t n = G; n > 1; n /= 2) {
+    for (size_t g = 0; g < n / 2; ++g) acc[g] = hn::Add(acc[g], acc[g + n / 2]);
+  }
+  return hn::GetLane(hn::SumOfLanes(df, acc[0]));
+}
+
+template <GgmlType kType>
+void DotRowsK(const QMatrix& w, int64_t r0, int64_t nr, const float* x, float* y) {
+  const uint8_t* row = w.data + r0 * w.row_bytes;
+  for (int64_t j = 0; j < nr; ++j, row += w.row_bytes) y[j] = DotRowK<kType>(row, w.cols, x);
+}
+
+template <GgmlType kType>
+HWY_INLINE void DequantRowK(const uint8_t* src, int64_t cols, float* HWY_RESTRICT dst) {
+  const DF df;
+  const size_t L = hn::Lanes(df);
+  const size_t G = 32 / L;
+  constexpr size_t kMaxG = 32 / hn::MaxLanes(DF()) > 0 ? 32 / hn::MaxLanes(DF()) : 1;
+  constexpr int64_t kBE = KBlockElems<kType>();
+  VF wv[kMaxG];
+  for (int64_t b = 0; b < cols / kBE; ++b) {
+    for (int s = 0; s < static_cast<int>(kBE / 32); ++s) {
+      SubBlockWeights<kType>(df, src + b * KBlockBytes<kType>(), s, wv);
+      for (size_t g = 0; g < G; ++g) hn::StoreU(wv[g], df, dst + b * kBE + s * 32 + g * L);
+    }
+  }
+}
+
 // Generic (F32/F16/BF16 or any type): dequantise the row into `tmp`, then a
 // lane-group dot with a scalar tail.
 void DotRowsGeneric(const QMatrix& w, int64_t r0, int64_t nr, const float* x, float* y,
@@ -185,6 +324,11 @@ void DotRowsT(const QMatrix& w, int64_t r0, int64_t nr, const float* x, float* y
     case GgmlType::kQ4_1: return DotRowsQ<GgmlType::kQ4_1>(w, r0, nr, x, y);
     case GgmlType::kQ4_0: return DotRowsQ<GgmlType::kQ4_0>(w, r0, nr, x, y);
     case GgmlType::kQ8_0: return DotRowsQ<GgmlType::kQ8_0>(w, r0, nr, x, y);
+    case GgmlType::kQ5_0: return DotRowsK<GgmlType::kQ5_0>(w, r0, nr, x, y);
+    case GgmlType::kQ5_1: return DotRowsK<GgmlType::kQ5_1>(w, r0, nr, x, y);
+    case GgmlType::kQ4_K: return DotRowsK<GgmlType::kQ4_K>(w, r0, nr, x, y);
+    case GgmlType::kQ5_K: return DotRowsK<GgmlType::kQ5_K>(w, r0, nr, x, y);
+    case GgmlType::kQ6_K: return DotRowsK<GgmlType::kQ6_K>(w, r0, nr, x, y);
     default: return DotRowsGeneric(w, r0, nr, x, y, tmp);
   }
 }
@@ -212,6 +356,11 @@ HWY_INLINE void DequantRowAny(const QMatrix& w, int64_t r, float* dst) {
     case GgmlType::kQ4_1: return DequantRowQ<GgmlType::kQ4_1>(src, w.cols, dst);
     case GgmlType::kQ4_0: return DequantRowQ<GgmlType::kQ4_0>(src, w.cols, dst);
     case GgmlType::kQ8_0: return DequantRowQ<GgmlType::kQ8_0>(src, w.cols, dst);
+    case GgmlType::kQ5_0: return DequantRowK<GgmlType::kQ5_0>(src, w.cols, dst);
+    case GgmlType::kQ5_1: return DequantRowK<GgmlType::kQ5_1>(src, w.cols, dst);
+    case GgmlType::kQ4_K: return DequantRowK<GgmlType::kQ4_K>(src, w.cols, dst);
+    case GgmlType::kQ5_K: return DequantRowK<GgmlType::kQ5_K>(src, w.cols, dst);
+    case GgmlType::kQ6_K: return DequantRowK<GgmlType::kQ6_K>(src, w.cols, dst);
     default: (void)DequantizeRow(dst, src, w.type, w.cols);
   }
 }

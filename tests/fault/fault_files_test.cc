@@ -508,7 +508,7 @@ TEST(FaultGguf, DimsTypesNamesAndStrings) {
   EXPECT_TRUE(GgufRejected(g.b, StatusCode::kCorrupt, "ne[0]"));
   g.Header(3, 1, 0).TensorInfo("t", {1, 1, 1, 1, 1}, 0, 0).Align();
   EXPECT_TRUE(GgufRejected(g.b, StatusCode::kCorrupt, "n_dims"));
-  g.Header(3, 1, 0).TensorInfo("t", {32}, 12, 0).Align().Data(256);  // Q4_K: known, unsupported
+  g.Header(3, 1, 0).TensorInfo("t", {32}, 11, 0).Align().Data(256);  // Q3_K: known, unsupported
   EXPECT_TRUE(GgufRejected(g.b, StatusCode::kUnimplemented, "not supported"));
   g.Header(3, 1, 0).TensorInfo("t", {32}, 999, 0).Align().Data(256);
   EXPECT_TRUE(GgufRejected(g.b, StatusCode::kCorrupt, "unknown tensor type"));

@@ -362,8 +362,8 @@ TEST(Gguf, RejectsBadTensorInfos) {
   Patch<uint32_t>(m, p + 20, 99);
   ExpectError(m, StatusCode::kCorrupt, "unknown tensor type 99");
   m = b;
-  Patch<uint32_t>(m, p + 20, 12);
-  ExpectError(m, StatusCode::kUnimplemented, "Q4_K");
+  Patch<uint32_t>(m, p + 20, 11);
+  ExpectError(m, StatusCode::kUnimplemented, "Q3_K");
   m = b;
   Patch<uint32_t>(m, p + 20, 4);  // removed Q4_2
   ExpectError(m, StatusCode::kCorrupt, "unknown tensor type 4");

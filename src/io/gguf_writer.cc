@@ -1,0 +1,362 @@
+// gguf_writer.cc — streaming GGUF v3 writer (WriteGguf) and whole-file
+// quantisation (QuantizeGguf) with llama.cpp's tensor-type mixture rules
+// (ChooseQuantTypes; docs/quantize.md states them).
+//
+// Invariants: a written file is complete or absent (WriteFileAtomic); it
+// holds at most one tensor's bytes in memory; every tensor offset is a
+// multiple of the alignment and the data section starts at the header end
+// rounded up to it (what GgufFile::Parse checks). Quantised bytes depend only
+// on the input file and the mix: rows are independent, so the thread count
+// only changes who computes which rows.
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <mutex>
+#include <set>
+
+#include "attnflow/gguf.h"
+#include "attnflow/threading.h"
+
+namespace attnflow {
+namespace {
+
+constexpr uint32_t kMagic = 0x46554747;  // "GGUF"
+
+template <typename T>
+void Put(std::vector<uint8_t>& b, T v) {
+  const size_t o = b.size();
+  b.resize(o + sizeof(T));
+  std::memcpy(b.data() + o, &v, sizeof(T));
+}
+void PutStr(std::vector<uint8_t>& b, const std::string& s) {
+  Put<uint64_t>(b, s.size());
+  b.insert(b.end(), s.begin(), s.end());
+}
+
+// Encodes element i of v (scalar when !v.is_array) of type t.
+Status PutElem(std::vector<uint8_t>& b, const GgufValue& v, GgufType t, size_t i, int depth,
+               const std::string& key);
+
+Status PutValue(std::vector<uint8_t>& b, const GgufValue& v, int depth, const std::string& key) {
+  if (!v.is_array) return PutElem(b, v, v.type, 0, depth, key);
+  if (depth >= kGgufMaxArrayDepth) return InvalidArgument("gguf writer: '" + key + "': arrays nest too deep");
+  Put<uint32_t>(b, static_cast<uint32_t>(v.type));
+  Put<uint64_t>(b, v.size());
+  for (size_t i = 0; i < v.size(); ++i) ATTNFLOW_RETURN_IF_ERROR(PutElem(b, v, v.type, i, depth, key));
+  return Status::Ok();
+}
+
+Status PutElem(std::vector<uint8_t>& b, const GgufValue& v, GgufType t, size_t i, int depth,
+               const std::string& key) {
+  auto need = [&](size_t n) -> Status {
+    return i < n ? Status::Ok()
+                 : InvalidArgument("gguf writer: '" + key + "': value of type " + GgufTypeName(t) +
+                                   " has no element " + std::to_string(i));
+  };
+  switch (t) {
+    case GgufType::kU8: case GgufType::kI8: case GgufType::kBool:
+      ATTNFLOW_RETURN_IF_ERROR(need(v.ints.size()));
+      Put<uint8_t>(b, static_cast<uint8_t>(v.ints[i]));
+      return Status::Ok();
+    case GgufType::kU16: case GgufType::kI16:
+      ATTNFLOW_RETURN_IF_ERROR(need(v.ints.size()));
+      Put<uint16_t>(b, static_cast<uint16_t>(v.ints[i]));
+      return Status::Ok();
+    case GgufType::kU32: case GgufType::kI32:
+      ATTNFLOW_RETURN_IF_ERROR(need(v.ints.size()));
+      Put<uint32_t>(b, static_cast<uint32_t>(v.ints[i]));
+      return Status::Ok();
+    case GgufType::kU64: case GgufType::kI64:
+      ATTNFLOW_RETURN_IF_ERROR(need(v.ints.size()));
+      Put<uint64_t>(b, static_cast<uint64_t>(v.ints[i]));
+      return Status::Ok();
+    case GgufType::kF32:
+      ATTNFLOW_RETURN_IF_ERROR(need(v.floats.size()));
+      Put<float>(b, static_cast<float>(v.floats[i]));
+      return Status::Ok();
+    case GgufType::kF64:
+      ATTNFLOW_RETURN_IF_ERROR(need(v.floats.size()));
+      Put<double>(b, v.floats[i]);
+      return Status::Ok();
+    case GgufType::kString:
+      ATTNFLOW_RETURN_IF_ERROR(need(v.strings.size()));
+      PutStr(b, v.strings[i]);
+      return Status::Ok();
+    case GgufType::kArray:
+      ATTNFLOW_RETURN_IF_ERROR(need(v.arrays.size()));
+      return PutValue(b, v.arrays[i], depth + 1, key);
+  }
+  return InvalidArgument("gguf writer: '" + key + "': unknown value type " +
+                         std::to_string(static_cast<uint32_t>(t)));
+}
+
+bool EndsWith(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+bool Has(const std::string& s, const char* part) { return s.find(part) != std::string::npos; }
+
+// ggml_n_dims: dims up to the last one > 1.
+int NDims(const std::vector<int64_t>& ne) {
+  int n = 1;
+  for (int i = 0; i < static_cast<int>(ne.size()); ++i)
+    if (ne[static_cast<size_t>(i)] > 1) n = i + 1;
+  return n;
+}
+
+// llama.cpp tensor_allows_quantization (the parts that apply to the model
+// families attnflow loads; multimodal/RWKV/Mamba names are listed too).
+bool AllowsQuantization(const std::string& name, const std::vector<int64_t>& ne) {
+  if (NDims(ne) < 2) return false;
+  if (!EndsWith(name, "weight")) return false;
+  for (const char* skip : {"_norm.weight", "ffn_gate_inp.weight", "altup", "laurel", "per_layer_model_proj",
+                           "ssm_conv1d", "shortconv.conv.weight", "time_mix_", "attn_rel_b.weight",
+                           ".position_embd", ".rel_pos", ".patch_embd", ".patch_merger"}) {
+    if (Has(name, skip)) return false;
+  }
+  return name != "position_embd.weight" && name != "token_types.weight";
+}
+
+enum class Cat { kTokenEmbd, kOutput, kAttnV, kFfnDown, kOther };
+Cat Category(const std::string& n) {
+  if (n == "output.weight") return Cat::kOutput;
+  if (n == "token_embd.weight" || n == "per_layer_token_embd.weight") return Cat::kTokenEmbd;
+  if (Has(n, "attn_qkv.weight") || Has(n, "attn_kv_b.weight") || Has(n, "attn_v.weight")) return Cat::kAttnV;
+  if (Has(n, "ffn_down")) return Cat::kFfnDown;
+  return Cat::kOther;
+}
+
+bool UseMoreBits(int i, int n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
+
+const char* TypeName(GgmlType t) { return GgmlTypeName(static_cast<uint32_t>(t)); }
+
+}  // namespace
+
+bool ParseQuantMix(std::string_view name, QuantMix* mix) {
+  std::string s(name);
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  if (s == "q4_0") *mix = QuantMix::kQ4_0;
+  else if (s == "q8_0") *mix = QuantMix::kQ8_0;
+  else if (s == "q4_k_m") *mix = QuantMix::kQ4_K_M;
+  else if (s == "q5_k_m") *mix = QuantMix::kQ5_K_M;
+  else if (s == "q6_k") *mix = QuantMix::kQ6_K;
+  else return false;
+  return true;
+}
+
+Result<std::vector<GgmlType>> ChooseQuantTypes(QuantMix mix, const std::vector<std::string>& names,
+                                               const std::vector<std::vector<int64_t>>& ne,
+                                               const std::vector<GgmlType>& types) {
+  const GgmlType base = mix == QuantMix::kQ4_0   ? GgmlType::kQ4_0
+                        : mix == QuantMix::kQ8_0 ? GgmlType::kQ8_0
+                        : mix == QuantMix::kQ4_K_M ? GgmlType::kQ4_K
+                        : mix == QuantMix::kQ5_K_M ? GgmlType::kQ5_K
+                                                   : GgmlType::kQ6_K;
+  const bool km = mix == QuantMix::kQ4_K_M || mix == QuantMix::kQ5_K_M;
+  bool tied = true;
+  int n_wv = 0, n_down = 0;
+  for (const std::string& n : names) {
+    if (n == "output.weight") tied = false;
+    if (Category(n) == Cat::kAttnV) ++n_wv;
+    if (Category(n) == Cat::kFfnDown) ++n_down;
+  }
+  int i_wv = 0, i_down = 0;
+  std::vector<GgmlType> out;
+  for (size_t k = 0; k < names.size(); ++k) {
+    const std::string& n = names[k];
+    if (!AllowsQuantization(n, ne[k])) {
+      out.push_back(types[k]);
+      continue;
+    }
+    const Cat cat = Category(n);
+    GgmlType t = base;
+    if (cat == Cat::kOutput || (tied && cat == Cat::kTokenEmbd)) {
+      if (ne[k][0] % GgmlBlockSize(base) != 0) t = GgmlType::kQ8_0;
+      else if (base != GgmlType::kQ8_0) t = GgmlType::kQ6_K;
+    } else if (cat == Cat::kTokenEmbd) {
+      // untied input embedding: the base type
+    } else if (cat == Cat::kAttnV) {
+      if (km && UseMoreBits(i_wv, n_wv)) t = GgmlType::kQ6_K;
+      ++i_wv;
+    } else if (cat == Cat::kFfnDown) {
+      if (km && UseMoreBits(i_down, n_down)) t = GgmlType::kQ6_K;
+      ++i_down;
+    }
+    // Shapes a type cannot hold fall back (llama.cpp tensor_type_fallback).
+    if (ne[k][0] % GgmlBlockSize(t) != 0) {
+      switch (t) {
+        case GgmlType::kQ4_K: t = GgmlType::kQ5_0; break;
+        case GgmlType::kQ5_K: t = GgmlType::kQ5_1; break;
+        case GgmlType::kQ6_K: t = GgmlType::kQ8_0; break;
+        default:
+          return InvalidArgument("quantize: tensor '" + n + "': ne[0] = " + std::to_string(ne[k][0]) +
+                                 " is not a multiple of the " + TypeName(t) + " block size " +
+                                 std::to_string(GgmlBlockSize(t)) + " and " + TypeName(t) +
+                                 " has no fallback type");
+      }
+      if (ne[k][0] % GgmlBlockSize(t) != 0) t = GgmlType::kF16;
+    }
+    out.push_back(t);
+  }
+  return out;
+}
+
+Status WriteGguf(const std::string& path, const std::vector<std::pair<std::string, GgufValue>>& kv,
+                 const std::vector<GgufOutTensor>& tensors, uint32_t alignment) {
+  if (alignment == 0 || (alignment & (alignment - 1)) != 0) {
+    return InvalidArgument("gguf writer: " + path + ": alignment " + std::to_string(alignment) +
+                           " is not a power of two");
+  }
+  std::vector<uint8_t> h;
+  Put<uint32_t>(h, kMagic);
+  Put<uint32_t>(h, 3);
+  Put<uint64_t>(h, tensors.size());
+  Put<uint64_t>(h, kv.size());
+  std::set<std::string> keys;
+  for (const auto& [key, value] : kv) {
+    if (key.empty() || !keys.insert(key).second) {
+      return InvalidArgument("gguf writer: " + path + ": metadata key '" + key + "' is empty or repeated");
+    }
+    PutStr(h, key);
+    Put<uint32_t>(h, static_cast<uint32_t>(value.is_array ? GgufType::kArray : value.type));
+    ATTNFLOW_RETURN_IF_ERROR(PutValue(h, value, 0, key));
+  }
+  std::set<std::string> names;
+  std::vector<uint64_t> nbytes;
+  uint64_t off = 0;
+  for (const GgufOutTensor& t : tensors) {
+    const std::string field = "gguf writer: " + path + ": tensor '" + t.name + "': ";
+    if (t.name.empty() || t.name.size() >= 64 || !names.insert(t.name).second) {
+      return InvalidArgument(field + "name is empty, longer than 63 bytes or repeated");
+    }
+    if (t.ne.empty() || t.ne.size() > static_cast<size_t>(kGgufMaxDims)) {
+      return InvalidArgument(field + std::to_string(t.ne.size()) + " dims (1..4 allowed)");
+    }
+    int64_t row = 0, rows = 1;
+    for (size_t d = 1; d < t.ne.size(); ++d) rows *= t.ne[d];
+    if (!GgmlRowBytes(t.type, t.ne[0], &row)) {
+      return InvalidArgument(field + "ne[0] = " + std::to_string(t.ne[0]) + " is not a multiple of the " +
+                             TypeName(t.type) + " block size " + std::to_string(GgmlBlockSize(t.type)));
+    }
+    PutStr(h, t.name);
+    Put<uint32_t>(h, static_cast<uint32_t>(t.ne.size()));
+    for (int64_t n : t.ne) Put<uint64_t>(h, static_cast<uint64_t>(n));
+    Put<uint32_t>(h, static_cast<uint32_t>(t.type));
+    Put<uint64_t>(h, off);
+    nbytes.push_back(static_cast<uint64_t>(row) * static_cast<uint64_t>(rows));
+    off += (nbytes.back() + alignment - 1) / alignment * alignment;
+  }
+  h.resize((h.size() + alignment - 1) / alignment * alignment, 0);
+  return WriteFileAtomic(path, [&](std::FILE* f) -> Status {
+    if (std::fwrite(h.data(), 1, h.size(), f) != h.size()) return IoError("gguf writer: " + path + ": short write");
+    std::vector<uint8_t> buf;
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      const uint64_t padded = (nbytes[i] + alignment - 1) / alignment * alignment;
+      buf.assign(static_cast<size_t>(padded), 0);
+      ATTNFLOW_RETURN_IF_ERROR(tensors[i].fill(buf.data(), nbytes[i]));
+      if (std::fwrite(buf.data(), 1, buf.size(), f) != buf.size()) {
+        return IoError("gguf writer: " + path + ": short write in tensor '" + tensors[i].name + "'");
+      }
+    }
+    return Status::Ok();
+  });
+}
+
+Status QuantizeGguf(const std::string& in, const std::string& out, QuantMix mix, int threads,
+                    QuantizeStats* stats) {
+  Result<GgufFile> fr = GgufFile::Open(in);
+  if (!fr.ok()) return fr.status();
+  const GgufFile& f = *fr;
+  std::vector<std::string> names;
+  std::vector<std::vector<int64_t>> ne;
+  std::vector<GgmlType> types;
+  for (const GgufTensorInfo& t : f.tensors()) {
+    names.push_back(t.name);
+    ne.push_back(t.ne);
+    types.push_back(t.type);
+  }
+  Result<std::vector<GgmlType>> chosen = ChooseQuantTypes(mix, names, ne, types);
+  if (!chosen.ok()) return chosen.status();
+
+  std::vector<std::pair<std::string, GgufValue>> kv;
+  GgufValue u32;
+  u32.type = GgufType::kU32;
+  bool have_ft = false, have_qv = false;
+  for (const std::string& key : f.keys()) {
+    GgufValue v = *f.Find(key);
+    if (key == "general.file_type") {
+      v = u32;
+      v.ints = {static_cast<int64_t>(mix)};
+      have_ft = true;
+    } else if (key == "general.quantization_version") {
+      v = u32;
+      v.ints = {2};
+      have_qv = true;
+    }
+    kv.emplace_back(key, std::move(v));
+  }
+  if (!have_qv) {
+    kv.emplace_back("general.quantization_version", u32);
+    kv.back().second.ints = {2};
+  }
+  if (!have_ft) {
+    kv.emplace_back("general.file_type", u32);
+    kv.back().second.ints = {static_cast<int64_t>(mix)};
+  }
+
+  QuantizeStats st;
+  ThreadPool pool(std::max(1, threads));
+  std::vector<GgufOutTensor> outs;
+  for (size_t k = 0; k < f.tensors().size(); ++k) {
+    const GgufTensorInfo& t = f.tensors()[k];
+    const GgmlType to = (*chosen)[k];
+    ++st.tensors;
+    st.bytes_in += t.nbytes;
+    st.type_counts[TypeName(to)]++;
+    GgufOutTensor o{t.name, to, t.ne, nullptr};
+    if (to == t.type) {
+      ++st.copied;
+      o.fill = [&f, &t](uint8_t* dst, uint64_t n) -> Status {
+        if (n != t.nbytes) return Corrupt("quantize: '" + t.name + "': size mismatch");
+        std::memcpy(dst, f.TensorData(t), static_cast<size_t>(n));
+        return Status::Ok();
+      };
+    } else {
+      ++st.requantized;
+      o.fill = [&f, &t, to, &pool](uint8_t* dst, uint64_t) -> Status {
+        const int64_t cols = t.ne[0], rows = t.rows();
+        int64_t in_row = 0, out_row = 0;
+        GgmlRowBytes(t.type, cols, &in_row);
+        GgmlRowBytes(to, cols, &out_row);
+        std::vector<std::vector<float>> scratch(static_cast<size_t>(pool.NumWorkers()),
+                                                std::vector<float>(static_cast<size_t>(cols)));
+        std::mutex mu;
+        Status first = Status::Ok();
+        std::atomic<bool> failed{false};
+        pool.ParallelFor(rows, [&](int64_t r, int worker) {
+          if (failed.load()) return;
+          float* x = scratch[static_cast<size_t>(worker)].data();
+          Status s = DequantizeRow(x, f.TensorData(t) + r * in_row, t.type, cols);
+          if (s.ok()) s = QuantizeRow(dst + r * out_row, x, to, cols);
+          if (!s.ok()) {
+            std::lock_guard<std::mutex> lock(mu);
+            if (!failed.exchange(true)) {
+              first = InvalidArgument("quantize: tensor '" + t.name + "' row " + std::to_string(r) + " (" +
+                                      TypeName(t.type) + " -> " + TypeName(to) + "): " + s.message());
+            }
+          }
+        });
+        return first;
+      };
+    }
+    int64_t row = 0, rows = 1;
+    GgmlRowBytes(to, t.ne[0], &row);
+    for (size_t d = 1; d < t.ne.size(); ++d) rows *= t.ne[d];
+    st.bytes_out += static_cast<uint64_t>(row * rows);
+    outs.push_back(std::move(o));
+  }
+  ATTNFLOW_RETURN_IF_ERROR(WriteGguf(out, kv, outs, f.alignment()));
+  if (stats) *stats = st;
+  return Status::Ok();
+}
+
+}  // namespace attnflow

@@ -1,0 +1,132 @@
+// qmatmul_quant_test.cc — ops::QMatMul on the GGUF types added for issue 14
+// (Q5_0 Q5_1 Q4_K Q5_K Q6_K, plus Q4_0 and Q8_0 made by QuantizeRow):
+//  * the weights each path (fused dot below 6 tokens, packed GEMM from 6)
+//    dequantises on the fly equal DequantizeRow bit for bit (which equals
+//    gguf-py, tests/io/gguf_quant_test.cc): with x = e_k (one-hot) every
+//    output is exactly w[r][k], since w*1 + 0*w' sums are exact;
+//  * y against a float64 dot over the DequantizeRow rows, relative to
+//    sum |w x| (fp32 accumulation error bound, loose multiple);
+//  * bit-identical results for 1, 2 and 7 threads, on every Highway target
+//    this CPU runs (plus the fallback).
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "attnflow/gguf.h"
+#include "attnflow/ops.h"
+#include "attnflow/rng.h"
+#include "attnflow/threading.h"
+#include "gtest/gtest.h"
+#include "hwy/targets.h"
+
+namespace attnflow {
+namespace {
+
+void ForEachTarget(const std::function<void()>& fn) {
+  const int64_t real = hwy::SupportedTargets();
+  const int64_t fallback = HWY_SCALAR | HWY_EMU128;
+  for (int bit = 0; bit < 63; ++bit) {
+    const int64_t t = int64_t{1} << bit;
+    if ((real & t) == 0) continue;
+    hwy::SetSupportedTargetsForTest(t | fallback);
+    SCOPED_TRACE(ops::TargetName());
+    fn();
+  }
+  hwy::SetSupportedTargetsForTest(0);
+}
+
+struct Weights {
+  std::vector<uint8_t> raw;
+  std::vector<float> deq;
+  ops::QMatrix w;
+};
+
+Weights Make(GgmlType type, int64_t rows, int64_t cols, uint64_t seed) {
+  Weights m;
+  Rng rng(seed);
+  int64_t rb = 0;
+  EXPECT_TRUE(GgmlRowBytes(type, cols, &rb));
+  m.raw.resize(static_cast<size_t>(rb * rows));
+  m.deq.resize(static_cast<size_t>(rows * cols));
+  std::vector<float> x(static_cast<size_t>(cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    const double scale = 0.02 * (1 + r % 5);
+    for (auto& v : x) v = static_cast<float>(rng.Normal(0.0, scale) + (r % 3 == 0 ? 0.01 : 0.0));
+    EXPECT_TRUE(QuantizeRow(m.raw.data() + r * rb, x.data(), type, cols).ok());
+    EXPECT_TRUE(DequantizeRow(m.deq.data() + r * cols, m.raw.data() + r * rb, type, cols).ok());
+  }
+  m.w = ops::QMatrix{type, m.raw.data(), rows, cols, rb, "w"};
+  return m;
+}
+
+const GgmlType kTypes[] = {GgmlType::kQ4_0, GgmlType::kQ8_0, GgmlType::kQ5_0, GgmlType::kQ5_1,
+                           GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K};
+
+TEST(QMatMulQuant, OnTheFlyWeightsEqualDequantizeRowOnBothPaths) {
+  const int64_t rows = 13, cols = 512;
+  ForEachTarget([&] {
+    for (GgmlType type : kTypes) {
+      SCOPED_TRACE(GgmlTypeName(static_cast<uint32_t>(type)));
+      Weights m = Make(type, rows, cols, 11 + static_cast<uint64_t>(type));
+      ThreadPool pool(2);
+      ops::MatMulScratch scratch;
+      // Columns probed: every position class inside a 256 block.
+      for (int64_t T : {1, 8}) {
+        for (int64_t k0 = 0; k0 < cols; k0 += 37) {
+          std::vector<float> x(static_cast<size_t>(T * cols), 0.0f), y(static_cast<size_t>(T * rows));
+          for (int64_t t = 0; t < T; ++t) x[static_cast<size_t>(t * cols + (k0 + 5 * t) % cols)] = 1.0f;
+          ASSERT_TRUE(ops::QMatMul({{y.data(), rows, &m.w}}, x.data(), cols, T, pool, scratch).ok());
+          for (int64_t t = 0; t < T; ++t)
+            for (int64_t r = 0; r < rows; ++r) {
+              const float want = m.deq[static_cast<size_t>(r * cols + (k0 + 5 * t) % cols)];
+              const float got = y[static_cast<size_t>(t * rows + r)];
+              ASSERT_EQ(std::memcmp(&got, &want, 4) == 0 || (got == 0 && want == 0), true)
+                  << "T=" << T << " row " << r << " col " << (k0 + 5 * t) % cols << ": " << got << " vs " << want;
+            }
+        }
+      }
+    }
+  });
+}
+
+TEST(QMatMulQuant, MatchesFloat64AndThreadCounts) {
+  const int64_t rows = 45, cols = 768;
+  ForEachTarget([&] {
+    for (GgmlType type : kTypes) {
+      SCOPED_TRACE(GgmlTypeName(static_cast<uint32_t>(type)));
+      Weights m = Make(type, rows, cols, 100 + static_cast<uint64_t>(type));
+      for (int64_t T : {1, 3, 6, 17}) {
+        Rng rng(static_cast<uint64_t>(T) + 77);
+        std::vector<float> x(static_cast<size_t>(T * cols));
+        for (auto& v : x) v = static_cast<float>(rng.Normal());
+        std::vector<float> first;
+        for (int threads : {1, 2, 7}) {
+          ThreadPool pool(threads);
+          ops::MatMulScratch scratch;
+          std::vector<float> y(static_cast<size_t>(T * rows));
+          ASSERT_TRUE(ops::QMatMul({{y.data(), rows, &m.w}}, x.data(), cols, T, pool, scratch).ok());
+          double worst = 0;
+          for (int64_t t = 0; t < T; ++t)
+            for (int64_t r = 0; r < rows; ++r) {
+              double want = 0, mag = 0;
+              for (int64_t c = 0; c < cols; ++c) {
+                const double p = double(x[static_cast<size_t>(t * cols + c)]) * m.deq[static_cast<size_t>(r * cols + c)];
+                want += p;
+                mag += std::fabs(p);
+              }
+              worst = std::max(worst, std::fabs(y[static_cast<size_t>(t * rows + r)] - want) / (1e-6 * mag + 1e-7));
+            }
+          EXPECT_LE(worst, 1.0) << "T=" << T << " threads=" << threads;
+          if (first.empty()) first = y;
+          else EXPECT_TRUE(y == first) << "T=" << T << ": " << threads << " threads differ";
+        }
+      }
+    }
+  });
+}
+
+}  // namespace
+}  // namespace attnflow
