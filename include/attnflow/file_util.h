@@ -60,7 +60,7 @@ Result<std::string> ReadFileString(const std::string& path);
 // in use (read fault at byte N of M) ..." to stderr and ends the process with
 // exit code kMappedFileChangedExit. A fault outside every guarded mapping is
 // passed on to the previous handler (or the default action). Bytes rewritten
-// in place without a size change are not detected (docs/errors.md, row F12).
+// in place without a size change are not detected (docs/errors.md, row H1).
 // MAP_POPULATE reads the whole file in at Map time.
 class FileBytes {
  public:

@@ -1,5 +1,5 @@
 // fault_hostile_test.cc — fault matrix rows of the second hostile-input round
-// (issue 17; docs/errors.md rows F12-F18): a mapped model file truncated
+// (issue 17; docs/errors.md rows H1-H9): a mapped model file truncated
 // while in use, chat-template render budgets, GGUF hyperparameters that claim
 // more than the file holds, metadata of the wrong type, read-only outputs,
 // temporary files on SIGTERM, and the address-space limit.
