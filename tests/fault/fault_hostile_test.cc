@@ -29,11 +29,27 @@
 #include "model/llama/chat_template.h"
 #include "model/llama/llama_model.h"
 #include "util/cli_util.h"
+#include "util/minilm_util.h"
+#include <nlohmann/json.hpp>
 
 namespace attnflow {
 namespace {
 
 namespace fs = std::filesystem;
+
+// Address-space limits (ulimit -v) cannot work with AddressSanitizer's
+// shadow memory: those rows run in the plain build only.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kAsan = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kAsan = true;
+#else
+constexpr bool kAsan = false;
+#endif
+#else
+constexpr bool kAsan = false;
+#endif
 
 std::string TempDir() {
   char dir[] = "/tmp/attnflow_hostile_XXXXXX";
@@ -225,6 +241,7 @@ TEST(FaultHostile, SignalDuringWriteLeavesNoTemporary) {
 // F18: under a 150 MB address-space limit, --help and a small command end
 // (before: an OpenBLAS worker spun forever at exit).
 TEST(FaultHostile, LowAddressSpaceLimitStillEnds) {
+  if (kAsan) GTEST_SKIP() << "ulimit -v and AddressSanitizer do not mix";
   testing::CliOptions o;
   o.deadline_s = 60;
   const std::string limit = "sh -c 'ulimit -v 150000 && exec " + std::string(ATTNFLOW_CLI);
@@ -232,6 +249,98 @@ TEST(FaultHostile, LowAddressSpaceLimitStillEnds) {
   EXPECT_EQ(help.code, 0) << help.text;
   auto small = testing::RunShell(limit + " bench prefill --q-len 8 --kv-len 8 --heads 1 --repeat 1'", o);
   EXPECT_EQ(small.code, 0) << small.text;
+}
+
+// ---- embed (issue 17 and issue 13's embed items) ---------------------------
+
+std::string Embed(const std::string& args) {
+  return std::string(ATTNFLOW_CLI) + " embed --model " + testing::MiniLmDir() + " " + args;
+}
+
+// F19: lines from standard input; a bad line (invalid UTF-8 with an ANSI
+// escape) is reported with its line number and escaped; the other lines are
+// embedded; exit 1. Empty lines are skipped with a warning.
+TEST(FaultHostile, EmbedReadsStdinAndReportsBadLinesByNumber) {
+  const auto r = testing::RunShell("printf 'hello world\n\nbad \377\033[31m line\nthird\n' | " +
+                                   Embed("--file -"));
+  EXPECT_EQ(r.code, 1) << r.text;
+  EXPECT_NE(r.text.find("<stdin>:3"), std::string::npos) << r.text;
+  EXPECT_NE(r.text.find("\\xff\\x1b[31m"), std::string::npos) << r.text;
+  EXPECT_EQ(r.text.find('\x1b'), std::string::npos) << "raw escape byte in the output";
+  EXPECT_NE(r.text.find("<stdin>:2: empty input; skipped"), std::string::npos) << r.text;
+  EXPECT_NE(r.text.find("\"hello world\""), std::string::npos) << r.text;
+  EXPECT_NE(r.text.find("\"third\""), std::string::npos) << r.text;
+}
+
+// F19 --strict: the bad line stops the command, exit 2, no file written.
+TEST(FaultHostile, EmbedStrictWritesNothing) {
+  const std::string dir = TempDir();
+  const auto r = testing::RunShell("printf 'good\nbad \377\n' | " + Embed("--strict --file - --out " + dir + "/e.npy"));
+  EXPECT_EQ(r.code, 2) << r.text;
+  EXPECT_NE(r.text.find("<stdin>:2"), std::string::npos) << r.text;
+  EXPECT_FALSE(fs::exists(dir + "/e.npy"));
+  EXPECT_TRUE(fs::is_empty(dir)) << "temporary left behind";
+  const auto t = testing::RunShell("printf 'good\nbad \377\n' | " + Embed("--strict --file -"));
+  EXPECT_EQ(t.code, 2);
+  EXPECT_EQ(t.text.find("\"good\""), std::string::npos) << "strict printed a row: " << t.text;
+  fs::remove_all(dir);
+}
+
+// F20: an input over the model's 256-token limit is truncated with a
+// warning that counts the tokens cut: 300 copies of "word" (one WordPiece
+// token each in the MiniLM vocabulary) keep 254 + [CLS] + [SEP]: 46 cut.
+TEST(FaultHostile, EmbedWarnsAboutTruncation) {
+  std::string line;
+  for (int i = 0; i < 300; ++i) line += "word ";
+  const auto r = testing::RunShell(Embed("'" + line + "'"));
+  EXPECT_EQ(r.code, 0) << r.text;
+  EXPECT_NE(r.text.find("argument 1: truncated to 256 tokens; 46 tokens cut"), std::string::npos) << r.text;
+  EXPECT_NE(r.text.find("256 tokens  norm"), std::string::npos) << r.text;
+}
+
+// F20: a 30 MB line must not be tokenised whole: under a 600 MB address
+// space it is embedded (before: about 1 GB for its tokens, exit 2).
+TEST(FaultHostile, EmbedHugeLineStopsTokenisingAtTheLimit) {
+  if (kAsan) GTEST_SKIP() << "ulimit -v and AddressSanitizer do not mix";
+  const std::string dir = TempDir();
+  {
+    std::FILE* f = std::fopen((dir + "/big.txt").c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    const std::string chunk = "lorem ipsum dolor sit amet ";
+    for (size_t n = 0; n < (size_t{30} << 20); n += chunk.size()) std::fputs(chunk.c_str(), f);
+    std::fputs("\nshort line\n", f);
+    std::fclose(f);
+  }
+  testing::CliOptions o;
+  o.deadline_s = 300;
+  const auto r = testing::RunShell("sh -c 'ulimit -v 600000 && exec " + Embed("--file " + dir + "/big.txt --out " + dir + "/e.npy") + "'", o);
+  EXPECT_EQ(r.code, 0) << r.text;
+  EXPECT_NE(r.text.find("big.txt:1: truncated to 256 tokens; at least"), std::string::npos) << r.text;
+  EXPECT_NE(r.text.find("bytes were not tokenised"), std::string::npos) << r.text;
+  EXPECT_NE(r.text.find("2 x 384"), std::string::npos) << r.text;
+  fs::remove_all(dir);
+}
+
+// Issue 13: --json has ids, tokens and the embedding per input; --similarity
+// prints the matrix (here for 9 inputs, above the default 2..8), and its
+// diagonal is 1 (the embeddings are L2-normalised).
+TEST(FaultHostile, EmbedJsonAndSimilarity) {
+  const auto r = testing::RunShell(Embed("--json 'a cat' 'a dog'"), {.merge_stderr = false});
+  ASSERT_EQ(r.code, 0) << r.text;
+  const nlohmann::json j = nlohmann::json::parse(r.text);
+  ASSERT_EQ(j["embeddings"].size(), 2u);
+  const auto& e0 = j["embeddings"][0];
+  EXPECT_EQ(e0["tokens"].front(), "[CLS]");
+  EXPECT_EQ(e0["tokens"].back(), "[SEP]");
+  EXPECT_EQ(e0["ids"].size(), e0["tokens"].size());
+  EXPECT_EQ(e0["embedding"].size(), 384u);
+  std::string many;
+  for (int i = 0; i < 9; ++i) many += " 'sentence " + std::to_string(i) + "'";
+  const auto s = testing::RunShell(Embed("--similarity" + many));
+  ASSERT_EQ(s.code, 0) << s.text;
+  EXPECT_NE(s.text.find("cosine similarity:"), std::string::npos) << s.text;
+  EXPECT_NE(s.text.find("  [8]"), std::string::npos) << s.text;
+  EXPECT_NE(s.text.find(" 1.0000"), std::string::npos) << s.text;
 }
 
 }  // namespace
