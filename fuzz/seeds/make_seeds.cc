@@ -17,6 +17,7 @@
 
 #include "attnflow/golden.h"
 #include "attnflow/gguf.h"
+#include "../common/tiny_llama.h"
 #include "attnflow/npy.h"
 #include "attnflow/trace.h"
 #include "attnflow/safetensors.h"
@@ -306,6 +307,37 @@ void ChatTemplates(const fs::path& root) {
   WriteText(d, "nested", std::string("\x02") + "{{ ((((((((1)))))))) }}{% if true %}{% if true %}x{% endif %}{% endif %}");
 }
 
+// The llama loader and the render-cost target (issue 17).
+void LlamaLoaderAndRender(const fs::path& root) {
+  using testing_llama::TinyLlamaGguf;
+  using testing_llama::TinyLlamaOptions;
+  const fs::path d = root / "llama_loader";
+  Write(d, "tiny", TinyLlamaGguf());
+  TinyLlamaOptions two;
+  two.blocks = 2;
+  two.chat_template = "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}{% endfor %}";
+  Write(d, "two_blocks_template", TinyLlamaGguf(two));
+  TinyLlamaOptions claim;
+  claim.claimed_blocks = 10000000;
+  Write(d, "block_count_claim", TinyLlamaGguf(claim));
+  TinyLlamaOptions named;
+  named.name_as_number = true;
+  Write(d, "name_as_number", TinyLlamaGguf(named));
+  const fs::path r = root / "chat_render";
+  // Bytes 0-1: messages, content bytes.
+  WriteText(r, "chatml", std::string("\x10\x20") +
+      "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + "
+      "'<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}");
+  std::string nested = "\x04\x01";
+  for (int i = 0; i < 8; ++i) nested += "{% for m" + std::to_string(i) + " in messages %}";
+  nested += "x";
+  for (int i = 0; i < 8; ++i) nested += "{% endfor %}";
+  WriteText(r, "nested_loops", nested);
+  std::string dbl = "\x01\x01{% set s = 'ab' %}";
+  for (int i = 0; i < 8; ++i) dbl += "{% set s = s ~ s %}";
+  WriteText(r, "string_doubling", dbl + "{{ s }}");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -323,6 +355,7 @@ int main(int argc, char** argv) {
   Nn(root, src);
   NpyAndTrace(root);
   ChatTemplates(root);
+  LlamaLoaderAndRender(root);
   std::printf("seeds written to %s (%d failures)\n", root.c_str(), g_failures);
   return g_failures == 0 ? 0 : 1;
 }

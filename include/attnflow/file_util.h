@@ -1,5 +1,6 @@
-// attnflow/file_util.h — whole-file reads, read-only mappings, atomic
-// (all-or-nothing) writes, and UTF-8 validation of file contents.
+// attnflow/file_util.h — whole-file reads, guarded read-only mappings
+// (FileBytes), atomic (all-or-nothing) writes, and UTF-8 validation of file
+// contents.
 //
 // Invariants:
 //  * WriteFileAtomic never leaves a partial file at `path`: data goes to a
@@ -45,34 +46,54 @@ Status WriteFileAtomic(const std::string& path, std::string_view bytes);
 Result<std::vector<uint8_t>> ReadFileBytes(const std::string& path);
 Result<std::string> ReadFileString(const std::string& path);
 
-// A read-only private mapping of a whole regular file (an empty file maps to
-// nothing: data() == nullptr, size() == 0). Move-only; unmaps when destroyed.
-class MappedFile {
+// The bytes of a file image, from one of two sources: a read-only private
+// mapping of a whole regular file (Map) or an owned buffer (Own; tests and
+// fuzzing). An empty file maps to nothing: data() == nullptr, size() == 0.
+// Move-only; a move keeps data() at the same address (views into it stay
+// valid); unmaps when destroyed.
+//
+// Mapped files are guarded: the mapping is registered with a process-wide
+// SIGBUS handler (installed on first use). If the file is truncated while it
+// is mapped (a re-download, `cp` over it, a full disk), touching the lost
+// pages would kill the process with SIGBUS (exit 135, no message); instead
+// the handler writes "attnflow: error: '<path>': the file was truncated while
+// in use (read fault at byte N of M) ..." to stderr and ends the process with
+// exit code kMappedFileChangedExit. A fault outside every guarded mapping is
+// passed on to the previous handler (or the default action). Bytes rewritten
+// in place without a size change are not detected (docs/errors.md, row H1).
+// MAP_POPULATE reads the whole file in at Map time.
+class FileBytes {
  public:
-  MappedFile() = default;
-  MappedFile(MappedFile&& o) noexcept;
-  MappedFile& operator=(MappedFile&& o) noexcept;
-  MappedFile(const MappedFile&) = delete;
-  MappedFile& operator=(const MappedFile&) = delete;
-  ~MappedFile();
+  // Maps `path` read-only. Directories, FIFOs, devices and sockets are refused
+  // before they are opened (a FIFO without a writer would block open(2)) and
+  // again after the O_NONBLOCK open. Errors are kIoError, "<prefix>is a
+  // directory, not a <kind> file", "<prefix>is not a regular file, not a
+  // <kind> file", "<prefix>cannot open|stat|mmap ...".
+  static Result<FileBytes> Map(const std::string& path, const std::string& prefix,
+                               const std::string& kind);
+  static FileBytes Own(std::vector<uint8_t> bytes);
 
-  const uint8_t* data() const { return static_cast<const uint8_t*>(base_); }
-  size_t size() const { return size_; }
+  FileBytes() = default;
+  FileBytes(FileBytes&& o) noexcept;
+  FileBytes& operator=(FileBytes&& o) noexcept;
+  FileBytes(const FileBytes&) = delete;
+  FileBytes& operator=(const FileBytes&) = delete;
+  ~FileBytes();
+
+  const uint8_t* data() const;
+  size_t size() const;
 
  private:
-  friend Result<MappedFile> MapFileReadOnly(const std::string&, const std::string&,
-                                            const std::string&);
-  void* base_ = nullptr;
-  size_t size_ = 0;
+  void Unmap();
+  void* base_ = nullptr;  // the mapping (Map), or nullptr
+  size_t map_size_ = 0;
+  int guard_slot_ = -1;          // slot in the SIGBUS guard table, or -1
+  std::vector<uint8_t> owned_;   // Own
 };
 
-// Maps `path` read-only. Directories, FIFOs, devices and sockets are refused
-// before they are opened (a FIFO without a writer would block open(2)) and
-// again after the O_NONBLOCK open. Errors are kIoError, "<prefix>is a
-// directory, not a <kind> file", "<prefix>is not a regular file, not a <kind>
-// file", "<prefix>cannot open|stat|mmap ...".
-Result<MappedFile> MapFileReadOnly(const std::string& path, const std::string& prefix,
-                                   const std::string& kind);
+// Exit code of a process whose guarded mapping lost its file's bytes (see
+// FileBytes): 2, the CLI's code for an unreadable or invalid input file.
+inline constexpr int kMappedFileChangedExit = 2;
 
 // Strict UTF-8: no overlong forms, no surrogates, nothing above U+10FFFF, no
 // truncated sequences (the rule of the safetensors and GGUF formats).

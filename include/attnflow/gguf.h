@@ -103,17 +103,11 @@ class GgufFile {
   // kIoError: cannot open/stat/map or not a regular file. kCorrupt: malformed
   // content. kUnimplemented: valid but unsupported (version 1, big-endian,
   // known tensor types other than the supported ones).
+  // The mapping is guarded against truncation (see FileBytes).
   static Result<GgufFile> Open(const std::string& path);
-  // Validates an in-memory image (for tests / fuzzing); `label` names it.
-  static Result<GgufFile> FromBuffer(std::vector<uint8_t> bytes,
-                                     std::string label = "<buffer>");
-
-  GgufFile() = default;
-  GgufFile(GgufFile&& other) noexcept;
-  GgufFile& operator=(GgufFile&& other) noexcept;
-  GgufFile(const GgufFile&) = delete;
-  GgufFile& operator=(const GgufFile&) = delete;
-  ~GgufFile();
+  // Validates an in-memory image (tests, fuzzing); `label` names it.
+  static Result<GgufFile> FromBuffer(std::vector<uint8_t> bytes, std::string label = "<buffer>");
+  // Move-only (FileBytes); a move keeps TensorData() pointers valid.
 
   const std::string& path() const { return path_; }
   uint32_t version() const { return version_; }
@@ -144,14 +138,17 @@ class GgufFile {
   Result<Tensor> Dequantize(std::string_view name) const;
 
  private:
-  Status Parse();
-  void Release();
+  // Takes the image and its label, then validates it and fills the tables.
+  Status Parse(FileBytes src, std::string label);
+  // The value at `key` if `fits` accepts it; else kInvalidArgument (missing)
+  // or kCorrupt "expected <expected>, got <type>", naming the file and key.
+  Result<const GgufValue*> FindTyped(std::string_view key, bool (*fits)(const GgufValue&),
+                                     const char* expected) const;
   Status Err(StatusCode code, const std::string& field,
              const std::string& what) const;
 
   std::string path_;
-  MappedFile map_;  // Open: the file's mapping; FromBuffer: empty
-  std::vector<uint8_t> owned_;
+  FileBytes src_;  // Open: the guarded mapping; FromBuffer: the owned copy
   const uint8_t* bytes_ = nullptr;
   uint64_t size_ = 0;
   const uint8_t* data_ = nullptr;

@@ -79,6 +79,13 @@ class EncoderModel : public Model {
   // Tokenises one sentence with specials, truncated to MaxSequenceLength()
   // the way sentence-transformers does.
   virtual Result<std::vector<int32_t>> EncodeText(std::string_view text) const = 0;
+  // EncodeText that says what truncation cut. Tokenising stops at the first
+  // whitespace-delimited chunk that reaches the limit, so a 50 MB line costs
+  // memory in proportion to the kept tokens, not the line: *cut_tokens is
+  // then a lower bound and *untokenised_bytes the bytes never looked at.
+  virtual Result<std::vector<int32_t>> EncodeTextTruncating(std::string_view text,
+                                                            int64_t* cut_tokens,
+                                                            int64_t* untokenised_bytes) const = 0;
   virtual int64_t MaxSequenceLength() const = 0;
   // Tokenises, embeds in batches of `batch_size` (each padded to its
   // longest) and returns [N, E] normalised embeddings in input order.

@@ -104,12 +104,12 @@ class SafetensorsFile {
   size_t data_size() const { return data_size_; }
 
  private:
-  Status Parse();  // validates bytes_[0, size_) and fills the tables
+  // Takes the image and its label, validates it and fills the tables.
+  Status Parse(FileBytes src, std::string label);
   void Release();
 
   std::string path_;
-  MappedFile map_;  // Open: the file's mapping; FromBuffer: empty
-  std::vector<uint8_t> owned_;  // FromBuffer storage
+  FileBytes src_;  // Open: the guarded mapping; FromBuffer: the owned copy
   const uint8_t* bytes_ = nullptr;  // whole file image
   size_t size_ = 0;
   const uint8_t* data_ = nullptr;  // start of the data buffer (bytes_ + 8 + N)

@@ -9,14 +9,19 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/types.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <csignal>
 #include <cerrno>
 #include <cstring>
 #include <exception>
+#include <mutex>
 #include <new>
+#include <utility>
 
 namespace attnflow {
 namespace {
@@ -37,8 +42,105 @@ void SplitPath(const std::string& path, std::string* dir, std::string* base) {
 
 std::atomic<uint64_t> g_tmp_counter{0};
 
+// ---- temporary paths removed on SIGINT / SIGTERM / SIGHUP -------------------
+// A fixed table the signal handler reads without locks (state 2 = live).
+// The handler unlinks every live temporary file (rmdir for directories,
+// after unlinking their entries), restores the previous disposition and
+// re-raises, so the process still ends by the signal.
+constexpr int kTempSlots = 32;
+constexpr size_t kTempPath = 4096;
+struct TempSlot {
+  std::atomic<int> state{0};
+  bool is_dir = false;
+  char path[kTempPath];
+};
+TempSlot g_temps[kTempSlots];
+constexpr int kCleanupSignals[] = {SIGINT, SIGTERM, SIGHUP};
+struct sigaction g_prev_cleanup[3];
+std::once_flag g_cleanup_once;
+
+void RemoveTempDirEntries(const char* dir);
+
+void CleanupHandler(int sig) {
+  for (TempSlot& t : g_temps) {
+    if (t.state.load(std::memory_order_acquire) != 2) continue;
+    if (t.is_dir) {
+      RemoveTempDirEntries(t.path);
+      ::rmdir(t.path);
+    } else {
+      ::unlink(t.path);
+    }
+  }
+  for (int i = 0; i < 3; ++i) {
+    if (kCleanupSignals[i] != sig) continue;
+    const struct sigaction& prev = g_prev_cleanup[i];
+    if (prev.sa_handler == SIG_IGN) return;
+    if (!(prev.sa_flags & SA_SIGINFO) && prev.sa_handler != SIG_DFL) {
+      prev.sa_handler(sig);  // someone else's handler (e.g. chat's Ctrl-C)
+      return;
+    }
+  }
+  ::signal(sig, SIG_DFL);
+  ::raise(sig);
+}
+
+int RegisterTemp(const std::string& path, bool is_dir) {
+  std::call_once(g_cleanup_once, [] {
+    struct sigaction sa;
+    std::memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = CleanupHandler;
+    sigemptyset(&sa.sa_mask);
+    for (int i = 0; i < 3; ++i) {
+      struct sigaction cur;
+      if (::sigaction(kCleanupSignals[i], nullptr, &cur) != 0) continue;
+      // Leave an ignored signal ignored (nohup) and a SA_SIGINFO handler alone.
+      if (cur.sa_handler == SIG_IGN || (cur.sa_flags & SA_SIGINFO)) {
+        g_prev_cleanup[i] = cur;
+        continue;
+      }
+      ::sigaction(kCleanupSignals[i], &sa, &g_prev_cleanup[i]);
+    }
+  });
+  if (path.size() >= kTempPath) return -1;
+  for (int i = 0; i < kTempSlots; ++i) {
+    int expected = 0;
+    if (!g_temps[i].state.compare_exchange_strong(expected, 1)) continue;
+    std::memcpy(g_temps[i].path, path.c_str(), path.size() + 1);
+    g_temps[i].is_dir = is_dir;
+    g_temps[i].state.store(2, std::memory_order_release);
+    return i;
+  }
+  return -1;  // table full: this temporary is only removed on the error paths
+}
+
+void UnregisterTemp(int slot) {
+  if (slot >= 0) g_temps[slot].state.store(0, std::memory_order_release);
+}
+
 // Removes the temporary file; used on every failure path.
 void RemoveQuietly(const std::string& tmp) { ::unlink(tmp.c_str()); }
+
+// Async-signal-safe: unlinks the plain entries of `dir` with getdents64.
+void RemoveTempDirEntries(const char* dir) {
+  const int fd = ::open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;
+  alignas(8) static char buf[8192];
+  for (;;) {
+    const long n = ::syscall(SYS_getdents64, fd, buf, sizeof(buf));
+    if (n <= 0) break;
+    for (long off = 0; off < n;) {
+      const char* rec = buf + off;
+      unsigned short reclen;
+      std::memcpy(&reclen, rec + 16, sizeof(reclen));
+      const char* name = rec + 19;
+      if (!(name[0] == '.' && (name[1] == 0 || (name[1] == '.' && name[2] == 0)))) {
+        ::unlinkat(fd, name, 0);
+      }
+      off += reclen;
+    }
+  }
+  ::close(fd);
+}
 
 Status WriteError(const std::string& path, const std::string& what, int err) {
   return IoError("cannot write '" + path + "': " + what + ": " +
@@ -68,6 +170,14 @@ Status WriteFileAtomic(const std::string& path,
                      "': it exists and is not a regular file (device, FIFO or socket); "
                      "refusing to replace it");
     }
+    // The rename below would bypass the file's own mode: refuse a file its
+    // owner marked read-only (even for root) and one this user may not write.
+    if ((target_st.st_mode & S_IWUSR) == 0 || ::access(path.c_str(), W_OK) != 0) {
+      char mode[8];
+      std::snprintf(mode, sizeof(mode), "%04o", static_cast<unsigned>(target_st.st_mode & 07777));
+      return IoError("cannot write '" + path + "': the file is read-only (mode " + mode +
+                     "); refusing to replace it");
+    }
   }
   struct stat dir_st;
   if (::stat(dir.c_str(), &dir_st) != 0) {
@@ -96,6 +206,12 @@ Status WriteFileAtomic(const std::string& path,
     return IoError("cannot write '" + path +
                    "': no free temporary file name in '" + dir + "'");
   }
+  // Removed by the signal handler if SIGINT/SIGTERM/SIGHUP comes before the
+  // rename; unregistered on every return below.
+  struct TempGuard {
+    int slot;
+    ~TempGuard() { UnregisterTemp(slot); }
+  } temp_guard{RegisterTemp(tmp, false)};
   if (target_exists && S_ISREG(target_st.st_mode)) {
     (void)::fchmod(fd, target_st.st_mode & 07777);  // best effort
   }
@@ -223,28 +339,153 @@ Result<std::string> ReadFileString(const std::string& path) {
   }
 }
 
-MappedFile::MappedFile(MappedFile&& o) noexcept : base_(o.base_), size_(o.size_) {
-  o.base_ = nullptr;
-  o.size_ = 0;
+// ---- the SIGBUS guard of mapped files ---------------------------------------
+//
+// A fixed table, written by Map/Unmap and read by the signal handler without
+// locks: a slot is claimed by a CAS on `state` (0 free, 1 being filled or
+// emptied, 2 live); the handler only trusts slots in state 2. Paths longer
+// than the slot are cut (the message says "...").
+namespace {
+
+constexpr int kGuardSlots = 64;
+constexpr size_t kGuardPath = 1024;
+struct GuardSlot {
+  std::atomic<int> state{0};
+  std::atomic<uintptr_t> base{0};
+  std::atomic<size_t> size{0};
+  char path[kGuardPath];
+};
+GuardSlot g_guard[kGuardSlots];
+struct sigaction g_prev_sigbus;
+std::once_flag g_sigbus_once;
+
+void WriteAll(const char* s, size_t n) {
+  while (n > 0) {
+    const ssize_t w = ::write(2, s, n);
+    if (w <= 0) {
+      if (w < 0 && errno == EINTR) continue;
+      return;
+    }
+    s += w;
+    n -= static_cast<size_t>(w);
+  }
+}
+void WriteStr(const char* s) { WriteAll(s, std::strlen(s)); }
+void WriteDec(uint64_t v) {
+  char buf[24];
+  int i = sizeof(buf);
+  do {
+    buf[--i] = static_cast<char>('0' + v % 10);
+    v /= 10;
+  } while (v != 0);
+  WriteAll(buf + i, sizeof(buf) - i);
 }
 
-MappedFile& MappedFile::operator=(MappedFile&& o) noexcept {
+void SigbusHandler(int sig, siginfo_t* info, void* ctx) {
+  const uintptr_t addr = reinterpret_cast<uintptr_t>(info->si_addr);
+  for (GuardSlot& g : g_guard) {
+    if (g.state.load(std::memory_order_acquire) != 2) continue;
+    const uintptr_t base = g.base.load(std::memory_order_relaxed);
+    const size_t size = g.size.load(std::memory_order_relaxed);
+    if (addr < base || addr - base >= size) continue;
+    WriteStr("attnflow: error: '");
+    WriteStr(g.path);
+    WriteStr("': the file was truncated while in use (read fault at byte ");
+    WriteDec(addr - base);
+    WriteStr(" of ");
+    WriteDec(size);
+    WriteStr(" mapped); a model file must not be rewritten in place while attnflow "
+             "uses it (replace it by rename instead)\n");
+    ::_exit(kMappedFileChangedExit);
+  }
+  // Not ours: hand over to whoever was there before.
+  if (g_prev_sigbus.sa_flags & SA_SIGINFO) {
+    if (g_prev_sigbus.sa_sigaction != nullptr) {
+      g_prev_sigbus.sa_sigaction(sig, info, ctx);
+      return;
+    }
+  } else if (g_prev_sigbus.sa_handler != SIG_DFL && g_prev_sigbus.sa_handler != SIG_IGN) {
+    g_prev_sigbus.sa_handler(sig);
+    return;
+  }
+  ::signal(SIGBUS, SIG_DFL);  // the fault repeats on return and kills as before
+}
+
+void InstallSigbusHandler() {
+  std::call_once(g_sigbus_once, [] {
+    struct sigaction sa;
+    std::memset(&sa, 0, sizeof(sa));
+    sa.sa_sigaction = SigbusHandler;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    sigemptyset(&sa.sa_mask);
+    ::sigaction(SIGBUS, &sa, &g_prev_sigbus);
+  });
+}
+
+int GuardRegister(const void* base, size_t size, const std::string& path) {
+  InstallSigbusHandler();
+  for (int i = 0; i < kGuardSlots; ++i) {
+    int expected = 0;
+    if (!g_guard[i].state.compare_exchange_strong(expected, 1)) continue;
+    const size_t n = std::min(path.size(), kGuardPath - 4);
+    std::memcpy(g_guard[i].path, path.data(), n);
+    std::strcpy(g_guard[i].path + n, n < path.size() ? "..." : "");
+    g_guard[i].base.store(reinterpret_cast<uintptr_t>(base), std::memory_order_relaxed);
+    g_guard[i].size.store(size, std::memory_order_relaxed);
+    g_guard[i].state.store(2, std::memory_order_release);
+    return i;
+  }
+  return -1;  // table full: this mapping is unguarded (64 files open at once)
+}
+
+void GuardRelease(int slot) {
+  if (slot < 0) return;
+  g_guard[slot].state.store(1, std::memory_order_release);
+  g_guard[slot].base.store(0, std::memory_order_relaxed);
+  g_guard[slot].state.store(0, std::memory_order_release);
+}
+
+}  // namespace
+
+FileBytes::FileBytes(FileBytes&& o) noexcept { *this = std::move(o); }
+
+FileBytes& FileBytes::operator=(FileBytes&& o) noexcept {
   if (this != &o) {
-    if (base_ != nullptr) ::munmap(base_, size_);
-    base_ = o.base_;
-    size_ = o.size_;
-    o.base_ = nullptr;
-    o.size_ = 0;
+    Unmap();
+    base_ = std::exchange(o.base_, nullptr);
+    map_size_ = std::exchange(o.map_size_, 0);
+    guard_slot_ = std::exchange(o.guard_slot_, -1);
+    owned_ = std::move(o.owned_);  // the buffer address is kept
+    o.owned_.clear();
   }
   return *this;
 }
 
-MappedFile::~MappedFile() {
-  if (base_ != nullptr) ::munmap(base_, size_);
+FileBytes::~FileBytes() { Unmap(); }
+
+void FileBytes::Unmap() {
+  GuardRelease(guard_slot_);
+  guard_slot_ = -1;
+  if (base_ != nullptr) ::munmap(base_, map_size_);
+  base_ = nullptr;
+  map_size_ = 0;
 }
 
-Result<MappedFile> MapFileReadOnly(const std::string& path, const std::string& prefix,
-                                   const std::string& kind) {
+const uint8_t* FileBytes::data() const {
+  return base_ != nullptr ? static_cast<const uint8_t*>(base_)
+                          : (owned_.empty() ? nullptr : owned_.data());
+}
+
+size_t FileBytes::size() const { return base_ != nullptr ? map_size_ : owned_.size(); }
+
+FileBytes FileBytes::Own(std::vector<uint8_t> bytes) {
+  FileBytes b;
+  b.owned_ = std::move(bytes);
+  return b;
+}
+
+Result<FileBytes> FileBytes::Map(const std::string& path, const std::string& prefix,
+                                 const std::string& kind) {
   auto not_regular = [&](mode_t mode) {
     return IoError(prefix + (S_ISDIR(mode) ? "is a directory" : "is not a regular file") +
                    ", not a " + kind + " file");
@@ -263,17 +504,18 @@ Result<MappedFile> MapFileReadOnly(const std::string& path, const std::string& p
     ::close(fd);
     return not_regular(st.st_mode);
   }
-  MappedFile m;
+  FileBytes m;
   if (st.st_size > 0) {
     const size_t n = static_cast<size_t>(st.st_size);
-    void* p = ::mmap(nullptr, n, PROT_READ, MAP_PRIVATE, fd, 0);
+    void* p = ::mmap(nullptr, n, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
     if (p == MAP_FAILED) {
       const int err = errno;
       ::close(fd);
       return IoError(prefix + "cannot mmap " + std::to_string(n) + " bytes: " + ErrnoString(err));
     }
     m.base_ = p;
-    m.size_ = n;
+    m.map_size_ = n;
+    m.guard_slot_ = GuardRegister(p, n, path);
   }
   ::close(fd);  // the mapping stays valid
   return m;

@@ -110,73 +110,22 @@ bool GgufValue::is_integer() const {
 
 // ---- lifetime -------------------------------------------------------------
 
-GgufFile::GgufFile(GgufFile&& o) noexcept { *this = std::move(o); }
-
-GgufFile& GgufFile::operator=(GgufFile&& o) noexcept {
-  if (this == &o) return *this;
-  Release();
-  path_ = std::move(o.path_);
-  map_ = std::move(o.map_);      // mapping address is preserved by the move
-  owned_ = std::move(o.owned_);  // buffer pointer is preserved by the move
-  bytes_ = o.bytes_;
-  size_ = o.size_;
-  data_ = o.data_;
-  data_offset_ = o.data_offset_;
-  data_size_ = o.data_size_;
-  version_ = o.version_;
-  alignment_ = o.alignment_;
-  key_order_ = std::move(o.key_order_);
-  kv_ = std::move(o.kv_);
-  tensors_ = std::move(o.tensors_);
-  tensor_index_ = std::move(o.tensor_index_);
-  o.bytes_ = nullptr;
-  o.data_ = nullptr;
-  o.size_ = 0;
-  o.Release();
-  return *this;
-}
-
-GgufFile::~GgufFile() { Release(); }
-
-void GgufFile::Release() {
-  map_ = MappedFile();
-  owned_.clear();
-  bytes_ = nullptr;
-  data_ = nullptr;
-  size_ = 0;
-  key_order_.clear();
-  kv_.clear();
-  tensors_.clear();
-  tensor_index_.clear();
-}
-
 Status GgufFile::Err(StatusCode code, const std::string& field,
                      const std::string& what) const {
   return Status(code, "gguf: " + path_ + ": " + field + ": " + what);
 }
 
 Result<GgufFile> GgufFile::Open(const std::string& path) {
-  Result<MappedFile> m = MapFileReadOnly(path, "gguf: " + path + ": ", "GGUF");
+  Result<FileBytes> m = FileBytes::Map(path, "gguf: " + path + ": ", "GGUF");
   if (!m.ok()) return m.status();
   GgufFile f;
-  f.path_ = path;
-  f.map_ = std::move(m).value();
-  f.bytes_ = f.map_.data();
-  f.size_ = f.map_.size();
-  Status s = f.Parse();
-  if (!s.ok()) return s;
+  ATTNFLOW_RETURN_IF_ERROR(f.Parse(std::move(m).value(), path));
   return f;
 }
 
-Result<GgufFile> GgufFile::FromBuffer(std::vector<uint8_t> bytes,
-                                      std::string label) {
+Result<GgufFile> GgufFile::FromBuffer(std::vector<uint8_t> bytes, std::string label) {
   GgufFile f;
-  f.path_ = std::move(label);
-  f.owned_ = std::move(bytes);
-  f.bytes_ = f.owned_.data();
-  f.size_ = f.owned_.size();
-  Status s = f.Parse();
-  if (!s.ok()) return s;
+  ATTNFLOW_RETURN_IF_ERROR(f.Parse(FileBytes::Own(std::move(bytes)), std::move(label)));
   return f;
 }
 
@@ -305,7 +254,11 @@ Status ReadValue(Reader& r, const GgufFile& f, GgufType type, bool as_array,
 
 }  // namespace
 
-Status GgufFile::Parse() {
+Status GgufFile::Parse(FileBytes src, std::string label) {
+  path_ = std::move(label);
+  src_ = std::move(src);
+  bytes_ = src_.data();
+  size_ = src_.size();
   const ErrFn err = [this](StatusCode c, const std::string& field, const std::string& what) {
     return Err(c, field, what);
   };
@@ -489,69 +442,69 @@ const GgufTensorInfo* GgufFile::FindTensor(std::string_view name) const {
   return it == tensor_index_.end() ? nullptr : &tensors_[it->second];
 }
 
-Result<std::string> GgufFile::GetString(std::string_view key) const {
+namespace {
+// What each accessor accepts, and how its error names the expected type.
+bool IsScalarString(const GgufValue& v) { return !v.is_array && v.type == GgufType::kString; }
+bool IsScalarInt(const GgufValue& v) {
+  return !v.is_array && v.is_integer() && v.type != GgufType::kBool;
+}
+bool IsScalarFloat(const GgufValue& v) {
+  return !v.is_array && (v.type == GgufType::kF32 || v.type == GgufType::kF64);
+}
+bool IsScalarBool(const GgufValue& v) { return !v.is_array && v.type == GgufType::kBool; }
+bool IsStringArray(const GgufValue& v) { return v.is_array && v.type == GgufType::kString; }
+bool IsIntArray(const GgufValue& v) { return v.is_array && v.is_integer(); }
+}  // namespace
+
+Result<const GgufValue*> GgufFile::FindTyped(std::string_view key, bool (*fits)(const GgufValue&),
+                                             const char* expected) const {
   const GgufValue* v = Find(key);
-  const std::string k(key);
-  if (!v) return Err(StatusCode::kInvalidArgument, k, "missing metadata key");
-  if (v->is_array || v->type != GgufType::kString) {
-    return Err(StatusCode::kCorrupt, k, std::string("expected a string, got ") + (v->is_array ? "an array" : GgufTypeName(v->type)));
+  if (!v) return Err(StatusCode::kInvalidArgument, std::string(key), "missing metadata key");
+  if (!fits(*v)) {
+    return Err(StatusCode::kCorrupt, std::string(key),
+               std::string("expected ") + expected + ", got " + (v->is_array ? "an array of " : "") +
+                   GgufTypeName(v->type));
   }
-  return v->strings[0];
+  return v;
+}
+
+Result<std::string> GgufFile::GetString(std::string_view key) const {
+  Result<const GgufValue*> v = FindTyped(key, IsScalarString, "a string");
+  if (!v.ok()) return v.status();
+  return (*v)->strings[0];
 }
 
 Result<int64_t> GgufFile::GetInt(std::string_view key) const {
-  const GgufValue* v = Find(key);
-  const std::string k(key);
-  if (!v) return Err(StatusCode::kInvalidArgument, k, "missing metadata key");
-  if (v->is_array || !v->is_integer() || v->type == GgufType::kBool) {
-    return Err(StatusCode::kCorrupt, k, std::string("expected an integer, got ") + (v->is_array ? "an array" : GgufTypeName(v->type)));
+  Result<const GgufValue*> v = FindTyped(key, IsScalarInt, "an integer");
+  if (!v.ok()) return v.status();
+  if ((*v)->type == GgufType::kU64 && (*v)->ints[0] < 0) {
+    return Err(StatusCode::kOutOfRange, std::string(key), "u64 value does not fit in int64");
   }
-  if (v->type == GgufType::kU64 && v->ints[0] < 0) {
-    return Err(StatusCode::kOutOfRange, k, "u64 value does not fit in int64");
-  }
-  return v->ints[0];
+  return (*v)->ints[0];
 }
 
 Result<double> GgufFile::GetFloat(std::string_view key) const {
-  const GgufValue* v = Find(key);
-  const std::string k(key);
-  if (!v) return Err(StatusCode::kInvalidArgument, k, "missing metadata key");
-  if (v->is_array || (v->type != GgufType::kF32 && v->type != GgufType::kF64)) {
-    return Err(StatusCode::kCorrupt, k, std::string("expected f32 or f64, got ") + (v->is_array ? "an array" : GgufTypeName(v->type)));
-  }
-  return v->floats[0];
+  Result<const GgufValue*> v = FindTyped(key, IsScalarFloat, "f32 or f64");
+  if (!v.ok()) return v.status();
+  return (*v)->floats[0];
 }
 
 Result<bool> GgufFile::GetBool(std::string_view key) const {
-  const GgufValue* v = Find(key);
-  const std::string k(key);
-  if (!v) return Err(StatusCode::kInvalidArgument, k, "missing metadata key");
-  if (v->is_array || v->type != GgufType::kBool) {
-    return Err(StatusCode::kCorrupt, k, std::string("expected a bool, got ") + (v->is_array ? "an array" : GgufTypeName(v->type)));
-  }
-  return v->ints[0] != 0;
+  Result<const GgufValue*> v = FindTyped(key, IsScalarBool, "a bool");
+  if (!v.ok()) return v.status();
+  return (*v)->ints[0] != 0;
 }
 
 Result<const std::vector<std::string>*> GgufFile::GetStringArray(std::string_view key) const {
-  const GgufValue* v = Find(key);
-  const std::string k(key);
-  if (!v) return Err(StatusCode::kInvalidArgument, k, "missing metadata key");
-  if (!v->is_array || v->type != GgufType::kString) {
-    return Err(StatusCode::kCorrupt, k, std::string("expected an array of strings, got ") +
-                                            (v->is_array ? "an array of " : "") + GgufTypeName(v->type));
-  }
-  return &v->strings;
+  Result<const GgufValue*> v = FindTyped(key, IsStringArray, "an array of strings");
+  if (!v.ok()) return v.status();
+  return &(*v)->strings;
 }
 
 Result<const std::vector<int64_t>*> GgufFile::GetIntArray(std::string_view key) const {
-  const GgufValue* v = Find(key);
-  const std::string k(key);
-  if (!v) return Err(StatusCode::kInvalidArgument, k, "missing metadata key");
-  if (!v->is_array || !v->is_integer()) {
-    return Err(StatusCode::kCorrupt, k, std::string("expected an array of integers, got ") +
-                                            (v->is_array ? "an array of " : "") + GgufTypeName(v->type));
-  }
-  return &v->ints;
+  Result<const GgufValue*> v = FindTyped(key, IsIntArray, "an array of integers");
+  if (!v.ok()) return v.status();
+  return &(*v)->ints;
 }
 
 Result<Tensor> GgufFile::Dequantize(std::string_view name) const {

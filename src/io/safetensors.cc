@@ -231,8 +231,7 @@ std::string OffsetsString(int64_t b, int64_t e) {
 
 SafetensorsFile::SafetensorsFile(SafetensorsFile&& o) noexcept
     : path_(std::move(o.path_)),
-      map_(std::move(o.map_)),
-      owned_(std::move(o.owned_)),
+      src_(std::move(o.src_)),
       bytes_(o.bytes_),
       size_(o.size_),
       data_(o.data_),
@@ -248,8 +247,7 @@ SafetensorsFile& SafetensorsFile::operator=(SafetensorsFile&& o) noexcept {
   if (this != &o) {
     Release();
     path_ = std::move(o.path_);
-    map_ = std::move(o.map_);
-    owned_ = std::move(o.owned_);
+    src_ = std::move(o.src_);
     bytes_ = o.bytes_;
     size_ = o.size_;
     data_ = o.data_;
@@ -267,8 +265,7 @@ SafetensorsFile::~SafetensorsFile() { Release(); }
 
 // Unmaps (if mapped) and returns to the empty state.
 void SafetensorsFile::Release() {
-  map_ = MappedFile();
-  std::vector<uint8_t>().swap(owned_);
+  src_ = FileBytes();
   path_.clear();
   bytes_ = nullptr;
   size_ = 0;
@@ -281,27 +278,17 @@ void SafetensorsFile::Release() {
 }
 
 Result<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
-  Result<MappedFile> m = MapFileReadOnly(path, "safetensors: " + path + ": ", "safetensors");
+  Result<FileBytes> m = FileBytes::Map(path, "safetensors: " + path + ": ", "safetensors");
   if (!m.ok()) return m.status();
   SafetensorsFile f;
-  f.path_ = path;
-  f.map_ = std::move(m).value();
-  f.bytes_ = f.map_.data();
-  f.size_ = f.map_.size();
-  Status s = f.Parse();
-  if (!s.ok()) return s;
+  ATTNFLOW_RETURN_IF_ERROR(f.Parse(std::move(m).value(), path));
   return f;
 }
 
 Result<SafetensorsFile> SafetensorsFile::FromBuffer(std::vector<uint8_t> bytes,
                                                     std::string label) {
   SafetensorsFile f;
-  f.path_ = std::move(label);
-  f.owned_ = std::move(bytes);
-  f.bytes_ = f.owned_.data();
-  f.size_ = f.owned_.size();
-  Status s = f.Parse();
-  if (!s.ok()) return s;
+  ATTNFLOW_RETURN_IF_ERROR(f.Parse(FileBytes::Own(std::move(bytes)), std::move(label)));
   return f;
 }
 
@@ -318,7 +305,11 @@ Result<SafetensorsFile> SafetensorsFile::FromBuffer(const uint8_t* data,
   return FromBuffer(std::move(copy), std::move(label));
 }
 
-Status SafetensorsFile::Parse() {
+Status SafetensorsFile::Parse(FileBytes src, std::string label) {
+  path_ = std::move(label);
+  src_ = std::move(src);
+  bytes_ = src_.data();
+  size_ = src_.size();
   try {
     const std::string prefix = "safetensors: " + path_ + ": ";
     auto corrupt = [&](const std::string& m) { return Corrupt(prefix + m); };

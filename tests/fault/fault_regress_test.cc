@@ -53,6 +53,12 @@
 #if __has_include("../fuzz/targets/tokenizer.h")
 #include "../fuzz/targets/tokenizer.h"
 #endif
+#if __has_include("../fuzz/targets/llama_loader.h")
+#include "../fuzz/targets/llama_loader.h"
+#endif
+#if __has_include("../fuzz/targets/chat_render.h")
+#include "../fuzz/targets/chat_render.h"
+#endif
 #if __has_include("../fuzz/targets/npy.h")
 #include "../fuzz/targets/npy.h"
 #endif

@@ -85,6 +85,8 @@ class BertModel : public EncoderModel {
   // [CLS] text [SEP], truncated to max_seq_length like sentence-transformers
   // (the last kept token is [SEP]).
   Result<std::vector<int32_t>> EncodeText(std::string_view text) const override;
+  Result<std::vector<int32_t>> EncodeTextTruncating(std::string_view text, int64_t* cut_tokens,
+                                                    int64_t* untokenised_bytes) const override;
   int64_t MaxSequenceLength() const override { return cfg_.max_seq_length; }
 
   Status Embed(const std::vector<std::vector<int32_t>>& ids, Tensor* embeddings,

@@ -39,16 +39,65 @@ Result<Tensor> Alloc(const Shape& s) { return Tensor::Zeros(DType::kF32, s); }
 
 }  // namespace
 
-Result<std::vector<int32_t>> BertModel::EncodeText(std::string_view text) const {
-  Result<std::vector<int32_t>> r = tokenizer_->Encode(text, /*add_special=*/true);
-  if (!r.ok()) return r;
-  std::vector<int32_t>& ids = r.value();
-  const size_t max_len = static_cast<size_t>(cfg_.max_seq_length);
-  if (ids.size() > max_len) {
-    ids.resize(max_len);
-    ids.back() = tokenizer_->sep_id();
+namespace {
+// End of the chunk of `text` that starts at `pos`: the first ASCII whitespace
+// at or after pos + 16 KiB (whitespace separates words, so tokenising the
+// chunks one by one gives the ids of the whole text), else the last one
+// before it, else (64 KiB without whitespace: inside one word, which WordPiece
+// maps to [UNK] past 100 characters) a UTF-8 boundary at pos + 64 KiB.
+size_t ChunkEnd(std::string_view text, size_t pos) {
+  constexpr size_t kChunk = 16 << 10, kMaxChunk = 64 << 10;
+  if (text.size() - pos <= kChunk) return text.size();
+  auto is_space = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; };
+  const size_t hard = std::min(text.size(), pos + kMaxChunk);
+  for (size_t i = pos + kChunk; i < hard; ++i) {
+    if (is_space(text[i])) return i;
   }
-  return r;
+  if (hard == text.size()) return hard;
+  for (size_t i = pos + kChunk; i > pos; --i) {
+    if (is_space(text[i])) return i;
+  }
+  size_t cut = hard;
+  while (cut > pos + 1 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
+  return cut;
+}
+}  // namespace
+
+Result<std::vector<int32_t>> BertModel::EncodeText(std::string_view text) const {
+  int64_t cut = 0, rest = 0;
+  return EncodeTextTruncating(text, &cut, &rest);
+}
+
+Result<std::vector<int32_t>> BertModel::EncodeTextTruncating(std::string_view text,
+                                                             int64_t* cut_tokens,
+                                                             int64_t* untokenised_bytes) const {
+  // Like sentence-transformers: [CLS] + the first max_seq_length - 2 tokens
+  // + [SEP] (max_seq_length >= 2, checked at load).
+  const size_t keep = static_cast<size_t>(cfg_.max_seq_length) - 2;
+  std::vector<int32_t> ids;
+  ids.push_back(tokenizer_->cls_id());
+  *cut_tokens = 0;
+  *untokenised_bytes = 0;
+  for (size_t pos = 0; pos < text.size();) {
+    const size_t end = ChunkEnd(text, pos);
+    Result<std::vector<int32_t>> r = tokenizer_->Encode(text.substr(pos, end - pos), false);
+    if (!r.ok()) {
+      if (pos == 0 && end == text.size()) return r.status();
+      return Status(r.status().code(), r.status().message() + " (in bytes " + std::to_string(pos) +
+                                           ".." + std::to_string(end) + ")");
+    }
+    for (int32_t id : *r) {
+      if (ids.size() - 1 < keep) ids.push_back(id);
+      else ++*cut_tokens;
+    }
+    pos = end;
+    if (*cut_tokens > 0) {
+      *untokenised_bytes = static_cast<int64_t>(text.size() - pos);
+      break;
+    }
+  }
+  ids.push_back(tokenizer_->sep_id());
+  return ids;
 }
 
 Status BertModel::Embed(const std::vector<std::vector<int32_t>>& ids, Tensor* embeddings,

@@ -253,17 +253,21 @@ class ExprParser {
     }
     return Status::Ok();
   }
+  // A prefix operator (`not x`, `-x`) when `present`: kind(self(...));
+  // otherwise the next level down.
+  using Level = Status (ExprParser::*)(ExprPtr*);
+  Status ParsePrefix(ExprPtr* out, bool present, Expr::Kind kind, Level self, Level next) {
+    if (!present) return (this->*next)(out);
+    Guard g(&depth_);
+    ATTNFLOW_RETURN_IF_ERROR(CheckDepth());
+    const size_t off = Next().offset;
+    ExprPtr e;
+    ATTNFLOW_RETURN_IF_ERROR((this->*self)(&e));
+    *out = Make(kind, off, std::move(e));
+    return Status::Ok();
+  }
   Status ParseNot(ExprPtr* out) {
-    if (IsName("not")) {
-      Guard g(&depth_);
-      ATTNFLOW_RETURN_IF_ERROR(CheckDepth());
-      const size_t off = Next().offset;
-      ExprPtr e;
-      ATTNFLOW_RETURN_IF_ERROR(ParseNot(&e));
-      *out = Make(Expr::kNot, off, std::move(e));
-      return Status::Ok();
-    }
-    return ParseCompare(out);
+    return ParsePrefix(out, IsName("not"), Expr::kNot, &ExprParser::ParseNot, &ExprParser::ParseCompare);
   }
   Status ParseCompare(ExprPtr* out) {
     ATTNFLOW_RETURN_IF_ERROR(ParseAdd(out));
@@ -333,16 +337,7 @@ class ExprParser {
     return Status::Ok();
   }
   Status ParseUnary(ExprPtr* out) {
-    if (IsOp("-")) {
-      Guard g(&depth_);
-      ATTNFLOW_RETURN_IF_ERROR(CheckDepth());
-      const size_t off = Next().offset;
-      ExprPtr e;
-      ATTNFLOW_RETURN_IF_ERROR(ParseUnary(&e));
-      *out = Make(Expr::kNeg, off, std::move(e));
-      return Status::Ok();
-    }
-    return ParsePostfix(out);
+    return ParsePrefix(out, IsOp("-"), Expr::kNeg, &ExprParser::ParseUnary, &ExprParser::ParsePostfix);
   }
   Status ParsePostfix(ExprPtr* out) {
     ATTNFLOW_RETURN_IF_ERROR(ParsePrimary(out));
@@ -692,6 +687,24 @@ class StmtParser {
 
 struct Scope {
   std::vector<std::map<std::string, Value>> frames;
+  // The render budget (see ChatTemplate::Render): steps taken so far (node
+  // visits and expression evaluations) and the byte limit for the output and
+  // for every string value.
+  mutable int64_t steps = 0;
+  int64_t step_budget = 0;
+  size_t byte_budget = 0;
+  Status Step(size_t offset) const {
+    if (++steps <= step_budget) return Status::Ok();
+    return ResourceExhausted("chat template: rendering exceeded the step budget of " +
+                             std::to_string(step_budget) + " steps at offset " +
+                             std::to_string(offset) + " (loops nested over the messages?)");
+  }
+  Status Bytes(size_t n, size_t offset, const char* what) const {
+    if (n <= byte_budget) return Status::Ok();
+    return ResourceExhausted("chat template: " + std::string(what) + " of " + std::to_string(n) +
+                             " bytes exceeds the budget of " + std::to_string(byte_budget) +
+                             " bytes at offset " + std::to_string(offset));
+  }
   const Value* Lookup(const std::string& name) const {
     for (auto it = frames.rbegin(); it != frames.rend(); ++it) {
       auto f = it->find(name);
@@ -726,6 +739,7 @@ Status EvalErr(const Expr& e, const std::string& what) {
 }
 
 Status Eval(const Expr& e, const Scope& sc, Value* out) {
+  ATTNFLOW_RETURN_IF_ERROR(sc.Step(e.offset));
   switch (e.kind) {
     case Expr::kLiteral:
       *out = e.literal;
@@ -844,15 +858,21 @@ Status Eval(const Expr& e, const Scope& sc, Value* out) {
       ATTNFLOW_RETURN_IF_ERROR(Eval(*e.args[0], sc, &a));
       ATTNFLOW_RETURN_IF_ERROR(Eval(*e.args[1], sc, &b));
       const std::string& op = e.name;
-      if (op == "~") {
-        *out = Value::Str(ToText(a) + ToText(b));
-      } else if (op == "+") {
-        if (a.kind == Value::kString && b.kind == Value::kString) *out = Value::Str(a.s + b.s);
-        else if (a.kind == Value::kInt && b.kind == Value::kInt) *out = Value::Int(a.i + b.i);
-        else return EvalErr(e, std::string("cannot add ") + KindName(a.kind) + " and " + KindName(b.kind));
-      } else if (op == "-") {
-        if (a.kind != Value::kInt || b.kind != Value::kInt) return EvalErr(e, "'-' needs integers");
-        *out = Value::Int(a.i - b.i);
+      const bool strings = op == "~" || (op == "+" && a.kind == Value::kString && b.kind == Value::kString);
+      if (strings) {
+        const std::string x = ToText(a), y = ToText(b);
+        ATTNFLOW_RETURN_IF_ERROR(sc.Bytes(x.size() + y.size(), e.offset, "a string"));
+        *out = Value::Str(x + y);
+      } else if (op == "+" || op == "-") {
+        if (a.kind != Value::kInt || b.kind != Value::kInt) {
+          return EvalErr(e, "cannot " + std::string(op == "+" ? "add " : "subtract ") + KindName(a.kind) +
+                                " and " + KindName(b.kind));
+        }
+        int64_t r = 0;
+        if (op == "+" ? __builtin_add_overflow(a.i, b.i, &r) : __builtin_sub_overflow(a.i, b.i, &r)) {
+          return EvalErr(e, "integer overflow in '" + op + "'");
+        }
+        *out = Value::Int(r);
       } else if (op == "==" || op == "!=") {
         *out = Value::Bool(Equal(a, b) == (op == "=="));
       } else if (op == "in") {
@@ -879,8 +899,10 @@ Status Eval(const Expr& e, const Scope& sc, Value* out) {
 Status RenderNodes(const std::vector<TemplateNode>& nodes, Scope& sc, std::string* out, int depth) {
   if (depth > 64) return InvalidArgument("chat template: nesting too deep");
   for (const TemplateNode& n : nodes) {
+    ATTNFLOW_RETURN_IF_ERROR(sc.Step(n.offset));
     switch (n.kind) {
       case TemplateNode::kText:
+        ATTNFLOW_RETURN_IF_ERROR(sc.Bytes(out->size() + n.text.size(), n.offset, "the output"));
         *out += n.text;
         break;
       case TemplateNode::kOutput: {
@@ -890,7 +912,9 @@ Status RenderNodes(const std::vector<TemplateNode>& nodes, Scope& sc, std::strin
           return InvalidArgument("chat template: cannot print a " + std::string(KindName(v.kind)) +
                                  " at offset " + std::to_string(n.offset));
         }
-        *out += ToText(v);
+        const std::string text = ToText(v);
+        ATTNFLOW_RETURN_IF_ERROR(sc.Bytes(out->size() + text.size(), n.offset, "the output"));
+        *out += text;
         break;
       }
       case TemplateNode::kSet: {
@@ -989,6 +1013,11 @@ Result<std::string> ChatTemplate::Render(
     const std::map<std::string, std::string>& string_vars) const {
   if (!root_) return InvalidArgument("chat template: not parsed");
   Scope sc;
+  size_t input_bytes = 0;
+  for (const auto& [role, content] : messages) input_bytes += role.size() + content.size();
+  for (const auto& [k, v] : string_vars) input_bytes += v.size();
+  sc.step_budget = kRenderStepBudget;
+  sc.byte_budget = kRenderByteBudget + kRenderBytesPerInputByte * input_bytes;
   sc.frames.emplace_back();
   auto& g = sc.frames.back();
   for (const auto& [k, v] : string_vars) g[k] = Value::Str(v);

@@ -19,6 +19,8 @@
 // render as "" (Jinja's default Undefined).
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
@@ -30,6 +32,18 @@
 namespace attnflow::llama {
 
 struct TemplateNode;
+
+// The render budget. Real chat templates take a few dozen steps (node visits
+// and expression evaluations) per message and print each message about once;
+// a template that nests loops over the messages or doubles a string with
+// {% set s = s ~ s %} would otherwise run for hours or ask for terabytes.
+// Render() stops with kResourceExhausted naming the budget and the template
+// offset when it takes more than kRenderStepBudget steps, or when the output
+// or any string value would exceed kRenderByteBudget +
+// kRenderBytesPerInputByte * (bytes of the messages and variables).
+inline constexpr int64_t kRenderStepBudget = 1'000'000;
+inline constexpr size_t kRenderByteBudget = size_t{16} << 20;
+inline constexpr size_t kRenderBytesPerInputByte = 8;
 
 class ChatTemplate {
  public:

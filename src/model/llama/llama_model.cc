@@ -12,7 +12,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <new>
+#include <system_error>
 #include <vector>
 
 #include "attnflow/attention.h"
@@ -43,7 +45,10 @@ std::string_view DropOut(std::string_view s) { return s == "out" ? std::string_v
 
 class LlamaModel : public DecoderModel {
  public:
-  static Result<std::unique_ptr<DecoderModel>> Load(const std::string& path,
+  // *stage names the part being loaded (for out-of-memory errors).
+  // `f` is the opened file (or its open error); `path` labels it.
+  static Result<std::unique_ptr<DecoderModel>> Load(const char** stage, Result<GgufFile> f,
+                                                    const std::string& path,
                                                     const LlamaOptions& opt);
 
   const ModelInfo& info() const override { return info_; }
@@ -124,14 +129,15 @@ Status LlamaModel::LoadVector(const std::string& name, int64_t n, std::vector<fl
   return DequantizeRow(v->data(), file_.TensorData(*t), t->type, n);
 }
 
-Result<std::unique_ptr<DecoderModel>> LlamaModel::Load(const std::string& path,
+Result<std::unique_ptr<DecoderModel>> LlamaModel::Load(const char** stage, Result<GgufFile> f,
+                                                       const std::string& path,
                                                        const LlamaOptions& opt) {
   if (opt.kv_dtype != DType::kF32 && opt.kv_dtype != DType::kF16) {
     return InvalidArgument(std::string("llama: kv cache dtype must be F32 or F16, got ") +
                            DTypeName(opt.kv_dtype));
   }
-  Result<GgufFile> f = GgufFile::Open(path);
   if (!f.ok()) return f.status();
+  *stage = "the hyperparameters";
   std::unique_ptr<LlamaModel> m(new LlamaModel());
   m->path_ = path;
   m->file_ = std::move(f).value();
@@ -160,7 +166,12 @@ Result<std::unique_ptr<DecoderModel>> LlamaModel::Load(const std::string& path,
   };
   ModelInfo& info = m->info_;
   info.architecture = "llama";
-  info.name = g.Find("general.name") ? g.GetString("general.name").value() : "llama";
+  info.name = "llama";
+  if (g.Find("general.name")) {
+    Result<std::string> name = g.GetString("general.name");
+    if (!name.ok()) return name.status();
+    info.name = *name;
+  }
   ATTNFLOW_RETURN_IF_ERROR(get_int(a + "block_count", -1, &info.num_layers));
   ATTNFLOW_RETURN_IF_ERROR(get_int(a + "context_length", -1, &info.max_positions));
   ATTNFLOW_RETURN_IF_ERROR(get_int(a + "embedding_length", -1, &info.hidden));
@@ -205,6 +216,7 @@ Result<std::unique_ptr<DecoderModel>> LlamaModel::Load(const std::string& path,
   m->eps_ = static_cast<float>(*eps);
 
   // Tokenizer and chat template.
+  *stage = "the tokenizer";
   Result<std::unique_ptr<bpe::BpeTokenizer>> tok = bpe::BpeTokenizer::FromGguf(g);
   if (!tok.ok()) return tok.status();
   m->tok_ = std::move(tok).value();
@@ -220,6 +232,7 @@ Result<std::unique_ptr<DecoderModel>> LlamaModel::Load(const std::string& path,
   if (g.Find("tokenizer.chat_template")) {
     Result<std::string> src = g.GetString("tokenizer.chat_template");
     if (!src.ok()) return src.status();
+    *stage = "the chat template";
     Result<ChatTemplate> t = ChatTemplate::Parse(*src);
     if (!t.ok()) {
       return Status(t.status().code(), "llama: " + path + ": tokenizer.chat_template: " + t.status().message());
@@ -228,7 +241,17 @@ Result<std::unique_ptr<DecoderModel>> LlamaModel::Load(const std::string& path,
     m->has_template_ = true;
   }
 
-  // Weights.
+  // Weights. Every count that sizes an allocation is checked against the
+  // tensors present first: block_count = 10^7 in a 16 KB file must not
+  // allocate 10^7 layers before the first missing tensor is found.
+  *stage = "the weights";
+  const int64_t per_block = 9, outside = 2;  // 9 tensors a block; token_embd, output_norm
+  const int64_t present = static_cast<int64_t>(g.tensors().size());
+  if (info.num_layers > (present - outside) / per_block) {
+    return m->Err(a + "block_count", std::to_string(info.num_layers) + " blocks need at least " +
+                                         std::to_string(per_block) + " tensors each, but the file has " +
+                                         std::to_string(present) + " tensors in all");
+  }
   const int64_t E = info.hidden, H = info.num_heads, Hkv = info.num_kv_heads, D = info.head_dim;
   const int64_t F = info.ffn_hidden, V = info.vocab_size;
   ATTNFLOW_RETURN_IF_ERROR(m->LoadMatrix("token_embd.weight", V, E, &m->embd_));
@@ -238,9 +261,9 @@ Result<std::unique_ptr<DecoderModel>> LlamaModel::Load(const std::string& path,
     m->output_ = m->embd_;  // tied embeddings
   }
   ATTNFLOW_RETURN_IF_ERROR(m->LoadVector("output_norm.weight", E, &m->output_norm_));
-  m->layers_.resize(static_cast<size_t>(info.num_layers));
+  m->layers_.reserve(static_cast<size_t>(info.num_layers));
   for (int64_t l = 0; l < info.num_layers; ++l) {
-    Layer& L = m->layers_[static_cast<size_t>(l)];
+    Layer& L = m->layers_.emplace_back();
     const std::string p = "blk." + std::to_string(l) + ".";
     ATTNFLOW_RETURN_IF_ERROR(m->LoadVector(p + "attn_norm.weight", E, &L.attn_norm));
     ATTNFLOW_RETURN_IF_ERROR(m->LoadVector(p + "ffn_norm.weight", E, &L.ffn_norm));
@@ -266,6 +289,7 @@ Result<std::unique_ptr<DecoderModel>> LlamaModel::Load(const std::string& path,
   m->max_ctx_ = info.max_positions;
   if (opt.max_context > 0) m->max_ctx_ = std::min(m->max_ctx_, opt.max_context);
 
+  *stage = "the thread pool and scratch buffers";
   if (opt.num_threads > 0) {
     m->own_pool_ = std::make_unique<ThreadPool>(opt.num_threads);
     m->pool_ = m->own_pool_.get();
@@ -493,13 +517,31 @@ Result<std::string> LlamaModel::ApplyChatTemplate(
 
 }  // namespace
 
+namespace {
+// Runs the loader, turning allocation and thread-start failures into errors
+// that name the file and the stage.
+Result<std::unique_ptr<DecoderModel>> LoadGuarded(const std::function<Result<GgufFile>()>& open,
+                                                  const std::string& path, const LlamaOptions& options) {
+  const char* stage = "the GGUF header";
+  try {
+    return LlamaModel::Load(&stage, open(), path, options);
+  } catch (const std::bad_alloc&) {
+    return ResourceExhausted("llama: " + path + ": out of memory while loading " + stage);
+  } catch (const std::system_error& e) {  // e.g. EAGAIN starting threads
+    return ResourceExhausted("llama: " + path + ": while loading " + stage + ": " + e.what());
+  }
+}
+}  // namespace
+
 Result<std::unique_ptr<DecoderModel>> LoadLlamaGgufWithOptions(const std::string& path,
                                                                const LlamaOptions& options) {
-  try {
-    return LlamaModel::Load(path, options);
-  } catch (const std::bad_alloc&) {
-    return ResourceExhausted("llama: " + path + ": out of memory while loading");
-  }
+  return LoadGuarded([&] { return GgufFile::Open(path); }, path, options);
+}
+
+Result<std::unique_ptr<DecoderModel>> LoadLlamaGgufFromBuffer(std::vector<uint8_t> bytes,
+                                                              const std::string& label,
+                                                              const LlamaOptions& options) {
+  return LoadGuarded([&] { return GgufFile::FromBuffer(std::move(bytes), label); }, label, options);
 }
 
 }  // namespace llama

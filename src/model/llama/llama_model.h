@@ -30,6 +30,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "attnflow/model.h"
 #include "attnflow/tensor.h"
@@ -48,5 +49,10 @@ struct LlamaOptions {
 
 Result<std::unique_ptr<DecoderModel>> LoadLlamaGgufWithOptions(
     const std::string& path, const LlamaOptions& options);
+
+// The same loader on an in-memory GGUF image (fuzzing, tests); `label` names
+// it in errors.
+Result<std::unique_ptr<DecoderModel>> LoadLlamaGgufFromBuffer(
+    std::vector<uint8_t> bytes, const std::string& label, const LlamaOptions& options);
 
 }  // namespace attnflow::llama
