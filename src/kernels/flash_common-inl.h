@@ -309,12 +309,12 @@ HWY_INLINE void PvBlock(DF df, const float* HWY_RESTRICT p, size_t pk, size_t pr
 }
 
 // Column chunk width (vectors) of the P.V micro-kernel: 4 (x kPvRows rows)
-// normally; single rows (decode) on AVX-512 take 8 vectors at once so that a
-// D = 128 V row is streamed once, not twice.
+// normally; one or two rows (decode) on AVX-512 take 8 vectors at once so
+// that a D = 128 V row is streamed once, not twice.
 template <int kRows>
 constexpr int PvChunk() {
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-  return kRows == 1 ? 8 : kPvVecs;
+  return kRows <= 2 ? 8 : kPvVecs;
 #else
   return kPvVecs;
 #endif
@@ -354,8 +354,9 @@ HWY_INLINE void PvRows(DF df, const float* HWY_RESTRICT p, size_t pk, size_t pr,
 }
 
 // All rows: rows [0, n_rows) of o (pitch dvp). Row groups whose rows are all
-// inactive are skipped (row_live[r] == 0). Leftover single rows use two
-// accumulator sets (kJ = 2) to hide the FMA latency.
+// inactive are skipped (row_live[r] == 0). Two leftover rows share each V
+// load; a last single row uses two accumulator sets (kJ = 2) to hide the FMA
+// latency.
 template <typename T = float>
 HWY_INLINE void PvTile(const float* HWY_RESTRICT p, size_t pk, size_t pr,
                        size_t n_keys, const T* HWY_RESTRICT v, size_t vpitch,
@@ -372,6 +373,11 @@ HWY_INLINE void PvTile(const float* HWY_RESTRICT p, size_t pk, size_t pr,
     if (!any) continue;
     PvRows<kPvRows, 1, T>(df, p + r * pr, pk, pr, n_keys, v, vpitch, o + r * dvp,
                           dvp, alpha + r, n_vecs);
+  }
+  if (r + 2 <= n_rows && (row_live[r] || row_live[r + 1])) {
+    PvRows<2, 1, T>(df, p + r * pr, pk, pr, n_keys, v, vpitch, o + r * dvp, dvp,
+                    alpha + r, n_vecs);
+    r += 2;
   }
   for (; r < n_rows; ++r) {
     if (!row_live[r]) continue;
