@@ -443,6 +443,24 @@ HWY_INLINE void SoftmaxCols(float* HWY_RESTRICT st, size_t rows, size_t n_keys,
   }
 }
 
+// Visits the score tile in St layout column by column: f(i, p, jv) for each
+// live vector of rows [i, i+N) and each key j < n_keys, where p = st + j*rows
+// + i and jv holds the key index j0+j in every lane.
+template <class F>
+HWY_INLINE void ForEachStCol(float* HWY_RESTRICT st, size_t rows, size_t n_keys,
+                             int64_t j0, const uint8_t* HWY_RESTRICT rowpair_live,
+                             const F& f) {
+  const DF df;
+  const DI di;
+  const size_t N = hn::Lanes(df);
+  for (size_t i = 0; i < rows; i += N) {
+    if (!rowpair_live[i / (2 * N)]) continue;
+    for (size_t j = 0; j < n_keys; ++j) {
+      f(i, st + j * rows + i, hn::Set(di, static_cast<int32_t>(j0 + static_cast<int64_t>(j))));
+    }
+  }
+}
+
 // Index-computed masks (causal / window / kv_len), St layout: key j0+j is
 // kept for row i iff first[i] <= j0+j <= last[i].
 HWY_INLINE void RangeMaskCols(float* HWY_RESTRICT st, size_t rows, size_t n_keys,
@@ -451,20 +469,11 @@ HWY_INLINE void RangeMaskCols(float* HWY_RESTRICT st, size_t rows, size_t n_keys
                               const uint8_t* HWY_RESTRICT rowpair_live) {
   const DF df;
   const DI di;
-  const size_t N = hn::Lanes(df);
   const VF ninf = hn::Set(df, kNegInfF);
-  for (size_t i = 0; i < rows; i += N) {
-    if (!rowpair_live[i / (2 * N)]) continue;
-    const VI f = hn::Load(di, first + i);
-    const VI la = hn::Load(di, last + i);
-    for (size_t j = 0; j < n_keys; ++j) {
-      const VI jv = hn::Set(di, static_cast<int32_t>(j0 + static_cast<int64_t>(j)));
-      const auto drop = hn::Or(hn::Lt(jv, f), hn::Lt(la, jv));
-      float* p = st + j * rows + i;
-      hn::Store(hn::IfThenElse(hn::RebindMask(df, drop), ninf, hn::Load(df, p)),
-                df, p);
-    }
-  }
+  ForEachStCol(st, rows, n_keys, j0, rowpair_live, [&](size_t i, float* p, VI jv) {
+    const auto drop = hn::Or(hn::Lt(jv, hn::Load(di, first + i)), hn::Lt(hn::Load(di, last + i), jv));
+    hn::Store(hn::IfThenElse(hn::RebindMask(df, drop), ninf, hn::Load(df, p)), df, p);
+  });
 }
 
 // ALiBi, St layout: st[j][i] -= slope2[i] * |diag[i] - (j0+j)|.
@@ -474,18 +483,10 @@ HWY_INLINE void AlibiCols(float* HWY_RESTRICT st, size_t rows, size_t n_keys,
                           const uint8_t* HWY_RESTRICT rowpair_live) {
   const DF df;
   const DI di;
-  const size_t N = hn::Lanes(df);
-  for (size_t i = 0; i < rows; i += N) {
-    if (!rowpair_live[i / (2 * N)]) continue;
-    const VI dg = hn::Load(di, diag + i);
-    const VF sl = hn::Load(df, slope2 + i);
-    for (size_t j = 0; j < n_keys; ++j) {
-      const VI jv = hn::Set(di, static_cast<int32_t>(j0 + static_cast<int64_t>(j)));
-      const VF dist = hn::ConvertTo(df, hn::Abs(hn::Sub(dg, jv)));
-      float* p = st + j * rows + i;
-      hn::Store(hn::NegMulAdd(sl, dist, hn::Load(df, p)), df, p);
-    }
-  }
+  ForEachStCol(st, rows, n_keys, j0, rowpair_live, [&](size_t i, float* p, VI jv) {
+    const VF dist = hn::ConvertTo(df, hn::Abs(hn::Sub(hn::Load(di, diag + i), jv)));
+    hn::Store(hn::NegMulAdd(hn::Load(df, slope2 + i), dist, hn::Load(df, p)), df, p);
+  });
 }
 
 // ALiBi, row-major layout (decode): s[r][j] -= slope2[r] * |diag[r] - (j0+j)|.
