@@ -309,12 +309,12 @@ HWY_INLINE void PvBlock(DF df, const float* HWY_RESTRICT p, size_t pk, size_t pr
 }
 
 // Column chunk width (vectors) of the P.V micro-kernel: 4 (x kPvRows rows)
-// normally; single rows (decode) on AVX-512 take 8 vectors at once so that a
-// D = 128 V row is streamed once, not twice.
+// normally; one or two rows (decode) on AVX-512 take 8 vectors at once so
+// that a D = 128 V row is streamed once, not twice.
 template <int kRows>
 constexpr int PvChunk() {
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-  return kRows == 1 ? 8 : kPvVecs;
+  return kRows <= 2 ? 8 : kPvVecs;
 #else
   return kPvVecs;
 #endif
@@ -354,8 +354,9 @@ HWY_INLINE void PvRows(DF df, const float* HWY_RESTRICT p, size_t pk, size_t pr,
 }
 
 // All rows: rows [0, n_rows) of o (pitch dvp). Row groups whose rows are all
-// inactive are skipped (row_live[r] == 0). Leftover single rows use two
-// accumulator sets (kJ = 2) to hide the FMA latency.
+// inactive are skipped (row_live[r] == 0). Two leftover rows share each V
+// load; a last single row uses two accumulator sets (kJ = 2) to hide the FMA
+// latency.
 template <typename T = float>
 HWY_INLINE void PvTile(const float* HWY_RESTRICT p, size_t pk, size_t pr,
                        size_t n_keys, const T* HWY_RESTRICT v, size_t vpitch,
@@ -372,6 +373,11 @@ HWY_INLINE void PvTile(const float* HWY_RESTRICT p, size_t pk, size_t pr,
     if (!any) continue;
     PvRows<kPvRows, 1, T>(df, p + r * pr, pk, pr, n_keys, v, vpitch, o + r * dvp,
                           dvp, alpha + r, n_vecs);
+  }
+  if (r + 2 <= n_rows && (row_live[r] || row_live[r + 1])) {
+    PvRows<2, 1, T>(df, p + r * pr, pk, pr, n_keys, v, vpitch, o + r * dvp, dvp,
+                    alpha + r, n_vecs);
+    r += 2;
   }
   for (; r < n_rows; ++r) {
     if (!row_live[r]) continue;
@@ -437,6 +443,24 @@ HWY_INLINE void SoftmaxCols(float* HWY_RESTRICT st, size_t rows, size_t n_keys,
   }
 }
 
+// Visits the score tile in St layout column by column: f(i, p, jv) for each
+// live vector of rows [i, i+N) and each key j < n_keys, where p = st + j*rows
+// + i and jv holds the key index j0+j in every lane.
+template <class F>
+HWY_INLINE void ForEachStCol(float* HWY_RESTRICT st, size_t rows, size_t n_keys,
+                             int64_t j0, const uint8_t* HWY_RESTRICT rowpair_live,
+                             const F& f) {
+  const DF df;
+  const DI di;
+  const size_t N = hn::Lanes(df);
+  for (size_t i = 0; i < rows; i += N) {
+    if (!rowpair_live[i / (2 * N)]) continue;
+    for (size_t j = 0; j < n_keys; ++j) {
+      f(i, st + j * rows + i, hn::Set(di, static_cast<int32_t>(j0 + static_cast<int64_t>(j))));
+    }
+  }
+}
+
 // Index-computed masks (causal / window / kv_len), St layout: key j0+j is
 // kept for row i iff first[i] <= j0+j <= last[i].
 HWY_INLINE void RangeMaskCols(float* HWY_RESTRICT st, size_t rows, size_t n_keys,
@@ -445,20 +469,11 @@ HWY_INLINE void RangeMaskCols(float* HWY_RESTRICT st, size_t rows, size_t n_keys
                               const uint8_t* HWY_RESTRICT rowpair_live) {
   const DF df;
   const DI di;
-  const size_t N = hn::Lanes(df);
   const VF ninf = hn::Set(df, kNegInfF);
-  for (size_t i = 0; i < rows; i += N) {
-    if (!rowpair_live[i / (2 * N)]) continue;
-    const VI f = hn::Load(di, first + i);
-    const VI la = hn::Load(di, last + i);
-    for (size_t j = 0; j < n_keys; ++j) {
-      const VI jv = hn::Set(di, static_cast<int32_t>(j0 + static_cast<int64_t>(j)));
-      const auto drop = hn::Or(hn::Lt(jv, f), hn::Lt(la, jv));
-      float* p = st + j * rows + i;
-      hn::Store(hn::IfThenElse(hn::RebindMask(df, drop), ninf, hn::Load(df, p)),
-                df, p);
-    }
-  }
+  ForEachStCol(st, rows, n_keys, j0, rowpair_live, [&](size_t i, float* p, VI jv) {
+    const auto drop = hn::Or(hn::Lt(jv, hn::Load(di, first + i)), hn::Lt(hn::Load(di, last + i), jv));
+    hn::Store(hn::IfThenElse(hn::RebindMask(df, drop), ninf, hn::Load(df, p)), df, p);
+  });
 }
 
 // ALiBi, St layout: st[j][i] -= slope2[i] * |diag[i] - (j0+j)|.
@@ -468,18 +483,10 @@ HWY_INLINE void AlibiCols(float* HWY_RESTRICT st, size_t rows, size_t n_keys,
                           const uint8_t* HWY_RESTRICT rowpair_live) {
   const DF df;
   const DI di;
-  const size_t N = hn::Lanes(df);
-  for (size_t i = 0; i < rows; i += N) {
-    if (!rowpair_live[i / (2 * N)]) continue;
-    const VI dg = hn::Load(di, diag + i);
-    const VF sl = hn::Load(df, slope2 + i);
-    for (size_t j = 0; j < n_keys; ++j) {
-      const VI jv = hn::Set(di, static_cast<int32_t>(j0 + static_cast<int64_t>(j)));
-      const VF dist = hn::ConvertTo(df, hn::Abs(hn::Sub(dg, jv)));
-      float* p = st + j * rows + i;
-      hn::Store(hn::NegMulAdd(sl, dist, hn::Load(df, p)), df, p);
-    }
-  }
+  ForEachStCol(st, rows, n_keys, j0, rowpair_live, [&](size_t i, float* p, VI jv) {
+    const VF dist = hn::ConvertTo(df, hn::Abs(hn::Sub(hn::Load(di, diag + i), jv)));
+    hn::Store(hn::NegMulAdd(hn::Load(df, slope2 + i), dist, hn::Load(df, p)), df, p);
+  });
 }
 
 // ALiBi, row-major layout (decode): s[r][j] -= slope2[r] * |diag[r] - (j0+j)|.
