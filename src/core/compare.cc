@@ -1,8 +1,12 @@
 // compare.cc — CompareStage and CaseReport (see attnflow/compare.h).
+// A NaN on either side is a bad element and makes max_abs / max_rel NaN, so
+// a report never shows a small max_abs next to a NaN output; an infinity
+// that differs makes them +inf.
 #include "attnflow/compare.h"
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 
 namespace attnflow {
@@ -39,11 +43,14 @@ StageReport CompareStage(const std::string& name, const TensorView& got,
     bool ok;
     if (std::isnan(g) || std::isnan(x)) {
       ok = false;
+      r.max_abs = r.max_rel = std::numeric_limits<double>::quiet_NaN();
     } else if (std::isinf(x) || std::isinf(g)) {
       ok = g == x;
+      if (!ok && !std::isnan(r.max_abs)) r.max_abs = r.max_rel = INFINITY;
     } else {
       const double diff = std::fabs(g - x);
       ok = diff <= atol + rtol * std::fabs(x);
+      // std::max keeps a NaN already stored (NaN < v is false).
       r.max_abs = std::max(r.max_abs, diff);
       if (x != 0.0) r.max_rel = std::max(r.max_rel, diff / std::fabs(x));
     }

@@ -1,6 +1,10 @@
-// image.cc — heatmap figures of a trace: PNG (written here: stored deflate
-// blocks, CRC-32, Adler-32; no zlib) and SVG (labels, per-cell <title> with
-// the exact value, a colour bar and a legend).
+// image.cc — heatmap figures of a trace: PNG (chunks written here, deflate
+// by zlib when the build found it, else stored blocks; 8-bit palette of 240
+// scale steps + label/hatch colours; token labels in a 6x10 public-domain
+// bitmap font, "query"/"key" axis titles, a colour bar with its range, masked
+// cells hatched) and SVG (axis titles, labels, per-cell <title> with the
+// exact value, numbers in the cells of maps up to 16x16, a colour bar and a
+// legend). Target: a 512-token map as PNG <= 100 KB.
 //
 // Colours (the same as the page): probabilities (weights) use a viridis-like
 // sequential scale 0..1, other maps a blue-white-red diverging scale
@@ -11,6 +15,7 @@
 // the SVG title says so.
 #include <algorithm>
 #include <array>
+#include <cstring>
 #include <cmath>
 #include <cstdio>
 
@@ -18,8 +23,14 @@
 #include "attnflow/trace.h"
 #include "trace/internal.h"
 
+#ifdef ATTNFLOW_HAVE_ZLIB
+#include <zlib.h>
+#endif
+
 namespace attnflow::trace {
 namespace {
+
+#include "trace/font6x10.inc"
 
 using internal::Heatmap;
 
@@ -49,6 +60,43 @@ void Chunk(std::string* o, const char* type, const std::string& data) {
   std::string body = std::string(type, 4) + data;
   o->append(body);
   Be32(o, Crc32(reinterpret_cast<const uint8_t*>(body.data()), body.size()));
+}
+
+// A zlib stream of `raw`: real deflate (zlib, level 9) when available, else
+// stored blocks with the Adler-32 computed here.
+std::string ZlibStream(const std::string& raw) {
+#ifdef ATTNFLOW_HAVE_ZLIB
+  uLongf n = compressBound(static_cast<uLong>(raw.size()));
+  std::string out(n, '\0');
+  if (compress2(reinterpret_cast<Bytef*>(out.data()), &n,
+                reinterpret_cast<const Bytef*>(raw.data()), static_cast<uLong>(raw.size()),
+                9) == Z_OK) {
+    out.resize(n);
+    return out;
+  }
+#endif
+  std::string z;
+  z.push_back(0x78);
+  z.push_back(0x01);
+  size_t pos = 0;
+  do {
+    const size_t n = std::min<size_t>(65535, raw.size() - pos);
+    const bool last = pos + n == raw.size();
+    z.push_back(last ? 1 : 0);
+    z.push_back(static_cast<char>(n & 0xff));
+    z.push_back(static_cast<char>(n >> 8));
+    z.push_back(static_cast<char>(~n & 0xff));
+    z.push_back(static_cast<char>((~n >> 8) & 0xff));
+    z.append(raw, pos, n);
+    pos += n;
+  } while (pos < raw.size());
+  uint32_t a = 1, b = 0;  // Adler-32
+  for (unsigned char c : raw) {
+    a = (a + c) % 65521;
+    b = (b + a) % 65521;
+  }
+  Be32(&z, (b << 16) | a);
+  return z;
 }
 
 // ---- colours -----------------------------------------------------------------
@@ -187,28 +235,7 @@ Result<std::string> EncodePng(int64_t width, int64_t height, const std::vector<u
     raw.append(reinterpret_cast<const char*>(rgb.data() + y * width * 3),
                static_cast<size_t>(width * 3));
   }
-  // zlib stream of stored (uncompressed) deflate blocks.
-  std::string z;
-  z.push_back(0x78);
-  z.push_back(0x01);
-  size_t pos = 0;
-  do {
-    const size_t n = std::min<size_t>(65535, raw.size() - pos);
-    const bool last = pos + n == raw.size();
-    z.push_back(last ? 1 : 0);
-    z.push_back(static_cast<char>(n & 0xff));
-    z.push_back(static_cast<char>(n >> 8));
-    z.push_back(static_cast<char>(~n & 0xff));
-    z.push_back(static_cast<char>((~n >> 8) & 0xff));
-    z.append(raw, pos, n);
-    pos += n;
-  } while (pos < raw.size());
-  uint32_t a = 1, b = 0;  // Adler-32
-  for (unsigned char c : raw) {
-    a = (a + c) % 65521;
-    b = (b + a) % 65521;
-  }
-  Be32(&z, (b << 16) | a);
+  const std::string z = ZlibStream(raw);
 
   std::string png = "\x89PNG\r\n\x1a\n";
   std::string ihdr;
@@ -223,29 +250,190 @@ Result<std::string> EncodePng(int64_t width, int64_t height, const std::vector<u
 
 namespace internal {
 
+// An 8-bit palette canvas with text in the 6x10 font.
+class Canvas {
+ public:
+  static constexpr uint8_t kScaleSteps = 240, kWhiteI = 240, kHatchBgI = 241, kHatchLineI = 242,
+                           kInk = 243, kGrey = 244;
+  Canvas(int64_t w, int64_t h) : w_(w), h_(h), px_(static_cast<size_t>(w * h), kWhiteI) {}
+  int64_t w() const { return w_; }
+  int64_t h() const { return h_; }
+  void Set(int64_t x, int64_t y, uint8_t c) {
+    if (x >= 0 && y >= 0 && x < w_ && y < h_) px_[static_cast<size_t>(y * w_ + x)] = c;
+  }
+  void Fill(int64_t x, int64_t y, int64_t w, int64_t h, uint8_t c) {
+    for (int64_t j = y; j < y + h; ++j)
+      for (int64_t i = x; i < x + w; ++i) Set(i, j, c);
+  }
+  // Printable ASCII; other code points print as '?'. vertical: reads bottom
+  // to top, (x, y) is the bottom-left of the first glyph.
+  void Text(int64_t x, int64_t y, const std::string& s, bool vertical = false) {
+    int64_t k = 0;
+    for (size_t i = 0; i < s.size(); ++i) {
+      unsigned char c = static_cast<unsigned char>(s[i]);
+      if ((c & 0xC0) == 0x80) continue;  // UTF-8 continuation
+      if (c >= 0x80) c = AsciiFor(s, i);
+      if (c < 0x20 || c > 0x7e) c = '?';
+      const unsigned char* g = kFont6x10[c - 0x20];
+      for (int r = 0; r < 10; ++r)
+        for (int col = 0; col < 6; ++col) {
+          if (!(g[r] & (0x80 >> col))) continue;
+          if (vertical) Set(x + r, y - (k * 6 + col), kInk);
+          else Set(x + k * 6 + col, y + r, kInk);
+        }
+      ++k;
+    }
+  }
+  // An ASCII stand-in for the non-ASCII characters of titles and labels
+  // (· × – — −), '?' for the rest.
+  static unsigned char AsciiFor(const std::string& s, size_t i) {
+    uint32_t cp = 0;
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    const int n = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : 2;
+    cp = c & (0x7F >> n);
+    for (int k = 1; k < n && i + k < s.size(); ++k) cp = (cp << 6) | (s[i + k] & 0x3F);
+    switch (cp) {
+      case 0xB7: case 0x2013: case 0x2014: case 0x2212: return '-';
+      case 0xD7: return 'x';
+      default: return '?';
+    }
+  }
+  static int64_t TextWidth(const std::string& s) {
+    int64_t n = 0;
+    for (unsigned char c : s) n += (c & 0xC0) != 0x80;
+    return n * 6;
+  }
+  const std::vector<uint8_t>& pixels() const { return px_; }
+
+ private:
+  int64_t w_, h_;
+  std::vector<uint8_t> px_;
+};
+
+std::string Clip(const std::string& s, size_t max_chars) {
+  std::string o;
+  size_t n = 0;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if ((c & 0xC0) != 0x80 && ++n > max_chars) break;
+    o += s[i];
+  }
+  return o;
+}
+
+uint8_t ScaleIndex(const Heatmap& h, double v, double max_abs) {
+  const double t = h.probabilities ? v : (v / max_abs + 1.0) / 2.0;
+  return static_cast<uint8_t>(std::lround(std::clamp(t, 0.0, 1.0) * (Canvas::kScaleSteps - 1)));
+}
+
+Result<std::string> EncodeIndexedPng(const Canvas& c, const std::vector<Rgb>& palette) {
+  std::string raw;
+  raw.reserve(static_cast<size_t>(c.h() * (c.w() + 1)));
+  for (int64_t y = 0; y < c.h(); ++y) {
+    raw.push_back('\0');
+    raw.append(reinterpret_cast<const char*>(c.pixels().data() + y * c.w()),
+               static_cast<size_t>(c.w()));
+  }
+  std::string png = "\x89PNG\r\n\x1a\n";
+  std::string ihdr;
+  Be32(&ihdr, static_cast<uint32_t>(c.w()));
+  Be32(&ihdr, static_cast<uint32_t>(c.h()));
+  ihdr += std::string("\x08\x03\x00\x00\x00", 5);  // 8-bit palette, deflate
+  Chunk(&png, "IHDR", ihdr);
+  std::string plte;
+  for (const Rgb& p : palette) plte += {static_cast<char>(p.r), static_cast<char>(p.g), static_cast<char>(p.b)};
+  Chunk(&png, "PLTE", plte);
+  Chunk(&png, "IDAT", ZlibStream(raw));
+  Chunk(&png, "IEND", "");
+  return png;
+}
+
+std::string Num4(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.4g", v);
+  return b;
+}
+
 Result<std::string> HeatmapPng(const Heatmap& in) {
-  const Heatmap h = PoolHeatmap(in, 1024);
+  const Heatmap h = PoolHeatmap(in, 512);
   const int64_t n = std::max<int64_t>(1, std::max(h.rows, h.cols));
   const int64_t cell = std::clamp<int64_t>(512 / n, 1, 32);
-  const int64_t w = std::max<int64_t>(1, h.cols * cell), ht = std::max<int64_t>(1, h.rows * cell);
-  std::vector<uint8_t> px(static_cast<size_t>(w * ht * 3), 0xff);
   const double m = MaxAbs(h);
+  // Labels: every row/column when a cell is as tall as the font, else the
+  // index every `step` cells.
+  const bool every = cell >= 10;
+  const int64_t step = every ? 1 : std::max<int64_t>(1, (16 + cell - 1) / cell);
+  auto label = [&](const std::vector<std::string>& labels, int64_t i) -> std::string {
+    if (!every) return std::to_string(i * h.pool);
+    return Clip(i < static_cast<int64_t>(labels.size()) ? labels[static_cast<size_t>(i)]
+                                                         : std::to_string(i),
+                16);
+  };
+  int64_t row_w = 0, col_h = 0;
+  for (int64_t i = 0; i < h.rows; i += step) row_w = std::max(row_w, Canvas::TextWidth(label(h.row_labels, i)));
+  for (int64_t j = 0; j < h.cols; j += step) col_h = std::max(col_h, Canvas::TextWidth(label(h.col_labels, j)));
+  const int64_t gx = 4 + 10 + 6 + row_w + 4;      // "query" title, labels
+  const int64_t gy = 4 + 10 + 6 + 10 + 6 + col_h + 4;  // title, "key" title, labels
+  const int64_t gw = h.cols * cell, gh = h.rows * cell;
+  const int64_t bar_x = gx + gw + 16, bar_h = std::max<int64_t>(gh, 120);
+  const std::string hi = Num4(h.probabilities ? 1.0 : m), lo = Num4(h.probabilities ? 0.0 : -m);
+  const int64_t right = 18 + std::max<int64_t>({Canvas::TextWidth(hi), Canvas::TextWidth(lo),
+                                                 Canvas::TextWidth("masked (-inf)")});
+  std::string title = h.title;
+  if (h.pool > 1) title += " (pooled " + std::to_string(h.pool) + "x" + std::to_string(h.pool) + ")";
+  const int64_t w = std::max(bar_x + right + 8, std::min<int64_t>(Canvas::TextWidth(title) + 8, 1400));
+  const int64_t ht = gy + std::max(gh, bar_h + 34) + 8;
+  Canvas c(w, ht);
+  c.Text(4, 4, title);
+  c.Text(gx + std::max<int64_t>(0, (gw - Canvas::TextWidth("key")) / 2), 4 + 10 + 6, "key");
+  c.Text(4, gy + std::max<int64_t>(Canvas::TextWidth("query"), gh / 2 + 15), "query", true);
+  for (int64_t i = 0; i < h.rows; i += step) {
+    const std::string s = label(h.row_labels, i);
+    c.Text(gx - 4 - Canvas::TextWidth(s), gy + i * cell + (cell - 10) / 2, s);
+    if (!every) c.Fill(gx - 3, gy + i * cell, 3, 1, Canvas::kGrey);
+  }
+  for (int64_t j = 0; j < h.cols; j += step) {
+    const std::string s = label(h.col_labels, j);
+    c.Text(gx + j * cell + (cell - 10) / 2, gy - 4, s, true);
+    if (!every) c.Fill(gx + j * cell, gy - 3, 1, 3, Canvas::kGrey);
+  }
   for (int64_t i = 0; i < h.rows; ++i)
     for (int64_t j = 0; j < h.cols; ++j) {
       const double v = h.values[static_cast<size_t>(i * h.cols + j)];
       const bool masked = std::isinf(v) && v < 0;
-      const Rgb c = masked ? kHatchBg : CellColor(h, v, m);
+      const uint8_t col = masked ? Canvas::kHatchBgI
+                          : std::isnan(v) ? Canvas::kWhiteI
+                                          : ScaleIndex(h, v, m);
       for (int64_t y = 0; y < cell; ++y)
         for (int64_t x = 0; x < cell; ++x) {
-          Rgb p = c;
-          // Diagonal hatch lines on masked cells (every 4th anti-diagonal).
-          if (masked && cell >= 4 && ((x + y) % 4 == 0)) p = kHatchLine;
-          if (masked && cell < 4) p = kHatchLine;
-          uint8_t* d = px.data() + ((i * cell + y) * w + (j * cell + x)) * 3;
-          d[0] = p.r, d[1] = p.g, d[2] = p.b;
+          const int64_t X = gx + j * cell + x, Y = gy + i * cell + y;
+          // Diagonal hatch lines on masked cells (every 4th anti-diagonal of
+          // the figure, so neighbouring cells join up).
+          c.Set(X, Y, masked && (cell < 4 || (X + Y) % 4 == 0) ? Canvas::kHatchLineI : col);
         }
     }
-  return EncodePng(w, ht, px);
+  // Colour bar with its range, then the masked legend.
+  for (int64_t y = 0; y < bar_h; ++y)
+    c.Fill(bar_x, gy + y, 14, 1,
+           static_cast<uint8_t>(std::lround((1.0 - y / double(std::max<int64_t>(1, bar_h - 1))) *
+                                            (Canvas::kScaleSteps - 1))));
+  c.Text(bar_x + 18, gy, hi);
+  c.Text(bar_x + 18, gy + bar_h - 10, lo);
+  for (int64_t y = 0; y < 12; ++y)
+    for (int64_t x = 0; x < 14; ++x)
+      c.Set(bar_x + x, gy + bar_h + 10 + y, (x + y) % 4 == 0 ? Canvas::kHatchLineI : Canvas::kHatchBgI);
+  c.Text(bar_x + 18, gy + bar_h + 11, "masked (-inf)");
+  std::vector<Rgb> palette;
+  for (int k = 0; k < Canvas::kScaleSteps; ++k) {
+    const double t = k / double(Canvas::kScaleSteps - 1);
+    palette.push_back(h.probabilities ? Viridis(t) : Diverging(2 * t - 1));
+  }
+  palette.push_back(kWhite);
+  palette.push_back(kHatchBg);
+  palette.push_back(kHatchLine);
+  palette.push_back({0x20, 0x20, 0x20});
+  palette.push_back({0x90, 0x90, 0x90});
+  return EncodeIndexedPng(c, palette);
 }
 
 std::string HeatmapSvg(const Heatmap& in) {
@@ -273,6 +461,15 @@ std::string HeatmapSvg(const Heatmap& in) {
   o += "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
   o += "<text x=\"8\" y=\"18\" font-size=\"13\" font-weight=\"bold\">" + XmlEscape(title) +
        "</text>\n";
+  // Axis titles: keys along the top, queries down the left side.
+  o += "<text x=\"" + std::to_string(left + h.cols * cell / 2) +
+       "\" y=\"36\" text-anchor=\"middle\" font-size=\"12\" font-weight=\"bold\">key</text>\n";
+  {
+    const int64_t cy = top + h.rows * cell / 2;
+    o += "<text x=\"16\" y=\"" + std::to_string(cy) + "\" transform=\"rotate(-90 16 " +
+         std::to_string(cy) +
+         ")\" text-anchor=\"middle\" font-size=\"12\" font-weight=\"bold\">query</text>\n";
+  }
   const bool labels = cell >= 9;
   if (labels) {
     for (int64_t j = 0; j < h.cols && j < static_cast<int64_t>(h.col_labels.size()); ++j) {
@@ -303,6 +500,18 @@ std::string HeatmapSvg(const Heatmap& in) {
            std::to_string(top + i * cell) + "\" width=\"" + std::to_string(cell) +
            "\" height=\"" + std::to_string(cell) + "\" fill=\"" + fill + "\"><title>" +
            XmlEscape(tip) + "</title></rect>\n";
+      // Numbers in the cells of small maps (finite values only).
+      if (h.rows <= 16 && h.cols <= 16 && std::isfinite(v)) {
+        const double t = h.probabilities ? v : std::fabs(v) / m;
+        const bool dark = h.probabilities ? t < 0.6 : t > 0.6;
+        char num[32];
+        std::snprintf(num, sizeof num, h.probabilities ? "%.2f" : "%.2g", v);
+        o += "<text x=\"" + std::to_string(left + j * cell + cell / 2) + "\" y=\"" +
+             std::to_string(top + i * cell + cell / 2 + 3) +
+             "\" text-anchor=\"middle\" font-size=\"" + std::to_string(cell >= 30 ? 9 : 7) +
+             "\" fill=\"" + (dark ? "white" : "black") + "\" pointer-events=\"none\">" + num +
+             "</text>\n";
+      }
     }
   // Colour bar + legend.
   const int64_t bx = left + h.cols * cell + 20, by = top, bh = std::max<int64_t>(120, h.rows * cell);

@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 
 #include "attnflow/attention.h"
@@ -31,6 +32,10 @@
 #include "util/minilm_util.h"
 #include "util/smollm2_util.h"
 #include "util/cli_util.h"
+
+#ifdef ATTNFLOW_HAVE_ZLIB
+#include <zlib.h>
+#endif
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -550,9 +555,19 @@ TEST(TraceExport, PngIsValidAndHoldsThePixels) {
     at += 12 + n;
   }
   EXPECT_EQ(types, (std::vector<std::string>{"IHDR", "IDAT", "IEND"}));
-  // Inflate the stored blocks by hand.
   std::string raw;
   size_t p = 2;
+#ifdef ATTNFLOW_HAVE_ZLIB
+  // Real deflate: inflate with zlib (an independent decoder).
+  raw.resize(size_t(h * (w * 3 + 1)));
+  uLongf rn = raw.size();
+  ASSERT_EQ(uncompress(reinterpret_cast<Bytef*>(raw.data()), &rn,
+                       reinterpret_cast<const Bytef*>(idat.data()), idat.size()), Z_OK);
+  raw.resize(rn);
+  EXPECT_LT(idat.size(), raw.size());  // compressed, not stored
+  p = idat.size() - 4;
+#else
+  // Inflate the stored blocks by hand.
   for (bool last = false; !last;) {
     last = idat[p] & 1;
     ASSERT_EQ((idat[p] >> 1) & 3, 0);
@@ -562,6 +577,7 @@ TEST(TraceExport, PngIsValidAndHoldsThePixels) {
     raw += idat.substr(p + 5, len);
     p += 5 + len;
   }
+#endif
   ASSERT_EQ(raw.size(), size_t(h * (w * 3 + 1)));
   for (int64_t y = 0; y < h; ++y) {
     ASSERT_EQ(raw[y * (w * 3 + 1)], 0);
@@ -572,6 +588,109 @@ TEST(TraceExport, PngIsValidAndHoldsThePixels) {
   EXPECT_EQ(Be(idat, p), (b << 16) | a);
   EXPECT_FALSE(trace::EncodePng(0, 5, {}).ok());
   EXPECT_FALSE(trace::EncodePng(2, 2, std::vector<uint8_t>(5)).ok());
+}
+
+#ifdef ATTNFLOW_HAVE_ZLIB
+// Decodes an 8-bit palette PNG written by WriteTraceHeatmaps (filter 0 rows).
+struct Indexed {
+  uint32_t w = 0, h = 0;
+  size_t palette = 0;
+  std::vector<uint8_t> px;
+};
+Indexed DecodeIndexed(const std::string& s) {
+  Indexed r;
+  std::string idat;
+  for (size_t at = 8; at + 12 <= s.size();) {
+    const uint32_t n = Be(s, at);
+    const std::string type = s.substr(at + 4, 4), body = s.substr(at + 8, n);
+    if (type == "IHDR") {
+      r.w = Be(body, 0), r.h = Be(body, 4);
+      EXPECT_EQ(body[9], 3) << "colour type: palette";
+    }
+    if (type == "PLTE") r.palette = body.size() / 3;
+    if (type == "IDAT") idat += body;
+    at += 12 + n;
+  }
+  std::string raw(size_t(r.h) * (r.w + 1), '\0');
+  uLongf rn = raw.size();
+  EXPECT_EQ(uncompress(reinterpret_cast<Bytef*>(raw.data()), &rn,
+                       reinterpret_cast<const Bytef*>(idat.data()), idat.size()), Z_OK);
+  for (uint32_t y = 0; y < r.h; ++y) {
+    EXPECT_EQ(raw[y * (r.w + 1)], 0);
+    r.px.insert(r.px.end(), raw.begin() + y * (r.w + 1) + 1, raw.begin() + (y + 1) * (r.w + 1));
+  }
+  return r;
+}
+
+// Palette entries of the figure (image.cc): 0..239 scale, 240 white,
+// 241/242 hatch, 243 ink (text), 244 ticks.
+TEST(TraceExport, PngFigureHasTextColourBarAndHatchedMaskedCells) {
+  Trace t = Toy();  // causal: the upper triangle of weights is masked
+  const std::string dir = TempDir() + "/pngfig";
+  std::vector<std::string> files;
+  ASSERT_TRUE(trace::WriteTraceHeatmaps(dir, t, {0}, trace::ImageFormat::kPng, &files).ok());
+  Result<std::string> s = ReadFileString(dir + "/weights_h0.png");
+  ASSERT_TRUE(s.ok());
+  EXPECT_LT(s->size(), 8000u) << "a 4x4 map was 49 KB with stored deflate";
+  Indexed im = DecodeIndexed(*s);
+  EXPECT_GE(im.palette, 245u);
+  size_t ink = 0, hatch_line = 0, hatch_bg = 0, scale = 0;
+  for (uint8_t v : im.px) {
+    ink += v == 243;
+    hatch_line += v == 242;
+    hatch_bg += v == 241;
+    scale += v < 240;
+  }
+  // Text: title, "query", "key", 8 token labels, range numbers: many pixels.
+  EXPECT_GT(ink, 600u);
+  EXPECT_GT(hatch_line, 20u);
+  EXPECT_GT(hatch_bg, 20u);
+  EXPECT_GT(scale, 4u * 4u * 16u);
+  // The colour bar runs through the whole scale (top = index 239, bottom 0).
+  std::set<uint8_t> levels;
+  for (uint8_t v : im.px)
+    if (v < 240) levels.insert(v);
+  EXPECT_TRUE(levels.count(0) && levels.count(239));
+}
+
+TEST(TraceExport, Png512TokenMapIsAtMost100KB) {
+  trace::ToyOptions o;
+  o.num_tokens = 512;
+  Trace t = Toy(o);
+  const std::string dir = TempDir() + "/png512";
+  std::vector<std::string> files;
+  ASSERT_TRUE(trace::WriteTraceHeatmaps(dir, t, {0}, trace::ImageFormat::kPng, &files).ok());
+  // The attention-weights map is the target. (The toy's scores are random
+  // numbers, i.e. noise at one pixel per cell: ~210 KB; not a target.)
+  EXPECT_LE(fs::file_size(dir + "/weights_h0.png"), 100u * 1024u);
+  for (const char* f : {"weights_h0.png", "scores_h0.png", "masked_h0.png"})
+    std::printf("%s: %zu bytes\n", f, static_cast<size_t>(fs::file_size(dir + "/" + f)));
+  Result<std::string> big = ReadFileString(dir + "/weights_h0.png");
+  ASSERT_TRUE(big.ok());
+  Indexed im = DecodeIndexed(big.value());
+  EXPECT_GE(im.w, 512u);  // one pixel per token at least
+}
+#endif  // ATTNFLOW_HAVE_ZLIB
+
+TEST(TraceExport, SvgHasAxisTitlesAndNumbersInSmallMaps) {
+  Trace t = Toy();
+  const std::string dir = TempDir() + "/svgfig";
+  std::vector<std::string> files;
+  ASSERT_TRUE(trace::WriteTraceHeatmaps(dir, t, {0}, trace::ImageFormat::kSvg, &files).ok());
+  Result<std::string> s = ReadFileString(dir + "/weights_h0.svg");
+  ASSERT_TRUE(s.ok());
+  EXPECT_NE(s->find(">query</text>"), std::string::npos);
+  EXPECT_NE(s->find(">key</text>"), std::string::npos);
+  // Row 0 of a causal map attends only to key 0: weight exactly 1.
+  EXPECT_NE(s->find("pointer-events=\"none\">1.00</text>"), std::string::npos);
+  // A 40-token map shows no numbers in its cells.
+  trace::ToyOptions o;
+  o.num_tokens = 40;
+  Trace big = Toy(o);
+  ASSERT_TRUE(trace::WriteTraceHeatmaps(dir + "/big", big, {0}, trace::ImageFormat::kSvg, &files).ok());
+  Result<std::string> b = ReadFileString(dir + "/big/weights_h0.svg");
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->find("pointer-events=\"none\""), std::string::npos);
 }
 
 TEST(TraceExport, HeatmapsForEveryHeadAndDecode) {

@@ -1,13 +1,21 @@
 // cli_common.h — shared plumbing of the `attnflow` command.
 //
 // Every subcommand registers itself with ATTNFLOW_REGISTER_COMMAND from its
-// own cmd_*.cc file. Usage errors (unknown flag, missing argument) exit 2;
-// --help on any command prints help and exits 0.
+// own cmd_*.cc file. Usage errors (unknown flag, missing argument, a bad
+// value) exit 2; --help on any command prints help and exits 0.
+//
+// One error style for parse and run-time errors alike:
+//   attnflow <command>: error: <message>
+// (PrintError). Messages are escaped: invalid UTF-8 and control bytes print as
+// \xNN (docs/errors.md). Every option's default is shown in its help
+// (always_capture_default) and every command's help ends with an example
+// (kExamples in cli_common.cc, or RegisterCommand's `example`).
 #pragma once
 
 #include <CLI/CLI.hpp>
 #include <functional>
 #include <string>
+#include <string_view>
 
 namespace attnflow::cli {
 
@@ -23,8 +31,31 @@ bool RegisterCommand(const char* name, const char* description,
                      CommandSetup setup);
 int Main(int argc, char** argv);
 
-// "attnflow <cmd>: error: <msg>" on stderr.
+// "attnflow <cmd>: error: <msg>" on stderr (msg escaped, see EscapeText).
 void PrintError(const std::string& cmd, const std::string& msg);
+// "attnflow <cmd>: warning: <msg>" on stderr.
+void PrintWarning(const std::string& cmd, const std::string& msg);
+
+// Valid UTF-8 is kept; invalid bytes and control bytes other than \n and \t
+// become \xNN.
+std::string EscapeText(std::string_view s);
+
+// Validators with readable bounds (CLI::Range prints doubles with six
+// decimals and NonNegativeNumber prints DBL_MAX in full); NaN is rejected.
+CLI::Validator InRange(double lo, double hi);
+CLI::Validator NonNegative();
+CLI::Validator Finite();
+
+// The value of --model: "" -> the model `default_key`; a known name
+// ("minilm", "smollm2") -> its installed path (attnflow::LocateModel); else a
+// path, used as given. Sets *path and *display (the name to show). On error
+// prints it (every place looked + the install command) and returns false.
+bool ResolveModel(const std::string& cmd, const std::string& value,
+                  const std::string& default_key, std::string* path,
+                  std::string* display);
+
+// True when stderr is a terminal (progress lines are drawn only then).
+bool StderrIsTerminal();
 
 }  // namespace attnflow::cli
 

@@ -2,6 +2,8 @@
 // library's harness (BenchAttention, attnflow/bench.h: what is counted and
 // how it is timed) per configuration, and prints the results as GFLOP/s, GB/s
 // and % of this machine's peaks measured in the same run.
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -55,6 +57,38 @@ int RunBench(const BenchArgs& a) {
     return kExitUsage;
   }
   const bool decode = a.mode == "decode";
+  // Every configuration is checked before any work (no peak loops, no
+  // allocation): positive sizes, and Q, K, V and the output must fit in
+  // this machine's memory.
+  const double phys = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) *
+                      static_cast<double>(::sysconf(_SC_PAGE_SIZE));
+  const double kv_elem = kv_dtype == DType::kF32 ? 4.0 : 2.0;
+  for (int64_t B : a.batch)
+    for (int64_t H : a.heads)
+      for (int64_t Hkv0 : a.kv_heads)
+        for (int64_t Lq0 : a.q_len)
+          for (int64_t Lk0 : a.kv_len)
+            for (int64_t D : a.head_dim) {
+              const int64_t Hkv = Hkv0 == 0 ? H : Hkv0;
+              const int64_t Lq = Lq0 != 0 ? Lq0 : (decode ? 1 : 1024);
+              const int64_t Lk = Lk0 != 0 ? Lk0 : (decode ? 4096 : Lq);
+              if (H % Hkv != 0) {
+                PrintError("bench", "--heads " + std::to_string(H) + " is not a multiple of --kv-heads " +
+                                        std::to_string(Hkv));
+                return kExitUsage;
+              }
+              const double bytes = 4.0 * B * H * Lq * D * 2 + kv_elem * B * Hkv * Lk * D * 2;
+              if (phys > 0 && bytes > 0.8 * phys) {
+                char msg[256];
+                std::snprintf(msg, sizeof msg,
+                              "B=%lld H=%lld Hkv=%lld Lq=%lld Lk=%lld D=%lld needs %.3g GiB for Q, K, "
+                              "V and the output; this machine has %.3g GiB of memory",
+                              (long long)B, (long long)H, (long long)Hkv, (long long)Lq,
+                              (long long)Lk, (long long)D, bytes / (1 << 30), phys / (1 << 30));
+                PrintError("bench", msg);
+                return kExitUsage;
+              }
+            }
   ThreadPool pool(a.threads);
   double peak_gflops = 0, peak_gbps = 0;
   if (!a.no_peak) {
@@ -167,20 +201,25 @@ ATTNFLOW_REGISTER_COMMAND(
       sub.add_option("mode", a->mode, "prefill or decode")
           ->required()
           ->check(CLI::IsMember({"prefill", "decode"}));
-      sub.add_option("--batch", a->batch, "B (comma list sweeps)")->delimiter(',');
-      sub.add_option("--heads", a->heads, "H")->delimiter(',');
-      sub.add_option("--kv-heads", a->kv_heads, "Hkv (default H)")->delimiter(',');
-      sub.add_option("--q-len", a->q_len, "Lq (default 1024 prefill, 1 decode)")->delimiter(',');
-      sub.add_option("--kv-len", a->kv_len, "Lk (default Lq prefill, 4096 decode)")->delimiter(',');
-      sub.add_option("--head-dim", a->head_dim, "D")->delimiter(',');
+      // Lengths have no fixed bound: they are checked against memory first.
+      sub.add_option("--batch", a->batch, "B (comma list sweeps)")->delimiter(',')
+          ->check(InRange(1, 1 << 20));
+      sub.add_option("--heads", a->heads, "H")->delimiter(',')->check(InRange(int64_t{1}, int64_t{1} << 16));
+      sub.add_option("--kv-heads", a->kv_heads, "Hkv (0 = H)")->delimiter(',')
+          ->check(InRange(int64_t{0}, int64_t{1} << 16));
+      sub.add_option("--q-len", a->q_len, "Lq (0 = 1024 prefill, 1 decode)")->delimiter(',')
+          ->check(NonNegative());
+      sub.add_option("--kv-len", a->kv_len, "Lk (0 = Lq prefill, 4096 decode)")->delimiter(',')
+          ->check(NonNegative());
+      sub.add_option("--head-dim", a->head_dim, "D")->delimiter(',')->check(InRange(int64_t{1}, int64_t{4096}));
       sub.add_option("--causal", a->causal, "none | top_left | bottom_right");
       sub.add_option("--kv-dtype", a->kv_dtype, "f32 | f16 | bf16");
       sub.add_option("--kernel", a->kernel, "auto | reference | tiled_prefill | split_kv_decode");
       sub.add_option("--window-left", a->window_left, "Sliding window left (-1 unbounded)");
       sub.add_option("--window-right", a->window_right, "Sliding window right (-1 unbounded)");
-      sub.add_option("--threads", a->threads, "Worker threads (default: all cores)");
-      sub.add_option("--repeat", a->repeat, "Timed repetitions")->check(CLI::Range(1, 100000));
-      sub.add_option("--warmup", a->warmup, "Untimed warm-up calls (and at least 0.25 s of them when > 0)")->check(CLI::Range(0, 1000));
+      sub.add_option("--threads", a->threads, "Worker threads (0 = all cores)")->check(InRange(0, 1024));
+      sub.add_option("--repeat", a->repeat, "Timed repetitions")->check(InRange(1, 100000));
+      sub.add_option("--warmup", a->warmup, "Untimed warm-up calls (and at least 0.25 s of them when > 0)")->check(InRange(0, 1000));
       sub.add_flag("--json", a->json, "One JSON object per line per configuration");
       sub.add_flag("--explain", a->explain, "Print the kernel choice and its reason");
       sub.add_flag("--no-peak", a->no_peak, "Skip the peak measurements");

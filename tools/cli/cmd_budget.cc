@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 
@@ -27,7 +28,13 @@ struct BudgetArgs {
   int64_t context = 0;
   int64_t kv_bytes = 0;
   bool list = false;
+  bool json = false;
 };
+
+nlohmann::json Parts(const nn::PartCounts& p) {
+  return {{"qkv", p.qkv}, {"scores", p.scores}, {"aggregate", p.aggregate}, {"out", p.out},
+          {"ffn", p.ffn}, {"norms", p.norms}, {"total", p.total()}};
+}
 
 int RunBudget(const BudgetArgs& a) {
   if (a.list) {
@@ -68,6 +75,32 @@ int RunBudget(const BudgetArgs& a) {
     PrintError("budget", b.status().message());
     return kExitUsage;
   }
+  if (a.json) {  // schema attnflow-budget/1 (docs/cli.md)
+    const nn::Budget& x = b.value();
+    nlohmann::json j = {
+        {"schema", "attnflow-budget/1"},
+        {"config", x.shape.name},
+        {"num_layers", x.shape.num_layers},
+        {"d_model", x.shape.d_model},
+        {"num_heads", x.shape.num_heads},
+        {"num_kv_heads", x.num_kv_heads},
+        {"head_dim", x.head_dim},
+        {"ffn_dim", x.shape.ffn_dim},
+        {"seq_len", x.seq_len},
+        {"context", x.context},
+        {"layer_params", Parts(x.layer_params)},
+        {"layer_flops", Parts(x.layer_flops)},
+        {"embedding_params", x.embedding_params},
+        {"head_params", x.head_params},
+        {"total_params", x.total_params},
+        {"lm_head_flops", x.lm_head_flops},
+        {"total_flops", x.total_flops},
+        {"kv_bytes_per_element", x.shape.kv_bytes_per_element},
+        {"kv_bytes_per_token", x.kv_bytes_per_token},
+    };
+    std::printf("%s\n", j.dump().c_str());
+    return kExitOk;
+  }
   std::fputs(nn::FormatBudget(b.value()).c_str(), stdout);
   return kExitOk;
 }
@@ -83,13 +116,14 @@ ATTNFLOW_REGISTER_COMMAND(
                      "Known config (bert-base, gpt2-small, llama-3-8b, transformer-base) or a "
                      "JSON file with ModelShape fields");
       sub.add_option("--seq-len", a->seq_len, "New tokens per forward pass (default 512)")
-          ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
+          ->check(InRange(int64_t{1}, int64_t{1} << 30));
       sub.add_option("--context", a->context,
                      "Keys each token attends to (default: seq-len; decode: cache length)")
-          ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
+          ->check(InRange(int64_t{0}, int64_t{1} << 30));
       sub.add_option("--kv-bytes", a->kv_bytes, "Bytes per cached K/V element (default 2)")
-          ->check(CLI::Range(int64_t{1}, int64_t{16}));
+          ->check(InRange(int64_t{1}, int64_t{16}));
       sub.add_flag("--list", a->list, "List the known configs");
+      sub.add_flag("--json", a->json, "One JSON object (schema attnflow-budget/1, docs/cli.md)");
       return [a] { return RunBudget(*a); };
     });
 

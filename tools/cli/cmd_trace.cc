@@ -123,8 +123,15 @@ void PrintKernel(const char* what, const trace::KernelCheck& k, bool brief) {
               what, name.c_str(), k.max_abs_out, k.max_abs_lse, k.max_abs_weights);
 }
 
-int RunTrace(const TraceArgs& a) {
+int RunTrace(TraceArgs a) {
   if (!a.from.empty()) return RunFrom(a);
+  if (a.json.empty() && a.html.empty() && a.safetensors.empty() && a.npy.empty() &&
+      a.csv.empty() && a.png.empty() && a.svg.empty()) {
+    PrintError("trace", "nothing to write: pass at least one of --html FILE, --json FILE, "
+                        "--safetensors FILE, --npy DIR, --csv DIR, --png DIR, --svg DIR");
+    return kExitUsage;
+  }
+  std::string display;
   Result<trace::Trace> tr = Status(StatusCode::kInternal, "unset");
   std::unique_ptr<Model> model;
   if (a.model.empty()) {
@@ -145,7 +152,9 @@ int RunTrace(const TraceArgs& a) {
     }
     tr = trace::TraceToy(o);
   } else {
-    Result<std::unique_ptr<Model>> m = LoadModel(a.model);
+    std::string path;
+    if (!ResolveModel("trace", a.model, "", &path, &display)) return kExitUsage;
+    Result<std::unique_ptr<Model>> m = LoadModel(path);
     if (!m.ok()) {
       PrintError("trace", m.status().ToString());
       return kExitUsage;
@@ -168,7 +177,8 @@ int RunTrace(const TraceArgs& a) {
     PrintError("trace", tr.status().ToString());
     return kExitUsage;
   }
-  const trace::Trace& t = tr.value();
+  trace::Trace& t = tr.value();
+  if (!display.empty()) t.info.name = display;
   trace::PageOptions po;
   po.max_tokens = a.max_page_tokens;
   po.heads = a.heads;
@@ -261,26 +271,26 @@ ATTNFLOW_REGISTER_COMMAND(
     [](CLI::App& sub) -> std::function<int()> {
       auto a = std::make_shared<TraceArgs>();
       sub.add_option("--model", a->model,
-                     "Model: a MiniLM/BERT directory (encoder) or a .gguf file (decoder); "
-                     "default: the four-token toy");
+                     "Model: minilm or smollm2 (see `attnflow models`), a BERT directory "
+                     "(encoder) or a .gguf file (decoder); empty: the four-token toy");
       sub.add_option("--text,--prompt", a->text,
                      "Sentence (encoder) or prompt (decoder); default \"The cat sat on the mat.\"");
       sub.add_option("--from", a->from,
                      "Re-check and re-render an existing trace JSON instead of running a model");
-      sub.add_option("--layer", a->layer, "Layer to capture (default 0)")->check(CLI::NonNegativeNumber);
+      sub.add_option("--layer", a->layer, "Layer to capture (default 0)")->check(NonNegative());
       sub.add_option("--heads", a->heads, "Query heads to show, e.g. 0,2 (default all)")
           ->delimiter(',')
-          ->check(CLI::NonNegativeNumber);
+          ->check(NonNegative());
       sub.add_option("--decode-steps", a->decode_steps,
                      "Decode steps after the prompt (toy: teacher-forced; decoder: greedy)")
-          ->check(CLI::Range(0, 1024));
+          ->check(InRange(0, 1024));
       sub.add_option("--tokens", a->tokens, "Toy length (default 4; more extends the sentence)")
-          ->check(CLI::Range(1, 8192));
+          ->check(InRange(1, 8192));
       sub.add_option("--causal", a->causal, "Toy mask: none, top_left (default), bottom_right")
           ->check(CLI::IsMember({"none", "top_left", "bottom_right"}));
       sub.add_option("--max-page-tokens", a->max_page_tokens,
                      "Above this length the page pools its views (default 256; exports stay full)")
-          ->check(CLI::Range(8, 4096));
+          ->check(InRange(8, 4096));
       sub.add_option("--json", a->json, "Write the page JSON (format attnflow-trace/1)");
       sub.add_option("--html", a->html, "Write the self-contained player page");
       sub.add_option("--safetensors", a->safetensors, "Write every stage, full precision");

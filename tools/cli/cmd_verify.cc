@@ -6,7 +6,9 @@
 //                                                  stages with expected ones
 // Exit: 0 all match, 1 any stage differs, 2 unreadable/invalid file or usage.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <memory>
 #include <string>
 #include <vector>
@@ -23,9 +25,45 @@ struct VerifyArgs {
   std::string impl = "reference";
   double atol = -1, rtol = -1;
   bool quiet = false;
+  bool json = false;
 };
 
-void PrintReport(const CaseReport& r, double atol, double rtol, bool quiet) {
+// --json (schema attnflow-verify/1, docs/cli.md): one document at the end.
+nlohmann::json g_json_cases = nlohmann::json::array();
+
+nlohmann::json Num(double v) {  // NaN / inf are not JSON numbers
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v < 0 ? "-inf" : "inf";
+  return v;
+}
+
+nlohmann::json ReportJson(const CaseReport& r, double atol, double rtol) {
+  nlohmann::json stages = nlohmann::json::array();
+  for (const auto& s : r.stages) {
+    nlohmann::json j = {{"stage", s.stage}, {"compared", s.compared}, {"match", s.match}};
+    const bool shape_mismatch = s.compared && !s.match && s.first_bad < 0;
+    if (s.compared && !shape_mismatch) {
+      j["max_abs"] = Num(s.max_abs);
+      j["max_rel"] = Num(s.max_rel);
+      j["bad"] = s.mismatches;
+      if (s.first_bad >= 0) {
+        j["first_bad_index"] = s.first_bad_index;
+        j["got_at_bad"] = Num(s.got_at_bad);
+        j["expected_at_bad"] = Num(s.expected_at_bad);
+      }
+    }
+    if (!s.note.empty()) j["note"] = s.note;
+    stages.push_back(j);
+  }
+  return {{"path", r.path}, {"kind", r.kind}, {"impl", r.implementation}, {"atol", atol},
+          {"rtol", rtol}, {"verdict", r.ok() ? "match" : "differ"}, {"stages", stages}};
+}
+
+void PrintReport(const CaseReport& r, double atol, double rtol, bool quiet, bool json) {
+  if (json) {
+    g_json_cases.push_back(ReportJson(r, atol, rtol));
+    return;
+  }
   std::printf("case %s  kind=%s  impl=%s  atol=%g rtol=%g\n", r.path.c_str(),
               r.kind.c_str(), r.implementation.c_str(), atol, rtol);
   if (!quiet) {
@@ -35,6 +73,11 @@ void PrintReport(const CaseReport& r, double atol, double rtol, bool quiet) {
       if (!s.compared) {
         std::printf("  %-10s %12s %12s %10s  %-18s skipped (%s)\n", s.stage.c_str(), "-",
                     "-", "-", "-", s.note.c_str());
+        continue;
+      }
+      if (!s.match && s.first_bad < 0) {  // shape mismatch: no numbers to show
+        std::printf("  %-10s %12s %12s %10s  %-18s MISMATCH  %s\n", s.stage.c_str(), "-", "-",
+                    "-", "-", s.note.c_str());
         continue;
       }
       std::printf("  %-10s %12.3e %12.3e %10lld  %-18s %s%s%s\n", s.stage.c_str(), s.max_abs,
@@ -82,9 +125,15 @@ int RunVerify(const VerifyArgs& a) {
     }
     const size_t compared = std::count_if(r->stages.begin(), r->stages.end(),
                                           [](const StageReport& s) { return s.compared; });
-    std::printf("compare %s against %s\n", a.files[0].c_str(), a.files[1].c_str());
+    if (!a.json) std::printf("compare %s against %s\n", a.files[0].c_str(), a.files[1].c_str());
     PrintReport(r.value(), a.atol >= 0 ? a.atol : kGoldenDefaultTol,
-                a.rtol >= 0 ? a.rtol : kGoldenDefaultTol, a.quiet);
+                a.rtol >= 0 ? a.rtol : kGoldenDefaultTol, a.quiet, a.json);
+    if (a.json)
+      std::printf("%s\n", nlohmann::json({{"schema", "attnflow-verify/1"},
+                                          {"cases", g_json_cases},
+                                          {"compared_stages", compared}})
+                              .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
+                              .c_str());
     if (compared == 0) {
       PrintError("verify", "no stage of " + a.files[0] + " has a same-named tensor in " +
                                a.files[1]);
@@ -103,12 +152,24 @@ int RunVerify(const VerifyArgs& a) {
     PrintError("verify", "--impl must be reference or kernels, got " + a.impl);
     return kExitUsage;
   }
-  int invalid = 0, differ = 0, match = 0;
+  int invalid = 0, differ = 0, match = 0, skipped = 0;
+  auto json_case = [&](const std::string& path, const std::string& verdict, const std::string& why) {
+    if (a.json) g_json_cases.push_back({{"path", path}, {"verdict", verdict}, {"error", why}});
+  };
   for (const auto& path : a.files) {
     Result<GoldenCase> c = LoadGoldenCase(path);
     if (!c.ok()) {
       PrintError("verify", c.status().message());
+      json_case(path, "invalid", c.status().message());
       ++invalid;
+      continue;
+    }
+    if (impl == VerifyImpl::kKernels && c->kind != "sdpa") {
+      const std::string why = "not a kernel case (kind " + c->kind +
+                              "; the fast kernels run sdpa cases, use --impl reference)";
+      if (a.json) g_json_cases.push_back({{"path", path}, {"kind", c->kind}, {"verdict", "skipped"}, {"reason", why}});
+      else std::printf("case %s  kind=%s  impl=kernels\n  => skipped: %s\n", path.c_str(), c->kind.c_str(), why.c_str());
+      ++skipped;
       continue;
     }
     if (a.atol >= 0) c->atol = a.atol;
@@ -116,14 +177,26 @@ int RunVerify(const VerifyArgs& a) {
     Result<CaseReport> r = VerifyGoldenCase(c.value(), impl);
     if (!r.ok()) {
       PrintError("verify", path + ": " + r.status().message());
+      json_case(path, "invalid", r.status().message());
       ++invalid;
       continue;
     }
-    PrintReport(r.value(), c->atol, c->rtol, a.quiet);
+    PrintReport(r.value(), c->atol, c->rtol, a.quiet, a.json);
     (r->ok() ? match : differ) += 1;
   }
-  std::printf("%d case(s): %d match, %d differ, %d invalid\n", match + differ + invalid, match,
-              differ, invalid);
+  if (a.json) {
+    std::printf("%s\n", nlohmann::json({{"schema", "attnflow-verify/1"},
+                                        {"cases", g_json_cases},
+                                        {"summary", {{"cases", match + differ + invalid + skipped},
+                                                     {"match", match}, {"differ", differ},
+                                                     {"invalid", invalid}, {"skipped", skipped}}}})
+                            .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
+                            .c_str());
+  } else {
+    std::printf("%d case(s): %d match, %d differ, %d invalid%s\n", match + differ + invalid + skipped,
+                match, differ, invalid,
+                skipped > 0 ? (", " + std::to_string(skipped) + " skipped").c_str() : "");
+  }
   if (invalid > 0) return kExitUsage;
   return differ > 0 ? kExitCheckFailed : kExitOk;
 }
@@ -141,10 +214,11 @@ ATTNFLOW_REGISTER_COMMAND(
       sub.add_option("--impl", a->impl, "reference (float64 oracle) or kernels (fast path)")
           ->check(CLI::IsMember({"reference", "kernels"}));
       sub.add_option("--atol", a->atol, "Absolute tolerance (default: the case's, else 1e-4)")
-          ->check(CLI::NonNegativeNumber);
+          ->check(NonNegative());
       sub.add_option("--rtol", a->rtol, "Relative tolerance (default: the case's, else 1e-4)")
-          ->check(CLI::NonNegativeNumber);
+          ->check(NonNegative());
       sub.add_flag("-q,--quiet", a->quiet, "Only the verdict line per case");
+      sub.add_flag("--json", a->json, "One JSON document (schema attnflow-verify/1, docs/cli.md) on stdout");
       return [a] { return RunVerify(*a); };
     });
 
