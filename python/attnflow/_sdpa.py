@@ -5,8 +5,9 @@
 #  * Same semantics as torch.nn.functional.scaled_dot_product_attention:
 #    inputs [..., H, L, E] (rank >= 2, the same batch dims for q/k/v), bool
 #    masks (True = attend) or float masks (added to the scaled scores),
-#    broadcast to [..., H, L, S]; is_causal is top-left (ANDed with an
-#    attn_mask, as torch 2.9 does on CPU); batch dims broadcast; enable_gqa groups query heads on kv heads like
+#    broadcast to [..., H, L, S]; is_causal is top-left and is a ValueError
+#    together with attn_mask (torch's documented rule; its float32 CPU flash
+#    path silently ANDs them instead); batch dims broadcast; enable_gqa groups query heads on kv heads like
 #    repeat_interleave; scale defaults to 1/sqrt(E). dropout_p != 0 is a
 #    ValueError (attnflow is exact inference attention). A fully masked row
 #    gives zeros (attnflow's rule, docs/semantics.md; torch 2.9 also gives
@@ -136,6 +137,9 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: f
     q4, k4, v4 = _to4(q, kind), _to4(k, kind), _to4(v, kind)
     m4 = None
     if attn_mask is not None:
+        if is_causal:
+            raise ValueError(f"{op}: an explicit attn_mask must not be set when is_causal=True "
+                             f"(as in torch); use causal='top_left' to combine both")
         m = as_array(attn_mask, op, "attn_mask", kind)
         md = dtype_name(m)
         if md != "bool" and md not in _FLOAT_DTYPES:

