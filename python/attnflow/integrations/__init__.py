@@ -1,0 +1,1 @@
+# attnflow.integrations — adapters to other libraries (transformers).

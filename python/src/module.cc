@@ -1,0 +1,535 @@
+// module.cc — the compiled core of the `attnflow` Python package (nanobind).
+//
+// A thin binding over the public C++ API (include/attnflow/*.h); the Python
+// layer (python/attnflow/*.py) does torch-compatible argument handling and
+// allocates outputs, this file only converts arrays to TensorViews, calls
+// the library and maps Status to Python exceptions.
+//
+// Invariants:
+//  * Zero-copy: every array argument (NumPy, torch, any CPU DLPack producer)
+//    becomes a TensorView over the caller's memory with the caller's strides
+//    (DLPack strides are in elements, as TensorView's). Nothing is copied;
+//    the Python layer makes the documented copies (negative strides, rank > 4).
+//  * The GIL is released around every computation (kernels, reference,
+//    golden, model forward passes); arrays are converted before releasing
+//    it and outputs are wrapped after reacquiring it.
+//  * Errors keep the library's message verbatim: kInvalidArgument,
+//    kOutOfRange, kCorrupt, kUnimplemented -> ValueError; kIoError ->
+//    OSError; kResourceExhausted -> MemoryError; kInternal -> RuntimeError.
+//    Unsupported dtypes / devices of an array -> TypeError naming the op.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "attnflow/attention.h"
+#include "attnflow/compare.h"
+#include "attnflow/golden.h"
+#include "attnflow/kernels.h"
+#include "attnflow/model.h"
+#include "attnflow/reference.h"
+#include "attnflow/sampling.h"
+#include "attnflow/stages.h"
+#include "attnflow/status.h"
+#include "attnflow/tensor.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace af = attnflow;
+
+namespace {
+
+using Array = nb::ndarray<nb::ro>;
+
+[[noreturn]] void RaiseStatus(const af::Status& s) {
+  PyObject* type = PyExc_RuntimeError;
+  switch (s.code()) {
+    case af::StatusCode::kInvalidArgument:
+    case af::StatusCode::kOutOfRange:
+    case af::StatusCode::kCorrupt:
+    case af::StatusCode::kUnimplemented:
+      type = PyExc_ValueError;
+      break;
+    case af::StatusCode::kIoError:
+      type = PyExc_OSError;
+      break;
+    case af::StatusCode::kResourceExhausted:
+      type = PyExc_MemoryError;
+      break;
+    default:
+      break;
+  }
+  PyErr_SetString(type, s.message().c_str());
+  throw nb::python_error();
+}
+
+void Check(const af::Status& s) {
+  if (!s.ok()) RaiseStatus(s);
+}
+
+[[noreturn]] void RaiseType(const std::string& msg) {
+  PyErr_SetString(PyExc_TypeError, msg.c_str());
+  throw nb::python_error();
+}
+
+bool ToDType(nb::dlpack::dtype t, af::DType* out) {
+  using C = nb::dlpack::dtype_code;
+  if (t.lanes != 1) return false;
+  const auto code = static_cast<C>(t.code);
+  if (code == C::Float && t.bits == 32) *out = af::DType::kF32;
+  else if (code == C::Float && t.bits == 16) *out = af::DType::kF16;
+  else if (code == C::Bfloat && t.bits == 16) *out = af::DType::kBF16;
+  else if (code == C::Float && t.bits == 64) *out = af::DType::kF64;
+  else if (code == C::Int && t.bits == 64) *out = af::DType::kI64;
+  else if (code == C::Int && t.bits == 32) *out = af::DType::kI32;
+  else if (code == C::Int && t.bits == 8) *out = af::DType::kI8;
+  else if (code == C::UInt && t.bits == 8) *out = af::DType::kU8;
+  else if (code == C::Bool && t.bits == 8) *out = af::DType::kBool;
+  else return false;
+  return true;
+}
+
+// An absent (None) array gives an absent view (rank -1).
+template <typename A>
+af::TensorView ViewOf(const A& a, const char* op, const char* name) {
+  af::TensorView v;
+  if (!a.is_valid()) return v;
+  if (a.device_type() != nb::device::cpu::value) {
+    RaiseType(std::string(op) + ": " + name + " is not in CPU memory (DLPack device type " +
+              std::to_string(a.device_type()) + "); attnflow runs on the CPU only");
+  }
+  if (!ToDType(a.dtype(), &v.dtype)) {
+    RaiseType(std::string(op) + ": " + name + " has an unsupported dtype (DLPack code " +
+              std::to_string(a.dtype().code) + ", " + std::to_string(a.dtype().bits) + " bits)");
+  }
+  if (a.ndim() > static_cast<size_t>(af::kMaxRank)) {
+    PyErr_SetString(PyExc_ValueError, (std::string(op) + ": " + name + " has rank " +
+                                       std::to_string(a.ndim()) + ", at most 4 is supported")
+                                          .c_str());
+    throw nb::python_error();
+  }
+  v.rank = static_cast<int>(a.ndim());
+  v.data = const_cast<void*>(static_cast<const void*>(a.data()));
+  for (int i = 0; i < v.rank; ++i) {
+    v.shape[i] = static_cast<int64_t>(a.shape(i));
+    v.strides[i] = a.shape(i) == 1 ? 0 : a.stride(i);
+  }
+  return v;
+}
+
+af::SdpaOptions MakeOptions(const Array& mask, const Array& kv_lens, const Array& alibi,
+                            int causal, double scale, int64_t window_left,
+                            int64_t window_right, const char* op) {
+  af::SdpaOptions o;
+  o.causal = static_cast<af::Causal>(causal);
+  o.scale = scale;
+  o.attn_mask = ViewOf(mask, op, "attn_mask");
+  o.kv_lens = ViewOf(kv_lens, op, "kv_lens");
+  o.alibi_slopes = ViewOf(alibi, op, "alibi_slopes");
+  o.window_left = window_left;
+  o.window_right = window_right;
+  return o;
+}
+
+// A NumPy array that owns `t` (moved to the heap).
+nb::object ToNumpy(af::Tensor&& t) {
+  auto* owned = new af::Tensor(std::move(t));
+  nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<af::Tensor*>(p); });
+  size_t shape[af::kMaxRank];
+  for (int i = 0; i < owned->rank(); ++i) shape[i] = static_cast<size_t>(owned->view().shape[i]);
+  nb::dlpack::dtype dt;
+  switch (owned->dtype()) {
+    case af::DType::kF64: dt = nb::dtype<double>(); break;
+    case af::DType::kF32: dt = nb::dtype<float>(); break;
+    case af::DType::kI64: dt = nb::dtype<int64_t>(); break;
+    case af::DType::kI32: dt = nb::dtype<int32_t>(); break;
+    default: dt = nb::dtype<float>(); break;
+  }
+  nb::ndarray<nb::numpy> arr(owned->view().data, static_cast<size_t>(owned->rank()), shape,
+                             owner, nullptr, dt);
+  return arr.cast();
+}
+
+nb::object CopyToNumpy(const af::TensorView& v) {
+  af::Result<af::Tensor> t = af::Tensor::FromView(v);
+  Check(t.status());
+  return ToNumpy(std::move(t).value());
+}
+
+// Collects stages with deep copies (the reference's views live only during Put).
+class DictSink : public af::StageSink {
+ public:
+  bool Wants(std::string_view) const override { return true; }
+  void Put(std::string_view stage, const af::TensorView& value) override {
+    af::Result<af::Tensor> t = af::Tensor::FromView(value);
+    if (!t.ok()) {
+      if (status.ok()) status = t.status();
+      return;
+    }
+    stages.emplace_back(std::string(stage), std::move(t).value());
+  }
+  std::vector<std::pair<std::string, af::Tensor>> stages;
+  af::Status status;
+};
+
+// ---- attention ---------------------------------------------------------------
+
+// out/lse are caller-allocated; kernel 0 auto, 1 reference.
+void Sdpa(nb::ndarray<> out, nb::ndarray<> lse, Array q, Array k, Array v, Array mask,
+          Array kv_lens, Array alibi, int causal, double scale, int64_t window_left,
+          int64_t window_right, int kernel) {
+  const char* op = "attnflow.scaled_dot_product_attention";
+  af::TensorView o = ViewOf(out, op, "out");
+  af::TensorView l = ViewOf(lse, op, "lse");
+  af::TensorView qv = ViewOf(q, op, "query"), kv = ViewOf(k, op, "key"),
+                 vv = ViewOf(v, op, "value");
+  af::SdpaOptions opt =
+      MakeOptions(mask, kv_lens, alibi, causal, scale, window_left, window_right, op);
+  af::Status st;
+  {
+    nb::gil_scoped_release release;
+    if (kernel == 1 || qv.dtype == af::DType::kF64) {
+      st = af::reference::Sdpa(o, l, qv, kv, vv, opt);
+    } else {
+      af::KernelOptions ko;
+      if (kernel == 2) ko.force = af::KernelKind::kTiledPrefill;
+      if (kernel == 3) ko.force = af::KernelKind::kSplitKvDecode;
+      st = af::Attention(o, l, qv, kv, vv, opt, ko);
+    }
+  }
+  Check(st);
+}
+
+std::string Explain(nb::ndarray<> out, nb::ndarray<> lse, Array q, Array k, Array v,
+                    Array mask, Array kv_lens, Array alibi, int causal, double scale,
+                    int64_t window_left, int64_t window_right) {
+  const char* op = "attnflow.explain";
+  af::SdpaOptions opt =
+      MakeOptions(mask, kv_lens, alibi, causal, scale, window_left, window_right, op);
+  af::KernelChoice choice;
+  Check(af::ExplainAttention(ViewOf(out, op, "out"), ViewOf(lse, op, "lse"),
+                             ViewOf(q, op, "query"), ViewOf(k, op, "key"),
+                             ViewOf(v, op, "value"), opt, {}, &choice));
+  return std::string(af::KernelKindName(choice.kernel)) + " " + choice.ToString();
+}
+
+// Float64 oracle: returns (out, lse) or, with stages, a dict of every stage.
+nb::object ReferenceSdpa(Array q, Array k, Array v, Array mask, Array kv_lens, Array alibi,
+                         int causal, double scale, int64_t window_left, int64_t window_right,
+                         bool stages) {
+  const char* op = "attnflow.reference.sdpa";
+  af::TensorView qv = ViewOf(q, op, "query"), kv = ViewOf(k, op, "key"),
+                 vv = ViewOf(v, op, "value");
+  af::SdpaOptions opt =
+      MakeOptions(mask, kv_lens, alibi, causal, scale, window_left, window_right, op);
+  af::SdpaDims d{};
+  Check(af::ValidateSdpa("reference::sdpa", {}, {}, qv, kv, vv, opt, &d));
+  af::Result<af::Tensor> out = af::Tensor::Zeros(af::DType::kF64, {d.batch, d.num_heads, d.q_len, d.v_dim});
+  Check(out.status());
+  af::Result<af::Tensor> lse = af::Tensor::Zeros(af::DType::kF64, {d.batch, d.num_heads, d.q_len});
+  Check(lse.status());
+  DictSink sink;
+  af::Status st;
+  {
+    nb::gil_scoped_release release;
+    st = af::reference::Sdpa(out->view(), lse->view(), qv, kv, vv, opt,
+                             stages ? &sink : nullptr);
+  }
+  Check(st);
+  Check(sink.status);
+  if (!stages) {
+    return nb::make_tuple(ToNumpy(std::move(out).value()), ToNumpy(std::move(lse).value()));
+  }
+  nb::dict dict;
+  for (auto& [name, t] : sink.stages) dict[name.c_str()] = ToNumpy(std::move(t));
+  return dict;
+}
+
+void Merge(nb::ndarray<> out, nb::ndarray<> lse, Array out_a, Array lse_a, Array out_b,
+           Array lse_b) {
+  const char* op = "attnflow.merge_attention_states";
+  af::TensorView o = ViewOf(out, op, "out"), l = ViewOf(lse, op, "lse"),
+                 oa = ViewOf(out_a, op, "out_a"), la = ViewOf(lse_a, op, "lse_a"),
+                 ob = ViewOf(out_b, op, "out_b"), lb = ViewOf(lse_b, op, "lse_b");
+  af::Status st;
+  {
+    nb::gil_scoped_release release;
+    st = af::MergeAttentionStates(o, l, oa, la, ob, lb);
+  }
+  Check(st);
+}
+
+// ---- golden ------------------------------------------------------------------
+
+nb::dict StageDict(const af::StageReport& r) {
+  nb::dict d;
+  d["stage"] = r.stage;
+  d["compared"] = r.compared;
+  d["match"] = r.match;
+  d["max_abs"] = r.max_abs;
+  d["max_rel"] = r.max_rel;
+  d["mismatches"] = r.mismatches;
+  d["first_bad"] = r.first_bad;
+  d["first_bad_index"] = r.first_bad_index;
+  d["got_at_bad"] = r.got_at_bad;
+  d["expected_at_bad"] = r.expected_at_bad;
+  d["note"] = r.note;
+  return d;
+}
+
+nb::dict GoldenVerify(const std::string& path, const std::string& impl) {
+  af::VerifyImpl vi;
+  if (impl == "reference") vi = af::VerifyImpl::kReference;
+  else if (impl == "kernels") vi = af::VerifyImpl::kKernels;
+  else {
+    PyErr_SetString(PyExc_ValueError, ("attnflow.golden.verify: impl must be 'reference' or "
+                                       "'kernels', got '" + impl + "'").c_str());
+    throw nb::python_error();
+  }
+  af::Result<af::CaseReport> rep = af::Status();
+  {
+    nb::gil_scoped_release release;
+    af::Result<af::GoldenCase> c = af::LoadGoldenCase(path);
+    if (!c.ok()) {
+      rep = c.status();
+    } else if (c->kind != "sdpa" && c->kind != "mha") {
+      // nn kinds: verified by their own float64 module (always the reference).
+      const af::GoldenKind* k = af::FindGoldenKind(c->kind);
+      if (k == nullptr || k->verify == nullptr) {
+        rep = af::InvalidArgument("attnflow.golden.verify: " + path + ": unknown kind " + c->kind);
+      } else {
+        rep = k->verify(*c->file, -1, -1);
+      }
+    } else {
+      rep = af::VerifyGoldenCase(*c, vi);
+    }
+  }
+  Check(rep.status());
+  nb::dict d;
+  d["path"] = rep->path;
+  d["kind"] = rep->kind;
+  d["implementation"] = rep->implementation;
+  nb::list rows;
+  for (const af::StageReport& s : rep->stages) rows.append(StageDict(s));
+  d["stages"] = rows;
+  d["ok"] = rep->ok();
+  const af::StageReport* bad = rep->FirstMismatch();
+  d["first_bad_stage"] = bad != nullptr ? nb::cast(bad->stage) : nb::none();
+  return d;
+}
+
+void GoldenWrite(const std::string& path, const std::string& kind, int64_t batch,
+                 int64_t num_heads, int64_t num_kv_heads, int64_t q_len, int64_t kv_len,
+                 int64_t head_dim, int64_t v_dim, int causal, double scale,
+                 const std::string& mask, const std::vector<int64_t>& mask_shape,
+                 const std::vector<int64_t>& kv_lens, int64_t window_left,
+                 int64_t window_right, bool alibi, uint64_t seed,
+                 const std::string& description) {
+  af::GoldenSpec s;
+  s.kind = kind;
+  s.batch = batch;
+  s.num_heads = num_heads;
+  s.num_kv_heads = num_kv_heads;
+  s.q_len = q_len;
+  s.kv_len = kv_len;
+  s.head_dim = head_dim;
+  s.v_dim = v_dim;
+  s.causal = static_cast<af::Causal>(causal);
+  s.scale = scale;
+  s.mask = mask;
+  s.mask_shape = mask_shape;
+  s.kv_lens = kv_lens;
+  s.window_left = window_left;
+  s.window_right = window_right;
+  s.alibi = alibi;
+  s.seed = seed;
+  s.description = description;
+  af::Status st;
+  {
+    nb::gil_scoped_release release;
+    st = af::WriteGoldenCase(s, path);
+  }
+  Check(st);
+}
+
+// ---- models ------------------------------------------------------------------
+
+nb::dict InfoDict(const af::ModelInfo& i) {
+  nb::dict d;
+  d["name"] = i.name;
+  d["architecture"] = i.architecture;
+  d["num_layers"] = i.num_layers;
+  d["hidden"] = i.hidden;
+  d["num_heads"] = i.num_heads;
+  d["num_kv_heads"] = i.num_kv_heads;
+  d["head_dim"] = i.head_dim;
+  d["ffn_hidden"] = i.ffn_hidden;
+  d["vocab_size"] = i.vocab_size;
+  d["max_positions"] = i.max_positions;
+  d["num_params"] = i.num_params;
+  d["weight_dtype"] = i.weight_dtype;
+  return d;
+}
+
+struct Encoder {
+  std::unique_ptr<af::EncoderModel> m;
+};
+
+struct Decoder {
+  std::unique_ptr<af::DecoderModel> m;
+};
+
+Encoder* LoadEncoder(const std::string& dir) {
+  af::Result<std::unique_ptr<af::EncoderModel>> r = af::Status();
+  {
+    nb::gil_scoped_release release;
+    r = af::LoadEncoderModel(dir);
+  }
+  Check(r.status());
+  return new Encoder{std::move(r).value()};
+}
+
+Decoder* LoadDecoder(const std::string& path, const std::string& kv_dtype, int threads,
+                     int64_t max_context) {
+  af::DecoderOptions o;
+  if (kv_dtype == "f16") o.kv_dtype = af::DType::kF16;
+  else if (kv_dtype != "f32") {
+    PyErr_SetString(PyExc_ValueError,
+                    ("attnflow.SmolLM2: kv_dtype must be 'f32' or 'f16', got '" + kv_dtype + "'").c_str());
+    throw nb::python_error();
+  }
+  o.num_threads = threads;
+  o.max_context = max_context;
+  af::Result<std::unique_ptr<af::DecoderModel>> r = af::Status();
+  {
+    nb::gil_scoped_release release;
+    r = af::LoadDecoderModel(path, o);
+  }
+  Check(r.status());
+  return new Decoder{std::move(r).value()};
+}
+
+}  // namespace
+
+NB_MODULE(_attnflow, m) {
+  m.doc() = "attnflow compiled core (see the attnflow package for the public API)";
+
+  m.def("sdpa", &Sdpa, "out"_a, "lse"_a.none(), "query"_a, "key"_a, "value"_a,
+        "attn_mask"_a.none(), "kv_lens"_a.none(), "alibi_slopes"_a.none(), "causal"_a,
+        "scale"_a, "window_left"_a, "window_right"_a, "kernel"_a);
+  m.def("explain", &Explain, "out"_a, "lse"_a.none(), "query"_a, "key"_a, "value"_a,
+        "attn_mask"_a.none(), "kv_lens"_a.none(), "alibi_slopes"_a.none(), "causal"_a,
+        "scale"_a, "window_left"_a, "window_right"_a);
+  m.def("reference_sdpa", &ReferenceSdpa, "query"_a, "key"_a, "value"_a, "attn_mask"_a.none(),
+        "kv_lens"_a.none(), "alibi_slopes"_a.none(), "causal"_a, "scale"_a, "window_left"_a,
+        "window_right"_a, "stages"_a);
+  m.def("merge", &Merge, "out"_a, "lse"_a, "out_a"_a, "lse_a"_a, "out_b"_a, "lse_b"_a);
+  m.def("golden_verify", &GoldenVerify, "path"_a, "impl"_a);
+  m.def("golden_write", &GoldenWrite, "path"_a, "kind"_a, "batch"_a, "num_heads"_a,
+        "num_kv_heads"_a, "q_len"_a, "kv_len"_a, "head_dim"_a, "v_dim"_a, "causal"_a,
+        "scale"_a, "mask"_a, "mask_shape"_a, "kv_lens"_a, "window_left"_a, "window_right"_a,
+        "alibi"_a, "seed"_a, "description"_a);
+  m.def("find_minilm_dir", [](const std::string& fallback_venv) {
+    af::Result<std::string> r = af::FindMiniLmPackageDir(fallback_venv);
+    Check(r.status());
+    return *r;
+  });
+
+  nb::class_<Encoder>(m, "Encoder")
+      .def_static("load", &LoadEncoder, "dir"_a, nb::rv_policy::take_ownership)
+      .def_prop_ro("info", [](const Encoder& e) { return InfoDict(e.m->info()); })
+      .def_prop_ro("max_seq_length", [](const Encoder& e) { return e.m->MaxSequenceLength(); })
+      .def("encode_text", [](const Encoder& e, const std::string& text) {
+        af::Result<std::vector<int32_t>> r = e.m->EncodeText(text);
+        Check(r.status());
+        return *r;
+      })
+      .def("embed_texts", [](Encoder& e, const std::vector<std::string>& texts,
+                             int64_t batch_size) {
+        af::Tensor emb;
+        af::Status st;
+        {
+          nb::gil_scoped_release release;
+          st = e.m->EmbedTexts(texts, batch_size, &emb);
+        }
+        Check(st);
+        return ToNumpy(std::move(emb));
+      })
+      .def("embed_ids", [](Encoder& e, const std::vector<std::vector<int32_t>>& ids) {
+        af::Tensor emb, hidden;
+        af::Status st;
+        {
+          nb::gil_scoped_release release;
+          st = e.m->Embed(ids, &emb, &hidden);
+        }
+        Check(st);
+        return nb::make_tuple(ToNumpy(std::move(emb)), ToNumpy(std::move(hidden)));
+      });
+
+  nb::class_<Decoder>(m, "Decoder")
+      .def_static("load", &LoadDecoder, "path"_a, "kv_dtype"_a, "threads"_a, "max_context"_a,
+                  nb::rv_policy::take_ownership)
+      .def_prop_ro("info", [](const Decoder& d) { return InfoDict(d.m->info()); })
+      .def_prop_ro("cache_length", [](const Decoder& d) { return d.m->CacheLength(); })
+      .def_prop_ro("eos_id", [](const Decoder& d) { return d.m->tokenizer().EosId(); })
+      .def("reset", [](Decoder& d) { d.m->Reset(); })
+      .def("encode", [](const Decoder& d, const std::string& text, bool add_special) {
+        af::Result<std::vector<int32_t>> r = d.m->tokenizer().Encode(text, add_special);
+        Check(r.status());
+        return *r;
+      })
+      .def("decode", [](const Decoder& d, const std::vector<int32_t>& ids, bool skip_special) {
+        af::Result<std::string> r = d.m->tokenizer().Decode(ids, skip_special);
+        Check(r.status());
+        return *r;
+      })
+      .def("token_bytes", [](const Decoder& d, int32_t id) {
+        std::string s = d.m->tokenizer().TokenBytes(id);
+        return nb::bytes(s.data(), s.size());
+      })
+      .def("apply_chat_template",
+           [](const Decoder& d, const std::vector<std::pair<std::string, std::string>>& msgs,
+              bool add_generation_prompt) {
+             af::Result<std::string> r = d.m->ApplyChatTemplate(msgs, add_generation_prompt);
+             Check(r.status());
+             return *r;
+           })
+      .def("forward", [](Decoder& d, const std::vector<int32_t>& ids, bool all_logits) {
+        af::Tensor logits;
+        af::Status st;
+        {
+          nb::gil_scoped_release release;
+          st = d.m->Forward(ids, all_logits, &logits);
+        }
+        Check(st);
+        return ToNumpy(std::move(logits));
+      });
+
+  nb::class_<af::Sampler>(m, "Sampler")
+      .def("__init__",
+           [](af::Sampler* self, double temperature, int64_t top_k, double top_p, uint64_t seed) {
+             af::SamplingOptions o{temperature, top_k, top_p, seed};
+             Check(af::Sampler::Validate(o));
+             new (self) af::Sampler(o);
+           },
+           "temperature"_a, "top_k"_a, "top_p"_a, "seed"_a)
+      .def("sample", [](af::Sampler& s, nb::ndarray<const float, nb::ndim<1>, nb::c_contig,
+                                                    nb::device::cpu> logits) {
+        af::Result<int32_t> r = s.Sample(logits.data(), static_cast<int64_t>(logits.shape(0)));
+        Check(r.status());
+        return *r;
+      });
+}

