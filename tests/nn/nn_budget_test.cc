@@ -10,6 +10,7 @@
 #include <string>
 
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "attnflow/nn_budget.h"
 #include "util/cli_util.h"
@@ -219,6 +220,47 @@ TEST(BudgetCli, KnownConfigs) {
   out = RunCli("budget --config no-such-model", &rc);
   EXPECT_EQ(rc, 2) << out;
   EXPECT_NE(out.find("unknown config"), std::string::npos) << out;
+}
+
+// The memory lines, --ram, --compare and a Hugging Face config.json through
+// the binary (numbers worked by hand in the library tests above).
+TEST(BudgetCli, MemoryRamCompareAndHfConfig) {
+  int rc = -1;
+  std::string out =
+      RunCli("budget --config llama-3-8b --seq-len 1 --context 4096 --ram 24GiB", &rc);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("536870912"), std::string::npos) << out;   // K/V bytes
+  EXPECT_NE(out.find("2147483648"), std::string::npos) << out;  // 32 x 4096^2 x 4
+  EXPECT_NE(out.find("74075"), std::string::npos) << out;       // F16 max context
+  EXPECT_NE(out.find("162145"), std::string::npos) << out;      // Q4_0 max context
+  out = RunCli("budget --config llama-3-8b --context 4096 --ram 512KiB --json", &rc);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("\"ram_bytes\":524288"), std::string::npos) << out;
+  EXPECT_NE(out.find("\"max_context\":0"), std::string::npos) << out;
+  out = RunCli("budget --config llama-3-8b --ram lots", &rc);
+  EXPECT_EQ(rc, 2) << out;
+  EXPECT_NE(out.find("--ram 'lots'"), std::string::npos) << out;
+  out = RunCli("budget --compare --n 512 --d 512 --k 3 --r 64", &rc);
+  EXPECT_EQ(rc, 0) << out;
+  for (const char* want : {"1.342e+08", "4.027e+08", "1.678e+07", "recurrent", "restricted"})
+    EXPECT_NE(out.find(want), std::string::npos) << want << "\n" << out;
+  out = RunCli("budget --compare --n 512 --d 512 --k 3 --r 64 --json", &rc);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("\"max_path\":6.0"), std::string::npos) << out;
+  char dir[] = "/tmp/attnflow_budget_XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  const std::string cfg = std::string(dir) + "/config.json";
+  FILE* f = std::fopen(cfg.c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  std::fputs(R"({"model_type": "llama", "hidden_size": 576, "intermediate_size": 1536,
+    "num_attention_heads": 9, "num_hidden_layers": 30, "num_key_value_heads": 3,
+    "vocab_size": 49152, "hidden_act": "silu", "tie_word_embeddings": true})", f);
+  std::fclose(f);
+  out = RunCli("budget --config " + cfg + " --seq-len 1", &rc);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("134515008"), std::string::npos) << out;
+  std::remove(cfg.c_str());
+  ::rmdir(dir);
 }
 
 }  // namespace

@@ -3,9 +3,13 @@
 // bytes per token of a Transformer configuration (attnflow/nn_budget.h).
 //
 //   attnflow budget --config llama-3-8b --seq-len 2048
-//   attnflow budget --config my_model.json
+//   attnflow budget --config my_model.json        (ModelShape fields or a HF config.json)
+//   attnflow budget --config llama-3-8b --context 8192 --ram 24GiB
+//   attnflow budget --compare --n 512 --d 512 --k 3 --r 64
 //   attnflow budget --list
 // Exit: 0 ok, 2 unknown config / invalid JSON / usage.
+#include <cctype>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -29,14 +33,73 @@ struct BudgetArgs {
   int64_t kv_bytes = 0;
   bool list = false;
   bool json = false;
+  std::string ram;  // "" = not asked
+  bool compare = false;
+  int64_t n = 512, d = 512, k = 3, r = 64;
 };
+
+// "24GiB", "512KiB", "1.5GB", "4096" (bytes); binary (KiB, MiB, GiB, TiB) and
+// decimal (KB, MB, GB, TB) units, case-insensitive, optional "B".
+Result<int64_t> ParseByteSize(const std::string& text) {
+  size_t pos = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &pos);
+  } catch (...) {
+    pos = 0;
+  }
+  std::string unit = text.substr(pos);
+  for (char& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  const std::pair<const char*, double> units[] = {
+      {"", 1},           {"b", 1},           {"k", 1024.0},     {"kib", 1024.0},
+      {"kb", 1e3},       {"m", 1048576.0},   {"mib", 1048576.0}, {"mb", 1e6},
+      {"g", 1073741824.0}, {"gib", 1073741824.0}, {"gb", 1e9},  {"t", 1099511627776.0},
+      {"tib", 1099511627776.0}, {"tb", 1e12}};
+  for (const auto& [u, mult] : units) {
+    if (pos > 0 && unit == u && std::isfinite(v) && v > 0 && v * mult < 9.2e18) {
+      return static_cast<int64_t>(v * mult);
+    }
+  }
+  return InvalidArgument("--ram '" + text +
+                         "' is not a positive size (e.g. 512KiB, 24GiB, 1.5GB or bytes)");
+}
 
 nlohmann::json Parts(const nn::PartCounts& p) {
   return {{"qkv", p.qkv}, {"scores", p.scores}, {"aggregate", p.aggregate}, {"out", p.out},
           {"ffn", p.ffn}, {"norms", p.norms}, {"total", p.total()}};
 }
 
+int RunCompare(const BudgetArgs& a) {
+  Result<std::vector<nn::LayerTypeRow>> rows = nn::CompareLayerTypes(a.n, a.d, a.k, a.r);
+  if (!rows.ok()) {
+    PrintError("budget", rows.status().message());
+    return kExitUsage;
+  }
+  if (a.json) {
+    nlohmann::json j = {{"schema", "attnflow-budget-compare/1"},
+                        {"n", a.n}, {"d", a.d}, {"k", a.k}, {"r", a.r}, {"layers", nlohmann::json::array()}};
+    for (const auto& x : rows.value()) {
+      j["layers"].push_back({{"layer", x.layer}, {"ops_formula", x.ops_formula}, {"ops", x.ops},
+                             {"sequential", x.sequential}, {"max_path", x.max_path}});
+    }
+    std::printf("%s\n", j.dump().c_str());
+    return kExitOk;
+  }
+  std::fputs(nn::FormatLayerComparison(rows.value(), a.n, a.d, a.k, a.r).c_str(), stdout);
+  return kExitOk;
+}
+
 int RunBudget(const BudgetArgs& a) {
+  if (a.compare) return RunCompare(a);
+  int64_t ram = 0;
+  if (!a.ram.empty()) {
+    Result<int64_t> r = ParseByteSize(a.ram);
+    if (!r.ok()) {
+      PrintError("budget", r.status().message());
+      return kExitUsage;
+    }
+    ram = r.value();
+  }
   if (a.list) {
     for (const auto& s : nn::KnownModelShapes()) {
       std::printf("%-18s layers=%lld d_model=%lld heads=%lld kv_heads=%lld ffn=%lld act=%s norm=%s\n",
@@ -75,6 +138,11 @@ int RunBudget(const BudgetArgs& a) {
     PrintError("budget", b.status().message());
     return kExitUsage;
   }
+  Result<nn::MemoryBudget> mem = nn::ComputeMemory(b.value(), ram);
+  if (!mem.ok()) {
+    PrintError("budget", mem.status().message());
+    return kExitUsage;
+  }
   if (a.json) {  // schema attnflow-budget/1 (docs/cli.md)
     const nn::Budget& x = b.value();
     nlohmann::json j = {
@@ -98,10 +166,20 @@ int RunBudget(const BudgetArgs& a) {
         {"kv_bytes_per_element", x.shape.kv_bytes_per_element},
         {"kv_bytes_per_token", x.kv_bytes_per_token},
     };
+    const nn::MemoryBudget& m = mem.value();
+    nlohmann::json rows = nlohmann::json::array();
+    for (const auto& r : m.rows) {
+      rows.push_back({{"dtype", r.dtype}, {"weight_bytes", r.weight_bytes},
+                      {"decode_read_bytes", r.decode_read_bytes}, {"max_context", r.max_context}});
+    }
+    j["memory"] = {{"context", m.context}, {"kv_bytes", m.kv_bytes},
+                   {"score_matrix_bytes", m.score_matrix_bytes}, {"ram_bytes", m.ram_bytes},
+                   {"weights", rows}};
     std::printf("%s\n", j.dump().c_str());
     return kExitOk;
   }
   std::fputs(nn::FormatBudget(b.value()).c_str(), stdout);
+  std::fputs(nn::FormatMemory(mem.value()).c_str(), stdout);
   return kExitOk;
 }
 
@@ -113,8 +191,9 @@ ATTNFLOW_REGISTER_COMMAND(
     [](CLI::App& sub) -> std::function<int()> {
       auto a = std::make_shared<BudgetArgs>();
       sub.add_option("--config", a->config,
-                     "Known config (bert-base, gpt2-small, llama-3-8b, transformer-base) or a "
-                     "JSON file with ModelShape fields");
+                     "Known config (bert-base, gpt2-small, llama-3-8b, transformer-base), a "
+                     "JSON file with ModelShape fields, or a Hugging Face config.json (model_type "
+                     "bert, gpt2, llama, mistral, qwen2)");
       sub.add_option("--seq-len", a->seq_len, "New tokens per forward pass (default 512)")
           ->check(InRange(int64_t{1}, int64_t{1} << 30));
       sub.add_option("--context", a->context,
@@ -123,6 +202,21 @@ ATTNFLOW_REGISTER_COMMAND(
       sub.add_option("--kv-bytes", a->kv_bytes, "Bytes per cached K/V element (default 2)")
           ->check(InRange(int64_t{1}, int64_t{16}));
       sub.add_flag("--list", a->list, "List the known configs");
+      sub.add_option("--ram", a->ram,
+                     "Also print the largest context whose K/V cache fits in this much memory "
+                     "after the weights (e.g. 512KiB, 24GiB; default: not asked)");
+      sub.add_flag("--compare", a->compare,
+                   "Print Vaswani et al. Table 1 (per-layer ops, sequential ops, max path) for "
+                   "self-attention, recurrent, convolutional and restricted attention at --n --d "
+                   "--k --r instead of a config (docs/complexity.md)");
+      sub.add_option("--n", a->n, "--compare: sequence length n (default 512)")
+          ->check(InRange(int64_t{1}, int64_t{1} << 40));
+      sub.add_option("--d", a->d, "--compare: width d (default 512)")
+          ->check(InRange(int64_t{1}, int64_t{1} << 30));
+      sub.add_option("--k", a->k, "--compare: convolution kernel k (default 3)")
+          ->check(InRange(int64_t{2}, int64_t{1} << 20));
+      sub.add_option("--r", a->r, "--compare: restricted-attention window r (default 64)")
+          ->check(InRange(int64_t{1}, int64_t{1} << 40));
       sub.add_flag("--json", a->json, "One JSON object (schema attnflow-budget/1, docs/cli.md)");
       return [a] { return RunBudget(*a); };
     });
