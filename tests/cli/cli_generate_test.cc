@@ -94,6 +94,9 @@ TEST(CliGenerate, PromptLongerThanTheContextFailsOrIsTruncated) {
   r = Gen("--prompt " + prompt + " --ctx-size 8 --max-tokens 2 --truncate");
   EXPECT_EQ(r.code, 0) << r.text;
   EXPECT_TRUE(Has(r.text, "attnflow generate: warning: --truncate: dropped the first")) << r.text;
+  r = Gen("--prompt " + prompt + " --ctx-size 1 --truncate");
+  EXPECT_EQ(r.code, 2) << r.text;
+  EXPECT_TRUE(Has(r.text, "attnflow generate: error: --ctx-size 1")) << r.text;
   nlohmann::json j = GenJson("--prompt " + prompt + " --ctx-size 8 --max-tokens 2 --truncate");
   EXPECT_GT(j["truncated_prompt_tokens"].get<int64_t>(), 0);
   EXPECT_EQ(j["prompt_tokens"].get<int64_t>() + 2, 8);  // kept ctx - reserve(2)
