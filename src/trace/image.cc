@@ -285,7 +285,7 @@ class Canvas {
     }
   }
   // An ASCII stand-in for the non-ASCII characters of titles and labels
-  // (· × – — −), '?' for the rest.
+  // (· × – — − and BPE's Ġ Ċ), '?' for the rest.
   static unsigned char AsciiFor(const std::string& s, size_t i) {
     uint32_t cp = 0;
     const unsigned char c = static_cast<unsigned char>(s[i]);
@@ -295,6 +295,8 @@ class Canvas {
     switch (cp) {
       case 0xB7: case 0x2013: case 0x2014: case 0x2212: return '-';
       case 0xD7: return 'x';
+      case 0x120: return '_';  // byte-level BPE's leading space (Ġ)
+      case 0x10A: return '|';  // and newline (Ċ)
       default: return '?';
     }
   }

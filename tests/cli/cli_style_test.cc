@@ -232,6 +232,12 @@ TEST(CliModels, TraceByNameFromAnyDirectoryWithoutTheVenvVariable) {
   EXPECT_TRUE(fs::exists(d + "/t.json"));
 }
 
+TEST(CliModels, AnUnknownNameListsTheKnownOnes) {
+  CliResult o = RunCli("trace --model smollm3 --json /tmp/never_written.json");
+  EXPECT_EQ(o.code, 2) << o.text;
+  EXPECT_TRUE(Has(o, "attnflow trace: error: unknown model name 'smollm3' (known: minilm, smollm2")) << o.text;
+}
+
 TEST(CliModels, ListsInstalledModelsWithPathArchitectureSizeAndDtype) {
   if (!Installed("minilm") || !Installed("smollm2")) GTEST_SKIP() << "model packages not installed";
   CliOptions opt;

@@ -58,10 +58,11 @@ def weights_at(trace, name, h, i, j):
 
 
 def read_png(path):
-    """Independent PNG reader (zlib): returns width, height, rows of RGB tuples."""
+    """Independent PNG reader (zlib): returns width, height, rows of RGB tuples.
+    8-bit RGB or 8-bit palette (the heatmaps are palette images)."""
     data = pathlib.Path(path).read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n", "bad PNG signature"
-    at, idat, w, h = 8, b"", 0, 0
+    at, idat, w, h, ctype, plte = 8, b"", 0, 0, 0, []
     while at < len(data):
         n = struct.unpack(">I", data[at:at + 4])[0]
         kind, body = data[at + 4:at + 8], data[at + 8:at + 8 + n]
@@ -69,18 +70,21 @@ def read_png(path):
         assert zlib.crc32(kind + body) & 0xFFFFFFFF == crc, f"bad CRC in {kind}"
         if kind == b"IHDR":
             w, h, depth, ctype = struct.unpack(">IIBB", body[:10])
-            assert (depth, ctype) == (8, 2)
+            assert (depth, ctype) in ((8, 2), (8, 3))
+        elif kind == b"PLTE":
+            plte = [tuple(body[i:i + 3]) for i in range(0, len(body), 3)]
         elif kind == b"IDAT":
             idat += body
         at += 12 + n
     raw = zlib.decompress(idat)
-    stride = 3 * w + 1
+    bpp = 3 if ctype == 2 else 1
+    stride = bpp * w + 1
     assert len(raw) == h * stride
     rows = []
     for y in range(h):
         assert raw[y * stride] == 0
         line = raw[y * stride + 1:(y + 1) * stride]
-        rows.append([tuple(line[3 * x:3 * x + 3]) for x in range(w)])
+        rows.append([tuple(line[3 * x:3 * x + 3]) for x in range(w)] if bpp == 3 else [plte[v] for v in line])
     return w, h, rows
 
 
@@ -352,10 +356,17 @@ class PlayerTest(unittest.TestCase):
 
     def test_exports_read_back_with_independent_readers(self):
         w, h, rows = read_png(OUT / "png" / "weights_h0.png")
-        self.assertEqual((w, h), (128, 128))  # 4 × 4 cells of 32 px
-        self.assertEqual(rows[16][16], (0xFD, 0xE7, 0x25))  # weight 1.0 = top of the scale
-        masked = {rows[y][x] for y in range(32) for x in range(96, 128)}  # cell (0, 3)
-        self.assertEqual(masked, {(0xE4, 0xE4, 0xE4), (0x9A, 0x9A, 0x9A)})
+        # A labelled figure (issue 13): 4 × 4 cells of 32 px plus labels, axis
+        # titles and a colour bar, so larger than the 128 × 128 grid.
+        self.assertGreater(w, 128)
+        self.assertGreater(h, 128)
+        colours = {c for row in rows for c in row}
+        self.assertIn((0xFD, 0xE7, 0x25), colours)  # weight 1.0 = top of the scale
+        self.assertIn((0xE4, 0xE4, 0xE4), colours)  # masked cells: hatch background
+        self.assertIn((0x9A, 0x9A, 0x9A), colours)  # and hatch lines
+        # The cell of weight 1.0 (query 0, key 0) is a 32 × 32 block of it.
+        ys, xs = zip(*[(y, x) for y in range(h) for x in range(w) if rows[y][x] == (0xFD, 0xE7, 0x25)])
+        self.assertGreaterEqual(len(ys), 32 * 32)
         header, vals = read_npy(OUT / "npy" / "weights.npy")
         self.assertEqual(header["descr"], "<f8")
         self.assertEqual(tuple(header["shape"]), (1, 2, 4, 4))

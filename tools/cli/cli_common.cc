@@ -185,6 +185,12 @@ bool ResolveModel(const std::string& cmd, const std::string& value,
     PrintError(cmd, "no --model given");
     return false;
   } else {
+    // A bare word that is neither a known name nor an existing path: say which
+    // names exist.
+    if (value.find('/') == std::string::npos && ::access(value.c_str(), F_OK) != 0) {
+      PrintError(cmd, LocateModel(value).status().message());
+      return false;
+    }
     *path = value;
   }
   *display = ModelDisplayName(*path);

@@ -128,6 +128,10 @@ int LoadFor(const char* cmd, const GenArgs& a, Loaded* out) {
     PrintError(cmd, "--kv-dtype must be f32 or f16, got " + a.kv_dtype);
     return kExitUsage;
   }
+  if (a.ctx_size == 1) {
+    PrintError(cmd, "--ctx-size 1 leaves no room for a prompt and a reply: use 0 (the model's) or >= 2");
+    return kExitUsage;
+  }
   lo.num_threads = a.threads;
   lo.max_context = a.ctx_size;
   Status st = Sampler::Validate(a.sampling);
@@ -297,7 +301,7 @@ int RunGenerate(const GenArgs& a) {
     PrintWarning("generate", "--truncate: dropped the first " + std::to_string(truncated) + " of " +
                                  std::to_string(n) + " prompt tokens (kept the last " +
                                  std::to_string(keep) + " so that " + std::to_string(reserve) +
-                                 " new tokens fit in the context of " + std::to_string(L.ctx) + ")");
+                                 " new token(s) fit in the context of " + std::to_string(L.ctx) + ")");
   }
   InstallSigint();
   Sampler sampler(a.sampling);
