@@ -209,6 +209,19 @@ HWY_INLINE void SubBlockWeights(DF df, const uint8_t* blk, int sub, VF* w) {
     std::memcpy(&qh, blk + (kAffine ? 4 : 2), 4);
     const uint8_t* qs = blk + (kAffine ? 8 : 6);
     const auto vqh = hn::Set(du32, qh);
+    if constexpr (hn::MaxLanes(DF()) == 16) {
+      // One 16-byte load for both halves (as BlockWeights does for Q4).
+      const auto q = BytesI32(qs);
+      const auto iota = hn::Iota(du32, 0u);
+      const auto one = hn::Set(du32, 1u);
+      const auto hb0 = hn::BitCast(di32, hn::And(hn::Shr(vqh, iota), one));
+      const auto hb1 = hn::BitCast(di32, hn::And(hn::Shr(hn::Set(du32, qh >> 16), iota), one));
+      const VF q0 = hn::ConvertTo(df, hn::Or(hn::And(q, hn::Set(di32, 15)), hn::ShiftLeft<4>(hb0)));
+      const VF q1 = hn::ConvertTo(df, hn::Or(hn::ShiftRight<4>(q), hn::ShiftLeft<4>(hb1)));
+      w[0] = kAffine ? hn::MulAdd(vd, q0, vm) : hn::Mul(vd, hn::Add(q0, vm));
+      w[1] = kAffine ? hn::MulAdd(vd, q1, vm) : hn::Mul(vd, hn::Add(q1, vm));
+      return;
+    }
     for (size_t g = 0; g < G; ++g) {
       const size_t e0 = g * L;
       auto q = BytesI32(qs + (e0 & 15));
@@ -274,10 +287,12 @@ HWY_INLINE float DotRowK(const uint8_t* HWY_RESTRICT row, int64_t cols, const fl
   for (size_t g = 0; g < G; ++g) acc[g] = hn::Zero(df);
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = row + b * KBlockBytes<kType>();
+    HWY_UNROLL(8)
     for (int s = 0; s < kSubs; ++s) {
       VF wv[kMaxG];
       SubBlockWeights<kType>(df, blk, s, wv);
       const float* xb = x + b * kBE + s * 32;
+      HWY_UNROLL(8)
       for (size_t g = 0; g < G; ++g) acc[g] = hn::MulAdd(wv[g], hn::LoadU(df, xb + g * L), acc[g]);
     }
   }
