@@ -209,6 +209,25 @@ HWY_INLINE void SubBlockWeights(DF df, const uint8_t* blk, int sub, VF* w) {
     std::memcpy(&qh, blk + (kAffine ? 4 : 2), 4);
     const uint8_t* qs = blk + (kAffine ? 8 : 6);
     const auto vqh = hn::Set(du32, qh);
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+    {
+      // 32-entry table t[q] = d*(q-16) (Q5_0) or fma(d, q, m) (Q5_1) -- the
+      // same values as below -- in two registers; the 5th bits come straight
+      // from qh as lane masks (set bit 4 of the index), vpermt2ps looks up.
+      const auto q = BytesI32(qs);
+      const __m512i sixteen = _mm512_set1_epi32(16);
+      __m512i lo = _mm512_and_si512(q.raw, _mm512_set1_epi32(15));
+      __m512i hi = _mm512_srli_epi32(q.raw, 4);
+      lo = _mm512_mask_or_epi32(lo, static_cast<__mmask16>(qh & 0xFFFFu), lo, sixteen);
+      hi = _mm512_mask_or_epi32(hi, static_cast<__mmask16>(qh >> 16), hi, sixteen);
+      const VF iota = hn::Iota(df, 0.0f);
+      const VF t0 = kAffine ? hn::MulAdd(vd, iota, vm) : hn::Mul(vd, hn::Add(iota, vm));
+      const VF t1 = kAffine ? hn::MulAdd(vd, hn::Add(iota, hn::Set(df, 16.0f)), vm) : hn::Mul(vd, iota);
+      w[0] = VF{_mm512_permutex2var_ps(t0.raw, lo, t1.raw)};
+      w[1] = VF{_mm512_permutex2var_ps(t0.raw, hi, t1.raw)};
+      return;
+    }
+#endif
     if constexpr (hn::MaxLanes(DF()) == 16) {
       // One 16-byte load for both halves (as BlockWeights does for Q4).
       const auto q = BytesI32(qs);
