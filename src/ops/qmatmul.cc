@@ -264,6 +264,28 @@ HWY_INLINE void SubBlockWeights(DF df, const uint8_t* blk, int sub, VF* w) {
     const VF ds = hn::Set(df, HalfToF32(blk) * static_cast<float>(scv));
     const VF ms = hn::Set(df, HalfToF32(blk + 2) * static_cast<float>(mv));
     const uint8_t* qs = blk + (kFive ? 48 : 16) + 32 * (sub / 2);
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+    {
+      // Table t[q] = ds*q - ms (the values below: ds*q is exact) for the 16
+      // (Q4_K) or 32 (Q5_K) quant levels; vperm(t2)ps reads only the low 4
+      // (5) index bits, so the Q4_K low nibble needs no mask.
+      const VF iota = hn::Iota(df, 0.0f);
+      const VF t0 = hn::Sub(hn::Mul(ds, iota), ms);
+      for (size_t g = 0; g < G; ++g) {
+        auto q = BytesI32(qs + g * L);
+        if constexpr (kFive) {
+          const VF t1 = hn::Sub(hn::Mul(ds, hn::Add(iota, hn::Set(df, 16.0f))), ms);
+          q = (sub & 1) ? hn::ShiftRight<4>(q) : hn::And(q, hn::Set(di32, 15));
+          const auto h = hn::ShiftLeft<4>(hn::ShiftRightSame(BytesI32(blk + 16 + g * L), sub));
+          w[g] = VF{_mm512_permutex2var_ps(t0.raw, hn::Or(q, h).raw, t1.raw)};
+        } else {
+          if (sub & 1) q = hn::ShiftRight<4>(q);
+          w[g] = VF{_mm512_permutexvar_ps(q.raw, t0.raw)};
+        }
+      }
+      return;
+    }
+#endif
     for (size_t g = 0; g < G; ++g) {
       auto q = BytesI32(qs + g * L);
       q = (sub & 1) ? hn::ShiftRight<4>(q) : hn::And(q, hn::Set(di32, 15));
