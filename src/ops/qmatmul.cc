@@ -202,6 +202,38 @@ HWY_INLINE void SubBlockWeights(DF df, const uint8_t* blk, int sub, VF* w) {
     std::memcpy(&qh, blk + (kAffine ? 4 : 2), 4);
     const uint8_t* qs = blk + (kAffine ? 8 : 6);
     const auto vqh = hn::Set(du32, qh);
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+    {
+      // 32-entry table t[q] = d*(q-16) (Q5_0) or fma(d, q, m) (Q5_1) -- the
+      // same values as below -- in two registers; the 5th bits come straight
+      // from qh as lane masks (set bit 4 of the index), vpermt2ps looks up.
+      const auto q = BytesI32(qs);
+      const __m512i sixteen = _mm512_set1_epi32(16);
+      __m512i lo = _mm512_and_si512(q.raw, _mm512_set1_epi32(15));
+      __m512i hi = _mm512_srli_epi32(q.raw, 4);
+      lo = _mm512_mask_or_epi32(lo, static_cast<__mmask16>(qh & 0xFFFFu), lo, sixteen);
+      hi = _mm512_mask_or_epi32(hi, static_cast<__mmask16>(qh >> 16), hi, sixteen);
+      const VF iota = hn::Iota(df, 0.0f);
+      const VF t0 = kAffine ? hn::MulAdd(vd, iota, vm) : hn::Mul(vd, hn::Add(iota, vm));
+      const VF t1 = kAffine ? hn::MulAdd(vd, hn::Add(iota, hn::Set(df, 16.0f)), vm) : hn::Mul(vd, iota);
+      w[0] = VF{_mm512_permutex2var_ps(t0.raw, lo, t1.raw)};
+      w[1] = VF{_mm512_permutex2var_ps(t0.raw, hi, t1.raw)};
+      return;
+    }
+#endif
+    if constexpr (hn::MaxLanes(DF()) == 16) {
+      // One 16-byte load for both halves (as BlockWeights does for Q4).
+      const auto q = BytesI32(qs);
+      const auto iota = hn::Iota(du32, 0u);
+      const auto one = hn::Set(du32, 1u);
+      const auto hb0 = hn::BitCast(di32, hn::And(hn::Shr(vqh, iota), one));
+      const auto hb1 = hn::BitCast(di32, hn::And(hn::Shr(hn::Set(du32, qh >> 16), iota), one));
+      const VF q0 = hn::ConvertTo(df, hn::Or(hn::And(q, hn::Set(di32, 15)), hn::ShiftLeft<4>(hb0)));
+      const VF q1 = hn::ConvertTo(df, hn::Or(hn::ShiftRight<4>(q), hn::ShiftLeft<4>(hb1)));
+      w[0] = kAffine ? hn::MulAdd(vd, q0, vm) : hn::Mul(vd, hn::Add(q0, vm));
+      w[1] = kAffine ? hn::MulAdd(vd, q1, vm) : hn::Mul(vd, hn::Add(q1, vm));
+      return;
+    }
     for (size_t g = 0; g < G; ++g) {
       const size_t e0 = g * L;
       auto q = BytesI32(qs + (e0 & 15));
@@ -225,6 +257,28 @@ HWY_INLINE void SubBlockWeights(DF df, const uint8_t* blk, int sub, VF* w) {
     const VF ds = hn::Set(df, HalfToF32(blk) * static_cast<float>(scv));
     const VF ms = hn::Set(df, HalfToF32(blk + 2) * static_cast<float>(mv));
     const uint8_t* qs = blk + (kFive ? 48 : 16) + 32 * (sub / 2);
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+    {
+      // Table t[q] = ds*q - ms (the values below: ds*q is exact) for the 16
+      // (Q4_K) or 32 (Q5_K) quant levels; vperm(t2)ps reads only the low 4
+      // (5) index bits, so the Q4_K low nibble needs no mask.
+      const VF iota = hn::Iota(df, 0.0f);
+      const VF t0 = hn::Sub(hn::Mul(ds, iota), ms);
+      for (size_t g = 0; g < G; ++g) {
+        auto q = BytesI32(qs + g * L);
+        if constexpr (kFive) {
+          const VF t1 = hn::Sub(hn::Mul(ds, hn::Add(iota, hn::Set(df, 16.0f))), ms);
+          q = (sub & 1) ? hn::ShiftRight<4>(q) : hn::And(q, hn::Set(di32, 15));
+          const auto h = hn::ShiftLeft<4>(hn::ShiftRightSame(BytesI32(blk + 16 + g * L), sub));
+          w[g] = VF{_mm512_permutex2var_ps(t0.raw, hn::Or(q, h).raw, t1.raw)};
+        } else {
+          if (sub & 1) q = hn::ShiftRight<4>(q);
+          w[g] = VF{_mm512_permutexvar_ps(q.raw, t0.raw)};
+        }
+      }
+      return;
+    }
+#endif
     for (size_t g = 0; g < G; ++g) {
       auto q = BytesI32(qs + g * L);
       q = (sub & 1) ? hn::ShiftRight<4>(q) : hn::And(q, hn::Set(di32, 15));
@@ -267,10 +321,12 @@ HWY_INLINE float DotRowK(const uint8_t* HWY_RESTRICT row, int64_t cols, const fl
   for (size_t g = 0; g < G; ++g) acc[g] = hn::Zero(df);
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = row + b * KBlockBytes<kType>();
+    HWY_UNROLL(8)
     for (int s = 0; s < kSubs; ++s) {
       VF wv[kMaxG];
       SubBlockWeights<kType>(df, blk, s, wv);
       const float* xb = x + b * kBE + s * 32;
+      HWY_UNROLL(8)
       for (size_t g = 0; g < G; ++g) acc[g] = hn::MulAdd(wv[g], hn::LoadU(df, xb + g * L), acc[g]);
     }
   }
