@@ -25,6 +25,7 @@
 #include "../../fuzz/common/tiny_llama.h"
 #include "attnflow/file_util.h"
 #include "attnflow/model.h"
+#include "attnflow/npy.h"
 #include "attnflow/safetensors.h"
 #include "model/llama/chat_template.h"
 #include "model/llama/llama_model.h"
@@ -292,6 +293,36 @@ TEST(FaultHostile, InterruptedDirectoryExportLeavesTheOldOne) {
   const auto entries = std::distance(fs::directory_iterator(dir), fs::directory_iterator());
   EXPECT_EQ(entries, 1) << "temporary directory left behind";
   fs::remove_all(dir);
+}
+
+// H13 (minor leniencies made strict): a UTF-8 byte-order mark before a
+// safetensors header (nlohmann would skip it) and .npy bool bytes other
+// than 0/1 are corrupt.
+TEST(FaultHostile, SafetensorsBomAndNpyBoolBytesAreCorrupt) {
+  const std::string header = "\xEF\xBB\xBF{}";
+  std::vector<uint8_t> st(8, 0);
+  st[0] = static_cast<uint8_t>(header.size());
+  st.insert(st.end(), header.begin(), header.end());
+  auto f = SafetensorsFile::FromBuffer(st, "bom.safetensors");
+  ASSERT_FALSE(f.ok());
+  EXPECT_EQ(f.status().code(), StatusCode::kCorrupt);
+  EXPECT_NE(f.status().message().find("byte-order mark"), std::string::npos) << f.status().message();
+
+  uint8_t flags[3] = {1, 0, 1};
+  TensorView v;
+  v.data = flags;
+  v.dtype = DType::kBool;
+  v.rank = 1;
+  v.shape[0] = 3;
+  v.strides[0] = 1;
+  auto bytes = EncodeNpy(v);
+  ASSERT_TRUE(bytes.ok()) << bytes.status().ToString();
+  ASSERT_TRUE(DecodeNpy(*bytes, "ok.npy").ok());
+  bytes->back() = 2;
+  auto t = DecodeNpy(*bytes, "two.npy");
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), StatusCode::kCorrupt);
+  EXPECT_NE(t.status().message().find("must be 0 or 1"), std::string::npos) << t.status().message();
 }
 
 // F18: under a 150 MB address-space limit, --help and a small command end
