@@ -38,6 +38,20 @@ namespace attnflow {
 Status WriteFileAtomic(const std::string& path,
                        const std::function<Status(std::FILE*)>& writer);
 
+// Creates or replaces the export directory `dir` as a whole. `fill` writes
+// plain files into a fresh temporary directory next to it ("<parent>/.<name>
+// .tmp-<pid>-<n>"; missing parents are created), which then takes `dir`'s
+// place: by rename(2) when `dir` is absent or empty, else by
+// renameat2(RENAME_EXCHANGE), after hard-linking into it every entry of `dir`
+// whose name does not end in `ext` (another kind of export, the user's own
+// files: kept); the files ending in `ext` are the old export and are removed
+// with the old directory. A `dir` holding a subdirectory is refused
+// (kIoError) before `fill` runs. On any error, and on SIGINT/SIGTERM/SIGHUP,
+// the temporary directory is removed and `dir` is left as it was: a reader
+// never sees the stages of an old and a new export mixed.
+Status WriteDirectoryAtomic(const std::string& dir, const std::string& ext,
+                            const std::function<Status(const std::string& tmp_dir)>& fill);
+
 // Convenience: atomically writes exactly `bytes`.
 Status WriteFileAtomic(const std::string& path, std::string_view bytes);
 

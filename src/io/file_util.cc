@@ -7,6 +7,7 @@
 #include "core/utf8.h"
 
 #include <fcntl.h>
+#include <stdio.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -19,6 +20,7 @@
 #include <cerrno>
 #include <cstring>
 #include <exception>
+#include <filesystem>
 #include <mutex>
 #include <new>
 #include <utility>
@@ -264,6 +266,108 @@ Status WriteFileAtomic(const std::string& path,
   }
   // Persist the rename itself; best effort (some filesystems refuse).
   const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    (void)::fsync(dfd);
+    ::close(dfd);
+  }
+  return Status::Ok();
+}
+
+namespace {
+
+// Removes the plain files of `dir` and `dir` itself (best effort).
+void RemoveDirQuietly(const std::string& dir) {
+  RemoveTempDirEntries(dir.c_str());
+  ::rmdir(dir.c_str());
+}
+
+}  // namespace
+
+Status WriteDirectoryAtomic(const std::string& dir_in, const std::string& ext,
+                            const std::function<Status(const std::string& tmp_dir)>& fill) {
+  std::string dir = dir_in;
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  if (dir.empty()) return IoError("cannot write directory '': empty path");
+  std::string parent, base;
+  SplitPath(dir, &parent, &base);
+  if (base.empty() || base == "." || base == "..") {
+    return IoError("cannot write directory '" + dir_in + "': name it by a new or export directory, not '" +
+                   base + "'");
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(parent, ec);
+  if (ec) return IoError("cannot create directory '" + parent + "': " + ec.message());
+  bool exists = false, empty = true;
+  std::vector<std::string> keep;  // entries of another kind, carried over
+  struct stat st;
+  if (::lstat(dir.c_str(), &st) == 0) {
+    if (!S_ISDIR(st.st_mode)) {
+      return IoError("cannot write directory '" + dir + "': it exists and is not a directory");
+    }
+    exists = true;
+    for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+      empty = false;
+      const std::string name = e.path().filename().string();
+      const bool file = e.is_symlink(ec) || e.is_regular_file(ec);
+      if (!file) {
+        return IoError("cannot write directory '" + dir + "': it holds '" + name +
+                       "', which is not a file; refusing to replace it (choose a new or empty directory)");
+      }
+      const bool same_kind = name.size() > ext.size() &&
+                             name.compare(name.size() - ext.size(), ext.size(), ext) == 0;
+      if (!same_kind) keep.push_back(name);
+    }
+    if (ec) return IoError("cannot list directory '" + dir + "': " + ec.message());
+  }
+  const std::string stem = base.size() > 100 ? base.substr(0, 100) : base;
+  std::string tmp;
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    tmp = (parent == "/" ? std::string("/") : parent + "/") + "." + stem + ".tmp-" +
+          std::to_string(::getpid()) + "-" + std::to_string(g_tmp_counter.fetch_add(1));
+    if (::mkdir(tmp.c_str(), 0777) == 0) break;
+    if (errno != EEXIST) return WriteError(dir, "cannot create a directory in '" + parent + "'", errno);
+    tmp.clear();
+  }
+  if (tmp.empty()) return IoError("cannot write directory '" + dir + "': no free temporary name");
+  struct TempGuard {
+    int slot;
+    ~TempGuard() { UnregisterTemp(slot); }
+  } guard{RegisterTemp(tmp, true)};
+  Status s;
+  try {
+    s = fill(tmp);
+  } catch (const std::bad_alloc&) {
+    s = ResourceExhausted("cannot write directory '" + dir + "': out of memory");
+  }
+  if (!s.ok()) {
+    RemoveDirQuietly(tmp);
+    return s;
+  }
+  if (!exists || empty) {
+    if (::rename(tmp.c_str(), dir.c_str()) != 0) {
+      const int err = errno;
+      RemoveDirQuietly(tmp);
+      return WriteError(dir, "renaming '" + tmp + "' into place", err);
+    }
+  } else {
+    // Files of other kinds (another export, the user's notes) are carried
+    // over as hard links; files of this kind are the old export and go.
+    for (const std::string& name : keep) {
+      if (::linkat(AT_FDCWD, (dir + "/" + name).c_str(), AT_FDCWD, (tmp + "/" + name).c_str(), 0) != 0 &&
+          errno != EEXIST) {
+        const int err = errno;
+        RemoveDirQuietly(tmp);
+        return WriteError(dir, "keeping '" + name + "' (hard link into '" + tmp + "')", err);
+      }
+    }
+    if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, dir.c_str(), RENAME_EXCHANGE) != 0) {
+      const int err = errno;
+      RemoveDirQuietly(tmp);
+      return WriteError(dir, "exchanging '" + tmp + "' with it", err);
+    }
+    RemoveDirQuietly(tmp);  // now the old export
+  }
+  const int dfd = ::open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd >= 0) {
     (void)::fsync(dfd);
     ::close(dfd);

@@ -188,6 +188,16 @@ Result<Tensor> DecodeNpy(const std::vector<uint8_t>& b, const std::string& label
     return Corrupt(where + "data is " + std::to_string(b.size() - data_start) +
                    " bytes, shape " + ShapeString(dims) + " needs " + std::to_string(bytes));
   }
+  if (dt == DType::kBool) {
+    // numpy writes bools as bytes 0 and 1; anything else is not a bool.
+    for (int64_t i = 0; i < bytes; ++i) {
+      const uint8_t v = b[data_start + static_cast<size_t>(i)];
+      if (v > 1) {
+        return Corrupt(where + "bool element " + std::to_string(i) + " is byte " + std::to_string(v) +
+                       " (must be 0 or 1)");
+      }
+    }
+  }
   Result<Tensor> t = Tensor::Zeros(dt, dims);
   if (!t.ok()) return t.status();
   if (bytes > 0) std::memcpy(t->data<uint8_t>(), b.data() + data_start, static_cast<size_t>(bytes));

@@ -344,6 +344,11 @@ Status SafetensorsFile::Parse(FileBytes src, std::string label) {
                      std::to_string(static_cast<const char*>(nul) - hb) +
                      " of the header (padding must be spaces)");
     }
+    // nlohmann skips a UTF-8 byte-order mark; the format has none (the
+    // header must start with '{'), so a BOM is corrupt, not ignored.
+    if (n >= 3 && std::memcmp(hb, "\xEF\xBB\xBF", 3) == 0) {
+      return corrupt("header starts with a UTF-8 byte-order mark (EF BB BF); it must start with '{'");
+    }
     const bool parsed = json::sax_parse(hb, hb + n, &sax,
                                         json::input_format_t::json,
                                         /*strict=*/true,

@@ -4,7 +4,9 @@
 // Invariants:
 //  * Exports are full precision (the stage's own dtype: F64 for the toy and
 //    the reference attention) and never pooled, whatever the page shows.
-//  * Every file goes through WriteFileAtomic (no partial file on failure).
+//  * Every file goes through WriteFileAtomic (no partial file on failure);
+//    directory exports (--npy, --csv) go through WriteDirectoryAtomic: the
+//    whole directory appears at once, never a mix of an old and a new export.
 //  * Stage names are the golden-format names; decode steps are prefixed
 //    "decode.<s>." so a golden reader ignores them.
 #include <cmath>
@@ -148,35 +150,39 @@ Result<std::vector<uint8_t>> StageNpy(const TensorView& v) {
 }
 
 Status WriteTraceNpy(const std::string& dir, const Trace& t, std::vector<std::string>* written) {
-  ATTNFLOW_RETURN_IF_ERROR(internal::MakeDirs(dir));
-  auto put = [&](const std::string& name, const TensorView& v) -> Status {
-    Result<std::vector<uint8_t>> bytes = StageNpy(v);
-    if (!bytes.ok()) return bytes.status();
-    const std::string path = JoinPath(dir, name + ".npy");
-    ATTNFLOW_RETURN_IF_ERROR(WriteFileAtomic(
-        path, std::string_view(reinterpret_cast<const char*>(bytes->data()), bytes->size())));
-    if (written) written->push_back(path);
-    return Status::Ok();
-  };
-  for (const auto& s : t.stages) ATTNFLOW_RETURN_IF_ERROR(put(s.name, s.value.view()));
-  for (size_t i = 0; i < t.decode.size(); ++i)
-    for (const auto& s : t.decode[i].stages)
-      ATTNFLOW_RETURN_IF_ERROR(put("decode." + std::to_string(i) + "." + s.name, s.value.view()));
-  std::vector<int32_t> ids;
-  for (const auto& tok : t.tokens) ids.push_back(tok.id);
-  return put("token_ids", MakeView(ids.data(), DType::kI32, {static_cast<int64_t>(ids.size())}));
+  std::vector<std::string> paths;
+  ATTNFLOW_RETURN_IF_ERROR(WriteDirectoryAtomic(dir, ".npy", [&](const std::string& tmp) -> Status {
+    auto put = [&](const std::string& name, const TensorView& v) -> Status {
+      Result<std::vector<uint8_t>> bytes = StageNpy(v);
+      if (!bytes.ok()) return bytes.status();
+      ATTNFLOW_RETURN_IF_ERROR(WriteFileAtomic(
+          JoinPath(tmp, name + ".npy"),
+          std::string_view(reinterpret_cast<const char*>(bytes->data()), bytes->size())));
+      paths.push_back(JoinPath(dir, name + ".npy"));
+      return Status::Ok();
+    };
+    for (const auto& s : t.stages) ATTNFLOW_RETURN_IF_ERROR(put(s.name, s.value.view()));
+    for (size_t i = 0; i < t.decode.size(); ++i)
+      for (const auto& s : t.decode[i].stages)
+        ATTNFLOW_RETURN_IF_ERROR(put("decode." + std::to_string(i) + "." + s.name, s.value.view()));
+    std::vector<int32_t> ids;
+    for (const auto& tok : t.tokens) ids.push_back(tok.id);
+    return put("token_ids", MakeView(ids.data(), DType::kI32, {static_cast<int64_t>(ids.size())}));
+  }));
+  if (written) written->insert(written->end(), paths.begin(), paths.end());
+  return Status::Ok();
 }
 
-Status WriteTraceCsv(const std::string& dir, const Trace& t, const std::vector<int64_t>& heads_in,
-                     std::vector<std::string>* written) {
-  ATTNFLOW_RETURN_IF_ERROR(internal::MakeDirs(dir));
+namespace {
+// The CSV files, written into `tmp`; `written` gets their final paths in `dir`.
+Status WriteCsvFiles(const std::string& tmp, const std::string& dir, const Trace& t,
+                     const std::vector<int64_t>& heads_in, std::vector<std::string>* written) {
   std::vector<int64_t> heads = heads_in;
   if (heads.empty())
     for (int64_t h = 0; h < t.info.num_heads; ++h) heads.push_back(h);
   auto emit = [&](const std::string& name, const std::string& text) -> Status {
-    const std::string path = JoinPath(dir, name);
-    ATTNFLOW_RETURN_IF_ERROR(WriteFileAtomic(path, text));
-    if (written) written->push_back(path);
+    ATTNFLOW_RETURN_IF_ERROR(WriteFileAtomic(JoinPath(tmp, name), text));
+    written->push_back(JoinPath(dir, name));
     return Status::Ok();
   };
   const auto& toks = t.tokens;
@@ -252,6 +258,16 @@ Status WriteTraceCsv(const std::string& dir, const Trace& t, const std::vector<i
       }
     }
   }
+  return Status::Ok();
+}
+}  // namespace
+
+Status WriteTraceCsv(const std::string& dir, const Trace& t, const std::vector<int64_t>& heads,
+                     std::vector<std::string>* written) {
+  std::vector<std::string> paths;
+  ATTNFLOW_RETURN_IF_ERROR(WriteDirectoryAtomic(
+      dir, ".csv", [&](const std::string& tmp) { return WriteCsvFiles(tmp, dir, t, heads, &paths); }));
+  if (written) written->insert(written->end(), paths.begin(), paths.end());
   return Status::Ok();
 }
 

@@ -537,16 +537,35 @@ std::string HeatmapSvg(const Heatmap& in) {
 
 }  // namespace internal
 
+namespace {
+Status WriteHeatmapFiles(const std::string& tmp, const std::string& dir, const Trace& t,
+                         const std::vector<int64_t>& heads_in, ImageFormat format,
+                         std::vector<std::string>* written);
+}  // namespace
+
+// The whole directory appears at once (WriteDirectoryAtomic, attnflow/file_util.h).
 Status WriteTraceHeatmaps(const std::string& dir, const Trace& t,
-                          const std::vector<int64_t>& heads_in, ImageFormat format,
+                          const std::vector<int64_t>& heads, ImageFormat format,
                           std::vector<std::string>* written) {
-  ATTNFLOW_RETURN_IF_ERROR(internal::MakeDirs(dir));
+  std::vector<std::string> paths;
+  ATTNFLOW_RETURN_IF_ERROR(WriteDirectoryAtomic(
+      dir, format == ImageFormat::kPng ? ".png" : ".svg",
+      [&](const std::string& tmp) { return WriteHeatmapFiles(tmp, dir, t, heads, format, &paths); }));
+  if (written) written->insert(written->end(), paths.begin(), paths.end());
+  return Status::Ok();
+}
+
+namespace {
+// The heatmap files, written into `tmp`; `written` gets their paths in `dir`.
+Status WriteHeatmapFiles(const std::string& tmp, const std::string& dir, const Trace& t,
+                         const std::vector<int64_t>& heads_in, ImageFormat format,
+                         std::vector<std::string>* written) {
   std::vector<int64_t> heads = heads_in;
   if (heads.empty())
     for (int64_t h = 0; h < t.info.num_heads; ++h) heads.push_back(h);
   const char* ext = format == ImageFormat::kPng ? ".png" : ".svg";
   auto emit = [&](const Heatmap& hm, const std::string& name) -> Status {
-    const std::string path = internal::JoinPath(dir, name + ext);
+    const std::string path = internal::JoinPath(tmp, name + ext);
     if (format == ImageFormat::kPng) {
       Result<std::string> png = internal::HeatmapPng(hm);
       if (!png.ok()) return png.status();
@@ -554,7 +573,7 @@ Status WriteTraceHeatmaps(const std::string& dir, const Trace& t,
     } else {
       ATTNFLOW_RETURN_IF_ERROR(WriteFileAtomic(path, internal::HeatmapSvg(hm)));
     }
-    if (written) written->push_back(path);
+    written->push_back(internal::JoinPath(dir, name + ext));
     return Status::Ok();
   };
   std::vector<std::string> labels;
@@ -616,5 +635,6 @@ Status WriteTraceHeatmaps(const std::string& dir, const Trace& t,
   }
   return Status::Ok();
 }
+}  // namespace
 
 }  // namespace attnflow::trace

@@ -25,6 +25,7 @@
 #include "../../fuzz/common/tiny_llama.h"
 #include "attnflow/file_util.h"
 #include "attnflow/model.h"
+#include "attnflow/npy.h"
 #include "attnflow/safetensors.h"
 #include "model/llama/chat_template.h"
 #include "model/llama/llama_model.h"
@@ -238,6 +239,92 @@ TEST(FaultHostile, SignalDuringWriteLeavesNoTemporary) {
   }
 }
 
+// H10: a directory export over an older one replaces it whole: a stale stage
+// of the old export disappears, the user's own file stays, nothing temporary
+// is left next to it.
+TEST(FaultHostile, DirectoryExportReplacesAnOlderExportWhole) {
+  const std::string dir = TempDir();
+  fs::create_directories(dir + "/npy");
+  std::FILE* f = std::fopen((dir + "/npy/decode.7.weights.npy").c_str(), "wb");
+  ASSERT_NE(f, nullptr);
+  std::fclose(f);
+  f = std::fopen((dir + "/npy/notes.txt").c_str(), "wb");
+  ASSERT_NE(f, nullptr);
+  std::fputs("mine", f);
+  std::fclose(f);
+  const auto r = testing::RunCli("trace --npy " + dir + "/npy");
+  ASSERT_EQ(r.code, 0) << r.text;
+  EXPECT_FALSE(fs::exists(dir + "/npy/decode.7.weights.npy")) << "old and new stages mixed";
+  EXPECT_TRUE(fs::exists(dir + "/npy/weights.npy"));
+  EXPECT_EQ(ReadFileString(dir + "/npy/notes.txt").value(), "mine");
+  const auto entries = std::distance(fs::directory_iterator(dir), fs::directory_iterator());
+  EXPECT_EQ(entries, 1) << "temporary directory left next to the export";
+  fs::remove_all(dir);
+}
+
+// H10: a failing export and a SIGTERM in the middle of one leave the older
+// export as it was and no temporary directory.
+TEST(FaultHostile, InterruptedDirectoryExportLeavesTheOldOne) {
+  const std::string dir = TempDir();
+  const std::string out = dir + "/png";
+  ASSERT_TRUE(WriteDirectoryAtomic(out, ".png", [](const std::string& tmp) {
+                return WriteFileAtomic(tmp + "/a.png", std::string_view("old"));
+              }).ok());
+  Status st = WriteDirectoryAtomic(out, ".png", [](const std::string& tmp) {
+    (void)WriteFileAtomic(tmp + "/a.png", std::string_view("new"));
+    return IoError("disk full (simulated)");
+  });
+  EXPECT_FALSE(st.ok());
+  EXPECT_EQ(ReadFileString(out + "/a.png").value(), "old");
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    (void)WriteDirectoryAtomic(out, ".png", [](const std::string& tmp) {
+      (void)WriteFileAtomic(tmp + "/a.png", std::string_view("new"));
+      ::raise(SIGTERM);
+      return Status::Ok();
+    });
+    _exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM);
+  EXPECT_EQ(ReadFileString(out + "/a.png").value(), "old");
+  const auto entries = std::distance(fs::directory_iterator(dir), fs::directory_iterator());
+  EXPECT_EQ(entries, 1) << "temporary directory left behind";
+  fs::remove_all(dir);
+}
+
+// H13 (minor leniencies made strict): a UTF-8 byte-order mark before a
+// safetensors header (nlohmann would skip it) and .npy bool bytes other
+// than 0/1 are corrupt.
+TEST(FaultHostile, SafetensorsBomAndNpyBoolBytesAreCorrupt) {
+  const std::string header = "\xEF\xBB\xBF{}";
+  std::vector<uint8_t> st(8, 0);
+  st[0] = static_cast<uint8_t>(header.size());
+  st.insert(st.end(), header.begin(), header.end());
+  auto f = SafetensorsFile::FromBuffer(st, "bom.safetensors");
+  ASSERT_FALSE(f.ok());
+  EXPECT_EQ(f.status().code(), StatusCode::kCorrupt);
+  EXPECT_NE(f.status().message().find("byte-order mark"), std::string::npos) << f.status().message();
+
+  uint8_t flags[3] = {1, 0, 1};
+  TensorView v;
+  v.data = flags;
+  v.dtype = DType::kBool;
+  v.rank = 1;
+  v.shape[0] = 3;
+  v.strides[0] = 1;
+  auto bytes = EncodeNpy(v);
+  ASSERT_TRUE(bytes.ok()) << bytes.status().ToString();
+  ASSERT_TRUE(DecodeNpy(*bytes, "ok.npy").ok());
+  bytes->back() = 2;
+  auto t = DecodeNpy(*bytes, "two.npy");
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), StatusCode::kCorrupt);
+  EXPECT_NE(t.status().message().find("must be 0 or 1"), std::string::npos) << t.status().message();
+}
+
 // F18: under a 150 MB address-space limit, --help and a small command end
 // (before: an OpenBLAS worker spun forever at exit).
 TEST(FaultHostile, LowAddressSpaceLimitStillEnds) {
@@ -319,6 +406,34 @@ TEST(FaultHostile, EmbedHugeLineStopsTokenisingAtTheLimit) {
   EXPECT_NE(r.text.find("bytes were not tokenised"), std::string::npos) << r.text;
   EXPECT_NE(r.text.find("2 x 384"), std::string::npos) << r.text;
   fs::remove_all(dir);
+}
+
+// F20: tokenising in whitespace-delimited chunks gives the ids of the whole
+// text (property: equal to the tokenizer's own Encode of the full text, cut
+// to [CLS] + 254 + [SEP]), also when words sit more than one chunk apart.
+TEST(FaultHostile, ChunkedTokenisingEqualsWholeText) {
+  auto m = LoadEncoderModel(testing::MiniLmDir());
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  for (const std::string& text :
+       {std::string("caf\xc3\xa9 ") + std::string(40000, ' ') + "Stra\xc3\x9f" "e na\xc3\xafve " +
+            std::string(70000, '\n') + "[SEP] unbelievable tokens",
+        std::string(200, 'x') + std::string(100000, '-') + " end"}) {
+    int64_t cut = -1, rest = -1;
+    auto mine = (*m)->EncodeTextTruncating(text, &cut, &rest);
+    auto whole = (*m)->tokenizer().Encode(text, true);
+    ASSERT_TRUE(mine.ok() && whole.ok());
+    std::vector<int32_t> expect = *whole;
+    int64_t expect_cut = 0;
+    if (expect.size() > 256) {
+      expect_cut = static_cast<int64_t>(expect.size()) - 256;
+      const int32_t sep = expect.back();
+      expect.resize(256);
+      expect.back() = sep;
+    }
+    EXPECT_EQ(*mine, expect);
+    if (rest == 0) EXPECT_EQ(cut, expect_cut);
+    else EXPECT_LE(cut, expect_cut);
+  }
 }
 
 // Issue 13: --json has ids, tokens and the embedding per input; --similarity

