@@ -19,6 +19,10 @@ namespace attnflow {
 // tolerance of a case that states none (../shared/golden-format.md).
 constexpr const char* kGoldenFormatV1 = "attnflow-golden/1";
 constexpr double kGoldenDefaultTol = 1e-4;
+// Largest safetensors header of a golden case. The committed cases have at
+// most 18 KB (about 200 tensors); a larger header (e.g. a million empty
+// tensors) is refused before it is parsed.
+constexpr uint64_t kGoldenMaxHeaderBytes = uint64_t{4} << 20;
 
 struct StageReport {
   std::string stage;

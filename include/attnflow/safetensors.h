@@ -54,7 +54,10 @@ class SafetensorsFile {
   // Maps and validates a file. kIoError: cannot open/stat/map, not a regular
   // file (e.g. a directory). kCorrupt: malformed content. kUnimplemented: a
   // valid safetensors dtype attnflow does not support (e.g. F8_E4M3, U16).
-  static Result<SafetensorsFile> Open(const std::string& path);
+  // max_header_bytes: a caller that knows its files are small (golden cases)
+  // refuses a larger header before parsing it.
+  static Result<SafetensorsFile> Open(const std::string& path,
+                                      uint64_t max_header_bytes = kSafetensorsMaxHeaderBytes);
   // Validates an in-memory file image (copied / moved in); `label` replaces
   // the path in error messages. Intended for tests and fuzzing.
   static Result<SafetensorsFile> FromBuffer(std::vector<uint8_t> bytes,
@@ -105,7 +108,8 @@ class SafetensorsFile {
 
  private:
   // Takes the image and its label, validates it and fills the tables.
-  Status Parse(FileBytes src, std::string label);
+  Status Parse(FileBytes src, std::string label,
+               uint64_t max_header_bytes = kSafetensorsMaxHeaderBytes);
   void Release();
 
   std::string path_;

@@ -77,7 +77,7 @@ const std::vector<std::string>& GoldenStageOrder(const std::string& kind) {
 }
 
 Result<GoldenCase> LoadGoldenCase(const std::string& path) {
-  Result<SafetensorsFile> f = SafetensorsFile::Open(path);
+  Result<SafetensorsFile> f = SafetensorsFile::Open(path, kGoldenMaxHeaderBytes);
   if (!f.ok()) return f.status();
   return ValidateGoldenCase(std::move(f).value());
 }

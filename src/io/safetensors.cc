@@ -277,11 +277,12 @@ void SafetensorsFile::Release() {
   metadata_.clear();
 }
 
-Result<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
+Result<SafetensorsFile> SafetensorsFile::Open(const std::string& path,
+                                              uint64_t max_header_bytes) {
   Result<FileBytes> m = FileBytes::Map(path, "safetensors: " + path + ": ", "safetensors");
   if (!m.ok()) return m.status();
   SafetensorsFile f;
-  ATTNFLOW_RETURN_IF_ERROR(f.Parse(std::move(m).value(), path));
+  ATTNFLOW_RETURN_IF_ERROR(f.Parse(std::move(m).value(), path, max_header_bytes));
   return f;
 }
 
@@ -305,7 +306,7 @@ Result<SafetensorsFile> SafetensorsFile::FromBuffer(const uint8_t* data,
   return FromBuffer(std::move(copy), std::move(label));
 }
 
-Status SafetensorsFile::Parse(FileBytes src, std::string label) {
+Status SafetensorsFile::Parse(FileBytes src, std::string label, uint64_t max_header_bytes) {
   path_ = std::move(label);
   src_ = std::move(src);
   bytes_ = src_.data();
@@ -321,10 +322,11 @@ Status SafetensorsFile::Parse(FileBytes src, std::string label) {
     uint64_t n = 0;
     for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(bytes_[i]) << (8 * i);
     if (n == 0) return corrupt("header length is 0 (expected a JSON object)");
-    if (n > kSafetensorsMaxHeaderBytes) {
+    const uint64_t limit = std::min(max_header_bytes, kSafetensorsMaxHeaderBytes);
+    if (n > limit) {
       return corrupt("header length " + std::to_string(n) + " exceeds the " +
-                     std::to_string(kSafetensorsMaxHeaderBytes) +
-                     "-byte limit");
+                     std::to_string(limit) + "-byte limit" +
+                     (limit < kSafetensorsMaxHeaderBytes ? " for this kind of file" : ""));
     }
     if (n > size_ - 8) {
       return corrupt("header length " + std::to_string(n) + " exceeds the " +

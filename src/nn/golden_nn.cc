@@ -627,7 +627,7 @@ Result<CaseReport> VerifyNnCase(const SafetensorsFile& file, double atol, double
 }
 
 Result<CaseReport> VerifyNnCaseFile(const std::string& path, double atol, double rtol) {
-  Result<SafetensorsFile> f = SafetensorsFile::Open(path);
+  Result<SafetensorsFile> f = SafetensorsFile::Open(path, kGoldenMaxHeaderBytes);
   if (!f.ok()) return f.status();
   return VerifyNnCase(f.value(), atol, rtol);
 }

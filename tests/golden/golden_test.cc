@@ -4,9 +4,12 @@
 // and the stage comparison's ability to name the first broken stage.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <filesystem>
+#include <string>
 
 #include "attnflow/golden.h"
+#include "attnflow/nn_golden.h"
 #include "util/test_util.h"
 
 namespace fs = std::filesystem;
@@ -28,6 +31,38 @@ std::string TempPath(const std::string& name) {
   const fs::path dir = fs::temp_directory_path() / ("attnflow_golden_test_" + std::to_string(getpid()));
   fs::create_directories(dir);
   return (dir / name).string();
+}
+
+// A file that claims to be a golden case but carries a huge header (here
+// 120000 empty tensors, ~7 MB of JSON; the hostile round used a million) is
+// refused before its header is parsed, by both loaders.
+TEST(GoldenCases, AHugeHeaderIsRefusedBeforeParsing) {
+  std::string header = "{\"__metadata__\":{\"format\":\"attnflow-golden/1\",\"kind\":\"sdpa\"}";
+  for (int i = 0; i < 120000; ++i) {
+    header += ",\"t" + std::to_string(i) + "\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]}";
+  }
+  header += "}";
+  while (header.size() % 8 != 0) header += ' ';
+  const std::string path = ::testing::TempDir() + "/huge_header.safetensors";
+  FILE* f = std::fopen(path.c_str(), "wb");
+  ASSERT_NE(f, nullptr);
+  const uint64_t n = header.size();
+  for (int i = 0; i < 8; ++i) std::fputc(static_cast<int>((n >> (8 * i)) & 0xff), f);
+  std::fwrite(header.data(), 1, header.size(), f);
+  std::fclose(f);
+  ASSERT_GT(n, kGoldenMaxHeaderBytes);
+  Result<GoldenCase> c = LoadGoldenCase(path);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kCorrupt);
+  EXPECT_NE(c.status().message().find("-byte limit for this kind of file"), std::string::npos)
+      << c.status().message();
+  Result<CaseReport> r = nn::VerifyNnCaseFile(path, 1e-4, 1e-4);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("-byte limit for this kind of file"), std::string::npos)
+      << r.status().message();
+  // The same header is fine for a plain safetensors reader (its limit is 100 MB).
+  EXPECT_TRUE(SafetensorsFile::Open(path).ok());
+  std::remove(path.c_str());
 }
 
 TEST(GoldenCases, ThereAreEnoughCommittedCases) {
