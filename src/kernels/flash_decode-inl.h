@@ -173,8 +173,9 @@ HWY_INLINE void QkRowTail(const float* HWY_RESTRICT qd, const T* HWY_RESTRICT k,
 }
 
 // s[r*pitch + j] = q_r . k_j for j < n and all n_rows rows (chunks of
-// kDecQkRows; a chunk whose rows are all dead is skipped, dead rows inside a
-// live chunk get scores that nothing reads). K rows are T (fp32 packed tile,
+// kDecQkRows; a chunk whose rows are all dead is skipped; dead rows inside a
+// live chunk get scores, and P.V partials, that are discarded: their m = -inf,
+// l = 0 keep them out of the merge). K rows are T (fp32 packed tile,
 // or the caller's F32/F16/BF16 rows) with row pitch kpitch; dp (a multiple of
 // the lane count) elements per row are read.
 template <typename T>
