@@ -100,6 +100,8 @@ def main():
     ap.add_argument("--repeat", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=3, help="alternating runs per shape and binary")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--kv-lens", help="comma list replacing the Lkv set")
+    ap.add_argument("--kv-dtypes", default="f16,bf16,f32", help="comma list")
     ap.add_argument("--smollm2", action="store_true")
     ap.add_argument("--no-sweep", action="store_true", help="only the SmolLM2 measurement")
     ap.add_argument("--model-repeat", type=int, default=3)
@@ -107,7 +109,9 @@ def main():
     a = ap.parse_args()
     groups = [4] if a.quick else [2, 4, 8]
     lens = [2048, 32768] if a.quick else [512, 2048, 4096, 32768, 131072]
-    shapes = [(g, d, dt, lk) for dt in ("f16", "bf16", "f32") for d in (64, 128)
+    if a.kv_lens:
+        lens = [int(x) for x in a.kv_lens.split(",")]
+    shapes = [(g, d, dt, lk) for dt in a.kv_dtypes.split(",") for d in (64, 128)
               for g in groups for lk in lens] if not a.no_sweep else []
     bins = [("after", a.attnflow)] + ([("before", a.baseline)] if a.baseline else [])
     rows = []
