@@ -6,8 +6,9 @@ attention share of a decode step.
 For every shape it runs `attnflow bench decode --json` (one process per shape
 and binary) and reads two numbers from the same run: the decode time (min and
 median over --repeat calls) and `read_same_bytes_s`, a plain SIMD read of the
-same K/V bytes with the same threads. It reports decode/read for the min and
-for the median. With --baseline OTHER_BINARY the two binaries alternate shape
+same K/V bytes with the same threads. Each shape runs --rounds times (binaries
+alternating); it reports the best decode and the best read over the rounds
+(min/read) and the median of the medians over the best read (med/read). With --baseline OTHER_BINARY the two binaries alternate shape
 by shape (baseline first), so both see the same machine load; the summary then
 gives both and their speed ratio.
 
@@ -51,12 +52,19 @@ def bench(binary, shape, threads, repeat):
            "--threads", str(threads), "--repeat", str(repeat)]
     # Not --no-peak: that also drops the plain read (about 1 s per process).
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-    r = json.loads(out.strip().splitlines()[-1])
-    read = r["read_same_bytes_s"]
-    return {"groups": g, "head_dim": d, "kv_dtype": dt, "kv_len": lk, "min_ms": r["min_s"] * 1e3,
-            "median_ms": r["median_s"] * 1e3, "read_ms": read * 1e3,
-            "min_vs_read": r["min_s"] / read, "median_vs_read": r["median_s"] / read,
-            "splits": r["num_splits"]}
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def combine(runs, shape):
+    """Rounds of one binary on one shape: best decode, best read (what the
+    machine can do when it is least disturbed), median of the medians."""
+    g, d, dt, lk = shape
+    mn = min(r["min_s"] for r in runs)
+    read = min(r["read_same_bytes_s"] for r in runs)
+    med = statistics.median(r["median_s"] for r in runs)
+    return {"groups": g, "head_dim": d, "kv_dtype": dt, "kv_len": lk, "min_ms": mn * 1e3,
+            "median_ms": med * 1e3, "read_ms": read * 1e3, "min_vs_read": mn / read,
+            "median_vs_read": med / read, "splits": runs[0]["num_splits"], "rounds": len(runs)}
 
 
 def smollm2(binary, threads, repeat, kv):
@@ -90,28 +98,39 @@ def main():
     ap.add_argument("--baseline", help="a second attnflow binary, run alternately")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=10)
+    ap.add_argument("--rounds", type=int, default=3, help="alternating runs per shape and binary")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--kv-lens", help="comma list replacing the Lkv set")
+    ap.add_argument("--kv-dtypes", default="f16,bf16,f32", help="comma list")
     ap.add_argument("--smollm2", action="store_true")
+    ap.add_argument("--no-sweep", action="store_true", help="only the SmolLM2 measurement")
     ap.add_argument("--model-repeat", type=int, default=3)
     ap.add_argument("--json", help="write one JSON object per measurement to this file")
     a = ap.parse_args()
     groups = [4] if a.quick else [2, 4, 8]
     lens = [2048, 32768] if a.quick else [512, 2048, 4096, 32768, 131072]
-    shapes = [(g, d, dt, lk) for dt in ("f16", "bf16", "f32") for d in (64, 128)
-              for g in groups for lk in lens]
+    if a.kv_lens:
+        lens = [int(x) for x in a.kv_lens.split(",")]
+    shapes = [(g, d, dt, lk) for dt in a.kv_dtypes.split(",") for d in (64, 128)
+              for g in groups for lk in lens] if not a.no_sweep else []
     bins = [("after", a.attnflow)] + ([("before", a.baseline)] if a.baseline else [])
     rows = []
     print(f"{'bin':<7}{'G':>2}{'D':>5}{'kv':>6}{'Lkv':>8}{'splits':>7}{'min_ms':>10}{'med_ms':>10}"
           f"{'read_ms':>10}{'min/read':>9}{'med/read':>9}")
     for shape in shapes:
-        for name, binary in reversed(bins):  # baseline first
-            r = bench(binary, shape, a.threads, a.repeat)
+        runs = {name: [] for name, _ in bins}
+        for _ in range(a.rounds):
+            for name, binary in reversed(bins):  # baseline first
+                runs[name].append(bench(binary, shape, a.threads, a.repeat))
+        for name, _ in reversed(bins):
+            r = combine(runs[name], shape)
             r["bin"] = name
             rows.append(r)
             print(f"{name:<7}{r['groups']:>2}{r['head_dim']:>5}{r['kv_dtype']:>6}{r['kv_len']:>8}"
                   f"{r['splits']:>7}{r['min_ms']:>10.4f}{r['median_ms']:>10.4f}{r['read_ms']:>10.4f}"
-                  f"{r['min_vs_read']:>8.2f}x{r['median_vs_read']:>8.2f}x", flush=True)
-    for name, _ in bins:
+                  f"{r['min_vs_read']:>8.2f}x{r['median_vs_read']:>8.2f}x",
+                  flush=True)
+    for name, _ in bins if shapes else []:
         mine = [r for r in rows if r["bin"] == name]
         mins = [r["min_vs_read"] for r in mine]
         meds = [r["median_vs_read"] for r in mine]
@@ -119,7 +138,7 @@ def main():
               f"median {statistics.median(mins):.2f}x max {max(mins):.2f}x; median-time ratio "
               f"median {statistics.median(meds):.2f}x; shapes <= 1.15x (min time): "
               f"{sum(m <= 1.15 for m in mins)}/{len(mins)}")
-    if a.baseline:
+    if a.baseline and shapes:
         sp = [b["min_ms"] / r["min_ms"] for b, r in zip(rows[0::2], rows[1::2])]
         print(f"speed-up after/before (min times, {len(sp)} shapes): min {min(sp):.2f}x "
               f"median {statistics.median(sp):.2f}x max {max(sp):.2f}x")

@@ -104,9 +104,10 @@ HWY_INLINE void PrefetchKey(const DecodePrefetch& pf, size_t j) {
 
 // Scores of R query rows (qd, pitch dp) against keys [0, n): s[r*pitch + j] =
 // q_r . k_j. Each K vector is loaded (and converted from F16/BF16) once and
-// used by all R rows. Keys go one by one so that addresses increase
-// sequentially (interleaving four keys' cache lines defeats the hardware
-// prefetchers: measured 1.5x slower than a plain read at D = 128). Every
+// used by all R rows; each Q vector is loaded once per 4 keys. The four keys'
+// cache lines are read interleaved, which on its own defeated the hardware
+// prefetchers (measured once: 1.5x a plain read at D = 128); the software
+// prefetch of K rows 8 keys ahead (DecodePrefetch) covers that here. Every
 // (row, key) dot product accumulates over d in order in its own register and
 // is reduced by Sum4, whose per-lane tree does not depend on the other three
 // vectors, so a score does not depend on R or on its key's position.
@@ -172,8 +173,9 @@ HWY_INLINE void QkRowTail(const float* HWY_RESTRICT qd, const T* HWY_RESTRICT k,
 }
 
 // s[r*pitch + j] = q_r . k_j for j < n and all n_rows rows (chunks of
-// kDecQkRows; a chunk whose rows are all dead is skipped, dead rows inside a
-// live chunk get scores that nothing reads). K rows are T (fp32 packed tile,
+// kDecQkRows; a chunk whose rows are all dead is skipped; dead rows inside a
+// live chunk get scores, and P.V partials, that are discarded: their m = -inf,
+// l = 0 keep them out of the merge). K rows are T (fp32 packed tile,
 // or the caller's F32/F16/BF16 rows) with row pitch kpitch; dp (a multiple of
 // the lane count) elements per row are read.
 template <typename T>

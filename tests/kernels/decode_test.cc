@@ -66,6 +66,43 @@ TEST(Decode, ManySplitsAndGqaGroups) {
   }
 }
 
+// The grouped path shares each loaded K/V vector among chunks of up to 4
+// query rows (2 on 16-register targets) and runs P.V in blocks of 4, 2 and 1
+// rows: group sizes 2, 3, 5, 8 and 9 rows (Lq 3 x G 3) cover full chunks,
+// every leftover chunk size, and dead rows inside a live chunk (top_left
+// causal with Lq > 1 and kv_lens that leave some rows without keys).
+TEST(Decode, GqaRowChunksAgainstReference) {
+  struct Case {
+    int64_t H, Hkv, Lq, D;
+    DType kv;
+    Causal causal;
+  };
+  const std::vector<Case> cases = {
+      {4, 2, 1, 128, DType::kF16, Causal::kBottomRight},
+      {6, 2, 1, 64, DType::kBF16, Causal::kBottomRight},
+      {10, 2, 1, 64, DType::kF32, Causal::kNone},
+      {16, 2, 1, 128, DType::kF16, Causal::kBottomRight},
+      {16, 2, 1, 64, DType::kBF16, Causal::kNone},
+      {6, 2, 3, 64, DType::kF16, Causal::kTopLeft},
+      {9, 3, 1, 64, DType::kF32, Causal::kBottomRight},  // SmolLM2's grouping
+  };
+  uint64_t seed = 300;
+  for (const Case& c : cases) {
+    Spec s;
+    s.B = 2;
+    s.H = c.H;
+    s.Hkv = c.Hkv;
+    s.Lq = c.Lq;
+    s.Lk = 1337;  // tiles end mid 4-key block: the scalar key tail runs too
+    s.D = c.D;
+    s.kv = c.kv;
+    s.causal = c.causal;
+    s.kv_lens = {1337, c.causal == Causal::kTopLeft ? 1 : 901};
+    s.seed = seed++;
+    CheckCase(s, KernelKind::kSplitKvDecode);
+  }
+}
+
 TEST(Decode, SplitOverrideAndTinyTiles) {
   Spec s;
   s.H = 4;
@@ -177,15 +214,15 @@ TEST(Decode, StepByStepEqualsPrefillRows) {
 
 TEST(Determinism, DecodeBitIdenticalAcrossThreadCounts) {
   ThreadPool p1(1), p2(2), p7(7);
-  for (int variant = 0; variant < 3; ++variant) {
+  for (int variant = 0; variant < 4; ++variant) {
     Spec s;
     s.B = 2;
-    s.H = 8;
+    s.H = variant == 3 ? 16 : 8;
     s.Hkv = variant == 1 ? 8 : 2;
     s.Lq = variant == 2 ? 3 : 1;
     s.Lk = 5000;
-    s.D = variant == 1 ? 96 : 64;
-    s.kv = variant == 0 ? DType::kF16 : DType::kF32;
+    s.D = variant == 1 ? 96 : variant == 3 ? 128 : 64;
+    s.kv = variant == 0 || variant == 3 ? DType::kF16 : DType::kF32;
     s.causal = Causal::kBottomRight;
     s.kv_lens = {4000, 5000};
     s.alibi = variant == 2;
