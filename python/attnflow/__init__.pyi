@@ -33,3 +33,6 @@ def explain(query: ArrayLike, key: ArrayLike, value: ArrayLike,
             kv_lens: Optional[ArrayLike] = ...,
             window: Optional[Tuple[Optional[int], Optional[int]]] = ...,
             alibi_slopes: Optional[ArrayLike] = ..., scale: Optional[float] = ...) -> str: ...
+def trace(model: Any = ..., text: str = ..., *, layer: int = ..., decode_steps: int = ...,
+          num_tokens: int = ..., max_tokens: int = ..., heads: Optional[Any] = ...,
+          html: Optional[str] = ...) -> dict: ...

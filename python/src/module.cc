@@ -44,6 +44,7 @@
 #include "attnflow/stages.h"
 #include "attnflow/status.h"
 #include "attnflow/tensor.h"
+#include "attnflow/trace.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -505,6 +506,89 @@ Decoder* LoadDecoder(const std::string& path, const std::string& kv_dtype, int t
   return new Decoder{std::move(r).value()};
 }
 
+// ---- trace (the attention player) --------------------------------------------
+
+// source: "toy" (model None), or an Encoder / Decoder. Returns the trace as
+// Python data; writes the self-contained HTML player to html_path if given.
+nb::dict RunTrace(nb::handle model, const std::string& text, int64_t layer,
+                  int64_t decode_steps, int64_t num_tokens, int64_t max_tokens,
+                  const std::vector<int64_t>& heads, const std::string& html_path) {
+  af::Result<af::trace::Trace> tr = af::Status();
+  Encoder* enc = nullptr;
+  Decoder* dec = nullptr;
+  if (!model.is_none()) {
+    if (!nb::try_cast(model, enc) && !nb::try_cast(model, dec)) {
+      RaiseType("attnflow.trace: model must be None (the toy), a MiniLM or a SmolLM2");
+    }
+  }
+  af::trace::ModelTraceOptions mo;
+  mo.layer = layer;
+  mo.decode_steps = decode_steps;
+  af::trace::PageOptions po;
+  po.max_tokens = max_tokens;
+  po.heads = heads;
+  af::Result<std::string> json = af::Status();
+  af::Result<std::string> html = af::Status();
+  {
+    nb::gil_scoped_release release;
+    if (enc != nullptr) {
+      tr = af::trace::TraceEncoder(*enc->m, text, mo);
+    } else if (dec != nullptr) {
+      tr = af::trace::TraceDecoder(*dec->m, text, mo);
+    } else {
+      af::trace::ToyOptions to;
+      to.num_tokens = num_tokens;
+      to.decode_steps = decode_steps;
+      tr = af::trace::TraceToy(to);
+    }
+    if (tr.ok()) json = af::trace::TraceToJson(*tr, po);
+    if (json.ok() && !html_path.empty()) {
+      html = af::trace::RenderPlayerHtml(*json);
+      if (html.ok()) {
+        af::Status st = af::trace::WriteTextFile(html_path, *html);
+        if (!st.ok()) html = st;
+      }
+    }
+  }
+  Check(tr.status());
+  Check(json.status());
+  if (!html_path.empty()) Check(html.status());
+  nb::dict d;
+  d["source"] = tr->source;
+  d["model"] = tr->info.name;
+  d["description"] = tr->description;
+  d["layer"] = tr->layer;
+  d["causal"] = std::string(af::CausalName(tr->causal));
+  d["scale"] = tr->scale;
+  nb::list toks;
+  for (const auto& t : tr->tokens) toks.append(nb::make_tuple(t.id, t.text));
+  d["tokens"] = toks;
+  nb::dict stages;
+  for (const auto& st : tr->stages) stages[st.name.c_str()] = CopyToNumpy(st.value.view());
+  d["stages"] = stages;
+  nb::list steps;
+  for (const auto& step : tr->decode) {
+    nb::dict sd;
+    sd["token"] = nb::make_tuple(step.token.id, step.token.text);
+    sd["position"] = step.position;
+    nb::dict ss;
+    for (const auto& st : step.stages) ss[st.name.c_str()] = CopyToNumpy(st.value.view());
+    sd["stages"] = ss;
+    steps.append(sd);
+  }
+  d["decode"] = steps;
+  nb::dict kc;
+  kc["ran"] = tr->kernel.ran;
+  kc["kernel"] = tr->kernel.kernel;
+  kc["max_abs_out"] = tr->kernel.max_abs_out;
+  kc["max_abs_lse"] = tr->kernel.max_abs_lse;
+  kc["max_abs_weights"] = tr->kernel.max_abs_weights;
+  kc["note"] = tr->kernel.note;
+  d["kernel_check"] = kc;
+  d["page_json"] = *json;
+  return d;
+}
+
 }  // namespace
 
 NB_MODULE(_attnflow, m) {
@@ -525,6 +609,8 @@ NB_MODULE(_attnflow, m) {
         "num_kv_heads"_a, "q_len"_a, "kv_len"_a, "head_dim"_a, "v_dim"_a, "causal"_a,
         "scale"_a, "mask"_a, "mask_shape"_a, "kv_lens"_a, "window_left"_a, "window_right"_a,
         "alibi"_a, "seed"_a, "description"_a);
+  m.def("trace", &RunTrace, "model"_a.none(), "text"_a, "layer"_a, "decode_steps"_a,
+        "num_tokens"_a, "max_tokens"_a, "heads"_a, "html_path"_a);
   m.def("find_minilm_dir", [](const std::string& fallback_venv) {
     af::Result<std::string> r = af::FindMiniLmPackageDir(fallback_venv);
     Check(r.status());

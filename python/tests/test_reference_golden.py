@@ -71,3 +71,23 @@ def test_golden_committed_cases_verify():
         pytest.skip("no committed golden cases next to this checkout")
     for c in cases:
         assert attnflow.golden.verify(c).ok, c
+
+
+def test_trace_toy_properties_and_player(tmp_path):
+    html = tmp_path / "player.html"
+    d = attnflow.trace(html=str(html), decode_steps=1)
+    assert d["source"] == "toy" and [t[1] for t in d["tokens"]] == ["the", "cat", "sat", "down"]
+    w = d["stages"]["weights"]  # [1, H, L, L], top-left causal toy
+    np.testing.assert_allclose(w.sum(-1), 1.0, atol=1e-12)
+    assert np.all(np.triu(w[0], k=1) == 0)
+    assert d["kernel_check"]["ran"] and d["kernel_check"]["max_abs_out"] < 1e-5
+    assert d["page"]["format"] == "attnflow-trace/1" and len(d["decode"]) == 1
+    assert "attnflow-trace/1" in html.read_text(encoding="utf-8")
+
+
+def test_trace_minilm_sentence():
+    d = attnflow.trace(attnflow.MiniLM(), "The cat sat on the mat.", layer=2)
+    assert d["source"] == "encoder" and d["layer"] == 2
+    w = d["stages"]["weights"]
+    assert w.shape[-1] == len(d["tokens"])
+    np.testing.assert_allclose(w.sum(-1), 1.0, atol=1e-6)
