@@ -37,6 +37,24 @@ _FLOAT_DTYPES = ("float32", "float16", "bfloat16", "float64")
 _NAN = float("nan")
 
 
+_T_TENSOR = None
+_T_F32 = None
+_T_KV = ()
+_T_EMPTY = None
+
+
+def _torch_tensor_type():
+    """torch.Tensor once torch is imported (never imports torch itself)."""
+    global _T_TENSOR, _T_F32, _T_KV, _T_EMPTY
+    if _T_TENSOR is None:
+        t = torch_module()
+        if t is None:
+            return None
+        _T_F32, _T_KV, _T_EMPTY = t.float32, (t.float32, t.float16, t.bfloat16), t.empty
+        _T_TENSOR = t.Tensor
+    return _T_TENSOR
+
+
 def _to4(x, kind: str):
     n = x.ndim
     if n == 4:
@@ -81,6 +99,24 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: f
                                  causal: Optional[str] = None, kv_lens=None,
                                  window: Optional[Tuple[Optional[int], Optional[int]]] = None,
                                  alibi_slopes=None, kernel: str = "auto"):
+    # Fast path (the common torch call): plain CPU float32 rank-4 tensors, no
+    # mask or extensions. Same checks as below, fewer Python steps.
+    t = _torch_tensor_type()
+    if (t is not None and type(query) is t and type(key) is t and type(value) is t
+            and attn_mask is None and dropout_p == 0.0 and not return_lse and causal is None
+            and kv_lens is None and window is None and alibi_slopes is None and kernel == "auto"
+            and query.dim() == 4 and key.dim() == 4 and value.dim() == 4
+            and query.dtype is _T_F32 and key.dtype in _T_KV and value.dtype in _T_KV
+            and query.is_cpu and key.is_cpu and value.is_cpu
+            and not (query.requires_grad or key.requires_grad or value.requires_grad)):
+        B, H, L, _ = query.shape
+        Bk, Hk = key.shape[0], key.shape[1]
+        if (B == Bk == value.shape[0] and Hk == value.shape[1]
+                and (H == Hk or (enable_gqa and Hk > 0 and H % Hk == 0))):
+            out = _T_EMPTY((B, H, L, value.shape[3]))
+            _core.sdpa(out, None, query, key, value, None, None, None, 1 if is_causal else 0,
+                       _NAN if scale is None else float(scale), -1, -1, 0)
+            return out
     op = _OP
     if dropout_p != 0.0:
         raise ValueError(f"{op}: dropout_p={dropout_p} is not supported; attnflow computes exact "

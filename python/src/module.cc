@@ -44,6 +44,7 @@
 #include "attnflow/stages.h"
 #include "attnflow/status.h"
 #include "attnflow/tensor.h"
+#include "attnflow/trace.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -130,6 +131,81 @@ af::TensorView ViewOf(const A& a, const char* op, const char* name) {
   return v;
 }
 
+// torch tensors are read through their attributes (data_ptr, shape, stride,
+// dtype, is_cpu): about 5x cheaper per tensor than torch's __dlpack__.
+struct TorchTypes {
+  PyObject* tensor = nullptr;  // torch.Tensor (borrowed from the module)
+  PyObject* dtypes[9] = {};    // indexed like af::DType
+};
+
+const TorchTypes* Torch() {
+  static TorchTypes t;
+  static bool ready = false;
+  if (ready) return &t;
+  PyObject* mod = PyImport_GetModule(nb::str("torch").ptr());  // only if imported
+  if (mod == nullptr) {
+    PyErr_Clear();
+    return nullptr;
+  }
+  nb::module_ torch = nb::steal<nb::module_>(mod);
+  t.tensor = torch.attr("Tensor").inc_ref().ptr();
+  const char* names[9] = {"float32", "float16", "bfloat16", "float64", "int64",
+                          "int32",   "int8",    "uint8",    "bool"};
+  for (int i = 0; i < 9; ++i) t.dtypes[i] = torch.attr(names[i]).inc_ref().ptr();
+  ready = true;
+  return &t;
+}
+
+// Keeps converted arrays (and their DLPack owners) alive during a call.
+struct Arrays {
+  std::vector<Array> keep;
+};
+
+af::TensorView ViewOfHandle(nb::handle h, const char* op, const char* name, Arrays* arrays) {
+  af::TensorView v;
+  if (h.is_none()) return v;
+  const TorchTypes* T = Torch();
+  if (T != nullptr && PyObject_TypeCheck(h.ptr(), reinterpret_cast<PyTypeObject*>(T->tensor))) {
+    if (!nb::cast<bool>(h.attr("is_cpu"))) {
+      RaiseType(std::string(op) + ": " + name + " is on device '" +
+                std::string(nb::str(nb::object(h.attr("device"))).c_str()) +
+                "'; attnflow runs on the CPU only (move it with .cpu())");
+    }
+    nb::handle dt = h.attr("dtype");
+    int code = -1;
+    for (int i = 0; i < 9; ++i) {
+      if (dt.ptr() == T->dtypes[i]) code = i;
+    }
+    if (code < 0) {
+      RaiseType(std::string(op) + ": " + name + " has an unsupported dtype " +
+                std::string(nb::str(dt).c_str()));
+    }
+    nb::tuple shape = nb::borrow<nb::tuple>(h.attr("shape"));
+    nb::tuple strides = nb::borrow<nb::tuple>(h.attr("stride")());
+    const size_t n = nb::len(shape);
+    if (n > static_cast<size_t>(af::kMaxRank)) {
+      PyErr_SetString(PyExc_ValueError, (std::string(op) + ": " + name + " has rank " +
+                                         std::to_string(n) + ", at most 4 is supported").c_str());
+      throw nb::python_error();
+    }
+    v.dtype = static_cast<af::DType>(code);
+    v.rank = static_cast<int>(n);
+    v.data = reinterpret_cast<void*>(nb::cast<uintptr_t>(h.attr("data_ptr")()));
+    for (size_t i = 0; i < n; ++i) {
+      v.shape[i] = nb::cast<int64_t>(shape[i]);
+      v.strides[i] = v.shape[i] == 1 ? 0 : nb::cast<int64_t>(strides[i]);
+    }
+    return v;
+  }
+  Array a;
+  if (!nb::try_cast(h, a)) {
+    RaiseType(std::string(op) + ": " + name + " must be a torch tensor, a NumPy array or a "
+              "DLPack producer, got " + std::string(nb::str(nb::object(h.type().attr("__name__"))).c_str()));
+  }
+  arrays->keep.push_back(a);
+  return ViewOf(a, op, name);
+}
+
 af::SdpaOptions MakeOptions(const Array& mask, const Array& kv_lens, const Array& alibi,
                             int causal, double scale, int64_t window_left,
                             int64_t window_right, const char* op) {
@@ -187,17 +263,25 @@ class DictSink : public af::StageSink {
 
 // ---- attention ---------------------------------------------------------------
 
-// out/lse are caller-allocated; kernel 0 auto, 1 reference.
-void Sdpa(nb::ndarray<> out, nb::ndarray<> lse, Array q, Array k, Array v, Array mask,
-          Array kv_lens, Array alibi, int causal, double scale, int64_t window_left,
-          int64_t window_right, int kernel) {
+// out/lse are caller-allocated; kernel 0 auto, 1 reference, 2 tiled, 3 decode.
+void Sdpa(nb::handle out, nb::handle lse, nb::handle q, nb::handle k, nb::handle v,
+          nb::handle mask, nb::handle kv_lens, nb::handle alibi, int causal, double scale,
+          int64_t window_left, int64_t window_right, int kernel) {
   const char* op = "attnflow.scaled_dot_product_attention";
-  af::TensorView o = ViewOf(out, op, "out");
-  af::TensorView l = ViewOf(lse, op, "lse");
-  af::TensorView qv = ViewOf(q, op, "query"), kv = ViewOf(k, op, "key"),
-                 vv = ViewOf(v, op, "value");
-  af::SdpaOptions opt =
-      MakeOptions(mask, kv_lens, alibi, causal, scale, window_left, window_right, op);
+  Arrays arrays;
+  af::TensorView o = ViewOfHandle(out, op, "out", &arrays);
+  af::TensorView l = ViewOfHandle(lse, op, "lse", &arrays);
+  af::TensorView qv = ViewOfHandle(q, op, "query", &arrays),
+                 kv = ViewOfHandle(k, op, "key", &arrays),
+                 vv = ViewOfHandle(v, op, "value", &arrays);
+  af::SdpaOptions opt;
+  opt.causal = static_cast<af::Causal>(causal);
+  opt.scale = scale;
+  opt.attn_mask = ViewOfHandle(mask, op, "attn_mask", &arrays);
+  opt.kv_lens = ViewOfHandle(kv_lens, op, "kv_lens", &arrays);
+  opt.alibi_slopes = ViewOfHandle(alibi, op, "alibi_slopes", &arrays);
+  opt.window_left = window_left;
+  opt.window_right = window_right;
   af::Status st;
   {
     nb::gil_scoped_release release;
@@ -422,6 +506,89 @@ Decoder* LoadDecoder(const std::string& path, const std::string& kv_dtype, int t
   return new Decoder{std::move(r).value()};
 }
 
+// ---- trace (the attention player) --------------------------------------------
+
+// source: "toy" (model None), or an Encoder / Decoder. Returns the trace as
+// Python data; writes the self-contained HTML player to html_path if given.
+nb::dict RunTrace(nb::handle model, const std::string& text, int64_t layer,
+                  int64_t decode_steps, int64_t num_tokens, int64_t max_tokens,
+                  const std::vector<int64_t>& heads, const std::string& html_path) {
+  af::Result<af::trace::Trace> tr = af::Status();
+  Encoder* enc = nullptr;
+  Decoder* dec = nullptr;
+  if (!model.is_none()) {
+    if (!nb::try_cast(model, enc) && !nb::try_cast(model, dec)) {
+      RaiseType("attnflow.trace: model must be None (the toy), a MiniLM or a SmolLM2");
+    }
+  }
+  af::trace::ModelTraceOptions mo;
+  mo.layer = layer;
+  mo.decode_steps = decode_steps;
+  af::trace::PageOptions po;
+  po.max_tokens = max_tokens;
+  po.heads = heads;
+  af::Result<std::string> json = af::Status();
+  af::Result<std::string> html = af::Status();
+  {
+    nb::gil_scoped_release release;
+    if (enc != nullptr) {
+      tr = af::trace::TraceEncoder(*enc->m, text, mo);
+    } else if (dec != nullptr) {
+      tr = af::trace::TraceDecoder(*dec->m, text, mo);
+    } else {
+      af::trace::ToyOptions to;
+      to.num_tokens = num_tokens;
+      to.decode_steps = decode_steps;
+      tr = af::trace::TraceToy(to);
+    }
+    if (tr.ok()) json = af::trace::TraceToJson(*tr, po);
+    if (json.ok() && !html_path.empty()) {
+      html = af::trace::RenderPlayerHtml(*json);
+      if (html.ok()) {
+        af::Status st = af::trace::WriteTextFile(html_path, *html);
+        if (!st.ok()) html = st;
+      }
+    }
+  }
+  Check(tr.status());
+  Check(json.status());
+  if (!html_path.empty()) Check(html.status());
+  nb::dict d;
+  d["source"] = tr->source;
+  d["model"] = tr->info.name;
+  d["description"] = tr->description;
+  d["layer"] = tr->layer;
+  d["causal"] = std::string(af::CausalName(tr->causal));
+  d["scale"] = tr->scale;
+  nb::list toks;
+  for (const auto& t : tr->tokens) toks.append(nb::make_tuple(t.id, t.text));
+  d["tokens"] = toks;
+  nb::dict stages;
+  for (const auto& st : tr->stages) stages[st.name.c_str()] = CopyToNumpy(st.value.view());
+  d["stages"] = stages;
+  nb::list steps;
+  for (const auto& step : tr->decode) {
+    nb::dict sd;
+    sd["token"] = nb::make_tuple(step.token.id, step.token.text);
+    sd["position"] = step.position;
+    nb::dict ss;
+    for (const auto& st : step.stages) ss[st.name.c_str()] = CopyToNumpy(st.value.view());
+    sd["stages"] = ss;
+    steps.append(sd);
+  }
+  d["decode"] = steps;
+  nb::dict kc;
+  kc["ran"] = tr->kernel.ran;
+  kc["kernel"] = tr->kernel.kernel;
+  kc["max_abs_out"] = tr->kernel.max_abs_out;
+  kc["max_abs_lse"] = tr->kernel.max_abs_lse;
+  kc["max_abs_weights"] = tr->kernel.max_abs_weights;
+  kc["note"] = tr->kernel.note;
+  d["kernel_check"] = kc;
+  d["page_json"] = *json;
+  return d;
+}
+
 }  // namespace
 
 NB_MODULE(_attnflow, m) {
@@ -442,6 +609,8 @@ NB_MODULE(_attnflow, m) {
         "num_kv_heads"_a, "q_len"_a, "kv_len"_a, "head_dim"_a, "v_dim"_a, "causal"_a,
         "scale"_a, "mask"_a, "mask_shape"_a, "kv_lens"_a, "window_left"_a, "window_right"_a,
         "alibi"_a, "seed"_a, "description"_a);
+  m.def("trace", &RunTrace, "model"_a.none(), "text"_a, "layer"_a, "decode_steps"_a,
+        "num_tokens"_a, "max_tokens"_a, "heads"_a, "html_path"_a);
   m.def("find_minilm_dir", [](const std::string& fallback_venv) {
     af::Result<std::string> r = af::FindMiniLmPackageDir(fallback_venv);
     Check(r.status());

@@ -86,51 +86,57 @@ def test_bert_through_transformers_backend(minilm_dir):
 
 
 @pytest.fixture(scope="module")
-def llama_pair(smollm_gguf):
+def llama(smollm_gguf):
+    """One model (the GGUF is dequantised once); tests switch its attention
+    implementation between "eager" and "attnflow"."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
     af_tf.register()
     d, f = os.path.dirname(smollm_gguf), os.path.basename(smollm_gguf)
     tok = AutoTokenizer.from_pretrained(d, gguf_file=f)
-    eager = AutoModelForCausalLM.from_pretrained(d, gguf_file=f, attn_implementation="eager",
+    model = AutoModelForCausalLM.from_pretrained(d, gguf_file=f, attn_implementation="eager",
                                                  dtype=torch.float32).eval()
-    fast = AutoModelForCausalLM.from_pretrained(d, gguf_file=f, attn_implementation="attnflow",
-                                                dtype=torch.float32).eval()
-    return tok, eager, fast
-
-
-def test_llama_logits_with_padding_and_gqa(llama_pair):
-    tok, eager, fast = llama_pair
-    cfg = eager.config
-    assert cfg.num_key_value_heads < cfg.num_attention_heads  # GQA is exercised
     tok.padding_side = "left"
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
+    return tok, model
+
+
+def _run(model, impl, fn):
+    model.set_attn_implementation(impl)
+    assert model.config._attn_implementation == impl
+    with torch.no_grad():
+        return fn()
+
+
+def test_llama_logits_with_padding_and_gqa(llama):
+    tok, model = llama
+    cfg = model.config
+    assert cfg.num_key_value_heads < cfg.num_attention_heads  # GQA is exercised
     batch = tok(PROMPTS, padding=True, return_tensors="pt")
     assert (batch["attention_mask"] == 0).any()  # padding is exercised
+    a = _run(model, "eager", lambda: model(**batch).logits)
     before = af_tf.calls
-    with torch.no_grad():
-        a = eager(**batch).logits
-        b = fast(**batch).logits
+    b = _run(model, "attnflow", lambda: model(**batch).logits)
     assert af_tf.calls - before == cfg.num_hidden_layers
     real = batch["attention_mask"].bool()
     err = (a - b).abs()[real].max().item()
     assert err <= 1e-4, err
 
 
-def test_llama_greedy_generation_identical(llama_pair):
-    tok, eager, fast = llama_pair
-    for p in PROMPTS:
-        ids = tok(p, return_tensors="pt")
-        with torch.no_grad():
-            a = eager.generate(**ids, max_new_tokens=32, min_new_tokens=32, do_sample=False)
-            b = fast.generate(**ids, max_new_tokens=32, min_new_tokens=32, do_sample=False)
-        assert a.shape[1] == ids["input_ids"].shape[1] + 32
-        assert torch.equal(a, b), (p, tok.decode(a[0]), tok.decode(b[0]))
+def test_llama_greedy_generation_identical(llama):
+    tok, model = llama
+    batch = tok(PROMPTS, padding=True, return_tensors="pt")
+    gen = dict(max_new_tokens=32, min_new_tokens=32, do_sample=False)
+    a = _run(model, "eager", lambda: model.generate(**batch, **gen))
+    before = af_tf.calls
+    b = _run(model, "attnflow", lambda: model.generate(**batch, **gen))
+    assert af_tf.calls - before == 32 * model.config.num_hidden_layers  # prefill + 31 steps
+    assert a.shape[1] == batch["input_ids"].shape[1] + 32
+    assert torch.equal(a, b), [(tok.decode(x), tok.decode(y)) for x, y in zip(a, b)]
 
 
-def test_backend_errors_are_clear(llama_pair):
-    _, _, fast = llama_pair
-    attn = fast.model.layers[0].self_attn
+def test_backend_errors_are_clear(llama):
+    attn = llama[1].model.layers[0].self_attn
     q = torch.randn(1, 9, 4, 64)
     kv = torch.randn(1, 3, 4, 64)
     with pytest.raises(ValueError, match="dropout"):

@@ -1,0 +1,38 @@
+# __init__.pyi — type stubs of the attnflow package (the public API; see
+# docs/python.md). Arrays are torch tensors, NumPy arrays or DLPack producers.
+from typing import Any, Literal, Optional, Tuple, Union, overload
+
+from . import golden as golden
+from . import reference as reference
+from .models import MiniLM as MiniLM, SmolLM2 as SmolLM2
+
+__version__: str
+
+ArrayLike = Any  # torch.Tensor | numpy.ndarray | DLPack producer (CPU)
+Causal = Literal["none", "top_left", "bottom_right"]
+Kernel = Literal["auto", "reference", "tiled_prefill", "split_kv_decode"]
+
+@overload
+def scaled_dot_product_attention(
+    query: ArrayLike, key: ArrayLike, value: ArrayLike, attn_mask: Optional[ArrayLike] = ...,
+    dropout_p: float = ..., is_causal: bool = ..., scale: Optional[float] = ...,
+    enable_gqa: bool = ..., *, return_lse: Literal[False] = ..., causal: Optional[Causal] = ...,
+    kv_lens: Optional[ArrayLike] = ..., window: Optional[Tuple[Optional[int], Optional[int]]] = ...,
+    alibi_slopes: Optional[ArrayLike] = ..., kernel: Kernel = ...) -> Any: ...
+@overload
+def scaled_dot_product_attention(
+    query: ArrayLike, key: ArrayLike, value: ArrayLike, attn_mask: Optional[ArrayLike] = ...,
+    dropout_p: float = ..., is_causal: bool = ..., scale: Optional[float] = ...,
+    enable_gqa: bool = ..., *, return_lse: Literal[True], causal: Optional[Causal] = ...,
+    kv_lens: Optional[ArrayLike] = ..., window: Optional[Tuple[Optional[int], Optional[int]]] = ...,
+    alibi_slopes: Optional[ArrayLike] = ..., kernel: Kernel = ...) -> Tuple[Any, Any]: ...
+def merge_attention_states(out_a: ArrayLike, lse_a: ArrayLike, out_b: ArrayLike,
+                           lse_b: ArrayLike) -> Tuple[Any, Any]: ...
+def explain(query: ArrayLike, key: ArrayLike, value: ArrayLike,
+            attn_mask: Optional[ArrayLike] = ..., *, causal: Optional[Causal] = ...,
+            kv_lens: Optional[ArrayLike] = ...,
+            window: Optional[Tuple[Optional[int], Optional[int]]] = ...,
+            alibi_slopes: Optional[ArrayLike] = ..., scale: Optional[float] = ...) -> str: ...
+def trace(model: Any = ..., text: str = ..., *, layer: int = ..., decode_steps: int = ...,
+          num_tokens: int = ..., max_tokens: int = ..., heads: Optional[Any] = ...,
+          html: Optional[str] = ...) -> dict: ...
