@@ -86,6 +86,7 @@ class TraceProgress {
     done_ = done;
     total_ = total;
     t_last_ = now;
+    if (done > 0 && done < total) Draw();  // each step, not only on the ticks
   }
   void Stop() {
     {
@@ -107,13 +108,17 @@ class TraceProgress {
   }
   void Run() {
     std::unique_lock<std::mutex> lock(mu_);
-    while (!cv_.wait_for(lock, std::chrono::milliseconds(250), [this] { return stop_; })) {
+    while (!cv_.wait_for(lock, std::chrono::milliseconds(250), [this] { return stop_; })) Draw();
+  }
+  // Draws the line if the trace has run past the threshold (mu_ held).
+  void Draw() {
+    {
       const double s = Sec(t0_, std::chrono::steady_clock::now());
-      if (s < after_s_ || total_ == 0) continue;
+      if (s < after_s_ || total_ == 0) return;
       char line[160];
       if (done_ == 0) {
-        std::snprintf(line, sizeof line, "[trace] 0/%lld tokens · prefill of %lld tokens running · %.1f s",
-                      static_cast<long long>(total_), static_cast<long long>(total_), s);
+        std::snprintf(line, sizeof line, "[trace] 0/%lld tokens · prefill running · %.1f s",
+                      static_cast<long long>(total_), s);
       } else {
         const double rate = static_cast<double>(done_) / Sec(t0_, t_last_);
         // ETA from the decode steps' own rate (one token per forward pass).
