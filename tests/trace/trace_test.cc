@@ -1052,5 +1052,53 @@ TEST(TraceCli, ProgressOnATerminalQuietAndPipesSilenceIt) {
   fs::remove(json);
 }
 
+
+// The compact page encoding (PageOptions::compact) is lossless: decoding it
+// gives the same checks and details (which print the values) as the text
+// form, for a full-resolution toy with decode steps (F64 stages) and a
+// pooled 600-token toy (float32). Malformed compact entries are kCorrupt.
+TEST(TracePage, CompactEncodingReadsBackLikeTheTextForm) {
+  for (int64_t tokens : {int64_t{6}, int64_t{600}}) {
+    trace::ToyOptions o;
+    o.num_tokens = tokens;
+    o.decode_steps = tokens < 10 ? 2 : 0;
+    Trace t = Toy(o);
+    trace::PageOptions po;
+    const std::string text = trace::TraceToJson(t, po).value();
+    po.compact = true;
+    const std::string packed = trace::TraceToJson(t, po).value();
+    EXPECT_EQ(packed.find("\"data\":["), std::string::npos);
+    EXPECT_NE(packed.find("\"base\":{\"op\":\"scale\""), std::string::npos);
+    if (tokens > 256) EXPECT_LT(packed.size() * 2, text.size()) << tokens;  // pooled float32
+    Result<trace::TraceSummary> a = trace::ReadTraceJson(text, "text");
+    Result<trace::TraceSummary> b = trace::ReadTraceJson(packed, "packed");
+    ASSERT_TRUE(a.ok()) << a.status().ToString();
+    ASSERT_TRUE(b.ok()) << b.status().ToString();
+    ASSERT_EQ(a->checks.size(), b->checks.size());
+    for (size_t i = 0; i < a->checks.size(); ++i) {
+      EXPECT_EQ(a->checks[i].state, b->checks[i].state) << a->checks[i].name;
+      EXPECT_EQ(a->checks[i].detail, b->checks[i].detail) << a->checks[i].name;
+    }
+    EXPECT_TRUE(b->all_pass());
+  }
+  trace::PageOptions po;
+  po.compact = true;
+  const std::string packed = trace::TraceToJson(Toy(), po).value();
+  auto corrupt = [&](const std::string& from, const std::string& to) {
+    std::string j = packed;
+    const size_t at = j.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    if (at != std::string::npos) j.replace(at, from.size(), to);
+    Result<trace::TraceSummary> s = trace::ReadTraceJson(j, "bad");
+    EXPECT_EQ(s.status().code(), StatusCode::kCorrupt) << from << " -> " << to;
+    return s.ok() ? std::string() : s.status().ToString();
+  };
+  EXPECT_NE(corrupt("\"b64\":\"", "\"b64\":\"!").find("base64"), std::string::npos);
+  EXPECT_NE(corrupt("\"op\":\"scale\"", "\"op\":\"cube\"").find("unknown op"), std::string::npos);
+  EXPECT_NE(corrupt("\"of\":[\"scores\"]", "\"of\":[\"scaled\"]").find("cycle"), std::string::npos);
+  EXPECT_NE(corrupt("\"enc\":\"f64\"", "\"enc\":\"f16\"").find("compact entry"), std::string::npos);
+  corrupt("\"segs\":[", "\"segs\":[1,\"x\",");
+}
+
 }  // namespace
 }  // namespace attnflow
