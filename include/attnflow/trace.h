@@ -26,6 +26,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -130,6 +131,12 @@ Result<Trace> TraceToy(const ToyOptions& opt);
 struct ModelTraceOptions {
   int64_t layer = 0;
   int64_t decode_steps = 0;  // decoder only: greedy tokens after the prompt
+  // Optional progress hook: (tokens done, tokens in all) with all = prompt
+  // tokens + decode steps; called with 0 before the prefill, with the prompt
+  // length after it, and after each decode step. The prefill is one forward
+  // pass (the captured query × key maps need the whole prompt at once), so
+  // nothing is reported inside it. Called on the tracing thread.
+  std::function<void(int64_t done, int64_t total)> progress;
 };
 // A sentence through a sentence encoder (BERT family): [CLS] text [SEP].
 Result<Trace> TraceEncoder(EncoderModel& model, std::string_view text,
@@ -143,6 +150,12 @@ Result<Trace> TraceDecoder(DecoderModel& model, std::string_view prompt,
 struct PageOptions {
   int64_t max_tokens = kDefaultPageTokens;  // pool views above this length
   std::vector<int64_t> heads;               // query heads shown; empty = all
+  // Stage data as base64 little-endian floats with constant runs and
+  // cell-by-cell verified derivations ("enc"/"segs"/"b64"/"base" instead of
+  // "data"; see page_json.cc). Lossless: every value is the one the text form
+  // would hold. Used for the HTML page (about 5 times smaller); --json keeps
+  // the plain "data" arrays.
+  bool compact = false;
 };
 Result<std::string> TraceToJson(const Trace& trace, const PageOptions& opt);
 

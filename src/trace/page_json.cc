@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -222,17 +223,202 @@ void AppendIntArray(std::string* o, const std::vector<int64_t>& v) {
   o->push_back(']');
 }
 
+// ---- the compact encoding (PageOptions::compact; docs/cli.md "page") ----
+// A compact stage entry has no "data"; it has "enc" ("f32" or "f64": the
+// element type of the explicit values), "segs" and "b64", and optionally
+// "base": {"op": OP, "of": [STAGE...]}. "segs" is a flat list of
+// [count, kind] pairs that covers the cells in order: kind "x" = the next
+// `count` values of "b64" (base64 of little-endian IEEE floats), "d" = the
+// derived value of each cell (from "base"), a number or "-Infinity" /
+// "Infinity" = that constant. Derived values (op on the base stages' decoded
+// values, all in double, then rounded to float32 for "f32"):
+//   scale: of[0][i] × scale      copy: of[0][i]      add: of[0][i] + of[1][i]
+//   heads: concat[t, h·Dh + d] = of[0][h, t, d] (heads shown = 0..H-1)
+// The writer marks a cell "d" only when the derived value has the same bits
+// as the value it would have written, so the encoding is lossless.
+
+void AppendBase64(std::string* o, const unsigned char* p, size_t n) {
+  static const char kAlpha[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  size_t i = 0;
+  for (; i + 3 <= n; i += 3) {
+    const uint32_t v = (uint32_t{p[i]} << 16) | (uint32_t{p[i + 1]} << 8) | p[i + 2];
+    o->push_back(kAlpha[v >> 18]);
+    o->push_back(kAlpha[(v >> 12) & 63]);
+    o->push_back(kAlpha[(v >> 6) & 63]);
+    o->push_back(kAlpha[v & 63]);
+  }
+  if (i < n) {
+    uint32_t v = uint32_t{p[i]} << 16;
+    if (i + 1 < n) v |= uint32_t{p[i + 1]} << 8;
+    o->push_back(kAlpha[v >> 18]);
+    o->push_back(kAlpha[(v >> 12) & 63]);
+    o->push_back(i + 1 < n ? kAlpha[(v >> 6) & 63] : '=');
+    o->push_back('=');
+  }
+}
+
+struct Derivation {
+  std::string op;
+  std::vector<std::string> of;
+};
+
+// The derivation the page tries for a stage (checked cell by cell).
+bool DerivationFor(const std::string& name, Derivation* d) {
+  if (name == "scaled") *d = {"scale", {"scores"}};
+  else if (name == "masked") *d = {"copy", {"scaled"}};
+  else if (name == "concat") *d = {"heads", {"heads_out"}};
+  else if (name == "residual") *d = {"add", {"layer_in", "out"}};
+  else if (name == "block_out") *d = {"add", {"residual", "ffn"}};
+  else return false;
+  return true;
+}
+
+// The value a stage holds on the page: rounded to float for f32 stages.
+double Shown(double v, bool f32) { return f32 ? static_cast<double>(static_cast<float>(v)) : v; }
+
+// Derived values of `d` for a stage of `n` cells, or false if the shapes do
+// not fit. `base` are the bases' shown values; `ds` the bases' data shapes.
+bool Derive(const Derivation& d, const std::vector<const PageStage*>& base, const PageStage& ps,
+            double scale, const std::vector<int64_t>& heads, int64_t num_heads,
+            std::vector<double>* out) {
+  const size_t n = ps.data.size();
+  for (const PageStage* b : base)
+    if (b == nullptr || b->f32 != ps.f32) return false;
+  out->assign(n, 0.0);
+  if (d.op == "scale" || d.op == "copy" || d.op == "add") {
+    for (const PageStage* b : base)
+      if (b->data_shape != ps.data_shape || b->data.size() != n) return false;
+    for (size_t i = 0; i < n; ++i) {
+      const double a = Shown(base[0]->data[i], ps.f32);
+      double v = a;
+      if (d.op == "scale") v = a * scale;
+      else if (d.op == "add") v = a + Shown(base[1]->data[i], ps.f32);
+      (*out)[i] = Shown(v, ps.f32);
+    }
+    return true;
+  }
+  if (d.op == "heads") {
+    const PageStage& h = *base[0];
+    if (static_cast<int64_t>(heads.size()) != num_heads) return false;
+    for (size_t i = 0; i < heads.size(); ++i)
+      if (heads[i] != static_cast<int64_t>(i)) return false;
+    if (h.data_shape.size() != 3 || ps.data_shape.size() != 2) return false;
+    const int64_t H = h.data_shape[0], T = h.data_shape[1], Dh = h.data_shape[2];
+    if (H != num_heads || ps.data_shape[0] != T || ps.data_shape[1] != H * Dh) return false;
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t c = 0; c < H * Dh; ++c)
+        (*out)[static_cast<size_t>(t * H * Dh + c)] =
+            Shown(h.data[static_cast<size_t>(((c / Dh) * T + t) * Dh + c % Dh)], ps.f32);
+    return true;
+  }
+  return false;
+}
+
+bool SameBits(double a, double b, bool f32) {
+  if (f32) {
+    const float fa = static_cast<float>(a), fb = static_cast<float>(b);
+    return std::memcmp(&fa, &fb, sizeof fa) == 0;
+  }
+  return std::memcmp(&a, &b, sizeof a) == 0;
+}
+
+// Writes "enc", optional "base", "segs" and "b64" for one stage.
+void AppendCompactData(std::string* o, const PageStage& ps, const Derivation* der,
+                       const std::vector<double>* derived) {
+  constexpr size_t kMinRun = 8;  // a constant run shorter than this stays explicit
+  const bool f32 = ps.f32;
+  const size_t n = ps.data.size();
+  // kind per cell: 'd' derived, 'c' constant run, 'x' explicit.
+  constexpr size_t kMinDerived = 4;  // shorter derived runs cost more in "segs" than they save
+  std::string kind(n, 'x');
+  for (size_t i = 0; derived != nullptr && i < n;) {
+    size_t j = i;
+    while (j < n && SameBits(ps.data[j], (*derived)[j], f32)) ++j;
+    if (j - i >= kMinDerived)
+      for (size_t k = i; k < j; ++k) kind[k] = 'd';
+    i = j + (j == i);
+  }
+  for (size_t i = 0; i < n;) {
+    if (kind[i] == 'd' || std::isnan(ps.data[i])) {
+      ++i;
+      continue;
+    }
+    size_t j = i + 1;
+    while (j < n && kind[j] != 'd' && SameBits(ps.data[j], ps.data[i], f32)) ++j;
+    if (j - i >= kMinRun)
+      for (size_t k = i; k < j; ++k) kind[k] = 'c';
+    i = j;
+  }
+  std::string segs, raw;
+  raw.reserve(n * (f32 ? 4 : 8));
+  for (size_t i = 0; i < n;) {
+    size_t j = i + 1;
+    if (kind[i] == 'c') {
+      while (j < n && kind[j] == 'c' && SameBits(ps.data[j], ps.data[i], f32)) ++j;
+    } else {
+      while (j < n && kind[j] == kind[i]) ++j;
+    }
+    if (!segs.empty()) segs += ",";
+    segs += std::to_string(j - i) + ",";
+    if (kind[i] == 'd') segs += "\"d\"";
+    else if (kind[i] == 'x') segs += "\"x\"";
+    else AppendJsonNumber(&segs, ps.data[i], f32);
+    if (kind[i] == 'x') {
+      for (size_t k = i; k < j; ++k) {
+        unsigned char b[8];
+        if (f32) {
+          const float f = static_cast<float>(ps.data[k]);
+          uint32_t u;
+          std::memcpy(&u, &f, 4);
+          for (int q = 0; q < 4; ++q) b[q] = static_cast<unsigned char>(u >> (8 * q));
+          raw.append(reinterpret_cast<const char*>(b), 4);
+        } else {
+          uint64_t u;
+          std::memcpy(&u, &ps.data[k], 8);
+          for (int q = 0; q < 8; ++q) b[q] = static_cast<unsigned char>(u >> (8 * q));
+          raw.append(reinterpret_cast<const char*>(b), 8);
+        }
+      }
+    }
+    i = j;
+  }
+  *o += ",\"enc\":";
+  *o += f32 ? "\"f32\"" : "\"f64\"";
+  if (der != nullptr && segs.find("\"d\"") != std::string::npos) {
+    *o += ",\"base\":{\"op\":";
+    AppendJsonString(o, der->op);
+    *o += ",\"of\":[";
+    for (size_t i = 0; i < der->of.size(); ++i) {
+      if (i) *o += ",";
+      AppendJsonString(o, der->of[i]);
+    }
+    *o += "]}";
+  }
+  *o += ",\"segs\":[" + segs + "],\"b64\":\"";
+  AppendBase64(o, reinterpret_cast<const unsigned char*>(raw.data()), raw.size());
+  *o += "\"";
+}
+
 void AppendStages(std::string* o, const std::vector<NamedTensor>& stages,
-                  const std::vector<int64_t>& heads, int64_t len, int64_t f) {
-  *o += "{";
-  bool first = true;
+                  const std::vector<int64_t>& heads, int64_t len, int64_t f, bool compact,
+                  double scale, int64_t num_heads) {
+  std::vector<std::pair<std::string, PageStage>> all;
   for (const auto& st : stages) {
     PageStage ps;
-    if (!MakePageStage(st.name, st.value, heads, len, f, &ps)) continue;
+    if (MakePageStage(st.name, st.value, heads, len, f, &ps)) all.emplace_back(st.name, std::move(ps));
+  }
+  auto find = [&](const std::string& n) -> const PageStage* {
+    for (const auto& [name, ps] : all)
+      if (name == n) return &ps;
+    return nullptr;
+  };
+  *o += "{";
+  bool first = true;
+  for (const auto& [name, ps] : all) {
     if (!first) *o += ",";
     first = false;
     *o += "\n";
-    AppendJsonString(o, st.name);
+    AppendJsonString(o, name);
     *o += ":{\"axes\":[";
     for (size_t i = 0; i < ps.axes.size(); ++i) {
       if (i) *o += ",";
@@ -246,6 +432,19 @@ void AppendStages(std::string* o, const std::vector<NamedTensor>& stages,
     AppendIntArray(o, ps.data_shape);
     *o += ",\"dtype\":";
     AppendJsonString(o, ps.dtype);
+    if (compact) {
+      Derivation der;
+      std::vector<double> derived;
+      bool have = false;
+      if (DerivationFor(name, &der)) {
+        std::vector<const PageStage*> base;
+        for (const auto& b : der.of) base.push_back(b == name ? nullptr : find(b));
+        have = Derive(der, base, ps, scale, heads, num_heads, &derived);
+      }
+      AppendCompactData(o, ps, have ? &der : nullptr, have ? &derived : nullptr);
+      *o += "}";
+      continue;
+    }
     *o += ",\"data\":[";
     for (size_t i = 0; i < ps.data.size(); ++i) {
       if (i) o->push_back(',');
@@ -347,7 +546,7 @@ Result<std::string> TraceToJson(const Trace& t, const PageOptions& opt) {
        ",\"pool\":" + std::to_string(f) + ",\"note\":";
   AppendJsonString(&o, note);
   o += "},\n\"stages\":";
-  AppendStages(&o, t.stages, heads, L, f);
+  AppendStages(&o, t.stages, heads, L, f, opt.compact, t.scale, H);
   o += ",\n\"kernel\":";
   AppendKernel(&o, t.kernel);
   o += ",\n\"decode\":[";
@@ -361,7 +560,7 @@ Result<std::string> TraceToJson(const Trace& t, const PageOptions& opt) {
     AppendToken(&o, d.token);
     o += ",\"position\":" + std::to_string(d.position) + ",\"kv_len\":" + std::to_string(lk) +
          ",\"pool\":" + std::to_string(fd) + ",\"stages\":";
-    AppendStages(&o, d.stages, heads, lk, fd);
+    AppendStages(&o, d.stages, heads, lk, fd, opt.compact, t.scale, H);
     o += ",\"kernel\":";
     AppendKernel(&o, d.kernel);
     o += "}";
@@ -382,6 +581,11 @@ struct Arr {  // a validated stage entry
   std::vector<std::string> axes;
   std::vector<int64_t> shape, pool, ds;
   std::vector<double> data;
+  // Compact entries before decoding (see "the compact encoding" above).
+  bool compact = false, f32 = true;
+  json segs;
+  std::string b64, op;
+  std::vector<std::string> of;
   double at(int64_t a, int64_t b, int64_t c) const {
     return data[static_cast<size_t>((a * ds[1] + b) * ds[2] + c)];
   }
@@ -404,7 +608,7 @@ Status IntArray(const json& j, const std::string& label, const std::string& fiel
 
 Status ParseStage(const json& j, const std::string& label, const std::string& field, Arr* a) {
   if (!j.is_object()) return Bad(label, field + " must be an object");
-  for (const char* k : {"axes", "shape", "pool", "data_shape", "data"}) {
+  for (const char* k : {"axes", "shape", "pool", "data_shape"}) {
     if (!j.contains(k)) return Bad(label, field + " has no '" + k + "'");
   }
   if (!j["axes"].is_array()) return Bad(label, field + ".axes must be an array of strings");
@@ -438,6 +642,32 @@ Status ParseStage(const json& j, const std::string& label, const std::string& fi
     a->ds.insert(a->ds.begin(), 1);
   }
   n = a->ds[0] * a->ds[1] * a->ds[2];
+  if (!j.contains("data") && j.contains("segs")) {  // compact: decoded in DecodeCompact
+    a->compact = true;
+    if (!j.contains("b64") || !j["b64"].is_string() || !j["segs"].is_array() ||
+        !j.contains("enc") || !j["enc"].is_string() ||
+        (j["enc"] != "f32" && j["enc"] != "f64")) {
+      return Bad(label, field + ": a compact entry needs enc (\"f32\" or \"f64\"), segs and b64");
+    }
+    a->f32 = j["enc"] == "f32";
+    a->segs = j["segs"];
+    a->b64 = j["b64"].get<std::string>();
+    if (j.contains("base")) {
+      const json& b = j["base"];
+      if (!b.is_object() || !b.contains("op") || !b["op"].is_string() || !b.contains("of") ||
+          !b["of"].is_array() || b["of"].empty()) {
+        return Bad(label, field + ".base must be {\"op\": string, \"of\": [stage, ...]}");
+      }
+      a->op = b["op"].get<std::string>();
+      for (const auto& e : b["of"]) {
+        if (!e.is_string()) return Bad(label, field + ".base.of must list stage names");
+        a->of.push_back(e.get<std::string>());
+      }
+    }
+    a->data.resize(static_cast<size_t>(n));
+    return Status::Ok();
+  }
+  if (!j.contains("data")) return Bad(label, field + " has no 'data'");
   const json& d = j["data"];
   if (!d.is_array() || static_cast<int64_t>(d.size()) != n) {
     return Bad(label, field + ".data has " + (d.is_array() ? std::to_string(d.size()) : "no") +
@@ -460,7 +690,138 @@ Status ParseStage(const json& j, const std::string& label, const std::string& fi
   return Status::Ok();
 }
 
+bool DecodeBase64(std::string_view in, std::string* out) {
+  if (in.size() % 4 != 0) return false;
+  auto val = [](char c) -> int {
+    if (c >= 'A' && c <= 'Z') return c - 'A';
+    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+    if (c >= '0' && c <= '9') return c - '0' + 52;
+    if (c == '+') return 62;
+    if (c == '/') return 63;
+    return -1;
+  };
+  out->clear();
+  out->reserve(in.size() / 4 * 3);
+  for (size_t i = 0; i < in.size(); i += 4) {
+    int v[4];
+    int pad = 0;
+    for (int k = 0; k < 4; ++k) {
+      if (in[i + k] == '=' && i + 4 == in.size() && k >= 2) {
+        v[k] = 0;
+        ++pad;
+      } else if (pad > 0 || (v[k] = val(in[i + k])) < 0) {
+        return false;
+      }
+    }
+    const uint32_t w = (uint32_t(v[0]) << 18) | (uint32_t(v[1]) << 12) | (uint32_t(v[2]) << 6) |
+                       uint32_t(v[3]);
+    out->push_back(static_cast<char>(w >> 16));
+    if (pad < 2) out->push_back(static_cast<char>((w >> 8) & 255));
+    if (pad < 1) out->push_back(static_cast<char>(w & 255));
+  }
+  return true;
+}
+
+// Decodes one compact stage (its bases first); `busy` catches cycles.
+Status DecodeCompact(const std::string& name, std::map<std::string, Arr>* st,
+                     const std::string& label, const std::string& field, double scale,
+                     const std::vector<int64_t>& heads, int64_t num_heads,
+                     std::set<std::string>* busy) {
+  Arr& a = st->at(name);
+  if (!a.compact) return Status::Ok();
+  const std::string f = field + "." + name;
+  if (!busy->insert(name).second) return Bad(label, f + ".base: a cycle of derived stages");
+  std::vector<const Arr*> base;
+  for (const auto& b : a.of) {
+    if (st->count(b) == 0) return Bad(label, f + ".base names the missing stage '" + b + "'");
+    ATTNFLOW_RETURN_IF_ERROR(DecodeCompact(b, st, label, field, scale, heads, num_heads, busy));
+    base.push_back(&st->at(b));
+  }
+  const size_t n = a.data.size();
+  const bool f32 = a.f32;
+  auto shown = [f32](double v) { return f32 ? static_cast<double>(static_cast<float>(v)) : v; };
+  const bool elementwise = a.op == "scale" || a.op == "copy" || a.op == "add";
+  if (!a.op.empty()) {
+    const size_t want = a.op == "add" ? 2 : 1;
+    if (!(elementwise || a.op == "heads") || a.of.size() != want) {
+      return Bad(label, f + ".base: unknown op '" + a.op + "' or wrong number of stages");
+    }
+    for (const Arr* b : base)
+      if (elementwise && b->data.size() != n) return Bad(label, f + ".base: shapes differ");
+    if (a.op == "heads") {
+      const Arr& h = *base[0];
+      bool ok = static_cast<int64_t>(heads.size()) == num_heads && h.ds[0] == num_heads &&
+                a.ds[0] == 1 && a.ds[1] == h.ds[1] && a.ds[2] == h.ds[0] * h.ds[2];
+      for (size_t i = 0; ok && i < heads.size(); ++i) ok = heads[i] == static_cast<int64_t>(i);
+      if (!ok) return Bad(label, f + ".base: 'heads' needs every head and matching shapes");
+    }
+  }
+  auto derived = [&](size_t i) -> double {
+    if (a.op == "scale") return shown(base[0]->data[i] * scale);
+    if (a.op == "copy") return base[0]->data[i];
+    if (a.op == "add") return shown(base[0]->data[i] + base[1]->data[i]);
+    const Arr& h = *base[0];  // heads
+    const int64_t T = h.ds[1], Dh = h.ds[2], E = a.ds[2];
+    const int64_t t = static_cast<int64_t>(i) / E, c = static_cast<int64_t>(i) % E;
+    return h.data[static_cast<size_t>(((c / Dh) * T + t) * Dh + c % Dh)];
+  };
+  std::string raw;
+  if (!DecodeBase64(a.b64, &raw)) return Bad(label, f + ".b64 is not valid base64");
+  const size_t w = f32 ? 4 : 8;
+  size_t at = 0, next = 0;  // cell, explicit value
+  if (!a.segs.is_array() || a.segs.size() % 2 != 0) {
+    return Bad(label, f + ".segs must be [count, kind] pairs");
+  }
+  for (size_t s = 0; s < a.segs.size(); s += 2) {
+    const json& cnt = a.segs[s];
+    const json& kind = a.segs[s + 1];
+    if (!cnt.is_number_integer() || cnt.get<int64_t>() < 1 ||
+        cnt.get<uint64_t>() > n - at) {
+      return Bad(label, f + ".segs[" + std::to_string(s) + "]: count out of range");
+    }
+    const size_t c = cnt.get<size_t>();
+    if (kind == "x") {
+      if ((next + c) * w > raw.size()) return Bad(label, f + ".b64 holds too few values");
+      for (size_t k = 0; k < c; ++k, ++next) {
+        const auto* p = reinterpret_cast<const unsigned char*>(raw.data() + next * w);
+        uint64_t u = 0;
+        for (size_t q = 0; q < w; ++q) u |= uint64_t{p[q]} << (8 * q);
+        if (f32) {
+          const uint32_t u32 = static_cast<uint32_t>(u);
+          float v;
+          std::memcpy(&v, &u32, 4);
+          a.data[at + k] = v;
+        } else {
+          double v;
+          std::memcpy(&v, &u, 8);
+          a.data[at + k] = v;
+        }
+      }
+    } else if (kind == "d") {
+      if (a.op.empty()) return Bad(label, f + ".segs uses \"d\" but the entry has no base");
+      for (size_t k = 0; k < c; ++k) a.data[at + k] = derived(at + k);
+    } else {
+      double v;
+      if (kind.is_number()) v = shown(kind.get<double>());
+      else if (kind == "-Infinity") v = -INFINITY;
+      else if (kind == "Infinity") v = INFINITY;
+      else return Bad(label, f + ".segs[" + std::to_string(s + 1) + "] is not a kind");
+      for (size_t k = 0; k < c; ++k) a.data[at + k] = v;
+    }
+    at += c;
+  }
+  if (at != n) {
+    return Bad(label, f + ".segs cover " + std::to_string(at) + " cells, expected " +
+                          std::to_string(n));
+  }
+  if (next * w != raw.size()) return Bad(label, f + ".b64 holds more values than segs use");
+  a.compact = false;
+  busy->erase(name);
+  return Status::Ok();
+}
+
 Status ParseStages(const json& j, const std::string& label, const std::string& field,
+                   double scale, const std::vector<int64_t>& heads, int64_t num_heads,
                    std::map<std::string, Arr>* out) {
   if (!j.is_object()) return Bad(label, field + " must be an object");
   for (auto it = j.begin(); it != j.end(); ++it) {
@@ -468,6 +829,9 @@ Status ParseStages(const json& j, const std::string& label, const std::string& f
     ATTNFLOW_RETURN_IF_ERROR(ParseStage(it.value(), label, field + "." + it.key(), &a));
     out->emplace(it.key(), std::move(a));
   }
+  std::set<std::string> busy;
+  for (auto& [name, a] : *out)
+    ATTNFLOW_RETURN_IF_ERROR(DecodeCompact(name, out, label, field, scale, heads, num_heads, &busy));
   return Status::Ok();
 }
 
@@ -584,7 +948,7 @@ Result<TraceSummary> ReadTraceJson(std::string_view text, const std::string& lab
       s.note = j["view"].value("note", "");
     }
     std::map<std::string, Arr> st;
-    ATTNFLOW_RETURN_IF_ERROR(ParseStages(j["stages"], label, "stages", &st));
+    ATTNFLOW_RETURN_IF_ERROR(ParseStages(j["stages"], label, "stages", scale, heads, H, &st));
     const Arr* w = Get(st, "weights");
     if (w == nullptr) return Bad(label, "stages has no 'weights': nothing to play");
     if (w->shape[0] != s.num_heads_shown || w->shape[1] != s.num_tokens) {
@@ -610,7 +974,7 @@ Result<TraceSummary> ReadTraceJson(std::string_view text, const std::string& lab
           return Bad(label, f + " must have stages, position and kv_len");
         }
         dec.emplace_back();
-        ATTNFLOW_RETURN_IF_ERROR(ParseStages(d["stages"], label, f + ".stages", &dec.back()));
+        ATTNFLOW_RETURN_IF_ERROR(ParseStages(d["stages"], label, f + ".stages", scale, heads, H, &dec.back()));
         kv_lens.push_back(d["kv_len"].get<int64_t>());
         positions.push_back(d["position"].get<int64_t>());
       }

@@ -423,8 +423,11 @@ Result<Trace> TraceEncoder(EncoderModel& model, std::string_view text,
   StageCapture cap;
   cap.sink = &rec;
   cap.layer = o.layer;
+  const int64_t n = static_cast<int64_t>(ids->size());
+  if (o.progress) o.progress(0, n);
   ATTNFLOW_RETURN_IF_ERROR(model.Embed({ids.value()}, &emb, &hidden, cap));
   ATTNFLOW_RETURN_IF_ERROR(rec.status());
+  if (o.progress) o.progress(n, n);
   if (o.layer > 0) {
     std::vector<Tensor> states;
     ATTNFLOW_RETURN_IF_ERROR(model.HiddenStates({ids.value()}, &states));
@@ -463,8 +466,11 @@ Result<Trace> TraceDecoder(DecoderModel& model, std::string_view prompt,
   cap.sink = &rec;
   cap.layer = o.layer;
   Tensor logits;
+  const int64_t n = static_cast<int64_t>(ids->size()), total = n + o.decode_steps;
+  if (o.progress) o.progress(0, total);
   ATTNFLOW_RETURN_IF_ERROR(model.Forward(ids.value(), /*all_logits=*/false, &logits, cap));
   ATTNFLOW_RETURN_IF_ERROR(rec.status());
+  if (o.progress) o.progress(n, total);
   ATTNFLOW_RETURN_IF_ERROR(FinishModelTrace(rec, info.name, o.layer, &t));
   for (int64_t s = 0; s < o.decode_steps; ++s) {
     if (!logits.defined() || logits.numel() == 0) {
@@ -486,6 +492,7 @@ Result<Trace> TraceDecoder(DecoderModel& model, std::string_view prompt,
                                            step.Find("lse"), step.Find("masked"),
                                            step.Find("weights"));
     t.decode.push_back(std::move(step));
+    if (o.progress) o.progress(n + s + 1, total);
   }
   return t;
 }

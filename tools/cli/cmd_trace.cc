@@ -8,12 +8,21 @@
 // Options: --layer, --heads 0,2, --decode-steps N, --tokens N (toy length),
 // --causal (toy), --max-page-tokens; exports --safetensors FILE, --npy DIR,
 // --csv DIR, --png DIR, --svg DIR.
+// Progress: a model trace that runs past ~1 s ($ATTNFLOW_PROGRESS_AFTER_MS
+// overrides, for tests) draws "[trace] done/total tokens · tokens/s · ETA" on
+// stderr when stderr is a terminal and --quiet is off; the line is cleared
+// before the summary is printed.
 // Exit: 0 ok; 1 a numeric check of the trace failed (the page is still
 // written so the failure is visible); 2 usage error or unreadable/invalid
 // input (a corrupted or truncated --from file, a bad model path or layer).
+#include <chrono>
+#include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "attnflow/file_util.h"
@@ -54,6 +63,87 @@ std::string KiB(size_t n) {
   std::snprintf(b, sizeof b, "%.1f KiB", n / 1024.0);
   return b;
 }
+
+// The progress line: a ticker thread redraws it every 250 ms once the trace
+// has run for `after` seconds; Update() is the trace's progress hook.
+class TraceProgress {
+ public:
+  TraceProgress() {
+    after_s_ = 1.0;
+    if (const char* e = std::getenv("ATTNFLOW_PROGRESS_AFTER_MS"); e != nullptr && *e != 0)
+      after_s_ = std::atof(e) / 1000.0;
+    t0_ = std::chrono::steady_clock::now();
+    thread_ = std::thread([this] { Run(); });
+  }
+  ~TraceProgress() { Stop(); }
+  void Update(int64_t done, int64_t total) {
+    std::lock_guard<std::mutex> lock(mu_);
+    const auto now = std::chrono::steady_clock::now();
+    if (done > 0 && prefill_ == 0) {
+      prefill_ = done;
+      t_prefill_ = now;
+    }
+    done_ = done;
+    total_ = total;
+    t_last_ = now;
+    if (done > 0 && done < total) Draw();  // each step, not only on the ticks
+  }
+  void Stop() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stop_) return;
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+    if (shown_) {
+      std::fprintf(stderr, "\r\033[K");
+      std::fflush(stderr);
+    }
+  }
+
+ private:
+  static double Sec(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
+    return std::chrono::duration<double>(b - a).count();
+  }
+  void Run() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!cv_.wait_for(lock, std::chrono::milliseconds(250), [this] { return stop_; })) Draw();
+  }
+  // Draws the line if the trace has run past the threshold (mu_ held).
+  void Draw() {
+    {
+      const double s = Sec(t0_, std::chrono::steady_clock::now());
+      if (s < after_s_ || total_ == 0) return;
+      char line[160];
+      if (done_ == 0) {
+        std::snprintf(line, sizeof line, "[trace] 0/%lld tokens · prefill running · %.1f s",
+                      static_cast<long long>(total_), s);
+      } else {
+        const double rate = static_cast<double>(done_) / Sec(t0_, t_last_);
+        // ETA from the decode steps' own rate (one token per forward pass).
+        const int64_t steps = done_ - prefill_;
+        char eta[48] = "ETA after the first decode step";
+        if (done_ >= total_) std::snprintf(eta, sizeof eta, "writing output");
+        else if (steps > 0)
+          std::snprintf(eta, sizeof eta, "ETA %.1f s",
+                        static_cast<double>(total_ - done_) * Sec(t_prefill_, t_last_) / steps);
+        std::snprintf(line, sizeof line, "[trace] %lld/%lld tokens · %.1f tokens/s · %s",
+                      static_cast<long long>(done_), static_cast<long long>(total_), rate, eta);
+      }
+      std::fprintf(stderr, "\r\033[K%s", line);
+      std::fflush(stderr);
+      shown_ = true;
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::thread thread_;
+  bool stop_ = false, shown_ = false;
+  double after_s_ = 1.0;
+  int64_t done_ = 0, total_ = 0, prefill_ = 0;
+  std::chrono::steady_clock::time_point t0_, t_last_, t_prefill_;
+};
 
 int WriteHtml(const std::string& path, const std::string& json) {
   Result<std::string> page = trace::RenderPlayerHtml(json);
@@ -164,6 +254,11 @@ int RunTrace(TraceArgs a) {
     o.layer = a.layer;
     o.decode_steps = a.decode_steps;
     const std::string text = a.text.empty() ? "The cat sat on the mat." : a.text;
+    std::unique_ptr<TraceProgress> progress;
+    if (!a.quiet && StderrIsTerminal()) {
+      progress = std::make_unique<TraceProgress>();
+      o.progress = [p = progress.get()](int64_t done, int64_t total) { p->Update(done, total); };
+    }
     if (auto* enc = dynamic_cast<EncoderModel*>(model.get())) {
       tr = trace::TraceEncoder(*enc, text, o);
     } else if (auto* dec = dynamic_cast<DecoderModel*>(model.get())) {
@@ -228,7 +323,14 @@ int RunTrace(TraceArgs a) {
     std::printf("wrote %s (page JSON, %s)\n", a.json.c_str(), KiB(json->size()).c_str());
   }
   if (!a.html.empty()) {
-    const int rc = WriteHtml(a.html, json.value());
+    // The page gets the compact, lossless encoding (base64 floats, constant
+    // runs, verified derivations); reading it back checks it once more.
+    po.compact = true;
+    Result<std::string> packed = trace::TraceToJson(t, po);
+    if (!packed.ok()) return fail(packed.status());
+    Result<trace::TraceSummary> ps = trace::ReadTraceJson(packed.value(), "<generated page>");
+    if (!ps.ok()) return fail(ps.status());
+    const int rc = WriteHtml(a.html, packed.value());
     if (rc != kExitOk) return rc;
   }
   if (!a.safetensors.empty()) {
@@ -298,7 +400,7 @@ ATTNFLOW_REGISTER_COMMAND(
       sub.add_option("--csv", a->csv, "Write spreadsheet CSVs into this directory");
       sub.add_option("--png", a->png, "Write PNG heatmaps into this directory");
       sub.add_option("--svg", a->svg, "Write SVG heatmaps into this directory");
-      sub.add_flag("-q,--quiet", a->quiet, "Shorter summary");
+      sub.add_flag("-q,--quiet", a->quiet, "Shorter summary and no progress line");
       return [a] { return RunTrace(*a); };
     });
 
