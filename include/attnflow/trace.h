@@ -40,8 +40,9 @@
 namespace attnflow::trace {
 
 constexpr const char* kTraceFormatV1 = "attnflow-trace/1";
-// Above this many tokens the page pools its L×L and token views.
-constexpr int64_t kDefaultPageTokens = 256;
+// Above this many tokens the page pools its L×L and token views (128: a
+// 512-token SmolLM2 page stays under 8 MB; docs/cli.md, "Size").
+constexpr int64_t kDefaultPageTokens = 128;
 
 struct TraceToken {
   int32_t id = 0;

@@ -327,14 +327,14 @@ class PlayerTest(unittest.TestCase):
         t0 = time.time()
         rc, text = run_cli("--tokens", 2048, "--decode-steps", 2, "--html", OUT / "big.html", "-q")
         self.assertEqual(rc, 0, text)
-        self.assertIn("pooled 8×8", text)  # said on screen by the CLI too
+        self.assertIn("pooled 16×16", text)  # said on screen by the CLI too
         size = (OUT / "big.html").stat().st_size
         self.assertLess(size, 20 << 20)
         t1 = time.time()
         page = self.open(OUT / "big.html")
         page.wait_for_selector("#app", state="visible")
         self.assertLess(time.time() - t1, 15, "loading the 2048-token page took too long")
-        self.assertIn("pooled 8×8", page.inner_text("#notice"))
+        self.assertIn("pooled 16×16", page.inner_text("#notice"))
         self.assertEqual(page.get_attribute("#check-summary", "data-status"), "pass")
         worst = 0.0
         for i in range(13):
