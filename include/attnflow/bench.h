@@ -60,4 +60,19 @@ struct AttentionBenchResult {
 // Errors (invalid shapes, allocation failure) name the op and the shapes.
 Result<AttentionBenchResult> BenchAttention(const AttentionBenchSpec& spec, ThreadPool& pool);
 
+// `attnflow bench prefill --io`: the same shape through the flash schedule
+// (tiled_prefill) and the naive materialised one (naive), each timed by
+// BenchAttention (spec.force is ignored), the modelled DRAM traffic of both
+// (ModelAttentionIo with the flash plan's tile_q), and agreement of the
+// outputs: max |flash − naive|, and each against reference::Sdpa (float64)
+// when B·H·Lq·Lk·D <= 2^31 (else the reference errors are NaN).
+struct AttentionIoResult {
+  AttentionBenchResult flash, naive;
+  IoModel io;
+  double max_abs_diff = 0;                        // |flash − naive|
+  double max_err_flash = 0, max_err_naive = 0;    // against the float64 reference
+  double max_abs_ref = 0;                         // max |reference out|
+};
+Result<AttentionIoResult> BenchAttentionIo(const AttentionBenchSpec& spec, ThreadPool& pool);
+
 }  // namespace attnflow

@@ -4,6 +4,8 @@
 //   "tiled_prefill"   FlashAttention-style tiled online softmax (Highway SIMD)
 //   "split_kv_decode" flash-decoding for few query rows over a long KV cache
 //   "reference"       the float64 oracle, for anything no fast path covers
+//   "naive"           materialised fp32 S and P (write S, read S, write P,
+//                     read P); only when forced, never chosen by auto
 // and reports the choice and the reason in KernelChoice (CLI: --explain).
 // Results are fp32 (accumulated in fp32), never depend on the thread count,
 // and follow attnflow/semantics.h exactly. See docs/kernels.md.
@@ -23,8 +25,8 @@
 
 namespace attnflow {
 
-enum class KernelKind : uint8_t { kAuto, kReference, kTiledPrefill, kSplitKvDecode };
-// "auto", "reference", "tiled_prefill", "split_kv_decode".
+enum class KernelKind : uint8_t { kAuto, kReference, kTiledPrefill, kSplitKvDecode, kNaive };
+// "auto", "reference", "tiled_prefill", "split_kv_decode", "naive".
 const char* KernelKindName(KernelKind k);
 bool ParseKernelKind(std::string_view s, KernelKind* out);
 
@@ -68,5 +70,18 @@ Status Attention(const TensorView& out, const TensorView& lse,
                  const TensorView& q, const TensorView& k, const TensorView& v,
                  const SdpaOptions& opt, const KernelOptions& kopt = {},
                  KernelChoice* choice = nullptr);
+
+// Modelled DRAM traffic of one attention call in bytes (fp32 elements; each
+// pass reads or writes its tensors once, no reuse across passes; see
+// docs/kernels.md "Bytes, not math"):
+//   naive: read Q, K, V; write S, read S, write P, read P; write O.
+//   flash: read Q, write O; K and V once per query tile of tile_q rows
+//          (G = num_heads / num_kv_heads heads share a tile; tile_q 0 = one tile).
+struct IoModel {
+  double naive_bytes = 0, flash_bytes = 0;
+  double s_and_p_bytes = 0;  // the naive part: 4 · batch·num_heads·q_len·kv_len·4
+};
+IoModel ModelAttentionIo(int64_t batch, int64_t num_heads, int64_t num_kv_heads, int64_t q_len,
+                         int64_t kv_len, int64_t head_dim, int64_t tile_q);
 
 }  // namespace attnflow

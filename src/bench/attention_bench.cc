@@ -5,10 +5,13 @@
 // come from the shared semantics (VisibleKeys), never from the kernel; the
 // kernel's choice is the one ExplainAttention reports for the same call.
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <chrono>
 #include <vector>
 
 #include "attnflow/bench.h"
+#include "attnflow/reference.h"
 #include "attnflow/rng.h"
 #include "attnflow/semantics.h"
 
@@ -80,6 +83,66 @@ Result<AttentionBenchResult> BenchAttention(const AttentionBenchSpec& s, ThreadP
   if (s.measure_read && r.kv_bytes > 0) {
     const double same_gbps = MeasureReadGBps(pool, static_cast<size_t>(r.kv_bytes), 20);
     if (same_gbps > 0) r.read_same_bytes_s = r.kv_bytes / (same_gbps * 1e9);
+  }
+  return r;
+}
+
+Result<AttentionIoResult> BenchAttentionIo(const AttentionBenchSpec& spec, ThreadPool& pool) {
+  AttentionIoResult r;
+  AttentionBenchSpec s = spec;
+  s.kv_dtype = DType::kF32;
+  s.measure_read = false;
+  s.force = KernelKind::kTiledPrefill;
+  Result<AttentionBenchResult> flash = BenchAttention(s, pool);
+  if (!flash.ok()) return flash.status();
+  r.flash = *flash;
+  s.force = KernelKind::kNaive;
+  Result<AttentionBenchResult> naive = BenchAttention(s, pool);
+  if (!naive.ok()) return naive.status();
+  r.naive = *naive;
+  r.io = ModelAttentionIo(s.batch, s.num_heads, s.num_kv_heads, s.q_len, s.kv_len, s.head_dim,
+                          r.flash.choice.tile_q);
+  // Outputs, from the same inputs as BenchAttention (Rng seed 1, q then k then v).
+  const int64_t B = s.batch, H = s.num_heads, Hkv = s.num_kv_heads, Lq = s.q_len, Lk = s.kv_len,
+                D = s.head_dim;
+  std::vector<Tensor> t;
+  for (const Shape& sh : {Shape{B, H, Lq, D}, Shape{B, Hkv, Lk, D}, Shape{B, Hkv, Lk, D},
+                          Shape{B, H, Lq, D}, Shape{B, H, Lq, D}, Shape{B, H, Lq, D}}) {
+    Result<Tensor> x = Tensor::Zeros(DType::kF32, sh);
+    if (!x.ok()) return x.status();
+    t.push_back(std::move(x).value());
+  }
+  Rng rng(1);
+  for (int i = 0; i < 3; ++i)
+    for (int64_t e = 0; e < t[i].numel(); ++e)
+      t[i].view().store(e, static_cast<float>(rng.Normal()));
+  SdpaOptions opt;
+  opt.causal = s.causal;
+  opt.window_left = s.window_left;
+  opt.window_right = s.window_right;
+  KernelOptions kopt;
+  kopt.pool = &pool;
+  kopt.force = KernelKind::kTiledPrefill;
+  ATTNFLOW_RETURN_IF_ERROR(Attention(t[3].view(), {}, t[0].view(), t[1].view(), t[2].view(), opt, kopt));
+  kopt.force = KernelKind::kNaive;
+  ATTNFLOW_RETURN_IF_ERROR(Attention(t[4].view(), {}, t[0].view(), t[1].view(), t[2].view(), opt, kopt));
+  const float* fo = t[3].data<float>();
+  const float* no = t[4].data<float>();
+  for (int64_t e = 0; e < t[3].numel(); ++e)
+    r.max_abs_diff = std::max(r.max_abs_diff, static_cast<double>(std::fabs(fo[e] - no[e])));
+  const double work = static_cast<double>(B * H) * static_cast<double>(Lq) *
+                      static_cast<double>(Lk) * static_cast<double>(D);
+  if (work <= 2147483648.0) {
+    ATTNFLOW_RETURN_IF_ERROR(
+        reference::Sdpa(t[5].view(), {}, t[0].view(), t[1].view(), t[2].view(), opt));
+    const float* ro = t[5].data<float>();
+    for (int64_t e = 0; e < t[5].numel(); ++e) {
+      r.max_err_flash = std::max(r.max_err_flash, static_cast<double>(std::fabs(fo[e] - ro[e])));
+      r.max_err_naive = std::max(r.max_err_naive, static_cast<double>(std::fabs(no[e] - ro[e])));
+      r.max_abs_ref = std::max(r.max_abs_ref, static_cast<double>(std::fabs(ro[e])));
+    }
+  } else {
+    r.max_err_flash = r.max_err_naive = r.max_abs_ref = std::numeric_limits<double>::quiet_NaN();
   }
   return r;
 }

@@ -26,6 +26,7 @@
 #include "attnflow/kernels.h"
 #include "hwy/targets.h"
 #include "kernels/internal.h"
+#include "kernels/naive.h"
 
 namespace attnflow {
 
@@ -35,13 +36,15 @@ const char* KernelKindName(KernelKind k) {
     case KernelKind::kReference: return "reference";
     case KernelKind::kTiledPrefill: return "tiled_prefill";
     case KernelKind::kSplitKvDecode: return "split_kv_decode";
+    case KernelKind::kNaive: return "naive";
   }
   return "?";
 }
 
 bool ParseKernelKind(std::string_view s, KernelKind* out) {
   for (KernelKind k : {KernelKind::kAuto, KernelKind::kReference,
-                       KernelKind::kTiledPrefill, KernelKind::kSplitKvDecode}) {
+                       KernelKind::kTiledPrefill, KernelKind::kSplitKvDecode,
+                       KernelKind::kNaive}) {
     if (s == KernelKindName(k)) {
       *out = k;
       return true;
@@ -273,6 +276,15 @@ Status Prepare(const char* op, const TensorView& out, const TensorView& lse,
     ch.reason = "reference: forced by KernelOptions.force";
     return Status::Ok();
   }
+  if (kopt.force == KernelKind::kNaive) {  // never reached from kAuto
+    const std::string why = kernels::NaiveUnsupportedReason(out, lse, q, k, v);
+    if (!why.empty())
+      return InvalidArgument(std::string(op) + ": cannot force naive: " + why);
+    ch.kernel = KernelKind::kNaive;
+    ch.reason = "naive: forced by KernelOptions.force; materialised fp32 S and P [Lq,Lk] per "
+                "(batch, head) (write S, read S, write P, read P)";
+    return Status::Ok();
+  }
   const std::string why_not = FastUnsupportedReason(out, lse, q, k, v, d);
   if (!why_not.empty()) {
     if (kopt.force != KernelKind::kAuto) {
@@ -478,6 +490,10 @@ Status Attention(const TensorView& out, const TensorView& lse,
   if (choice != nullptr) *choice = pr.choice;
   if (pr.choice.kernel == KernelKind::kReference) {
     return reference::Sdpa(out, lse, q, k, v, opt);
+  }
+  if (pr.choice.kernel == KernelKind::kNaive) {
+    return kernels::NaiveAttention(out, lse, q, k, v, opt, pr.d,
+                                   kopt.pool != nullptr ? *kopt.pool : DefaultPool());
   }
   const SdpaDims& d = pr.d;
   if (d.batch == 0 || d.num_heads == 0 || d.q_len == 0) return Status::Ok();

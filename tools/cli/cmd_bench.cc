@@ -1,7 +1,10 @@
 // cmd_bench.cc — `attnflow bench prefill|decode`: parses the sweep, runs the
 // library's harness (BenchAttention, attnflow/bench.h: what is counted and
 // how it is timed) per configuration, and prints the results as GFLOP/s, GB/s
-// and % of this machine's peaks measured in the same run.
+// and % of this machine's peaks measured in the same run. `prefill --io`
+// runs the flash (tiled_prefill) and naive (materialised S and P) schedules on
+// the same shape: modelled DRAM bytes of both, measured time of both, and
+// whether their outputs agree (BenchAttentionIo; docs/kernels.md).
 #include <unistd.h>
 
 #include <algorithm>
@@ -30,12 +33,91 @@ struct BenchArgs {
   bool json = false;
   bool explain = false;
   bool no_peak = false;
+  bool io = false;
   int64_t window_left = -1, window_right = -1;
 };
 
 struct Config {
   int64_t B, H, Hkv, Lq, Lk, D;
 };
+
+// `prefill --io`: one line (or JSON object) per configuration. Exit 1 when
+// the outputs do not agree (each schedule within 1e-4·max(1, max|ref|) of the
+// float64 reference, or of each other when the reference is skipped).
+int RunIo(const BenchArgs& a, Causal causal, ThreadPool& pool) {
+  if (!a.json) {
+    std::printf("attnflow bench prefill --io — flash (tiled_prefill) vs naive (materialised S, P), "
+                "fp32, %d thread(s)\n", pool.NumWorkers());
+    std::printf("modelled DRAM bytes: naive = Q + K + V + O + 4·B·H·Lq·Lk·4 (write S, read S, write P, "
+                "read P); flash = Q + O + (K + V) per query tile\n");
+    std::printf("%3s %3s %4s %6s %6s %4s | %10s %10s %6s | %9s %9s %9s %9s %6s | %9s %9s %9s %s\n",
+                "B", "H", "Hkv", "Lq", "Lk", "D", "naive_MiB", "flash_MiB", "ratio", "naive_min",
+                "naive_med", "flash_min", "flash_med", "ratio", "|f-n|", "err_naive", "err_flash",
+                "agree");
+  }
+  bool all_agree = true;
+  for (int64_t B : a.batch)
+    for (int64_t H : a.heads)
+      for (int64_t Hkv0 : a.kv_heads)
+        for (int64_t Lq0 : a.q_len)
+          for (int64_t Lk0 : a.kv_len)
+            for (int64_t D : a.head_dim) {
+              AttentionBenchSpec spec;
+              spec.batch = B;
+              spec.num_heads = H;
+              spec.num_kv_heads = Hkv0 == 0 ? H : Hkv0;
+              spec.q_len = Lq0 != 0 ? Lq0 : 1024;
+              spec.kv_len = Lk0 != 0 ? Lk0 : spec.q_len;
+              spec.head_dim = D;
+              spec.causal = causal;
+              spec.window_left = a.window_left;
+              spec.window_right = a.window_right;
+              spec.repeat = a.repeat;
+              spec.warmup = a.warmup;
+              Result<AttentionIoResult> r = BenchAttentionIo(spec, pool);
+              if (!r.ok()) {
+                PrintError("bench", r.status().message());
+                return kExitUsage;
+              }
+              const bool have_ref = !std::isnan(r->max_abs_ref);
+              const double tol = 1e-4 * std::max(1.0, have_ref ? r->max_abs_ref : 1.0);
+              const bool agree = have_ref ? (r->max_err_flash <= tol && r->max_err_naive <= tol)
+                                          : r->max_abs_diff <= tol;
+              all_agree = all_agree && agree;
+              const double mib = 1.0 / (1 << 20);
+              if (a.json) {
+                std::printf(
+                    "{\"mode\":\"prefill_io\",\"threads\":%d,\"batch\":%lld,\"heads\":%lld,"
+                    "\"kv_heads\":%lld,\"q_len\":%lld,\"kv_len\":%lld,\"head_dim\":%lld,"
+                    "\"causal\":\"%s\",\"tile_q\":%lld,\"naive_bytes\":%.0f,\"flash_bytes\":%.0f,"
+                    "\"s_and_p_bytes\":%.0f,\"naive_min_s\":%.9g,\"naive_median_s\":%.9g,"
+                    "\"flash_min_s\":%.9g,\"flash_median_s\":%.9g,\"max_abs_diff\":%.6g,"
+                    "\"max_err_naive\":%.6g,\"max_err_flash\":%.6g,\"agree\":%s}\n",
+                    pool.NumWorkers(), (long long)B, (long long)H, (long long)spec.num_kv_heads,
+                    (long long)spec.q_len, (long long)spec.kv_len, (long long)D, a.causal.c_str(),
+                    (long long)r->flash.choice.tile_q, r->io.naive_bytes, r->io.flash_bytes,
+                    r->io.s_and_p_bytes, r->naive.min_s, r->naive.median_s, r->flash.min_s,
+                    r->flash.median_s, r->max_abs_diff, have_ref ? r->max_err_naive : -1.0,
+                    have_ref ? r->max_err_flash : -1.0, agree ? "true" : "false");
+              } else {
+                std::printf(
+                    "%3lld %3lld %4lld %6lld %6lld %4lld | %10.2f %10.2f %5.1fx | %9.3f %9.3f %9.3f "
+                    "%9.3f %5.1fx | %9.2e %9.2e %9.2e %s\n",
+                    (long long)B, (long long)H, (long long)spec.num_kv_heads, (long long)spec.q_len,
+                    (long long)spec.kv_len, (long long)D, r->io.naive_bytes * mib,
+                    r->io.flash_bytes * mib, r->io.naive_bytes / r->io.flash_bytes,
+                    r->naive.min_s * 1e3, r->naive.median_s * 1e3, r->flash.min_s * 1e3,
+                    r->flash.median_s * 1e3, r->naive.median_s / r->flash.median_s,
+                    r->max_abs_diff, r->max_err_naive, r->max_err_flash,
+                    agree ? "yes" : "NO");
+              }
+              std::fflush(stdout);
+            }
+  if (!a.json)
+    std::printf("(times in ms: min and median of --repeat runs; err_* = max |out - float64 reference|; "
+                "agree: both within 1e-4·max(1, max|ref|))\n");
+  return all_agree ? kExitOk : kExitCheckFailed;
+}
 
 int RunBench(const BenchArgs& a) {
   Causal causal;
@@ -53,7 +135,12 @@ int RunBench(const BenchArgs& a) {
   }
   KernelKind force;
   if (!ParseKernelKind(a.kernel, &force)) {
-    PrintError("bench", "--kernel must be auto, reference, tiled_prefill or split_kv_decode");
+    PrintError("bench", "--kernel must be auto, reference, tiled_prefill, split_kv_decode or naive");
+    return kExitUsage;
+  }
+  if (a.io && (a.mode != "prefill" || kv_dtype != DType::kF32 || a.kernel != "auto")) {
+    PrintError("bench", "--io compares the flash and naive fp32 schedules: it needs mode prefill, "
+                        "--kv-dtype f32 and no --kernel");
     return kExitUsage;
   }
   const bool decode = a.mode == "decode";
@@ -90,6 +177,7 @@ int RunBench(const BenchArgs& a) {
               }
             }
   ThreadPool pool(a.threads);
+  if (a.io) return RunIo(a, causal, pool);
   double peak_gflops = 0, peak_gbps = 0;
   if (!a.no_peak) {
     peak_gflops = MeasurePeakGflops(pool);
@@ -214,7 +302,12 @@ ATTNFLOW_REGISTER_COMMAND(
       sub.add_option("--head-dim", a->head_dim, "D")->delimiter(',')->check(InRange(int64_t{1}, int64_t{4096}));
       sub.add_option("--causal", a->causal, "none | top_left | bottom_right");
       sub.add_option("--kv-dtype", a->kv_dtype, "f32 | f16 | bf16");
-      sub.add_option("--kernel", a->kernel, "auto | reference | tiled_prefill | split_kv_decode");
+      sub.add_option("--kernel", a->kernel,
+                     "auto | reference | tiled_prefill | split_kv_decode | naive (naive: "
+                     "materialised fp32 S and P, only when asked)");
+      sub.add_flag("--io", a->io,
+                   "prefill: flash vs naive schedule on each shape: modelled DRAM bytes, "
+                   "measured time, output agreement");
       sub.add_option("--window-left", a->window_left, "Sliding window left (-1 unbounded)");
       sub.add_option("--window-right", a->window_right, "Sliding window right (-1 unbounded)");
       sub.add_option("--threads", a->threads, "Worker threads (0 = all cores)")->check(InRange(0, 1024));
