@@ -45,7 +45,9 @@ class PooledPageTest(unittest.TestCase):
         import subprocess
         from playwright.sync_api import sync_playwright
         OUT.mkdir(parents=True, exist_ok=True)
-        p = subprocess.run([CLI, "trace", "--tokens", "600", "--html", OUT / "toy600.html",
+        # A 256-row budget (pool 3) keeps the chip geometry below simple.
+        p = subprocess.run([CLI, "trace", "--tokens", "600", "--max-page-tokens", "256",
+                            "--html", OUT / "toy600.html",
                             "--json", OUT / "toy600.json", "-q"], capture_output=True, text=True, timeout=300)
         assert p.returncode == 0, p.stdout + p.stderr
         cls.trace = json.loads((OUT / "toy600.json").read_text())
@@ -69,7 +71,7 @@ class PooledPageTest(unittest.TestCase):
 
     def test_pooled_chips_show_token_text(self):
         pool = self.trace["view"]["pool"]
-        self.assertEqual(pool, 5)  # 600 tokens > 128: ceil(600 / 128)
+        self.assertEqual(pool, 3)  # 600 tokens > 256: ceil(600 / 256)
         page = self.open()
         page.evaluate("() => window.attnflowPlayer.go(5)")
         chip = page.locator("#tokens .tok[data-index='1']")

@@ -347,11 +347,12 @@ TEST(TraceJson, LongInputsArePooledAndSaySo) {
   trace::ToyOptions o;
   o.num_tokens = 600;
   Trace t = Toy(o);
-  Result<std::string> js = trace::TraceToJson(t, {});
+  EXPECT_EQ(trace::PageOptions{}.max_tokens, 128);  // the default budget
+  Result<std::string> js = trace::TraceToJson(t, {.max_tokens = 256});
   ASSERT_TRUE(js.ok());
   const json j = json::parse(js.value());
-  EXPECT_EQ(j["view"]["pool"], 5);  // ceil(600 / 128)
-  EXPECT_NE(j["view"]["note"].get<std::string>().find("pooled 5×5"), std::string::npos);
+  EXPECT_EQ(j["view"]["pool"], 3);  // ceil(600 / 256)
+  EXPECT_NE(j["view"]["note"].get<std::string>().find("pooled 3×3"), std::string::npos);
   const json& w = j["stages"]["weights"];
   EXPECT_EQ(w["shape"], json({2, 600, 600}));
   EXPECT_EQ(w["data_shape"], json({2, 200, 200}));
