@@ -24,6 +24,15 @@ double Now() {
 
 }  // namespace
 
+// The mask options of a spec (causal alignment and window).
+SdpaOptions SpecOptions(const AttentionBenchSpec& s) {
+  SdpaOptions opt;
+  opt.causal = s.causal;
+  opt.window_left = s.window_left;
+  opt.window_right = s.window_right;
+  return opt;
+}
+
 Result<AttentionBenchResult> BenchAttention(const AttentionBenchSpec& s, ThreadPool& pool) {
   const int64_t B = s.batch, H = s.num_heads, Hkv = s.num_kv_heads, Lq = s.q_len, Lk = s.kv_len,
                 D = s.head_dim;
@@ -38,10 +47,7 @@ Result<AttentionBenchResult> BenchAttention(const AttentionBenchSpec& s, ThreadP
   Rng rng(1);
   for (Tensor* t : {&q.value(), &k.value(), &v.value()})
     for (int64_t i = 0; i < t->numel(); ++i) t->view().store(i, static_cast<float>(rng.Normal()));
-  SdpaOptions opt;
-  opt.causal = s.causal;
-  opt.window_left = s.window_left;
-  opt.window_right = s.window_right;
+  const SdpaOptions opt = SpecOptions(s);
   KernelOptions kopt;
   kopt.pool = &pool;
   kopt.force = s.force;
@@ -116,10 +122,7 @@ Result<AttentionIoResult> BenchAttentionIo(const AttentionBenchSpec& spec, Threa
   for (int i = 0; i < 3; ++i)
     for (int64_t e = 0; e < t[i].numel(); ++e)
       t[i].view().store(e, static_cast<float>(rng.Normal()));
-  SdpaOptions opt;
-  opt.causal = s.causal;
-  opt.window_left = s.window_left;
-  opt.window_right = s.window_right;
+  const SdpaOptions opt = SpecOptions(s);
   KernelOptions kopt;
   kopt.pool = &pool;
   kopt.force = KernelKind::kTiledPrefill;

@@ -8,6 +8,7 @@
 // before anything is allocated from it. Errors name the file and the field
 // ("kv[3] 'tokenizer.ggml.tokens'", "tensor[12] 'blk.0.attn_q.weight'").
 #include "attnflow/gguf.h"
+#include "io/gguf_bytes.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -485,14 +486,12 @@ Result<int64_t> GgufFile::GetInt(std::string_view key) const {
 
 Result<double> GgufFile::GetFloat(std::string_view key) const {
   Result<const GgufValue*> v = FindTyped(key, IsScalarFloat, "f32 or f64");
-  if (!v.ok()) return v.status();
-  return (*v)->floats[0];
+  return v.ok() ? Result<double>((*v)->floats[0]) : Result<double>(v.status());
 }
 
 Result<bool> GgufFile::GetBool(std::string_view key) const {
   Result<const GgufValue*> v = FindTyped(key, IsScalarBool, "a bool");
-  if (!v.ok()) return v.status();
-  return (*v)->ints[0] != 0;
+  return v.ok() ? Result<bool>((*v)->ints[0] != 0) : Result<bool>(v.status());
 }
 
 Result<const std::vector<std::string>*> GgufFile::GetStringArray(std::string_view key) const {
@@ -528,16 +527,8 @@ Result<Tensor> GgufFile::Dequantize(std::string_view name) const {
 // ---- writer ------------------------------------------------------------------
 
 namespace {
-template <typename T>
-void Put(std::vector<uint8_t>& b, T v) {
-  const size_t o = b.size();
-  b.resize(o + sizeof(T));
-  std::memcpy(b.data() + o, &v, sizeof(T));
-}
-void PutStr(std::vector<uint8_t>& b, const std::string& s) {
-  Put<uint64_t>(b, s.size());
-  b.insert(b.end(), s.begin(), s.end());
-}
+using gguf_bytes::Put;
+using gguf_bytes::PutStr;
 }  // namespace
 
 void GgufBuilder::AddU32(const std::string& key, uint32_t v) {

@@ -16,22 +16,15 @@
 
 #include "attnflow/gguf.h"
 #include "attnflow/threading.h"
+#include "io/gguf_bytes.h"
 
 namespace attnflow {
 namespace {
 
 constexpr uint32_t kMagic = 0x46554747;  // "GGUF"
 
-template <typename T>
-void Put(std::vector<uint8_t>& b, T v) {
-  const size_t o = b.size();
-  b.resize(o + sizeof(T));
-  std::memcpy(b.data() + o, &v, sizeof(T));
-}
-void PutStr(std::vector<uint8_t>& b, const std::string& s) {
-  Put<uint64_t>(b, s.size());
-  b.insert(b.end(), s.begin(), s.end());
-}
+using gguf_bytes::Put;
+using gguf_bytes::PutStr;
 
 // Encodes element i of v (scalar when !v.is_array) of type t.
 Status PutElem(std::vector<uint8_t>& b, const GgufValue& v, GgufType t, size_t i, int depth,
@@ -53,23 +46,19 @@ Status PutElem(std::vector<uint8_t>& b, const GgufValue& v, GgufType t, size_t i
                  : InvalidArgument("gguf writer: '" + key + "': value of type " + GgufTypeName(t) +
                                    " has no element " + std::to_string(i));
   };
+  // An integer element stored at its GGUF width (two's complement for the
+  // signed types).
+  auto put_int = [&](auto width) -> Status {
+    using U = decltype(width);
+    ATTNFLOW_RETURN_IF_ERROR(need(v.ints.size()));
+    Put<U>(b, static_cast<U>(v.ints[i]));
+    return Status::Ok();
+  };
   switch (t) {
-    case GgufType::kU8: case GgufType::kI8: case GgufType::kBool:
-      ATTNFLOW_RETURN_IF_ERROR(need(v.ints.size()));
-      Put<uint8_t>(b, static_cast<uint8_t>(v.ints[i]));
-      return Status::Ok();
-    case GgufType::kU16: case GgufType::kI16:
-      ATTNFLOW_RETURN_IF_ERROR(need(v.ints.size()));
-      Put<uint16_t>(b, static_cast<uint16_t>(v.ints[i]));
-      return Status::Ok();
-    case GgufType::kU32: case GgufType::kI32:
-      ATTNFLOW_RETURN_IF_ERROR(need(v.ints.size()));
-      Put<uint32_t>(b, static_cast<uint32_t>(v.ints[i]));
-      return Status::Ok();
-    case GgufType::kU64: case GgufType::kI64:
-      ATTNFLOW_RETURN_IF_ERROR(need(v.ints.size()));
-      Put<uint64_t>(b, static_cast<uint64_t>(v.ints[i]));
-      return Status::Ok();
+    case GgufType::kU8: case GgufType::kI8: case GgufType::kBool: return put_int(uint8_t{});
+    case GgufType::kU16: case GgufType::kI16: return put_int(uint16_t{});
+    case GgufType::kU32: case GgufType::kI32: return put_int(uint32_t{});
+    case GgufType::kU64: case GgufType::kI64: return put_int(uint64_t{});
     case GgufType::kF32:
       ATTNFLOW_RETURN_IF_ERROR(need(v.floats.size()));
       Put<float>(b, static_cast<float>(v.floats[i]));

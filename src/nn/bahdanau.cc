@@ -8,6 +8,7 @@
 // source, context = Σ α·h) are the ones of the one-step op.
 #include <cmath>
 #include <string>
+#include <utility>
 
 #include "attnflow/nn_align.h"
 #include "nn/internal.h"
@@ -195,10 +196,11 @@ Status BahdanauSeq2Seq(const TensorView& alignment, const TensorView& states,
       }
     }
   }
-  Emit(sink, "energy", energy.value());
-  Emit(sink, "alignment", align.value());
-  Emit(sink, "context", ctx.value());
-  Emit(sink, "states", st.value());
+  for (auto [name, t] : {std::pair<const char*, const Tensor*>{"energy", &energy.value()},
+                         {"alignment", &align.value()}, {"context", &ctx.value()},
+                         {"states", &st.value()}}) {
+    Emit(sink, name, *t);
+  }
   StoreTo(alignment, align.value());
   StoreTo(states, st.value());
   return Status::Ok();

@@ -127,6 +127,40 @@ HWY_INLINE void BlockWeights(DF df, const uint8_t* blk, VF* w) {
   }
 }
 
+// A 32-element sub-block is G = 32 / L vectors; kMaxG bounds G for arrays.
+constexpr size_t kMaxG = 32 / hn::MaxLanes(DF()) > 0 ? 32 / hn::MaxLanes(DF()) : 1;
+
+// The lane groups of one 32-element sub-block: acc[g] += w[g] · x[g·L ..].
+HWY_INLINE void MulAddSubBlock(VF* acc, const VF* wv, const float* HWY_RESTRICT xb, size_t G,
+                               size_t L) {
+  const DF df;
+  HWY_UNROLL(8)
+  for (size_t g = 0; g < G; ++g) acc[g] = hn::MulAdd(wv[g], hn::LoadU(df, xb + g * L), acc[g]);
+}
+
+// The G vectors of one dequantised 32-element sub-block to dst[0..32).
+HWY_INLINE void StoreSubBlock(const VF* wv, float* HWY_RESTRICT dst) {
+  const DF df;
+  const size_t L = hn::Lanes(df);
+  for (size_t g = 0; g < 32 / L; ++g) hn::StoreU(wv[g], df, dst + g * L);
+}
+
+// The fixed reduction of the G accumulators: pairwise halves, then lanes.
+HWY_INLINE float ReduceGroups(VF* acc, size_t G) {
+  const DF df;
+  for (size_t n = G; n > 1; n /= 2) {
+    for (size_t g = 0; g < n / 2; ++g) acc[g] = hn::Add(acc[g], acc[g + n / 2]);
+  }
+  return hn::GetLane(hn::SumOfLanes(df, acc[0]));
+}
+
+// y[j] = Dot(row r0 + j) for nr rows, one row after the other.
+template <float (*Dot)(const uint8_t*, int64_t, const float*)>
+void DotRows(const QMatrix& w, int64_t r0, int64_t nr, const float* x, float* y) {
+  const uint8_t* row = w.data + r0 * w.row_bytes;
+  for (int64_t j = 0; j < nr; ++j, row += w.row_bytes) y[j] = Dot(row, w.cols, x);
+}
+
 // y = dot(W[r], x) for one row of a quantised type (cols % 32 == 0). One
 // vector accumulator per lane group g (fixed order: block by block, then the
 // G accumulators summed pairwise and reduced). Rows are processed one after
@@ -136,7 +170,6 @@ HWY_INLINE void BlockWeights(DF df, const uint8_t* blk, VF* w) {
 template <GgmlType kType>
 HWY_INLINE float DotRowQ(const uint8_t* HWY_RESTRICT row, int64_t cols, const float* HWY_RESTRICT x) {
   const DF df;
-  constexpr size_t kMaxG = 32 / hn::MaxLanes(DF()) > 0 ? 32 / hn::MaxLanes(DF()) : 1;
   const size_t L = hn::Lanes(df);
   const size_t G = 32 / L;
   const int64_t nb = cols / 32;
@@ -147,20 +180,9 @@ HWY_INLINE float DotRowQ(const uint8_t* HWY_RESTRICT row, int64_t cols, const fl
   for (int64_t b = 0; b < nb; ++b) {
     VF wv[kMaxG];
     BlockWeights<kType>(df, row + b * kBB, wv);
-    const float* xb = x + b * 32;
-    HWY_UNROLL(8)
-    for (size_t g = 0; g < G; ++g) acc[g] = hn::MulAdd(wv[g], hn::LoadU(df, xb + g * L), acc[g]);
+    MulAddSubBlock(acc, wv, x + b * 32, G, L);
   }
-  for (size_t n = G; n > 1; n /= 2) {
-    for (size_t g = 0; g < n / 2; ++g) acc[g] = hn::Add(acc[g], acc[g + n / 2]);
-  }
-  return hn::GetLane(hn::SumOfLanes(df, acc[0]));
-}
-
-template <GgmlType kType>
-void DotRowsQ(const QMatrix& w, int64_t r0, int64_t nr, const float* x, float* y) {
-  const uint8_t* row = w.data + r0 * w.row_bytes;
-  for (int64_t j = 0; j < nr; ++j, row += w.row_bytes) y[j] = DotRowQ<kType>(row, w.cols, x);
+  return ReduceGroups(acc, G);
 }
 
 // ---- Q5_0 / Q5_1 / Q4_K / Q5_K / Q6_K -----------------------------------------
@@ -311,7 +333,6 @@ HWY_INLINE void SubBlockWeights(DF df, const uint8_t* blk, int sub, VF* w) {
 template <GgmlType kType>
 HWY_INLINE float DotRowK(const uint8_t* HWY_RESTRICT row, int64_t cols, const float* HWY_RESTRICT x) {
   const DF df;
-  constexpr size_t kMaxG = 32 / hn::MaxLanes(DF()) > 0 ? 32 / hn::MaxLanes(DF()) : 1;
   const size_t L = hn::Lanes(df);
   const size_t G = 32 / L;
   constexpr int64_t kBE = KBlockElems<kType>();
@@ -325,35 +346,20 @@ HWY_INLINE float DotRowK(const uint8_t* HWY_RESTRICT row, int64_t cols, const fl
     for (int s = 0; s < kSubs; ++s) {
       VF wv[kMaxG];
       SubBlockWeights<kType>(df, blk, s, wv);
-      const float* xb = x + b * kBE + s * 32;
-      HWY_UNROLL(8)
-      for (size_t g = 0; g < G; ++g) acc[g] = hn::MulAdd(wv[g], hn::LoadU(df, xb + g * L), acc[g]);
+      MulAddSubBlock(acc, wv, x + b * kBE + s * 32, G, L);
     }
   }
-  for (size_t n = G; n > 1; n /= 2) {
-    for (size_t g = 0; g < n / 2; ++g) acc[g] = hn::Add(acc[g], acc[g + n / 2]);
-  }
-  return hn::GetLane(hn::SumOfLanes(df, acc[0]));
-}
-
-template <GgmlType kType>
-void DotRowsK(const QMatrix& w, int64_t r0, int64_t nr, const float* x, float* y) {
-  const uint8_t* row = w.data + r0 * w.row_bytes;
-  for (int64_t j = 0; j < nr; ++j, row += w.row_bytes) y[j] = DotRowK<kType>(row, w.cols, x);
+  return ReduceGroups(acc, G);
 }
 
 template <GgmlType kType>
 HWY_INLINE void DequantRowK(const uint8_t* src, int64_t cols, float* HWY_RESTRICT dst) {
-  const DF df;
-  const size_t L = hn::Lanes(df);
-  const size_t G = 32 / L;
-  constexpr size_t kMaxG = 32 / hn::MaxLanes(DF()) > 0 ? 32 / hn::MaxLanes(DF()) : 1;
   constexpr int64_t kBE = KBlockElems<kType>();
-  VF wv[kMaxG];
   for (int64_t b = 0; b < cols / kBE; ++b) {
     for (int s = 0; s < static_cast<int>(kBE / 32); ++s) {
-      SubBlockWeights<kType>(df, src + b * KBlockBytes<kType>(), s, wv);
-      for (size_t g = 0; g < G; ++g) hn::StoreU(wv[g], df, dst + b * kBE + s * 32 + g * L);
+      VF wv[kMaxG];
+      SubBlockWeights<kType>(DF(), src + b * KBlockBytes<kType>(), s, wv);
+      StoreSubBlock(wv, dst + b * kBE + s * 32);
     }
   }
 }
@@ -377,14 +383,14 @@ void DotRowsGeneric(const QMatrix& w, int64_t r0, int64_t nr, const float* x, fl
 
 void DotRowsT(const QMatrix& w, int64_t r0, int64_t nr, const float* x, float* y, float* tmp) {
   switch (w.type) {
-    case GgmlType::kQ4_1: return DotRowsQ<GgmlType::kQ4_1>(w, r0, nr, x, y);
-    case GgmlType::kQ4_0: return DotRowsQ<GgmlType::kQ4_0>(w, r0, nr, x, y);
-    case GgmlType::kQ8_0: return DotRowsQ<GgmlType::kQ8_0>(w, r0, nr, x, y);
-    case GgmlType::kQ5_0: return DotRowsK<GgmlType::kQ5_0>(w, r0, nr, x, y);
-    case GgmlType::kQ5_1: return DotRowsK<GgmlType::kQ5_1>(w, r0, nr, x, y);
-    case GgmlType::kQ4_K: return DotRowsK<GgmlType::kQ4_K>(w, r0, nr, x, y);
-    case GgmlType::kQ5_K: return DotRowsK<GgmlType::kQ5_K>(w, r0, nr, x, y);
-    case GgmlType::kQ6_K: return DotRowsK<GgmlType::kQ6_K>(w, r0, nr, x, y);
+    case GgmlType::kQ4_1: return DotRows<DotRowQ<GgmlType::kQ4_1>>(w, r0, nr, x, y);
+    case GgmlType::kQ4_0: return DotRows<DotRowQ<GgmlType::kQ4_0>>(w, r0, nr, x, y);
+    case GgmlType::kQ8_0: return DotRows<DotRowQ<GgmlType::kQ8_0>>(w, r0, nr, x, y);
+    case GgmlType::kQ5_0: return DotRows<DotRowK<GgmlType::kQ5_0>>(w, r0, nr, x, y);
+    case GgmlType::kQ5_1: return DotRows<DotRowK<GgmlType::kQ5_1>>(w, r0, nr, x, y);
+    case GgmlType::kQ4_K: return DotRows<DotRowK<GgmlType::kQ4_K>>(w, r0, nr, x, y);
+    case GgmlType::kQ5_K: return DotRows<DotRowK<GgmlType::kQ5_K>>(w, r0, nr, x, y);
+    case GgmlType::kQ6_K: return DotRows<DotRowK<GgmlType::kQ6_K>>(w, r0, nr, x, y);
     default: return DotRowsGeneric(w, r0, nr, x, y, tmp);
   }
 }
@@ -394,15 +400,10 @@ void DotRowsT(const QMatrix& w, int64_t r0, int64_t nr, const float* x, float* y
 // Vectorised DequantizeRow for the quantised types (same values).
 template <GgmlType kType>
 HWY_INLINE void DequantRowQ(const uint8_t* src, int64_t cols, float* HWY_RESTRICT dst) {
-  const DF df;
-  const size_t L = hn::Lanes(df);
-  const size_t G = 32 / L;
-  constexpr size_t kMaxG = 32 / hn::MaxLanes(DF()) > 0 ? 32 / hn::MaxLanes(DF()) : 1;
-  constexpr int64_t kBB = BlockBytes<kType>();
-  VF wv[kMaxG];
   for (int64_t b = 0; b < cols / 32; ++b) {
-    BlockWeights<kType>(df, src + b * kBB, wv);
-    for (size_t g = 0; g < G; ++g) hn::StoreU(wv[g], df, dst + b * 32 + g * L);
+    VF wv[kMaxG];
+    BlockWeights<kType>(DF(), src + b * BlockBytes<kType>(), wv);
+    StoreSubBlock(wv, dst + b * 32);
   }
 }
 

@@ -229,29 +229,26 @@ class ExprParser {
     return Status::Ok();
   }
 
-  Status ParseOr(ExprPtr* out) {
-    Guard g(&depth_);
-    ATTNFLOW_RETURN_IF_ERROR(CheckDepth());
-    ATTNFLOW_RETURN_IF_ERROR(ParseAnd(out));
-    while (IsName("or")) {
+  // operand (word operand)*: a left-associative chain of one keyword operator.
+  Status ParseChain(ExprPtr* out, const char* word, Expr::Kind kind,
+                    Status (ExprParser::*operand)(ExprPtr*)) {
+    ATTNFLOW_RETURN_IF_ERROR((this->*operand)(out));
+    while (IsName(word)) {
       ATTNFLOW_RETURN_IF_ERROR(CheckDepth());
       const size_t off = Next().offset;
       ExprPtr r;
-      ATTNFLOW_RETURN_IF_ERROR(ParseAnd(&r));
-      *out = Make(Expr::kOr, off, std::move(*out), std::move(r));
+      ATTNFLOW_RETURN_IF_ERROR((this->*operand)(&r));
+      *out = Make(kind, off, std::move(*out), std::move(r));
     }
     return Status::Ok();
   }
+  Status ParseOr(ExprPtr* out) {
+    Guard g(&depth_);
+    ATTNFLOW_RETURN_IF_ERROR(CheckDepth());
+    return ParseChain(out, "or", Expr::kOr, &ExprParser::ParseAnd);
+  }
   Status ParseAnd(ExprPtr* out) {
-    ATTNFLOW_RETURN_IF_ERROR(ParseNot(out));
-    while (IsName("and")) {
-      ATTNFLOW_RETURN_IF_ERROR(CheckDepth());
-      const size_t off = Next().offset;
-      ExprPtr r;
-      ATTNFLOW_RETURN_IF_ERROR(ParseNot(&r));
-      *out = Make(Expr::kAnd, off, std::move(*out), std::move(r));
-    }
-    return Status::Ok();
+    return ParseChain(out, "and", Expr::kAnd, &ExprParser::ParseNot);
   }
   // A prefix operator (`not x`, `-x`) when `present`: kind(self(...));
   // otherwise the next level down.
