@@ -934,8 +934,14 @@ Result<TraceSummary> ReadTraceJson(std::string_view text, const std::string& lab
     }
     std::vector<int64_t> heads;
     ATTNFLOW_RETURN_IF_ERROR(IntArray(j["heads"], label, "heads", &heads));
-    for (int64_t h : heads)
+    std::vector<bool> seen(static_cast<size_t>(std::max<int64_t>(H, 0)), false);
+    for (int64_t h : heads) {
       if (h < 0 || h >= H) return Bad(label, "heads lists " + std::to_string(h) + ", outside [0, num_heads)");
+      if (seen[static_cast<size_t>(h)]) {
+        return Bad(label, "heads lists head " + std::to_string(h) + " twice");
+      }
+      seen[static_cast<size_t>(h)] = true;
+    }
     s.num_heads_shown = static_cast<int64_t>(heads.size());
     if (!j["scale"].is_number()) return Bad(label, "scale must be a number");
     const double scale = j["scale"].get<double>();

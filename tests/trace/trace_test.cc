@@ -400,6 +400,9 @@ TEST(TraceJson, CorruptedOrTruncatedJsonIsAClearError) {
   k = j;
   k["tokens"][0].erase("text");
   expect_corrupt(k, "tokens[0]");
+  k = j;  // a head listed twice is an error, not a failed check (hostile round H15)
+  k["heads"] = json::array({0, 0});
+  expect_corrupt(k, "heads lists head 0 twice");
   k = j;
   k["heads"] = {0, 7};
   expect_corrupt(k, "heads lists 7");

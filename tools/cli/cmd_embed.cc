@@ -486,13 +486,12 @@ int RunEmbed(EmbedArgs& a) {
     PrintError("embed", "--json prints to stdout; with --out use a .json file instead");
     return kExitUsage;
   }
-  if (a.model.empty()) {
-    Result<std::string> dir = FindMiniLmPackageDir(".cache/venv");
-    if (!dir.ok()) {
-      PrintError("embed", "no --model given and " + dir.status().message());
-      return kExitUsage;
-    }
-    a.model = dir.value();
+  {
+    // "" or "minilm": the installed package, found from any directory
+    // (ResolveModel lists every place it looked); else a directory.
+    std::string path, display;
+    if (!ResolveModel("embed", a.model, "minilm", &path, &display)) return kExitUsage;
+    a.model = path;
   }
   auto loaded = LoadEncoderModel(a.model);
   if (!loaded.ok()) {
@@ -582,7 +581,8 @@ ATTNFLOW_REGISTER_COMMAND(
           "  attnflow embed --similarity \"cats purr\" \"kittens purr\" \"stocks fell\"");
       sub.add_option("sentences", a->sentences, "Sentences to embed");
       sub.add_option("--model", a->model,
-                     "Model directory (config.json, model.safetensors, vocab.txt)");
+                     "minilm (the installed package, the default) or a model directory "
+                     "(config.json, model.safetensors, vocab.txt)");
       sub.add_option("--file", a->file,
                      "Read sentences from a text file, one per line ('-' = standard input)");
       sub.add_option("--out", a->out, "Write embeddings to FILE.npy ([N, E] float32) or FILE.json");
