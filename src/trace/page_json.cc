@@ -950,8 +950,17 @@ Result<TraceSummary> ReadTraceJson(std::string_view text, const std::string& lab
       return Bad(label, "causal must be none, top_left or bottom_right");
     }
     if (j.contains("view") && j["view"].is_object()) {
-      s.pool = j["view"].value("pool", int64_t{1});
-      s.note = j["view"].value("note", "");
+      const json& v = j["view"];
+      if (v.contains("pool")) {
+        if (!v["pool"].is_number_integer() || v["pool"].get<int64_t>() < 1) {
+          return Bad(label, "view.pool must be an integer >= 1, got " + v["pool"].dump());
+        }
+        s.pool = v["pool"].get<int64_t>();
+      }
+      if (v.contains("note")) {
+        if (!v["note"].is_string()) return Bad(label, "view.note must be a string");
+        s.note = v["note"].get<std::string>();
+      }
     }
     std::map<std::string, Arr> st;
     ATTNFLOW_RETURN_IF_ERROR(ParseStages(j["stages"], label, "stages", scale, heads, H, &st));
