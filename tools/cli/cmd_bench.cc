@@ -150,6 +150,9 @@ int RunBench(const BenchArgs& a) {
   const double phys = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) *
                       static_cast<double>(::sysconf(_SC_PAGE_SIZE));
   const double kv_elem = kv_dtype == DType::kF32 ? 4.0 : 2.0;
+  // The sweep, in order (defaults: Lq 1 for decode else 1024; Lk 4096 for
+  // decode else Lq).
+  std::vector<Config> configs;
   for (int64_t B : a.batch)
     for (int64_t H : a.heads)
       for (int64_t Hkv0 : a.kv_heads)
@@ -159,23 +162,27 @@ int RunBench(const BenchArgs& a) {
               const int64_t Hkv = Hkv0 == 0 ? H : Hkv0;
               const int64_t Lq = Lq0 != 0 ? Lq0 : (decode ? 1 : 1024);
               const int64_t Lk = Lk0 != 0 ? Lk0 : (decode ? 4096 : Lq);
-              if (H % Hkv != 0) {
-                PrintError("bench", "--heads " + std::to_string(H) + " is not a multiple of --kv-heads " +
-                                        std::to_string(Hkv));
-                return kExitUsage;
-              }
-              const double bytes = 4.0 * B * H * Lq * D * 2 + kv_elem * B * Hkv * Lk * D * 2;
-              if (phys > 0 && bytes > 0.8 * phys) {
-                char msg[256];
-                std::snprintf(msg, sizeof msg,
-                              "B=%lld H=%lld Hkv=%lld Lq=%lld Lk=%lld D=%lld needs %.3g GiB for Q, K, "
-                              "V and the output; this machine has %.3g GiB of memory",
-                              (long long)B, (long long)H, (long long)Hkv, (long long)Lq,
-                              (long long)Lk, (long long)D, bytes / (1 << 30), phys / (1 << 30));
-                PrintError("bench", msg);
-                return kExitUsage;
-              }
+              configs.push_back({B, H, Hkv, Lq, Lk, D});
             }
+  for (const Config& c : configs) {
+    if (c.H % c.Hkv != 0) {
+      PrintError("bench", "--heads " + std::to_string(c.H) + " is not a multiple of --kv-heads " +
+                              std::to_string(c.Hkv));
+      return kExitUsage;
+    }
+    const double bytes =
+        4.0 * c.B * c.H * c.Lq * c.D * 2 + kv_elem * c.B * c.Hkv * c.Lk * c.D * 2;
+    if (phys > 0 && bytes > 0.8 * phys) {
+      char msg[256];
+      std::snprintf(msg, sizeof msg,
+                    "B=%lld H=%lld Hkv=%lld Lq=%lld Lk=%lld D=%lld needs %.3g GiB for Q, K, "
+                    "V and the output; this machine has %.3g GiB of memory",
+                    (long long)c.B, (long long)c.H, (long long)c.Hkv, (long long)c.Lq,
+                    (long long)c.Lk, (long long)c.D, bytes / (1 << 30), phys / (1 << 30));
+      PrintError("bench", msg);
+      return kExitUsage;
+    }
+  }
   ThreadPool pool(a.threads);
   if (a.io) return RunIo(a, causal, pool);
   double peak_gflops = 0, peak_gbps = 0;
@@ -196,18 +203,6 @@ int RunBench(const BenchArgs& a) {
       std::printf("(read_ms: a plain read of the same K/V bytes, same threads, cache state alike; "
                   "vs_read = median_ms / read_ms)\n");
   }
-  std::vector<Config> configs;
-  for (int64_t B : a.batch)
-    for (int64_t H : a.heads)
-      for (int64_t Hkv0 : a.kv_heads)
-        for (int64_t Lq0 : a.q_len)
-          for (int64_t Lk0 : a.kv_len)
-            for (int64_t D : a.head_dim) {
-              const int64_t Hkv = Hkv0 == 0 ? H : Hkv0;
-              const int64_t Lq = Lq0 != 0 ? Lq0 : (decode ? 1 : 1024);
-              const int64_t Lk = Lk0 != 0 ? Lk0 : (decode ? 4096 : Lq);
-              configs.push_back({B, H, Hkv, Lq, Lk, D});
-            }
   for (const Config& c : configs) {
     AttentionBenchSpec spec;
     spec.batch = c.B;
