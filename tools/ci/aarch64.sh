@@ -43,6 +43,10 @@ TESTS=(
   "nn_blocks_test:*"
   "nn_positions_test:*"
   "ops_test:*"  # every op (GEMM, quantised matmul, norms, activations, softmax, RoPE) on NEON
+  # The GGUF types of issue 14 (Q4_0 Q8_0 Q5_0 Q5_1 Q4_K Q5_K Q6_K): both
+  # QMatMul paths' on-the-fly weights equal DequantizeRow bit for bit on NEON.
+  # (The float64/thread-count sweep of the same file is x86-only: ~1.5 min here.)
+  "qmatmul_quant_test:*OnTheFlyWeightsEqualDequantizeRowOnBothPaths*"
 )
 # Known failures on aarch64 (EXECUTABLE:TEST). Each is run on its own and must
 # still fail; if it passes, remove it here (the run fails until then).
