@@ -225,8 +225,10 @@ function stem() {
 function download(blob, name) {
   const url = URL.createObjectURL(blob);
   const a = el("a", { href: url, download: name, style: "display:none" });
-  document.body.append(a); a.click(); a.remove();
-  setTimeout(() => URL.revokeObjectURL(url), 60000);
+  // The link stays in the page a while: removing it (or revoking the URL) at
+  // once can drop the download in Chromium.
+  document.body.append(a); a.click();
+  setTimeout(() => { a.remove(); URL.revokeObjectURL(url); }, 60000);
 }
 function tokenLabel(i) { return i < P.trace.tokens.length ? P.tokText(i) : ""; }
 function exportJson() {
@@ -266,7 +268,11 @@ function currentCanvas() {
 function exportPng() {
   const cv = currentCanvas();
   if (!cv) { $("lab-export-state").textContent = "this step draws no map"; return; }
-  cv.toBlob((b) => { if (b) download(b, stem() + (cv.id ? "_" + cv.id : "") + ".png"); }, "image/png");
+  // Synchronous (toDataURL, not toBlob): the download starts inside the click,
+  // which Chromium requires of a download that is not the page's first.
+  const bin = atob(cv.toDataURL("image/png").split(",")[1]), bytes = new Uint8Array(bin.length);
+  for (let i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
+  download(new Blob([bytes], { type: "image/png" }), stem() + (cv.id ? "_" + cv.id : "") + ".png");
 }
 
 // ---------------------------------------------------------------------------
