@@ -290,6 +290,12 @@ class LabTest(unittest.TestCase):
         page.click("#lab-diagram .lab-box[data-box='softmax']")
         self.assertFalse(page.is_visible("#lab-pad-legend"))
         self.assertEqual(page.locator("#tokens .tok.lab-pad").count(), 0)
+        # Opening the padded trace from the page itself rebuilds the diagram and the markers.
+        page.set_input_files("#open-file", str(OUT / "padded.json"))
+        page.locator("#lab-diagram .lab-disabled").nth(5).wait_for(state="attached")
+        page.click("#lab-diagram .lab-box[data-box='softmax']")
+        self.assertTrue(page.is_visible("#lab-pad-legend"))
+        self.assertEqual(page.locator("#tokens .tok.lab-pad").count(), 1)
 
     def test_notes_persist_and_are_keyed_by_trace(self):
         ctx = self.browser.new_context(viewport={"width": 1400, "height": 900})
