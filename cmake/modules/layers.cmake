@@ -114,8 +114,9 @@ function(attnflow_player_source out_var)
   add_custom_command(
     OUTPUT ${out}
     COMMAND Python3::Interpreter ${ATTNFLOW_REPO_ROOT}/web/embed_player.py ${out}
-    DEPENDS ${ATTNFLOW_REPO_ROOT}/web/player.html ${ATTNFLOW_REPO_ROOT}/web/embed_player.py
-    COMMENT "Embedding web/player.html")
+    DEPENDS ${ATTNFLOW_REPO_ROOT}/web/player.html ${ATTNFLOW_REPO_ROOT}/web/lab.js
+            ${ATTNFLOW_REPO_ROOT}/web/lab.css ${ATTNFLOW_REPO_ROOT}/web/embed_player.py
+    COMMENT "Embedding web/player.html (+ web/lab.css, web/lab.js)")
   set(${out_var} ${out} PARENT_SCOPE)
 endfunction()
 

@@ -430,11 +430,18 @@ TEST(TraceJson, ABrokenTraceFailsTheChecks) {
 // ---------------------------------------------------------------------------
 
 TEST(TracePage, EmbeddedTemplateIsWebPlayerHtml) {
-  Result<std::string> file =
-      ReadFileString(std::string(ATTNFLOW_SOURCE_DIR) + "/web/player.html");
-  ASSERT_TRUE(file.ok());
-  EXPECT_TRUE(file.value() == trace::PlayerTemplate())
-      << "the page generated at build time (web/embed_player.py) differs from web/player.html";
+  // The page is web/player.html with the in-page lab inlined (web/embed_player.py):
+  // web/lab.css in a <style> before </head>, web/lab.js in a <script> before </body>.
+  const std::string web = std::string(ATTNFLOW_SOURCE_DIR) + "/web/";
+  Result<std::string> file = ReadFileString(web + "player.html");
+  Result<std::string> css = ReadFileString(web + "lab.css");
+  Result<std::string> js = ReadFileString(web + "lab.js");
+  ASSERT_TRUE(file.ok() && css.ok() && js.ok());
+  std::string want = file.value();
+  want.insert(want.find("</head>"), "<style id=\"lab-style\">\n" + css.value() + "</style>\n");
+  want.insert(want.rfind("</body>"), "<script id=\"lab-script\">\n" + js.value() + "</script>\n");
+  EXPECT_TRUE(want == trace::PlayerTemplate())
+      << "the page generated at build time (web/embed_player.py) differs from web/player.html + lab";
 }
 
 TEST(TracePage, InlinesTheJsonAndCannotBeBrokenOutOf) {
