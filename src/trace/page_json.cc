@@ -1040,8 +1040,12 @@ Status ParseViews(const json& j, const std::string& label, std::vector<TraceSumm
         return Bad(label, f + ".layer_labels must be empty or list one label per layer");
       }
     }
-    const int64_t n = r.num_layers * r.num_heads * r.data_rows * r.data_cols;
-    if (n > (int64_t{1} << 28)) return Bad(label, f + ": too many values");
+    // Each factor is <= 2^20: multiply step by step so nothing overflows.
+    int64_t n = 1;
+    for (int64_t d : {r.num_layers, r.num_heads, r.data_rows, r.data_cols}) {
+      n *= d;
+      if (n > (int64_t{1} << 28)) return Bad(label, f + ": too many values (layers × heads × rows × cols > 2^28)");
+    }
     std::string bytes;
     if (!DecodeBase64(v["b64"].get<std::string>(), &bytes)) return Bad(label, f + ".b64 is not valid base64");
     if (static_cast<int64_t>(bytes.size()) != n * 4) {
@@ -1063,7 +1067,7 @@ Status ParseViews(const json& j, const std::string& label, std::vector<TraceSumm
       }
       const int64_t gh = (*g)["h"].get<int64_t>(), gw = (*g)["w"].get<int64_t>(),
                     fc = (*g)["first_col"].get<int64_t>();
-      if (gh < 1 || gw < 1 || fc < 0 || gh > 4096 || gw > 4096 || fc + gh * gw != r.cols || r.pool != 1) {
+      if (gh < 1 || gw < 1 || fc < 0 || fc > (int64_t{1} << 20) || gh > 4096 || gw > 4096 || fc + gh * gw != r.cols || r.pool != 1) {
         return Bad(label, f + ".grid: first_col + h × w must equal cols (unpooled)");
       }
       if (g->contains("image")) {
