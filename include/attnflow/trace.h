@@ -98,7 +98,9 @@ struct AttentionView {
   std::vector<std::string> row_labels, col_labels, layer_labels;
   Causal causal = Causal::kNone;
   int64_t num_layers = 1, num_heads = 1, rows = 0, cols = 0;
-  std::vector<double> weights;  // [num_layers, num_heads, rows, cols]
+  // [num_layers, num_heads, rows, cols], rounded once to float32 (what the
+  // page holds; halves the memory of every layer of a long prompt).
+  std::vector<float> weights;
   // kind "grid"
   int64_t grid_h = 0, grid_w = 0, first_col = 0;
   int64_t image_w = 0, image_h = 0;

@@ -461,7 +461,9 @@ Result<Trace> TraceEncoder(EncoderModel& model, std::string_view text,
       ATTNFLOW_RETURN_IF_ERROR(r2.status());
       const Tensor* w = internal::FindIn(r2.items(), "weights");
       if (w == nullptr) return Unimplemented("trace: no weights for layer " + std::to_string(l));
-      keep[static_cast<size_t>(l)] = std::move(*const_cast<Tensor*>(w));
+      Result<Tensor> w32 = internal::ToF32(*w);  // the page's precision, half the memory
+      if (!w32.ok()) return w32.status();
+      keep[static_cast<size_t>(l)] = std::move(w32).value();
       per.push_back(&keep[static_cast<size_t>(l)]);
     }
     ATTNFLOW_RETURN_IF_ERROR(internal::AddLayersView(per, t.tokens, t.causal, &t));
@@ -539,7 +541,9 @@ Result<Trace> TraceDecoder(DecoderModel& model, std::string_view prompt,
       ATTNFLOW_RETURN_IF_ERROR(r2.status());
       const Tensor* w = internal::FindIn(r2.items(), "weights");
       if (w == nullptr) return Unimplemented("trace: no weights for layer " + std::to_string(l));
-      keep[static_cast<size_t>(l)] = std::move(*const_cast<Tensor*>(w));
+      Result<Tensor> w32 = internal::ToF32(*w);  // the page's precision, half the memory
+      if (!w32.ok()) return w32.status();
+      keep[static_cast<size_t>(l)] = std::move(w32).value();
       per.push_back(&keep[static_cast<size_t>(l)]);
     }
     model.Reset();

@@ -107,7 +107,7 @@ Status FillView(const std::vector<const Tensor*>& per_layer, AttentionView* v) {
       return Status(StatusCode::kInternal, "trace: view " + v->id + ": layer " + std::to_string(l) +
                                                " weights missing or of another shape");
     }
-    for (int64_t i = 0; i < t->numel(); ++i) v->weights.push_back(Elem(*t, i));
+    for (int64_t i = 0; i < t->numel(); ++i) v->weights.push_back(static_cast<float>(Elem(*t, i)));
   }
   if (v->layer_labels.empty())
     for (int64_t l = 0; l < v->num_layers; ++l) v->layer_labels.push_back("layer " + std::to_string(l));
@@ -324,7 +324,8 @@ Result<Trace> TraceVit(const RgbImage& image, const VitTraceOptions& opt) {
     }
     v.layer_labels.push_back("layer " + std::to_string(l));
     for (int64_t h = 0; h < H; ++h)
-      for (int64_t j = 0; j < v.cols; ++j) v.weights.push_back(Elem(*w, (h * v.cols + 0) * v.cols + j));
+      for (int64_t j = 0; j < v.cols; ++j)
+        v.weights.push_back(static_cast<float>(Elem(*w, (h * v.cols + 0) * v.cols + j)));
   }
   t.views.push_back(std::move(v));
   std::vector<const Tensor*> per;
