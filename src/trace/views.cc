@@ -127,7 +127,9 @@ void MapBlockStages(Collector& rec, const std::string& prefix, const std::string
         return;
       }
   };
-  take(layer_in, "layer_in");
+  // Layer 0 reads the embeddings (the page's "embed"); later layers the
+  // previous layer's output ("layer_in").
+  take(layer_in, layer_in.find(".out") == std::string::npos ? "embed" : "layer_in");
   if (pre) take(prefix + "attn_in", "norm");
   for (const char* n : {"q", "k", "v", "scores", "scaled", "masked", "weights", "lse", "heads_out",
                         "concat", "residual", "ffn_hidden", "ffn"})
