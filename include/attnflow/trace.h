@@ -33,6 +33,9 @@
 
 #include "attnflow/attention.h"
 #include "attnflow/model.h"
+#include "attnflow/nn.h"
+#include "attnflow/nn_align.h"
+#include "attnflow/nn_vit.h"
 #include "attnflow/semantics.h"
 #include "attnflow/status.h"
 #include "attnflow/tensor.h"
@@ -76,8 +79,40 @@ struct DecodeStep {
   const Tensor* Find(std::string_view name) const;
 };
 
+// An extra view of the page (page JSON "views"; docs/player.md "Views"):
+// attention weights for every captured layer and head, drawn next to the
+// one-layer pipeline with a layer selector.
+//   kind "matrix": rows = queries, cols = keys (self- or cross-attention)
+//   kind "grid":   one query row (ViT's CLS); cols first_col .. are the
+//                  grid_h × grid_w patches, drawn over the image
+//   kind "steps":  rows = decoder steps (Bahdanau); the page reveals one row
+//                  per step
+// Invariants: weights has num_layers·num_heads·rows·cols values, rows of
+// probabilities (each sums to 1; with causal = kTopLeft, cells j > i are 0);
+// labels have rows / cols entries.
+struct AttentionView {
+  std::string id;  // unique on a page: "layers", "vit", "enc_self", ...
+  std::string kind = "matrix";
+  std::string title, caption;
+  std::string row_axis = "query", col_axis = "key";
+  std::vector<std::string> row_labels, col_labels, layer_labels;
+  Causal causal = Causal::kNone;
+  int64_t num_layers = 1, num_heads = 1, rows = 0, cols = 0;
+  // [num_layers, num_heads, rows, cols], rounded once to float32 (what the
+  // page holds; halves the memory of every layer of a long prompt).
+  std::vector<float> weights;
+  // kind "grid"
+  int64_t grid_h = 0, grid_w = 0, first_col = 0;
+  int64_t image_w = 0, image_h = 0;
+  std::vector<uint8_t> image_rgb;  // image_h × image_w × 3, the model's input
+  double at(int64_t layer, int64_t head, int64_t i, int64_t j) const {
+    return weights[static_cast<size_t>(((layer * num_heads + head) * rows + i) * cols + j)];
+  }
+};
+
 struct Trace {
-  std::string source;  // "toy" | "encoder" | "decoder"
+  // "toy" | "encoder" | "decoder" | "vit" | "transformer" | "bahdanau"
+  std::string source;
   ModelInfo info;
   std::string norm = "post";   // "post": norm(x + sublayer); "pre": x + sublayer(norm(x))
   std::string ffn_activation;  // "relu", "gelu", "swiglu", or "" if unknown
@@ -93,6 +128,9 @@ struct Trace {
   std::vector<NamedTensor> stages;  // in TraceStageOrder()
   std::vector<DecodeStep> decode;
   KernelCheck kernel;  // prefill attention through the fast kernels
+  std::vector<AttentionView> views;  // extra views (all layers, ViT grid, ...)
+  // Shown as a banner on the page (e.g. "the weights are random").
+  std::string banner;
   const Tensor* Find(std::string_view name) const;
 };
 
@@ -125,6 +163,7 @@ struct ToyOptions {
   int64_t num_tokens = 4;  // > 4 extends the sentence (large-input checks)
   Causal causal = Causal::kTopLeft;
   int64_t decode_steps = 0;  // teacher-forced: the next tokens of the sentence
+  bool all_layers = false;   // add the "layers" view (the toy has one layer)
 };
 Result<Trace> TraceToy(const ToyOptions& opt);
 
@@ -138,6 +177,9 @@ struct ModelTraceOptions {
   // pass (the captured query × key maps need the whole prompt at once), so
   // nothing is reported inside it. Called on the tracing thread.
   std::function<void(int64_t done, int64_t total)> progress;
+  // Add the "layers" view: the weights of every layer (one prefill forward
+  // pass per layer, each capturing that layer; decode steps only for `layer`).
+  bool all_layers = false;
 };
 // A sentence through a sentence encoder (BERT family): [CLS] text [SEP].
 Result<Trace> TraceEncoder(EncoderModel& model, std::string_view text,
@@ -146,6 +188,68 @@ Result<Trace> TraceEncoder(EncoderModel& model, std::string_view text,
 // each one new query row against the KV cache. Resets the model's cache.
 Result<Trace> TraceDecoder(DecoderModel& model, std::string_view prompt,
                            const ModelTraceOptions& opt);
+
+// ---- the chapter's systems with seeded (random) weights -----------------------
+// No pretrained weights are available offline; each model below is built
+// from a fixed seed (attnflow::Rng), and its page says so in a banner.
+// Tensors own the storage the nn weight views point into.
+struct SeededVit {
+  std::vector<Tensor> store;
+  nn::VitWeights w;
+  nn::VitConfig cfg;
+  int64_t image_size = 0, hidden = 0, ffn = 0;  // input side (pixels)
+};
+Result<SeededVit> MakeSeededVit(uint64_t seed);
+constexpr uint64_t kVitSeed = 20240611, kBahdanauSeed = 1409, kTransformerSeed = 1706;
+
+// An 8-bit RGB image.
+struct RgbImage {
+  int64_t width = 0, height = 0;
+  std::vector<uint8_t> rgb;  // height × width × 3
+};
+// Reads a PNG (libpng; any bit depth, palette, alpha dropped on white) or a
+// binary PPM (P6, maxval 1..65535). kInvalidArgument / kCorrupt naming the
+// file for a wrong magic, truncated data, zero size or a declared size over
+// kMaxImagePixels.
+constexpr int64_t kMaxImagePixels = int64_t{1} << 26;
+Result<RgbImage> ReadImageFile(const std::string& path);
+Result<RgbImage> DecodeImage(std::string_view bytes, const std::string& label);
+// Centre-crops to a square and resizes (box filter over the source pixels
+// each output pixel covers, area-weighted) to side × side.
+RgbImage CropResize(const RgbImage& in, int64_t side);
+// pixels [1, 3, S, S] float64 in [-1, 1] ((v / 255 - 0.5) / 0.5, as HF ViT).
+Result<Tensor> VitPixels(const RgbImage& img);
+
+struct VitTraceOptions {
+  int64_t layer = 0;  // the layer the one-layer pipeline shows
+};
+// The image (crop/resize to the model's input) through the seeded ViT. The
+// trace's stages are layer `layer`'s block (pre-norm); views: "vit" (kind
+// grid: CLS -> patch weights, every layer and head) and "layers".
+Result<Trace> TraceVit(const RgbImage& image, const VitTraceOptions& opt);
+
+// The seeded toy of the Bahdanau loop.
+struct SeededBahdanau {
+  std::vector<Tensor> store;
+  nn::BahdanauWeights w;
+  std::vector<std::string> src_tokens, tgt_tokens;  // tgt: the output steps
+  Tensor src, prev_targets;                         // [1,S,Ex], [1,T,Ey]
+};
+Result<SeededBahdanau> MakeSeededBahdanau(uint64_t seed);
+// Views: "bahdanau" (kind steps: alignment [T, S], one row per decoder step).
+Result<Trace> TraceBahdanau();
+
+struct SeededTransformer {
+  std::vector<Tensor> store;
+  nn::TransformerWeights w;
+  nn::TransformerConfig cfg;
+  std::vector<std::string> src_tokens, tgt_tokens;
+  Tensor src_ids, tgt_ids;  // [1, Ls], [1, Lt] I64
+};
+Result<SeededTransformer> MakeSeededTransformer(uint64_t seed);
+// The encoder–decoder Transformer on a toy translation pair. Stages: encoder
+// layer `layer`; views "enc_self", "dec_self" (causal), "cross" (Lt × Ls).
+Result<Trace> TraceTransformer(int64_t layer);
 
 // ---- page JSON, checks, the player -----------------------------------------
 struct PageOptions {
@@ -157,6 +261,9 @@ struct PageOptions {
   // would hold. Used for the HTML page (about 5 times smaller); --json keeps
   // the plain "data" arrays.
   bool compact = false;
+  // Views (Trace::views) pool above this many rows/cols (all layers of a long
+  // input would otherwise dominate the page).
+  int64_t max_view_tokens = 64;
 };
 Result<std::string> TraceToJson(const Trace& trace, const PageOptions& opt);
 
@@ -174,6 +281,13 @@ struct TraceSummary {
   int64_t pool = 1;  // 1 = full resolution
   std::string note;  // the page's "view.note" (pooling), may be empty
   std::vector<TraceCheck> checks;
+  struct View {
+    std::string id, kind;
+    int64_t num_layers = 0, num_heads = 0, rows = 0, cols = 0, pool = 1;
+    int64_t data_rows = 0, data_cols = 0;
+    std::vector<double> data;  // [layers, heads, data_rows, data_cols], as on the page
+  };
+  std::vector<View> views;
   bool all_pass() const;
 };
 // kCorrupt (label, byte offset or field) for anything malformed.

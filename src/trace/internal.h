@@ -59,6 +59,10 @@ void AppendJsonNumber(std::string* out, double v, bool f32);
 Status MakeDirs(const std::string& dir);
 std::string JoinPath(const std::string& dir, const std::string& name);
 
+// Appends the "layers" view (views.cc): weights [1,H,L,L] of every layer.
+Status AddLayersView(const std::vector<const Tensor*>& per_layer,
+                     const std::vector<TraceToken>& tokens, Causal causal, Trace* t);
+
 // Per-head heatmap source: rows × cols values, row-major, optional labels.
 struct Heatmap {
   std::string title;

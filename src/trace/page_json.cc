@@ -477,6 +477,92 @@ void AppendToken(std::string* o, const TraceToken& t) {
   *o += "}";
 }
 
+
+// ---- views (Trace::views; docs/player.md "Views") ----------------------------
+// A view entry: id, kind, title, caption, row_axis, col_axis, causal,
+// layers, heads, rows, cols, pool, data_rows, data_cols, row_labels,
+// col_labels (data_rows / data_cols entries: pooled labels are ranges),
+// layer_labels, optional grid {h, w, first_col, image: {w, h, b64 RGB8}},
+// and b64: little-endian float32 [layers, heads, data_rows, data_cols].
+// Pooling (above max_view_tokens rows or cols, "matrix" only) is the weights
+// rule of the stages: mean over the block's rows of the sum over its cols.
+void AppendViews(std::string* o, const std::vector<AttentionView>& views, int64_t max_view) {
+  *o += "[";
+  for (size_t vi = 0; vi < views.size(); ++vi) {
+    const AttentionView& v = views[vi];
+    const int64_t big = std::max(v.rows, v.cols);
+    const int64_t f = v.kind == "matrix" && big > max_view ? CeilDiv(big, max_view) : 1;
+    const int64_t dr = CeilDiv(v.rows, f), dc = CeilDiv(v.cols, f);
+    if (vi) *o += ",";
+    *o += "\n{\"id\":";
+    AppendJsonString(o, v.id);
+    *o += ",\"kind\":";
+    AppendJsonString(o, v.kind);
+    *o += ",\"title\":";
+    AppendJsonString(o, v.title);
+    *o += ",\"caption\":";
+    AppendJsonString(o, v.caption);
+    *o += ",\"row_axis\":";
+    AppendJsonString(o, v.row_axis);
+    *o += ",\"col_axis\":";
+    AppendJsonString(o, v.col_axis);
+    *o += ",\"causal\":";
+    AppendJsonString(o, CausalName(v.causal));
+    *o += ",\"layers\":" + std::to_string(v.num_layers) + ",\"heads\":" +
+          std::to_string(v.num_heads) + ",\"rows\":" + std::to_string(v.rows) +
+          ",\"cols\":" + std::to_string(v.cols) + ",\"pool\":" + std::to_string(f) +
+          ",\"data_rows\":" + std::to_string(dr) + ",\"data_cols\":" + std::to_string(dc);
+    auto labels = [&](const char* key, const std::vector<std::string>& l, int64_t n, int64_t d) {
+      *o += ",\"";
+      *o += key;
+      *o += "\":[";
+      for (int64_t i = 0; i < d; ++i) {
+        if (i) *o += ",";
+        if (f == 1) {
+          AppendJsonString(o, static_cast<size_t>(i) < l.size() ? l[static_cast<size_t>(i)] : "");
+        } else {
+          AppendJsonString(o, std::to_string(i * f) + "–" + std::to_string(std::min(n, (i + 1) * f) - 1));
+        }
+      }
+      *o += "]";
+    };
+    labels("row_labels", v.row_labels, v.rows, dr);
+    labels("col_labels", v.col_labels, v.cols, dc);
+    *o += ",\"layer_labels\":[";
+    for (size_t i = 0; i < v.layer_labels.size(); ++i) {
+      if (i) *o += ",";
+      AppendJsonString(o, v.layer_labels[i]);
+    }
+    *o += "]";
+    if (v.kind == "grid") {
+      *o += ",\"grid\":{\"h\":" + std::to_string(v.grid_h) + ",\"w\":" + std::to_string(v.grid_w) +
+            ",\"first_col\":" + std::to_string(v.first_col) + ",\"image\":{\"w\":" +
+            std::to_string(v.image_w) + ",\"h\":" + std::to_string(v.image_h) + ",\"b64\":\"";
+      AppendBase64(o, v.image_rgb.data(), v.image_rgb.size());
+      *o += "\"}}";
+    }
+    std::vector<unsigned char> bytes;
+    bytes.reserve(static_cast<size_t>(v.num_layers * v.num_heads * dr * dc * 4));
+    for (int64_t l = 0; l < v.num_layers; ++l)
+      for (int64_t h = 0; h < v.num_heads; ++h)
+        for (int64_t bi = 0; bi < dr; ++bi)
+          for (int64_t bj = 0; bj < dc; ++bj) {
+            double acc = 0;
+            int64_t nr = 0;
+            for (int64_t i = bi * f; i < std::min(v.rows, (bi + 1) * f); ++i, ++nr)
+              for (int64_t j = bj * f; j < std::min(v.cols, (bj + 1) * f); ++j) acc += v.at(l, h, i, j);
+            const float x = static_cast<float>(acc / static_cast<double>(nr));
+            unsigned char b[4];
+            std::memcpy(b, &x, 4);  // little-endian hosts only (checked at build time elsewhere)
+            bytes.insert(bytes.end(), b, b + 4);
+          }
+    *o += ",\"b64\":\"";
+    AppendBase64(o, bytes.data(), bytes.size());
+    *o += "\"}";
+  }
+  *o += "]";
+}
+
 }  // namespace
 
 Result<std::string> TraceToJson(const Trace& t, const PageOptions& opt) {
@@ -565,7 +651,25 @@ Result<std::string> TraceToJson(const Trace& t, const PageOptions& opt) {
     AppendKernel(&o, d.kernel);
     o += "}";
   }
-  o += "]}\n";
+  o += "]";
+  if (!t.banner.empty()) {
+    o += ",\n\"banner\":";
+    AppendJsonString(&o, t.banner);
+  }
+  if (!t.views.empty()) {
+    for (const AttentionView& v : t.views) {
+      if (v.rows < 1 || v.cols < 1 || v.num_layers < 1 || v.num_heads < 1 ||
+          v.weights.size() != static_cast<size_t>(v.num_layers * v.num_heads * v.rows * v.cols)) {
+        return InvalidArgument("trace: view '" + v.id + "' has " + std::to_string(v.weights.size()) +
+                               " weights for " + std::to_string(v.num_layers) + " layers × " +
+                               std::to_string(v.num_heads) + " heads × " + std::to_string(v.rows) +
+                               " × " + std::to_string(v.cols));
+      }
+    }
+    o += ",\n\"views\":";
+    AppendViews(&o, t.views, std::max<int64_t>(8, opt.max_view_tokens));
+  }
+  o += "}\n";
   return o;
 }
 
@@ -880,6 +984,151 @@ TraceCheck RowSums(const std::string& name, const Arr* w, const Arr* m) {
   return c;
 }
 
+
+// Validates the "views" array (see AppendViews) and runs its checks: rows of
+// every layer and head sum to 1; for a causal view, cells after the diagonal
+// are 0. Mirrors checkViews in web/player.html.
+Status ParseViews(const json& j, const std::string& label, std::vector<TraceSummary::View>* out,
+                  std::vector<TraceCheck>* checks) {
+  if (!j.is_array()) return Bad(label, "views must be an array");
+  std::set<std::string> ids;
+  for (size_t vi = 0; vi < j.size(); ++vi) {
+    const json& v = j[vi];
+    const std::string f = "views[" + std::to_string(vi) + "]";
+    if (!v.is_object()) return Bad(label, f + " must be an object");
+    for (const char* k : {"id", "kind", "title", "caption", "causal", "b64"}) {
+      if (!v.contains(k) || !v[k].is_string()) return Bad(label, f + "." + k + " must be a string");
+    }
+    for (const char* k : {"layers", "heads", "rows", "cols", "pool", "data_rows", "data_cols"}) {
+      if (!v.contains(k) || !v[k].is_number_integer() || v[k].get<int64_t>() < 1 ||
+          v[k].get<int64_t>() > (int64_t{1} << 20)) {
+        return Bad(label, f + "." + k + " must be an integer in [1, 2^20]");
+      }
+    }
+    TraceSummary::View r;
+    r.id = v["id"].get<std::string>();
+    r.kind = v["kind"].get<std::string>();
+    if (!ids.insert(r.id).second) return Bad(label, f + ".id '" + r.id + "' is used twice");
+    if (r.kind != "matrix" && r.kind != "grid" && r.kind != "steps") {
+      return Bad(label, f + ".kind must be matrix, grid or steps, got '" + r.kind + "'");
+    }
+    Causal causal;
+    if (!ParseCausal(v["causal"].get<std::string>(), &causal)) {
+      return Bad(label, f + ".causal must be none, top_left or bottom_right");
+    }
+    r.num_layers = v["layers"].get<int64_t>();
+    r.num_heads = v["heads"].get<int64_t>();
+    r.rows = v["rows"].get<int64_t>();
+    r.cols = v["cols"].get<int64_t>();
+    r.pool = v["pool"].get<int64_t>();
+    r.data_rows = v["data_rows"].get<int64_t>();
+    r.data_cols = v["data_cols"].get<int64_t>();
+    if (r.data_rows != CeilDiv(r.rows, r.pool) || r.data_cols != CeilDiv(r.cols, r.pool)) {
+      return Bad(label, f + ": data_rows/data_cols must be ceil(rows/pool), ceil(cols/pool)");
+    }
+    for (const char* k : {"row_labels", "col_labels"}) {
+      const int64_t want = k[0] == 'r' ? r.data_rows : r.data_cols;
+      if (!v.contains(k) || !v[k].is_array() || static_cast<int64_t>(v[k].size()) != want) {
+        return Bad(label, f + "." + k + " must list " + std::to_string(want) + " labels");
+      }
+      for (const auto& e : v[k])
+        if (!e.is_string()) return Bad(label, f + "." + k + " must list strings");
+    }
+    if (v.contains("layer_labels")) {
+      const json& ll = v["layer_labels"];
+      if (!ll.is_array() || (!ll.empty() && static_cast<int64_t>(ll.size()) != r.num_layers)) {
+        return Bad(label, f + ".layer_labels must be empty or list one label per layer");
+      }
+    }
+    // Each factor is <= 2^20: multiply step by step so nothing overflows.
+    int64_t n = 1;
+    for (int64_t d : {r.num_layers, r.num_heads, r.data_rows, r.data_cols}) {
+      n *= d;
+      if (n > (int64_t{1} << 28)) return Bad(label, f + ": too many values (layers × heads × rows × cols > 2^28)");
+    }
+    std::string bytes;
+    if (!DecodeBase64(v["b64"].get<std::string>(), &bytes)) return Bad(label, f + ".b64 is not valid base64");
+    if (static_cast<int64_t>(bytes.size()) != n * 4) {
+      return Bad(label, f + ".b64 holds " + std::to_string(bytes.size() / 4) + " float32 values, expected " +
+                            std::to_string(n) + " (layers × heads × data_rows × data_cols)");
+    }
+    r.data.resize(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+      float x;
+      std::memcpy(&x, bytes.data() + i * 4, 4);
+      r.data[static_cast<size_t>(i)] = x;
+    }
+    if (r.kind == "grid") {
+      const json* g = v.contains("grid") ? &v["grid"] : nullptr;
+      if (g == nullptr || !g->is_object() || !g->contains("h") || !g->contains("w") ||
+          !g->contains("first_col") || !(*g)["h"].is_number_integer() ||
+          !(*g)["w"].is_number_integer() || !(*g)["first_col"].is_number_integer()) {
+        return Bad(label, f + ".grid must be {h, w, first_col, image}");
+      }
+      const int64_t gh = (*g)["h"].get<int64_t>(), gw = (*g)["w"].get<int64_t>(),
+                    fc = (*g)["first_col"].get<int64_t>();
+      if (gh < 1 || gw < 1 || fc < 0 || fc > (int64_t{1} << 20) || gh > 4096 || gw > 4096 || fc + gh * gw != r.cols || r.pool != 1) {
+        return Bad(label, f + ".grid: first_col + h × w must equal cols (unpooled)");
+      }
+      if (g->contains("image")) {
+        const json& im = (*g)["image"];
+        if (!im.is_object() || !im.contains("w") || !im.contains("h") || !im.contains("b64") ||
+            !im["w"].is_number_integer() || !im["h"].is_number_integer() || !im["b64"].is_string()) {
+          return Bad(label, f + ".grid.image must be {w, h, b64}");
+        }
+        const int64_t iw = im["w"].get<int64_t>(), ih = im["h"].get<int64_t>();
+        std::string px;
+        if (iw < 1 || ih < 1 || iw > 4096 || ih > 4096 || !DecodeBase64(im["b64"].get<std::string>(), &px) ||
+            static_cast<int64_t>(px.size()) != iw * ih * 3) {
+          return Bad(label, f + ".grid.image: b64 must hold w × h × 3 bytes");
+        }
+      }
+    }
+    // Checks.
+    TraceCheck sum{"view " + r.id + ": rows sum to 1", CheckState::kPass, ""};
+    TraceCheck fut{"view " + r.id + ": future weights are zero (causal)", CheckState::kPass, ""};
+    double worst = 0;
+    int64_t future = 0;
+    for (int64_t l = 0; l < r.num_layers && sum.state == CheckState::kPass; ++l)
+      for (int64_t h = 0; h < r.num_heads && sum.state == CheckState::kPass; ++h)
+        for (int64_t i = 0; i < r.data_rows; ++i) {
+          const double* row = r.data.data() + ((l * r.num_heads + h) * r.data_rows + i) * r.data_cols;
+          double t = 0;
+          for (int64_t c = 0; c < r.data_cols; ++c) {
+            t += row[c];
+            if (causal != Causal::kNone && c * r.pool > std::min(r.rows - 1, i * r.pool + r.pool - 1) +
+                                                            (causal == Causal::kBottomRight ? r.cols - r.rows : 0)) {
+              ++future;
+              if (row[c] != 0.0 && fut.state == CheckState::kPass) {
+                fut.state = CheckState::kFail;
+                fut.detail = "layer " + std::to_string(l) + " head " + std::to_string(h) + " row " +
+                             std::to_string(i) + " reads future col " + std::to_string(c) + " with " + Fmt(row[c]);
+              }
+            }
+            if (!(row[c] >= 0.0 && row[c] <= 1.0 + kSumTol)) t = NAN;
+          }
+          worst = std::max(worst, std::fabs(t - 1.0));
+          if (!(std::fabs(t - 1.0) <= kSumTol)) {
+            sum.state = CheckState::kFail;
+            sum.detail = "layer " + std::to_string(l) + " head " + std::to_string(h) + " row " +
+                         std::to_string(i) + " sums to " + Fmt(t);
+            break;
+          }
+        }
+    if (sum.state == CheckState::kPass) {
+      sum.detail = std::to_string(r.num_layers) + " layers × " + std::to_string(r.num_heads) +
+                   " heads, max |Σ − 1| " + Fmt(worst);
+    }
+    checks->push_back(sum);
+    if (causal != Causal::kNone) {
+      if (fut.state == CheckState::kPass) fut.detail = std::to_string(future) + " future cells are 0";
+      checks->push_back(fut);
+    }
+    out->push_back(std::move(r));
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 bool TraceSummary::all_pass() const {
@@ -965,8 +1214,9 @@ Result<TraceSummary> ReadTraceJson(std::string_view text, const std::string& lab
     std::map<std::string, Arr> st;
     ATTNFLOW_RETURN_IF_ERROR(ParseStages(j["stages"], label, "stages", scale, heads, H, &st));
     const Arr* w = Get(st, "weights");
-    if (w == nullptr) return Bad(label, "stages has no 'weights': nothing to play");
-    if (w->shape[0] != s.num_heads_shown || w->shape[1] != s.num_tokens) {
+    const bool has_views = j.contains("views");
+    if (w == nullptr && !has_views) return Bad(label, "stages has no 'weights': nothing to play");
+    if (w != nullptr && (w->shape[0] != s.num_heads_shown || w->shape[1] != s.num_tokens)) {
       return Bad(label, "stages.weights shape does not match heads × tokens");
     }
     for (const auto& [name, a] : st) {
@@ -995,6 +1245,13 @@ Result<TraceSummary> ReadTraceJson(std::string_view text, const std::string& lab
       }
     }
     s.decode_steps = static_cast<int64_t>(dec.size());
+    if (j.contains("banner") && !j["banner"].is_string()) return Bad(label, "banner must be a string");
+    std::vector<TraceCheck> view_checks;
+    if (has_views) ATTNFLOW_RETURN_IF_ERROR(ParseViews(j["views"], label, &s.views, &view_checks));
+    if (w == nullptr) {  // a views-only page (e.g. the Bahdanau loop)
+      s.checks = std::move(view_checks);
+      return s;
+    }
 
     // ---- numeric checks (mirrors runChecks in web/player.html) ----
     const Arr* m = Get(st, "masked");
@@ -1174,6 +1431,7 @@ Result<TraceSummary> ReadTraceJson(std::string_view text, const std::string& lab
       }
       s.checks.push_back(c);
     }
+    for (auto& c : view_checks) s.checks.push_back(std::move(c));
     return s;
   } catch (const std::exception& e) {  // type errors in unexpected places
     return Bad(label, std::string("malformed trace: ") + e.what());

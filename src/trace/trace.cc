@@ -393,6 +393,9 @@ Result<Trace> TraceToy(const ToyOptions& o) {
     ATTNFLOW_RETURN_IF_ERROR(ToyDecode(blk, *t.Find("k"), *t.Find("v"), L, o.decode_steps,
                                        t.scale, &t));
   }
+  if (o.all_layers) {  // the toy has one layer: the view holds it
+    ATTNFLOW_RETURN_IF_ERROR(internal::AddLayersView({t.Find("weights")}, t.tokens, t.causal, &t));
+  }
   return t;
 }
 
@@ -440,6 +443,31 @@ Result<Trace> TraceEncoder(EncoderModel& model, std::string_view text,
     rec.items().push_back({"layer_in", std::move(states[o.layer])});
   }
   ATTNFLOW_RETURN_IF_ERROR(FinishModelTrace(rec, info.name, o.layer, &t));
+  if (o.all_layers) {
+    // One forward pass per layer, each capturing that layer's weights.
+    std::vector<Tensor> keep(static_cast<size_t>(info.num_layers));
+    std::vector<const Tensor*> per;
+    for (int64_t l = 0; l < info.num_layers; ++l) {
+      if (l == o.layer) {
+        per.push_back(t.Find("weights"));
+        continue;
+      }
+      Collector r2;
+      StageCapture c2;
+      c2.sink = &r2;
+      c2.layer = l;
+      Tensor e2, h2;
+      ATTNFLOW_RETURN_IF_ERROR(model.Embed({ids.value()}, &e2, &h2, c2));
+      ATTNFLOW_RETURN_IF_ERROR(r2.status());
+      const Tensor* w = internal::FindIn(r2.items(), "weights");
+      if (w == nullptr) return Unimplemented("trace: no weights for layer " + std::to_string(l));
+      Result<Tensor> w32 = internal::ToF32(*w);  // the page's precision, half the memory
+      if (!w32.ok()) return w32.status();
+      keep[static_cast<size_t>(l)] = std::move(w32).value();
+      per.push_back(&keep[static_cast<size_t>(l)]);
+    }
+    ATTNFLOW_RETURN_IF_ERROR(internal::AddLayersView(per, t.tokens, t.causal, &t));
+  }
   return t;
 }
 
@@ -493,6 +521,33 @@ Result<Trace> TraceDecoder(DecoderModel& model, std::string_view prompt,
                                            step.Find("weights"));
     t.decode.push_back(std::move(step));
     if (o.progress) o.progress(n + s + 1, total);
+  }
+  if (o.all_layers) {
+    // One prefill per layer (from an empty cache), each capturing that layer.
+    std::vector<Tensor> keep(static_cast<size_t>(info.num_layers));
+    std::vector<const Tensor*> per;
+    for (int64_t l = 0; l < info.num_layers; ++l) {
+      if (l == o.layer) {
+        per.push_back(t.Find("weights"));
+        continue;
+      }
+      model.Reset();
+      Collector r2;
+      StageCapture c2;
+      c2.sink = &r2;
+      c2.layer = l;
+      Tensor lg;
+      ATTNFLOW_RETURN_IF_ERROR(model.Forward(ids.value(), false, &lg, c2));
+      ATTNFLOW_RETURN_IF_ERROR(r2.status());
+      const Tensor* w = internal::FindIn(r2.items(), "weights");
+      if (w == nullptr) return Unimplemented("trace: no weights for layer " + std::to_string(l));
+      Result<Tensor> w32 = internal::ToF32(*w);  // the page's precision, half the memory
+      if (!w32.ok()) return w32.status();
+      keep[static_cast<size_t>(l)] = std::move(w32).value();
+      per.push_back(&keep[static_cast<size_t>(l)]);
+    }
+    model.Reset();
+    ATTNFLOW_RETURN_IF_ERROR(internal::AddLayersView(per, t.tokens, t.causal, &t));
   }
   return t;
 }

@@ -5,6 +5,10 @@
 //   attnflow trace --model DIR --text "a sentence"              MiniLM encoder
 //   attnflow trace --model F.gguf --text "prompt" --decode-steps 4   SmolLM2 decoder
 //   attnflow trace --from t.json --html out.html                re-check / re-render
+//   attnflow trace --vit IMAGE.png|ppm --html vit.html          seeded ViT, CLS->patch grid
+//   attnflow trace --bahdanau --html b.html                     seeded Bahdanau GRU loop
+//   attnflow trace --transformer --html t.html                  seeded encoder-decoder
+//   ... --all-layers                                            every layer's weights (view)
 // Options: --layer, --heads 0,2, --decode-steps N, --tokens N (toy length),
 // --causal (toy), --max-page-tokens; exports --safetensors FILE, --npy DIR,
 // --csv DIR, --png DIR, --svg DIR.
@@ -34,7 +38,9 @@ namespace attnflow::cli {
 namespace {
 
 struct TraceArgs {
-  std::string model, text, from;
+  std::string model, text, from, vit;
+  bool bahdanau = false, transformer = false, all_layers = false;
+  int64_t max_view_tokens = 64;
   int64_t layer = 0, decode_steps = 0, tokens = 4, max_page_tokens = trace::kDefaultPageTokens;
   std::vector<int64_t> heads;
   std::string causal = "top_left";
@@ -224,7 +230,36 @@ int RunTrace(TraceArgs a) {
   std::string display;
   Result<trace::Trace> tr = Status(StatusCode::kInternal, "unset");
   std::unique_ptr<Model> model;
-  if (a.model.empty()) {
+  const int systems = (!a.vit.empty()) + a.bahdanau + a.transformer + (!a.model.empty());
+  if (systems > 1) {
+    PrintError("trace", "--vit, --bahdanau, --transformer and --model each pick what to trace: "
+                        "pass one of them");
+    return kExitUsage;
+  }
+  if ((!a.vit.empty() || a.bahdanau || a.transformer) &&
+      (!a.text.empty() || a.decode_steps != 0 || a.tokens != 4)) {
+    PrintError("trace", "--text, --decode-steps and --tokens apply to the toy and --model only "
+                        "(the seeded ViT / Bahdanau / Transformer inputs are fixed)");
+    return kExitUsage;
+  }
+  if (!a.vit.empty()) {
+    Result<trace::RgbImage> img = trace::ReadImageFile(a.vit);
+    if (!img.ok()) {
+      PrintError("trace", img.status().message());
+      return kExitUsage;
+    }
+    trace::VitTraceOptions o;
+    o.layer = a.layer;
+    tr = trace::TraceVit(img.value(), o);
+  } else if (a.bahdanau) {
+    if (a.layer != 0) {
+      PrintError("trace", "the Bahdanau loop has one decoder: --layer must be 0");
+      return kExitUsage;
+    }
+    tr = trace::TraceBahdanau();
+  } else if (a.transformer) {
+    tr = trace::TraceTransformer(a.layer);
+  } else if (a.model.empty()) {
     if (!a.text.empty()) {
       PrintError("trace", "--text needs --model (the toy's sentence is frozen; use --tokens N to lengthen it)");
       return kExitUsage;
@@ -232,6 +267,7 @@ int RunTrace(TraceArgs a) {
     trace::ToyOptions o;
     o.num_tokens = a.tokens;
     o.decode_steps = a.decode_steps;
+    o.all_layers = a.all_layers;
     if (!ParseCausal(a.causal, &o.causal)) {
       PrintError("trace", "--causal must be none, top_left or bottom_right, got " + a.causal);
       return kExitUsage;
@@ -253,6 +289,7 @@ int RunTrace(TraceArgs a) {
     trace::ModelTraceOptions o;
     o.layer = a.layer;
     o.decode_steps = a.decode_steps;
+    o.all_layers = a.all_layers;
     const std::string text = a.text.empty() ? "The cat sat on the mat." : a.text;
     std::unique_ptr<TraceProgress> progress;
     if (!a.quiet && StderrIsTerminal()) {
@@ -276,6 +313,7 @@ int RunTrace(TraceArgs a) {
   if (!display.empty()) t.info.name = display;
   trace::PageOptions po;
   po.max_tokens = a.max_page_tokens;
+  po.max_view_tokens = a.max_view_tokens;
   po.heads = a.heads;
   Result<std::string> json = trace::TraceToJson(t, po);
   if (!json.ok()) {
@@ -309,6 +347,13 @@ int RunTrace(TraceArgs a) {
       PrintKernel(what.c_str(), t.decode[i].kernel, true);
     }
   }
+  for (const auto& v : s->views)
+    std::printf("  view %s (%s): %lld layer(s) × %lld head(s) × %lld × %lld%s\n", v.id.c_str(),
+                v.kind.c_str(), static_cast<long long>(v.num_layers),
+                static_cast<long long>(v.num_heads), static_cast<long long>(v.rows),
+                static_cast<long long>(v.cols),
+                v.pool > 1 ? (" (pooled " + std::to_string(v.pool) + "×" + std::to_string(v.pool) + " on the page)").c_str() : "");
+  if (!t.banner.empty()) std::printf("note: %s\n", t.banner.c_str());
   if (!s->note.empty()) std::printf("view: %s\n", s->note.c_str());
   else std::printf("view: full resolution (%zu tokens <= %lld)\n", t.tokens.size(),
                    static_cast<long long>(po.max_tokens));
@@ -377,6 +422,20 @@ ATTNFLOW_REGISTER_COMMAND(
                      "(encoder) or a .gguf file (decoder); empty: the four-token toy");
       sub.add_option("--text,--prompt", a->text,
                      "Sentence (encoder) or prompt (decoder); default \"The cat sat on the mat.\"");
+      sub.add_option("--vit", a->vit,
+                     "Trace the seeded (random-weight) ViT on this image (PNG or binary PPM; "
+                     "centre-cropped and resized to 88×88 = 11×11 patches of 8 px)");
+      sub.add_flag("--bahdanau", a->bahdanau,
+                   "Trace the seeded Bahdanau GRU encoder-decoder on a toy sentence pair");
+      sub.add_flag("--transformer", a->transformer,
+                   "Trace the seeded encoder-decoder Transformer (encoder, decoder and "
+                   "cross-attention views)");
+      sub.add_flag("--all-layers", a->all_layers,
+                   "Add a view with every layer's attention weights (toy, --model, --vit, "
+                   "--transformer always have them)");
+      sub.add_option("--max-view-tokens", a->max_view_tokens,
+                     "Above this many rows/cols the extra views are pooled (default 64)")
+          ->check(InRange(8, 4096));
       sub.add_option("--from", a->from,
                      "Re-check and re-render an existing trace JSON instead of running a model");
       sub.add_option("--layer", a->layer, "Layer to capture (default 0)")->check(NonNegative());
