@@ -246,6 +246,55 @@ TEST(Determinism, DecodeBitIdenticalAcrossThreadCounts) {
   }
 }
 
+// The merge of many splits (SIMD over Dv in double, with a scalar tail when
+// Dv is not a multiple of the double lane count), odd Dv, a strided output:
+// against the float64 reference, and bit-identical for 1, 2 and 7 threads.
+TEST(Decode, MergeOfManySplitsOddDvAgainstReferenceAndThreadCounts) {
+  ThreadPool p1(1), p2(2), p7(7);
+  struct Case {
+    int64_t D, Dv;
+    DType kv;
+    bool strided_out;
+  };
+  uint64_t seed = 140;
+  for (const Case& c : std::vector<Case>{{32, 13, DType::kBF16, true},
+                                         {72, 72, DType::kF16, false},
+                                         {64, 64, DType::kF32, true}}) {
+    Spec s;
+    s.B = 2;
+    s.H = 6;
+    s.Hkv = 2;
+    s.Lq = 1;
+    s.Lk = 1000;
+    s.D = c.D;
+    s.Dv = c.Dv;
+    s.kv = c.kv;
+    s.causal = Causal::kBottomRight;
+    s.kv_lens = {1000, 333};
+    s.seed = seed++;
+    const Inputs in = Make(s);
+    const Outputs ref = Reference(in), naive = NaiveF32(in);
+    std::vector<KernelRun> runs;
+    for (ThreadPool* p : {&p1, &p2, &p7}) {
+      KernelOptions kopt;
+      kopt.pool = p;
+      kopt.force = KernelKind::kSplitKvDecode;
+      kopt.split_kv = 64;
+      kopt.tile_kv = 32;
+      runs.push_back(RunKernel(in, kopt, c.strided_out));
+      ASSERT_TRUE(runs.back().status.ok()) << runs.back().status.message();
+      EXPECT_EQ(runs.back().choice.num_splits, 16) << s.Name();
+      CheckOutputs(runs.back().o, naive, ref, s.Name());
+    }
+    for (size_t r = 1; r < runs.size(); ++r) {
+      EXPECT_EQ(std::memcmp(runs[0].o.out.data<float>(), runs[r].o.out.data<float>(),
+                            runs[0].o.out.nbytes()), 0) << s.Name();
+      EXPECT_EQ(std::memcmp(runs[0].o.lse.data<float>(), runs[r].o.lse.data<float>(),
+                            runs[0].o.lse.nbytes()), 0) << s.Name();
+    }
+  }
+}
+
 TEST(Decode, ForcedDecodeRejectsHugeGroups) {
   Spec s;
   s.H = 64;
