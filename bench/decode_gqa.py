@@ -81,8 +81,9 @@ def combine(runs, shape):
     g, d, dt, lk = shape
     mn = min(r["min_s"] for r in runs)
     med = statistics.median(r["median_s"] for r in runs)
-    rmin = min(r["read_same_bytes_s"] for r in runs)
-    rmed = statistics.median(r["read_median_s"] for r in runs)
+    # A binary older than the interleaved read reports no read with --no-peak.
+    rmin = min(r.get("read_same_bytes_s") or float("nan") for r in runs)
+    rmed = statistics.median(r.get("read_median_s") or float("nan") for r in runs)
     return {"groups": g, "head_dim": d, "kv_dtype": dt, "kv_len": lk, "min_ms": mn * 1e3,
             "median_ms": med * 1e3, "read_min_ms": rmin * 1e3, "read_median_ms": rmed * 1e3,
             "min_vs_read": mn / rmin, "median_vs_read": med / rmed,
@@ -112,7 +113,9 @@ def smollm2(binary, threads, repeat, kv):
     r = json.loads(out.strip().splitlines()[-1])
     attn_ms = 30 * r["min_s"] * 1e3
     return {"kv_dtype": kv, "decode_ms_per_token": best, "attention_ms": attn_ms,
-            "attention_share": attn_ms / best, "attn_vs_read": r["min_s"] / r["read_same_bytes_s"]}
+            "attention_share": attn_ms / best,
+            "attn_vs_read": r["min_s"] / r["read_same_bytes_s"] if r.get("read_same_bytes_s")
+            else float("nan")}
 
 
 def main():
