@@ -46,8 +46,11 @@ Result<AttentionBenchResult> BenchAttention(const AttentionBenchSpec& s, ThreadP
   Result<Tensor> out = Tensor::Zeros(DType::kF32, {B, H, Lq, D});
   if (!out.ok()) return out.status();
   Rng rng(1);
-  for (Tensor* t : {&q.value(), &k.value(), &v.value()})
-    for (int64_t i = 0; i < t->numel(); ++i) t->view().store(i, static_cast<float>(rng.Normal()));
+  for (Tensor* t : {&q.value(), &k.value(), &v.value()}) {
+    const TensorView tv = t->view();  // hoisted: the same values in the same order
+    const int64_t n = tv.numel();
+    for (int64_t i = 0; i < n; ++i) tv.store(i, static_cast<float>(rng.Normal()));
+  }
   const SdpaOptions opt = SpecOptions(s);
   KernelOptions kopt;
   kopt.pool = &pool;
