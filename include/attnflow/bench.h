@@ -21,6 +21,10 @@ namespace attnflow {
 
 double MeasurePeakGflops(ThreadPool& pool, int repeats = 5);
 double MeasureReadGBps(ThreadPool& pool, size_t bytes, int repeats = 5);
+// One timed plain read (seconds) of buf[0, n) split across the workers of
+// `pool` as MeasureReadGBps does (n a multiple of 64 * workers); used to
+// interleave the read with the timed calls of BenchAttention.
+double TimePlainRead(ThreadPool& pool, const float* buf, int64_t n);
 // Name of the SIMD target the peak loop used (e.g. "AVX3_ZEN4").
 std::string PeakTargetName();
 
@@ -44,8 +48,9 @@ struct AttentionBenchSpec {
   int64_t window_left = -1, window_right = -1;
   KernelKind force = KernelKind::kAuto;
   int repeat = 10, warmup = 2;
-  // Also time a plain read of the same K/V bytes, same threads, same cache
-  // state (the floor of a decode step; best of 20).
+  // Also time a plain read of the same K/V bytes, same threads, cache state
+  // alike (the floor of a decode step): one read after every timed call
+  // (interleaved, so both see the same machine load); min and median.
   bool measure_read = false;
 };
 
@@ -54,7 +59,8 @@ struct AttentionBenchResult {
   double min_s = 0, median_s = 0;
   double flops = 0, gflops = 0;     // useful FLOPs, per second at the median
   double kv_bytes = 0, gbps = 0;    // K/V bytes that must be read, GB/s at the median
-  double read_same_bytes_s = 0;     // 0 when not measured
+  double read_same_bytes_s = 0;     // min of the interleaved reads; 0 when not measured
+  double read_median_s = 0;         // their median; 0 when not measured
 };
 
 // Errors (invalid shapes, allocation failure) name the op and the shapes.

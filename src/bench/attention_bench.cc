@@ -8,6 +8,7 @@
 #include <cmath>
 #include <limits>
 #include <chrono>
+#include <string>
 #include <vector>
 
 #include "attnflow/bench.h"
@@ -45,8 +46,11 @@ Result<AttentionBenchResult> BenchAttention(const AttentionBenchSpec& s, ThreadP
   Result<Tensor> out = Tensor::Zeros(DType::kF32, {B, H, Lq, D});
   if (!out.ok()) return out.status();
   Rng rng(1);
-  for (Tensor* t : {&q.value(), &k.value(), &v.value()})
-    for (int64_t i = 0; i < t->numel(); ++i) t->view().store(i, static_cast<float>(rng.Normal()));
+  for (Tensor* t : {&q.value(), &k.value(), &v.value()}) {
+    const TensorView tv = t->view();  // hoisted: the same values in the same order
+    const int64_t n = tv.numel();
+    for (int64_t i = 0; i < n; ++i) tv.store(i, static_cast<float>(rng.Normal()));
+  }
   const SdpaOptions opt = SpecOptions(s);
   KernelOptions kopt;
   kopt.pool = &pool;
@@ -54,21 +58,6 @@ Result<AttentionBenchResult> BenchAttention(const AttentionBenchSpec& s, ThreadP
   AttentionBenchResult r;
   ATTNFLOW_RETURN_IF_ERROR(
       ExplainAttention(out->view(), {}, q->view(), k->view(), v->view(), opt, kopt, &r.choice));
-  auto call = [&] { return Attention(out->view(), {}, q->view(), k->view(), v->view(), opt, kopt, nullptr); };
-  const double w0 = Now();
-  for (int i = 0; i < s.warmup || (s.warmup > 0 && Now() - w0 < 0.25 && i < 100000); ++i) {
-    ATTNFLOW_RETURN_IF_ERROR(call());
-  }
-  std::vector<double> times;
-  for (int i = 0; i < s.repeat; ++i) {
-    const double t0 = Now();
-    ATTNFLOW_RETURN_IF_ERROR(call());
-    times.push_back(Now() - t0);
-  }
-  std::sort(times.begin(), times.end());
-  r.min_s = times.front();
-  const size_t n = times.size();
-  r.median_s = n % 2 ? times[n / 2] : 0.5 * (times[n / 2 - 1] + times[n / 2]);
   // Visible pairs and the keys some row sees, from the shared semantics.
   double pairs = 0;
   int64_t lo = Lk, hi = -1;
@@ -80,15 +69,63 @@ Result<AttentionBenchResult> BenchAttention(const AttentionBenchSpec& s, ThreadP
       hi = std::max(hi, kr.last);
     }
   }
+  auto call = [&] { return Attention(out->view(), {}, q->view(), k->view(), v->view(), opt, kopt, nullptr); };
+  // The plain read of the same K/V bytes (decode floor): its buffer is
+  // allocated and first touched once, then read once after every timed call.
+  const double kv_bytes_all = static_cast<double>(B * Hkv) *
+      (hi >= lo ? static_cast<double>(hi - lo + 1) : 0.0) * (2.0 * static_cast<double>(D)) *
+      static_cast<double>(DTypeSize(s.kv_dtype));
+  const int w = std::max(pool.NumWorkers(), 1);
+  const int64_t read_n = s.measure_read
+      ? static_cast<int64_t>(kv_bytes_all / sizeof(float)) / (64 * w) * (64 * w) : 0;
+  float* rbuf = nullptr;
+  if (read_n > 0) {
+    rbuf = static_cast<float*>(AlignedAlloc(static_cast<size_t>(read_n) * sizeof(float)));
+    if (rbuf == nullptr) {
+      return ResourceExhausted("bench: cannot allocate the plain-read buffer of " +
+                               std::to_string(read_n * 4) + " bytes");
+    }
+    const int64_t per = read_n / w;
+    pool.ParallelFor(w, [&](int64_t task, int) {
+      for (int64_t i = task * per; i < (task + 1) * per; ++i) rbuf[i] = 1e-3f;
+    });
+  }
+  struct FreeRead {
+    float* p;
+    ~FreeRead() { if (p != nullptr) AlignedFree(p); }
+  } free_read{rbuf};
+  const double w0 = Now();
+  for (int i = 0; i < s.warmup || (s.warmup > 0 && Now() - w0 < 0.25 && i < 100000); ++i) {
+    ATTNFLOW_RETURN_IF_ERROR(call());
+    if (rbuf != nullptr) TimePlainRead(pool, rbuf, read_n);
+  }
+  std::vector<double> times, reads;
+  for (int i = 0; i < s.repeat; ++i) {
+    const double t0 = Now();
+    ATTNFLOW_RETURN_IF_ERROR(call());
+    times.push_back(Now() - t0);
+    if (rbuf != nullptr) reads.push_back(TimePlainRead(pool, rbuf, read_n));
+  }
+  auto median = [](std::vector<double>& x) {
+    std::sort(x.begin(), x.end());
+    const size_t n = x.size();
+    return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
+  };
+  r.median_s = median(times);
+  r.min_s = times.front();
   r.flops = 2.0 * static_cast<double>(D + D) * pairs * static_cast<double>(B * H);
   r.gflops = r.flops / r.median_s * 1e-9;
   const double keys = hi >= lo ? static_cast<double>(hi - lo + 1) : 0.0;
   r.kv_bytes = static_cast<double>(B * Hkv) * keys * (2.0 * static_cast<double>(D)) *
                static_cast<double>(DTypeSize(s.kv_dtype));
   r.gbps = r.kv_bytes / r.median_s * 1e-9;
-  if (s.measure_read && r.kv_bytes > 0) {
-    const double same_gbps = MeasureReadGBps(pool, static_cast<size_t>(r.kv_bytes), 20);
-    if (same_gbps > 0) r.read_same_bytes_s = r.kv_bytes / (same_gbps * 1e9);
+  if (!reads.empty() && r.kv_bytes > 0) {
+    // Scaled to exactly the bytes the call must read (the buffer is rounded
+    // down to whole chunks per worker).
+    const double scale = r.kv_bytes / (static_cast<double>(read_n) * sizeof(float));
+    const double med = median(reads);
+    r.read_same_bytes_s = reads.front() * scale;
+    r.read_median_s = med * scale;
   }
   return r;
 }

@@ -133,6 +133,17 @@ double MeasureReadGBps(ThreadPool& pool, size_t bytes, int repeats) {
   return best;
 }
 
+double TimePlainRead(ThreadPool& pool, const float* buf, int64_t n) {
+  const int w = pool.NumWorkers();
+  const int64_t per = n / w;
+  const double t0 = Now();
+  pool.ParallelFor(w, [&](int64_t task, int) {
+    g_sink.store(HWY_DYNAMIC_DISPATCH(bench_impl::ReadLoop)(buf + task * per, per),
+                 std::memory_order_relaxed);
+  });
+  return Now() - t0;
+}
+
 std::string PeakTargetName() { return HWY_DYNAMIC_DISPATCH(bench_impl::TargetName)(); }
 
 int64_t PeakRssBytes() {

@@ -124,7 +124,8 @@ void RunPrefillTask(const Problem& p, const Plan& plan, int64_t task,
                     float* scratch);
 void RunDecodeSplit(const Problem& p, const Plan& plan, int64_t task,
                     float* scratch, float* partial);
-// Scalar, fixed-order log-sum-exp merge of the splits of one (b, kv head).
+// Fixed-order log-sum-exp merge of the splits of one (b, kv head) (double,
+// SIMD over Dv; per target).
 void MergeDecodeSplits(const Problem& p, const Plan& plan, int64_t bh,
                        const float* partials);
 // Scalar fp32 recomputation of one output row (b, h, i) with the reference's

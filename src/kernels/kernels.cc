@@ -58,50 +58,27 @@ void RunDecodeSplitT(const Problem& p, const Plan& plan, int64_t task,
   }
 }
 
-}  // namespace HWY_NAMESPACE
-}  // namespace kernels
-}  // namespace attnflow
-HWY_AFTER_NAMESPACE();
-
-#if HWY_ONCE
-#include <algorithm>
-#include <cmath>
-#include <limits>
-#include <vector>
-
-namespace attnflow {
-namespace kernels {
-
-HWY_EXPORT(GetTargetInfoT);
-HWY_EXPORT(RunPrefillTaskT);
-HWY_EXPORT(RunDecodeSplitT);
-
-void GetTargetInfo(TargetInfo* info) {
-  HWY_DYNAMIC_DISPATCH(GetTargetInfoT)(info);
-}
-
-void RunPrefillTask(const Problem& p, const Plan& plan, int64_t task,
-                    float* scratch) {
-  HWY_DYNAMIC_DISPATCH(RunPrefillTaskT)(p, plan, task, scratch);
-}
-
-void RunDecodeSplit(const Problem& p, const Plan& plan, int64_t task,
-                    float* scratch, float* partial) {
-  HWY_DYNAMIC_DISPATCH(RunDecodeSplitT)(p, plan, task, scratch, partial);
-}
-
 // Combines the splits s = 0..S-1 of one (b, kv head) in that fixed order:
 //   M = max_s m_s;  w_s = l_s > 0 ? 2^(m_s - M) : 0
 //   l = sum_s w_s l_s;  out = (sum_s w_s O_s) / l;  lse = (M + log2 l) ln 2
 // (log2 domain, accumulated in double). A NaN partial makes the row NaN.
-void MergeDecodeSplits(const Problem& P, const Plan& pl, int64_t bh,
-                       const float* partials) {
+// The Dv loops are SIMD over doubles (each element: acc += w * O, a
+// multiply then an add, then acc / l, exactly as the scalar form; the order
+// over s is fixed), so the result depends only on the shape.
+void MergeDecodeSplitsT(const Problem& P, const Plan& pl, int64_t bh,
+                        const float* HWY_RESTRICT partials) {
   const int64_t hk = bh % P.Hkv, b = bh / P.Hkv;
   const size_t rows = static_cast<size_t>(pl.rows);
   const size_t dvp = static_cast<size_t>(pl.dvp);
   const int64_t S = pl.n_splits;
   const float* base = partials + static_cast<size_t>(bh * S) * pl.partial_floats;
-  double acc[kFastMaxHeadDim];  // Dv <= 256 (dispatch rule)
+  HWY_ALIGN double acc[kFastMaxHeadDim];  // Dv <= dvp <= 256 (dispatch rule)
+  HWY_ALIGN float res[kFastMaxHeadDim];
+#if HWY_HAVE_FLOAT64
+  const hn::ScalableTag<double> dd;
+  const hn::Rebind<float, decltype(dd)> dfh;
+  const size_t Nd = hn::Lanes(dd);
+#endif
   for (size_t r = 0; r < rows; ++r) {
     const int64_t hl = static_cast<int64_t>(r) / P.Lq, i = static_cast<int64_t>(r) % P.Lq;
     const int64_t h = hk * P.G + hl;
@@ -123,7 +100,7 @@ void MergeDecodeSplits(const Problem& P, const Plan& pl, int64_t bh,
       lse = -std::numeric_limits<float>::infinity();
     } else {
       double lsum = 0.0;
-      std::fill(acc, acc + P.Dv, 0.0);
+      bool first = true;
       for (int64_t s = 0; s < S; ++s) {
         const float* part = base + static_cast<size_t>(s) * pl.partial_floats;
         const float ms = part[rows * dvp + r], ls = part[rows * dvp + rows + r];
@@ -131,13 +108,42 @@ void MergeDecodeSplits(const Problem& P, const Plan& pl, int64_t bh,
         const double w = std::exp2(static_cast<double>(ms) - M);
         lsum += w * ls;
         const float* o = part + r * dvp;
-        for (int64_t c = 0; c < P.Dv; ++c) acc[static_cast<size_t>(c)] += w * o[c];
+#if HWY_HAVE_FLOAT64
+        const auto wv = hn::Set(dd, w);
+        for (size_t c = 0; c < dvp; c += Nd) {
+          const auto x = hn::Mul(wv, hn::PromoteTo(dd, hn::LoadU(dfh, o + c)));
+          hn::Store(first ? hn::Add(hn::Zero(dd), x) : hn::Add(hn::Load(dd, acc + c), x), dd,
+                    acc + c);
+        }
+#else
+        for (size_t c = 0; c < dvp; ++c) {
+          const double x = w * static_cast<double>(o[c]);
+          acc[c] = first ? 0.0 + x : acc[c] + x;
+        }
+#endif
+        first = false;
       }
       bool finite = true;
-      for (int64_t c = 0; c < P.Dv; ++c) {
-        const float x = static_cast<float>(acc[static_cast<size_t>(c)] / lsum);
-        finite &= std::isfinite(x);
-        out[c * P.os[3]] = x;
+      size_t c = 0;
+#if HWY_HAVE_FLOAT64
+      const auto lv = hn::Set(dd, lsum);
+      auto chk = hn::Zero(dfh);  // x * 0 is NaN exactly when x is Inf or NaN
+      const size_t dv = static_cast<size_t>(P.Dv);
+      for (; c + Nd <= dv; c += Nd) {
+        const auto x = hn::DemoteTo(dfh, hn::Div(hn::Load(dd, acc + c), lv));
+        chk = hn::Add(chk, hn::Mul(x, hn::Zero(dfh)));
+        hn::StoreU(x, dfh, res + c);
+      }
+      finite = hn::AllFalse(dfh, hn::IsNaN(chk));
+#endif
+      for (; c < static_cast<size_t>(P.Dv); ++c) {
+        res[c] = static_cast<float>(acc[c] / lsum);
+        finite &= std::isfinite(res[c]);
+      }
+      if (P.os[3] == 1) {
+        std::memcpy(out, res, static_cast<size_t>(P.Dv) * sizeof(float));
+      } else {
+        for (int64_t e = 0; e < P.Dv; ++e) out[e * P.os[3]] = res[e];
       }
       lse = static_cast<float>((M + std::log2(lsum)) * kLn2);
       if (!finite || !std::isfinite(lse)) {
@@ -147,6 +153,44 @@ void MergeDecodeSplits(const Problem& P, const Plan& pl, int64_t bh,
     }
     if (P.lse != nullptr) P.lse[b * P.ls[0] + h * P.ls[1] + i * P.ls[2]] = lse;
   }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace kernels
+}  // namespace attnflow
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+namespace attnflow {
+namespace kernels {
+
+HWY_EXPORT(GetTargetInfoT);
+HWY_EXPORT(RunPrefillTaskT);
+HWY_EXPORT(RunDecodeSplitT);
+HWY_EXPORT(MergeDecodeSplitsT);
+
+void GetTargetInfo(TargetInfo* info) {
+  HWY_DYNAMIC_DISPATCH(GetTargetInfoT)(info);
+}
+
+void RunPrefillTask(const Problem& p, const Plan& plan, int64_t task,
+                    float* scratch) {
+  HWY_DYNAMIC_DISPATCH(RunPrefillTaskT)(p, plan, task, scratch);
+}
+
+void RunDecodeSplit(const Problem& p, const Plan& plan, int64_t task,
+                    float* scratch, float* partial) {
+  HWY_DYNAMIC_DISPATCH(RunDecodeSplitT)(p, plan, task, scratch, partial);
+}
+
+void MergeDecodeSplits(const Problem& P, const Plan& pl, int64_t bh,
+                       const float* partials) {
+  HWY_DYNAMIC_DISPATCH(MergeDecodeSplitsT)(P, pl, bh, partials);
 }
 
 namespace {

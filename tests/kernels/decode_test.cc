@@ -246,6 +246,101 @@ TEST(Determinism, DecodeBitIdenticalAcrossThreadCounts) {
   }
 }
 
+// The merge of many splits (SIMD over Dv in double, with a scalar tail when
+// Dv is not a multiple of the double lane count), odd Dv, a strided output:
+// against the float64 reference, and bit-identical for 1, 2 and 7 threads.
+TEST(Decode, MergeOfManySplitsOddDvAgainstReferenceAndThreadCounts) {
+  ThreadPool p1(1), p2(2), p7(7);
+  struct Case {
+    int64_t D, Dv;
+    DType kv;
+    bool strided_out;
+  };
+  uint64_t seed = 140;
+  for (const Case& c : std::vector<Case>{{32, 13, DType::kBF16, true},
+                                         {72, 72, DType::kF16, false},
+                                         {64, 64, DType::kF32, true}}) {
+    Spec s;
+    s.B = 2;
+    s.H = 6;
+    s.Hkv = 2;
+    s.Lq = 1;
+    s.Lk = 1000;
+    s.D = c.D;
+    s.Dv = c.Dv;
+    s.kv = c.kv;
+    s.causal = Causal::kBottomRight;
+    s.kv_lens = {1000, 333};
+    s.seed = seed++;
+    const Inputs in = Make(s);
+    const Outputs ref = Reference(in), naive = NaiveF32(in);
+    std::vector<KernelRun> runs;
+    for (ThreadPool* p : {&p1, &p2, &p7}) {
+      KernelOptions kopt;
+      kopt.pool = p;
+      kopt.force = KernelKind::kSplitKvDecode;
+      kopt.split_kv = 64;
+      kopt.tile_kv = 32;
+      runs.push_back(RunKernel(in, kopt, c.strided_out));
+      ASSERT_TRUE(runs.back().status.ok()) << runs.back().status.message();
+      EXPECT_EQ(runs.back().choice.num_splits, 16) << s.Name();
+      CheckOutputs(runs.back().o, naive, ref, s.Name());
+    }
+    for (size_t r = 1; r < runs.size(); ++r) {
+      EXPECT_EQ(std::memcmp(runs[0].o.out.data<float>(), runs[r].o.out.data<float>(),
+                            runs[0].o.out.nbytes()), 0) << s.Name();
+      EXPECT_EQ(std::memcmp(runs[0].o.lse.data<float>(), runs[r].o.lse.data<float>(),
+                            runs[0].o.lse.nbytes()), 0) << s.Name();
+    }
+  }
+}
+
+// Calls of at most 2^19 FLOP run their tasks on the calling thread (the
+// explanation says so); prefill and decode, against the float64 reference
+// and bit-identical for 1, 2 and 7 threads. A call just above the limit uses
+// the pool as before.
+TEST(Dispatch, TinyCallsRunOnTheCallingThread) {
+  ThreadPool p1(1), p2(2), p7(7);
+  struct Case {
+    int64_t H, Hkv, Lq, Lk, D;
+    DType kv;
+    bool tiny;
+  };
+  uint64_t seed = 150;
+  for (const Case& c : std::vector<Case>{{8, 8, 16, 16, 64, DType::kF32, true},   // 2^19 FLOP
+                                         {9, 3, 1, 200, 64, DType::kF16, true},
+                                         {6, 2, 3, 50, 24, DType::kBF16, true},
+                                         {8, 8, 16, 17, 64, DType::kF32, false}}) {
+    Spec s;
+    s.H = c.H;
+    s.Hkv = c.Hkv;
+    s.Lq = c.Lq;
+    s.Lk = c.Lk;
+    s.D = c.D;
+    s.kv = c.kv;
+    s.causal = Causal::kBottomRight;
+    s.seed = seed++;
+    const Inputs in = Make(s);
+    const Outputs ref = Reference(in), naive = NaiveF32(in);
+    std::vector<KernelRun> runs;
+    for (ThreadPool* p : {&p1, &p2, &p7}) {
+      KernelOptions kopt;
+      kopt.pool = p;
+      runs.push_back(RunKernel(in, kopt));
+      ASSERT_TRUE(runs.back().status.ok()) << runs.back().status.message();
+      EXPECT_EQ(runs.back().choice.reason.find("calling thread") != std::string::npos, c.tiny)
+          << s.Name() << ": " << runs.back().choice.reason;
+      CheckOutputs(runs.back().o, naive, ref, s.Name());
+    }
+    for (size_t r = 1; r < runs.size(); ++r) {
+      EXPECT_EQ(std::memcmp(runs[0].o.out.data<float>(), runs[r].o.out.data<float>(),
+                            runs[0].o.out.nbytes()), 0) << s.Name();
+      EXPECT_EQ(std::memcmp(runs[0].o.lse.data<float>(), runs[r].o.lse.data<float>(),
+                            runs[0].o.lse.nbytes()), 0) << s.Name();
+    }
+  }
+}
+
 TEST(Decode, ForcedDecodeRejectsHugeGroups) {
   Spec s;
   s.H = 64;
