@@ -2,9 +2,11 @@
 // weights (see attnflow/ops.h). Compiled once per Highway target through
 // hwy/foreach_target.h; the best target is picked at the first call.
 //
-// Invariants: every task owns a disjoint range of output rows and writes each
-// of its outputs exactly once with a fixed summation order, so the result is
-// independent of which worker runs it and of the number of workers. Scratch
+// Invariants: every task (a GEMM row tile, or a 16-row decode chunk claimed
+// exactly once through a per-worker range, see MatVecStealing) owns a
+// disjoint range of output rows and writes each of its outputs exactly once
+// with a fixed summation order, so the result is independent of which worker
+// runs it and of the number of workers. Scratch
 // is indexed by the worker id (only used as working memory, never read
 // across tasks).
 #include "core/hwy_targets.h"
