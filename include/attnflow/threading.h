@@ -18,6 +18,14 @@
 // wake-affine placement put both workers on one CPU for a whole process in
 // about half of the runs (2x slower prefill at L=256). Results never depend
 // on any of this.
+//
+// Hand-off without locks: a call publishes its task range with one atomic
+// generation increment and returns when an atomic count of active workers
+// reaches zero; a spinning worker or caller takes no mutex at all (the
+// mutex and condition variables are only for those that stopped spinning:
+// a worker that saw the new generation while the caller still held the
+// mutex used to block in the kernel on it, a futex sleep and wake-up for
+// every parallel region — hundreds per decoded token).
 #pragma once
 
 #include <condition_variable>
@@ -51,11 +59,13 @@ class ThreadPool {
   std::mutex call_mu_;  // serialises ParallelFor calls
   std::mutex mu_;
   std::condition_variable cv_start_, cv_done_;
-  std::atomic<uint64_t> generation_{0};  // written under mu_
-  std::atomic<int> active_{0};
-  int sleepers_ = 0;           // workers blocked on cv_start_ (under mu_)
-  bool caller_sleeping_ = false;  // caller blocked on cv_done_ (under mu_)
-  bool stop_ = false;
+  // Publishes fn_ / num_tasks_ / next_ / active_ (release; seq_cst against
+  // sleepers_, so a worker going to sleep either sees it or is woken).
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int> active_{0};             // workers not done with this call
+  std::atomic<int> sleepers_{0};           // workers blocked on cv_start_
+  std::atomic<bool> caller_sleeping_{false};  // caller blocked on cv_done_
+  bool stop_ = false;                      // under mu_
   const std::function<void(int64_t, int)>* fn_ = nullptr;
   int64_t num_tasks_ = 0;
   std::atomic<int64_t> next_{0};

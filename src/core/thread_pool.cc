@@ -85,22 +85,24 @@ void ThreadPool::RunTasks(int worker) {
 void ThreadPool::WorkerLoop(int worker) {
   uint64_t seen = 0;
   for (;;) {
-    SpinUntil([&] { return generation_.load(std::memory_order_acquire) != seen; });
-    {
+    if (!SpinUntil([&] { return generation_.load(std::memory_order_acquire) != seen; })) {
       std::unique_lock<std::mutex> lock(mu_);
-      ++sleepers_;
-      cv_start_.wait(lock, [&] { return stop_ || generation_.load() != seen; });
-      --sleepers_;
+      // seq_cst pairs with the caller's generation increment and sleepers_
+      // load: either the predicate sees the new generation or the caller
+      // sees a sleeper and notifies under mu_ (no lost wake-up).
+      sleepers_.fetch_add(1, std::memory_order_seq_cst);
+      cv_start_.wait(lock, [&] { return stop_ || generation_.load(std::memory_order_seq_cst) != seen; });
+      sleepers_.fetch_sub(1, std::memory_order_relaxed);
       if (stop_) return;
-      seen = generation_.load();
     }
+    seen = generation_.load(std::memory_order_acquire);
     RunTasks(worker);
-    if (active_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-      // Last one out: wake the caller if it stopped spinning (the flag is
-      // read under mu_, which the caller holds from its predicate check
-      // until it blocks, so the wake-up cannot be lost).
+    if (active_.fetch_sub(1, std::memory_order_seq_cst) == 1 &&
+        caller_sleeping_.load(std::memory_order_seq_cst)) {
+      // Last one out and the caller stopped spinning: it set the flag under
+      // mu_ before its predicate check, so notifying under mu_ cannot be lost.
       std::lock_guard<std::mutex> lock(mu_);
-      if (caller_sleeping_) cv_done_.notify_one();
+      cv_done_.notify_one();
     }
   }
 }
@@ -118,27 +120,24 @@ void ThreadPool::ParallelFor(
     for (int64_t t = 0; t < num_tasks; ++t) fn(t, 0);
     return;
   }
-  bool wake;
-  {
+  // Every worker finished the previous call (active_ was 0, acquired), so
+  // nobody reads these now; the generation increment publishes them.
+  fn_ = &fn;
+  num_tasks_ = num_tasks;
+  next_.store(0, std::memory_order_relaxed);
+  active_.store(num_workers_ - 1, std::memory_order_relaxed);
+  generation_.fetch_add(1, std::memory_order_seq_cst);
+  if (sleepers_.load(std::memory_order_seq_cst) > 0) {
     std::lock_guard<std::mutex> lock(mu_);
-    fn_ = &fn;
-    num_tasks_ = num_tasks;
-    next_.store(0);
-    active_.store(num_workers_ - 1);
-    generation_.fetch_add(1, std::memory_order_release);
-    // Spinning workers see the new generation without a futex call.
-    wake = sleepers_ > 0;
+    cv_start_.notify_all();
   }
-  if (wake) cv_start_.notify_all();
   RunTasks(0);
   if (!SpinUntil([&] { return active_.load(std::memory_order_acquire) == 0; })) {
     std::unique_lock<std::mutex> lock(mu_);
-    caller_sleeping_ = true;
-    cv_done_.wait(lock, [&] { return active_.load() == 0; });
-    caller_sleeping_ = false;
+    caller_sleeping_.store(true, std::memory_order_seq_cst);
+    cv_done_.wait(lock, [&] { return active_.load(std::memory_order_seq_cst) == 0; });
+    caller_sleeping_.store(false, std::memory_order_relaxed);
   }
-  std::lock_guard<std::mutex> lock(mu_);
-  fn_ = nullptr;
 }
 
 ThreadPool& DefaultPool() {

@@ -2,9 +2,11 @@
 // weights (see attnflow/ops.h). Compiled once per Highway target through
 // hwy/foreach_target.h; the best target is picked at the first call.
 //
-// Invariants: every task owns a disjoint range of output rows and writes each
-// of its outputs exactly once with a fixed summation order, so the result is
-// independent of which worker runs it and of the number of workers. Scratch
+// Invariants: every task (a GEMM row tile, or a 16-row decode chunk claimed
+// exactly once through a per-worker range, see MatVecStealing) owns a
+// disjoint range of output rows and writes each of its outputs exactly once
+// with a fixed summation order, so the result is independent of which worker
+// runs it and of the number of workers. Scratch
 // is indexed by the worker id (only used as working memory, never read
 // across tasks).
 #include "core/hwy_targets.h"
@@ -14,7 +16,9 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
+#include <memory>
 
 #include "hwy/highway.h"
 #include "attnflow/ops.h"
@@ -574,7 +578,72 @@ Result<float*> MatMulScratch::PackBuffer(int64_t floats) {
   return xpack_;
 }
 
-constexpr int64_t kTasksPerWorker = 2;
+constexpr int64_t kMvChunkRows = 16;  // rows claimed at a time by the decode matvec
+
+namespace {
+// One worker's share of the decode matvec's chunks, [front, back) packed in
+// one 64-bit word so that the owner (taking chunks from the front) and
+// thieves (taking them from the back) claim each chunk exactly once.
+struct alignas(64) ChunkRange {
+  std::atomic<uint64_t> fb{0};
+  static uint64_t Pack(uint32_t front, uint32_t back) { return (uint64_t{back} << 32) | front; }
+  // Claims the front (owner) or back (thief) chunk; false when empty.
+  bool Take(bool from_front, uint32_t* chunk) {
+    uint64_t cur = fb.load(std::memory_order_relaxed);
+    for (;;) {
+      const uint32_t f = static_cast<uint32_t>(cur), b = static_cast<uint32_t>(cur >> 32);
+      if (f >= b) return false;
+      const uint64_t next = from_front ? Pack(f + 1, b) : Pack(f, b - 1);
+      if (fb.compare_exchange_weak(cur, next, std::memory_order_relaxed)) {
+        *chunk = from_front ? f : b - 1;
+        return true;
+      }
+    }
+  }
+};
+}  // namespace
+
+// Decode (matrix-vector) path: the rows of all jobs, in chunks of
+// kMvChunkRows, are split into one contiguous range per worker, each streamed
+// front to back by its owner (long sequential runs for the hardware
+// prefetchers), and a worker that finishes early takes chunks from the back
+// of the others' ranges, so a late or descheduled worker does not hold up
+// the call (the old fixed tasks — about two per worker — left up to a
+// quarter of a call's work on one thread). Each row's dot product is
+// computed on its own, so who computes it never changes the result.
+static void MatVecStealing(const std::vector<MatJob>& jobs, const float* x, int64_t ldx, int64_t T,
+                           ThreadPool& pool, MatMulScratch& scratch) {
+  std::vector<int64_t> first_chunk(jobs.size() + 1, 0);
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    first_chunk[i + 1] = first_chunk[i] + (jobs[i].w->rows + kMvChunkRows - 1) / kMvChunkRows;
+  }
+  const int64_t C = first_chunk.back();
+  const int64_t W = std::min<int64_t>(pool.NumWorkers(), C);
+  std::unique_ptr<ChunkRange[]> ranges(new ChunkRange[static_cast<size_t>(W)]);
+  for (int64_t w = 0; w < W; ++w) {
+    ranges[w].fb.store(ChunkRange::Pack(static_cast<uint32_t>(C * w / W), static_cast<uint32_t>(C * (w + 1) / W)),
+                       std::memory_order_relaxed);
+  }
+  auto run_chunk = [&](uint32_t c, int worker) {
+    const size_t ji = static_cast<size_t>(
+        std::upper_bound(first_chunk.begin(), first_chunk.end(), static_cast<int64_t>(c)) - first_chunk.begin() - 1);
+    const MatJob& j = jobs[ji];
+    const int64_t r0 = (static_cast<int64_t>(c) - first_chunk[ji]) * kMvChunkRows;
+    const int64_t nr = std::min(kMvChunkRows, j.w->rows - r0);
+    float* buf = scratch.worker(worker);
+    for (int64_t t = 0; t < T; ++t) {
+      HWY_DYNAMIC_DISPATCH(DotRowsT)(*j.w, r0, nr, x + t * ldx, j.y + t * j.ldy + r0, buf);
+    }
+  };
+  pool.ParallelFor(W, [&](int64_t w, int worker) {
+    uint32_t c;
+    while (ranges[w].Take(true, &c)) run_chunk(c, worker);
+    for (int64_t k = 1; k < W; ++k) {
+      ChunkRange& other = ranges[(w + k) % W];
+      while (other.Take(false, &c)) run_chunk(c, worker);
+    }
+  });
+}
 
 Status QMatMul(const std::vector<MatJob>& jobs, const float* x, int64_t ldx, int64_t T,
               ThreadPool& pool, MatMulScratch& scratch, int64_t gemm_min_tokens) {
@@ -589,53 +658,32 @@ Status QMatMul(const std::vector<MatJob>& jobs, const float* x, int64_t ldx, int
     }
   }
   ATTNFLOW_RETURN_IF_ERROR(scratch.Reserve(pool.NumWorkers(), K));
-  const bool gemm = T >= gemm_min_tokens;
-  const float* xp = nullptr;
-  if (gemm) {
-    // Pack the activations token-block-major once, in parallel.
-    const int64_t TB = QMatMulTokenBlock(T);
-    const int64_t nblk = (T + TB - 1) / TB;
-    Result<float*> buf = scratch.PackBuffer(nblk * TB * K);
-    if (!buf.ok()) return buf.status();
-    float* p = *buf;
-    pool.ParallelFor(nblk, [&](int64_t b, int) {
-      HWY_DYNAMIC_DISPATCH(PackTokensT)(x, ldx, T, K, b, p + b * TB * K);
-    });
-    xp = p;
+  if (T < gemm_min_tokens) {
+    MatVecStealing(jobs, x, ldx, T, pool, scratch);
+    return Status::Ok();
   }
-  // Rows per task: GEMM tiles; for the fused path a multiple of the register
-  // block, sized so that small matrices still give several tasks.
+  // Pack the activations token-block-major once, in parallel.
+  const int64_t TB = QMatMulTokenBlock(T);
+  const int64_t nblk = (T + TB - 1) / TB;
+  Result<float*> buf = scratch.PackBuffer(nblk * TB * K);
+  if (!buf.ok()) return buf.status();
+  float* xp = *buf;
+  pool.ParallelFor(nblk, [&](int64_t b, int) {
+    HWY_DYNAMIC_DISPATCH(PackTokensT)(x, ldx, T, K, b, xp + b * TB * K);
+  });
+  // Rows per task: GEMM tiles.
   std::vector<int64_t> first_task(jobs.size() + 1, 0);
-  std::vector<int64_t> rows_per_task(jobs.size());
+  const int64_t rpt = QMatMulTaskRows();
   for (size_t i = 0; i < jobs.size(); ++i) {
-    const int64_t n = jobs[i].w->rows;
-    // Matrix-vector (decode): few, long tasks — about kTasksPerWorker per
-    // worker — so each thread streams long contiguous runs of weight rows
-    // (measured on SmolLM2 decode, 2 threads: 16-row tasks 8.2 ms/token,
-    // 64/256-row 6.5, ~W-proportional 6.0: the hardware prefetchers restart
-    // at every task boundary). Each row's dot product is computed on its own,
-    // so the partition never changes the results.
-    const int64_t W = pool.NumWorkers();
-    const int64_t mv_rows = std::max<int64_t>(16, ((n + kTasksPerWorker * W - 1) / (kTasksPerWorker * W) + 15) / 16 * 16);
-    const int64_t rpt = gemm ? QMatMulTaskRows() : mv_rows;
-    rows_per_task[i] = rpt;
-    first_task[i + 1] = first_task[i] + (n + rpt - 1) / rpt;
+    first_task[i + 1] = first_task[i] + (jobs[i].w->rows + rpt - 1) / rpt;
   }
-  const int64_t n_tasks = first_task.back();
-  pool.ParallelFor(n_tasks, [&](int64_t task, int worker) {
+  pool.ParallelFor(first_task.back(), [&](int64_t task, int worker) {
     const size_t ji = static_cast<size_t>(
         std::upper_bound(first_task.begin(), first_task.end(), task) - first_task.begin() - 1);
     const MatJob& j = jobs[ji];
-    const int64_t r0 = (task - first_task[ji]) * rows_per_task[ji];
-    const int64_t nr = std::min(rows_per_task[ji], j.w->rows - r0);
-    float* buf = scratch.worker(worker);
-    if (gemm) {
-      HWY_DYNAMIC_DISPATCH(GemmRowsT)(*j.w, r0, nr, xp, T, j.y, j.ldy, buf);
-    } else {
-      for (int64_t t = 0; t < T; ++t) {
-        HWY_DYNAMIC_DISPATCH(DotRowsT)(*j.w, r0, nr, x + t * ldx, j.y + t * j.ldy + r0, buf);
-      }
-    }
+    const int64_t r0 = (task - first_task[ji]) * rpt;
+    const int64_t nr = std::min(rpt, j.w->rows - r0);
+    HWY_DYNAMIC_DISPATCH(GemmRowsT)(*j.w, r0, nr, xp, T, j.y, j.ldy, scratch.worker(worker));
   });
   return Status::Ok();
 }

@@ -541,11 +541,21 @@ TEST(LlamaLoader, EverySimdTargetAgrees) {
 
 // Crossing the cache capacity (256, then 384 positions) copies every head's
 // keys/values into the grown cache: decoding across it matches a prefill.
-TEST(LlamaLoader, CacheGrowthKeepsEarlierPositions) {
+// Both KV cache modes: reserved for the whole context (the default: no
+// reallocation) and grown by 1.5x with a copy (reserve_kv = false, also the
+// fallback when the reservation is refused): 250 positions, then one at a
+// time past the 256- and 384-position growth steps.
+class CacheModes : public ::testing::TestWithParam<bool> {};
+INSTANTIATE_TEST_SUITE_P(LlamaLoader, CacheModes, ::testing::Values(true, false),
+                         [](const auto& i) { return i.param ? "Reserved" : "Grown"; });
+
+TEST_P(CacheModes, CacheGrowthKeepsEarlierPositions) {
   TinyOpts o;
   o.context = 1024;
+  llama::LlamaOptions lo;
+  lo.reserve_kv = GetParam();
   auto a = std::move(LoadTiny(o)).value();
-  auto b = std::move(LoadTiny(o)).value();
+  auto b = std::move(LoadTiny(o, lo)).value();
   std::vector<int32_t> ids;
   for (int i = 0; i < 400; ++i) ids.push_back(static_cast<int32_t>((i * 37 + 11) % 256));
   Tensor full, l;

@@ -7,7 +7,15 @@
 // strided views of them (q [1,H,T,D] over [T, H*D]) and of the cache
 // (k/v [1,Hkv,Lk,D] over [Hkv, cap, D]) through attnflow::Attention with
 // causal bottom_right, so the same code serves prefill and decode.
+//
+// The KV cache is one anonymous mapping reserved for the whole context
+// (max_context positions; MAP_NORESERVE, so only the pages written are ever
+// backed: the resident size follows the tokens cached, as a growing buffer's
+// would) — appends never reallocate or copy. Only where the reservation is
+// refused does it fall back to growing by 1.5x with a copy.
 #include "model/llama/llama_model.h"
+
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <cmath>
@@ -91,14 +99,27 @@ class LlamaModel : public DecoderModel {
   ThreadPool* pool_ = nullptr;
   MatMulScratch scratch_;
 
-  // KV cache: per layer [cap, Hkv, D].
-  std::vector<Tensor> kcache_, vcache_;
+  // KV cache: for layer l, K at kv_base_ + (2l) * layer_bytes and V at
+  // (2l + 1) * layer_bytes, each [Hkv, cap_, D] of opt_.kv_dtype.
+  uint8_t* kv_base_ = nullptr;
+  size_t kv_bytes_ = 0;
+  uint8_t* KPtr(size_t l) const { return kv_base_ + (2 * l) * LayerBytes(cap_); }
+  uint8_t* VPtr(size_t l) const { return kv_base_ + (2 * l + 1) * LayerBytes(cap_); }
+  size_t LayerBytes(int64_t cap) const {
+    return static_cast<size_t>(info_.num_kv_heads * cap * info_.head_dim) * DTypeSize(opt_.kv_dtype);
+  }
   int64_t cap_ = 0;
+  int64_t kv_grows_ = 0;  // reallocations (0 when the reservation held)
   int64_t cache_len_ = 0;
 
   // Work buffers (resized per call; capacity is kept).
   std::vector<float> x_, h_, q_, k_, v_, att_, g_, u_, tmp_, cos_, sin_;
   std::vector<int64_t> pos_;
+
+ public:
+  ~LlamaModel() override {
+    if (kv_base_ != nullptr) munmap(kv_base_, kv_bytes_);
+  }
 };
 
 Status LlamaModel::LoadMatrix(const std::string& name, int64_t rows, int64_t cols, QMatrix* m) {
@@ -297,37 +318,52 @@ Result<std::unique_ptr<DecoderModel>> LlamaModel::Load(const char** stage, Resul
     m->pool_ = &DefaultPool();
   }
   ATTNFLOW_RETURN_IF_ERROR(m->scratch_.Reserve(m->pool_->NumWorkers(), std::max(E, std::max(F, H * D))));
-  m->kcache_.resize(static_cast<size_t>(info.num_layers));
-  m->vcache_.resize(static_cast<size_t>(info.num_layers));
   return std::unique_ptr<DecoderModel>(std::move(m));
 }
 
 Status LlamaModel::EnsureCapacity(int64_t needed) {
   if (needed <= cap_) return Status::Ok();
-  // Grow by 1.5x in steps of 256 positions (amortised O(1) appends without
-  // doubling the footprint of a long context).
-  int64_t cap = std::max<int64_t>({needed, cap_ + cap_ / 2, 256});
-  cap = std::min((cap + 255) / 256 * 256, max_ctx_);
+  auto map = [&](int64_t cap, int flags) -> uint8_t* {
+    // A corrupt header's context or head counts must not overflow the size.
+    if (2.0 * static_cast<double>(layers_.size()) * static_cast<double>(info_.num_kv_heads) *
+            static_cast<double>(cap) * static_cast<double>(info_.head_dim) * 4.0 > 0x1p46) {
+      return nullptr;
+    }
+    const size_t bytes = 2 * layers_.size() * LayerBytes(cap);
+    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | flags, -1, 0);
+    return p == MAP_FAILED ? nullptr : static_cast<uint8_t*>(p);
+  };
+  int64_t cap = max_ctx_;
+  uint8_t* base = kv_base_ == nullptr && opt_.reserve_kv ? map(cap, MAP_NORESERVE) : nullptr;
+  if (base == nullptr) {
+    // The whole-context reservation was refused (or already grown once):
+    // grow by 1.5x in steps of 256 positions, copying what is cached.
+    cap = std::max<int64_t>({needed, cap_ + cap_ / 2, 256});
+    cap = std::min((cap + 255) / 256 * 256, max_ctx_);
+    base = map(cap, 0);
+    if (base == nullptr) {
+      return ResourceExhausted("llama: kv cache of " + std::to_string(cap) + " positions (" +
+                               std::to_string(2 * layers_.size() * LayerBytes(cap)) +
+                               " bytes): cannot allocate");
+    }
+  }
   const int64_t Hkv = info_.num_kv_heads, D = info_.head_dim;
-  for (size_t l = 0; l < layers_.size(); ++l) {
-    for (std::vector<Tensor>* c : {&kcache_, &vcache_}) {
-      Result<Tensor> t = Tensor::Zeros(opt_.kv_dtype, {Hkv, cap, D});
-      if (!t.ok()) {
-        return ResourceExhausted("llama: kv cache of " + std::to_string(cap) + " positions: " +
-                                 t.status().message());
-      }
-      Tensor& old = (*c)[l];
-      if (old.defined() && cache_len_ > 0) {
-        const size_t es = DTypeSize(opt_.kv_dtype);
+  const size_t es = DTypeSize(opt_.kv_dtype);
+  if (kv_base_ != nullptr) {
+    if (cache_len_ > 0) {
+      for (size_t m = 0; m < 2 * layers_.size(); ++m) {
         for (int64_t hk = 0; hk < Hkv; ++hk) {
-          std::memcpy(t->data<uint8_t>() + static_cast<size_t>(hk * cap * D) * es,
-                      old.data<uint8_t>() + static_cast<size_t>(hk * cap_ * D) * es,
+          std::memcpy(base + m * LayerBytes(cap) + static_cast<size_t>(hk * cap * D) * es,
+                      kv_base_ + m * LayerBytes(cap_) + static_cast<size_t>(hk * cap_ * D) * es,
                       static_cast<size_t>(cache_len_ * D) * es);
         }
       }
-      old = std::move(t).value();
     }
+    munmap(kv_base_, kv_bytes_);
+    ++kv_grows_;
   }
+  kv_base_ = base;
+  kv_bytes_ = 2 * layers_.size() * LayerBytes(cap);
   cap_ = cap;
   return Status::Ok();
 }
@@ -441,28 +477,28 @@ Status LlamaModel::ForwardImpl(const std::vector<int32_t>& ids, bool all_logits,
     ops::Rope(k_.data(), Hkv * D, cos_.data(), sin_.data(), ops::RopeLayout::kInterleaved, T, Hkv, D, D, pool);
     // Append to the cache: positions p0..p0+T-1 of each head of [Hkv, cap, D]
     // (head-major, so attention streams each head's keys sequentially).
-    Tensor& kc = kcache_[l];
-    Tensor& vc = vcache_[l];
+    uint8_t* kc = KPtr(l);
+    uint8_t* vc = VPtr(l);
     for (int64_t t = 0; t < T; ++t) {
       for (int64_t hk = 0; hk < Hkv; ++hk) {
         const float* ks = k_.data() + (t * Hkv + hk) * D;
         const float* vs = v_.data() + (t * Hkv + hk) * D;
         const int64_t dst = (hk * cap_ + p0 + t) * D;
         if (opt_.kv_dtype == DType::kF32) {
-          std::memcpy(kc.data<float>() + dst, ks, static_cast<size_t>(D) * sizeof(float));
-          std::memcpy(vc.data<float>() + dst, vs, static_cast<size_t>(D) * sizeof(float));
+          std::memcpy(reinterpret_cast<float*>(kc) + dst, ks, static_cast<size_t>(D) * sizeof(float));
+          std::memcpy(reinterpret_cast<float*>(vc) + dst, vs, static_cast<size_t>(D) * sizeof(float));
         } else {
           for (int64_t d = 0; d < D; ++d) {
-            kc.data<uint16_t>()[dst + d] = F32ToF16(ks[d]);
-            vc.data<uint16_t>()[dst + d] = F32ToF16(vs[d]);
+            reinterpret_cast<uint16_t*>(kc)[dst + d] = F32ToF16(ks[d]);
+            reinterpret_cast<uint16_t*>(vc)[dst + d] = F32ToF16(vs[d]);
           }
         }
       }
     }
     const TensorView qv = MakeStridedView(q_.data(), DType::kF32, {1, H, T, D}, {T * H * D, D, H * D, 1});
     const TensorView ov = MakeStridedView(att_.data(), DType::kF32, {1, H, T, D}, {T * H * D, D, H * D, 1});
-    const TensorView kv = MakeStridedView(kc.data<uint8_t>(), opt_.kv_dtype, {1, Hkv, Lk, D}, {Hkv * cap_ * D, cap_ * D, D, 1});
-    const TensorView vv = MakeStridedView(vc.data<uint8_t>(), opt_.kv_dtype, {1, Hkv, Lk, D}, {Hkv * cap_ * D, cap_ * D, D, 1});
+    const TensorView kv = MakeStridedView(kc, opt_.kv_dtype, {1, Hkv, Lk, D}, {Hkv * cap_ * D, cap_ * D, D, 1});
+    const TensorView vv = MakeStridedView(vc, opt_.kv_dtype, {1, Hkv, Lk, D}, {Hkv * cap_ * D, cap_ * D, D, 1});
     SdpaOptions so;
     so.causal = Causal::kBottomRight;
     KernelOptions ko;

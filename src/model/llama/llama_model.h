@@ -45,6 +45,11 @@ struct LlamaOptions {
   int64_t gemm_min_tokens = ops::kDefaultGemmMinTokens;
   // Cap on the context (0 = the model's context_length).
   int64_t max_context = 0;
+  // Reserve the KV cache for the whole context up front (address space only:
+  // pages are backed as they are written), so appends never copy. false (or
+  // a refused reservation) grows it by 1.5x with a copy; tests use false to
+  // cover that path.
+  bool reserve_kv = true;
 };
 
 Result<std::unique_ptr<DecoderModel>> LoadLlamaGgufWithOptions(
