@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstdio>
 #include <atomic>
+#include <functional>
 #include <limits>
 #include <mutex>
 #include <string>
@@ -86,6 +87,13 @@ TargetInfo Target() {
 }
 
 int64_t RoundUp(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+// Problems at most this small run their tasks on the calling thread: waking
+// pool workers costs more than it saves (tens of microseconds per call on a
+// loaded machine). Work = 4*B*H*Lq*Lk*max(D,Dv) flops and K+V bytes; the
+// tasks are fixed by shape, so the result is bit-identical either way.
+constexpr double kInlineMaxFlops = double{1 << 20};
+constexpr double kInlineMaxKvBytes = double{1 << 18};
 
 constexpr int64_t kMaxTileRows = 4096;   // tile_q override cap
 constexpr int64_t kMaxTileKeys = 65536;  // tile_kv override cap
@@ -533,8 +541,24 @@ Status Attention(const TensorView& out, const TensorView& lse,
   }
   float* scratch = static_cast<float*>(guard.p);
   const Problem& P = pr.P;
+  const double kv_bytes = static_cast<double>(d.batch) * static_cast<double>(d.num_kv_heads) *
+                          static_cast<double>(d.kv_len) *
+                          static_cast<double>(d.head_dim * static_cast<int64_t>(DTypeSize(k.dtype)) +
+                                              d.v_dim * static_cast<int64_t>(DTypeSize(v.dtype)));
+  const bool run_inline =
+      4.0 * static_cast<double>(d.batch * d.num_heads) * static_cast<double>(d.q_len) *
+              static_cast<double>(d.kv_len) * static_cast<double>(std::max(d.head_dim, d.v_dim)) <=
+          kInlineMaxFlops &&
+      kv_bytes <= kInlineMaxKvBytes;
+  auto parallel_for = [&](const std::function<void(int64_t, int)>& fn) {
+    if (run_inline) {
+      for (int64_t t = 0; t < pl.num_tasks; ++t) fn(t, 0);
+    } else {
+      pool.ParallelFor(pl.num_tasks, fn);
+    }
+  };
   if (!decode) {
-    pool.ParallelFor(pl.num_tasks, [&](int64_t task, int worker) {
+    parallel_for([&](int64_t task, int worker) {
       kernels::RunPrefillTask(P, pl, task,
                               scratch + static_cast<size_t>(worker) * worker_floats);
     });
@@ -545,7 +569,7 @@ Status Attention(const TensorView& out, const TensorView& lse,
     const int64_t n_bh = d.batch * d.num_kv_heads;
     std::vector<std::atomic<int64_t>> done(static_cast<size_t>(n_bh));
     for (auto& c : done) c.store(0, std::memory_order_relaxed);
-    pool.ParallelFor(pl.num_tasks, [&](int64_t task, int worker) {
+    parallel_for([&](int64_t task, int worker) {
       kernels::RunDecodeSplit(P, pl, task,
                               scratch + static_cast<size_t>(worker) * worker_floats,
                               partials + static_cast<size_t>(task) * pl.partial_floats);
