@@ -13,14 +13,17 @@ BUILD=${ATTNFLOW_BUILD:-$ROOT/build}
 t0=$(date +%s)
 # Reuse the main build's static libraries (PIC, Release; see
 # python/CMakeLists.txt ATTNFLOW_PREBUILT) instead of compiling the library a
-# second time: bring them up to date (a no-op right after ./run build), then
-# link the extension against them. Without a main build tree: from source.
+# second time: bring the layer libraries up to date (a no-op right after
+# ./run build), then link the extension against them. Without a usable main
+# build tree: from source.
 prebuilt=()
 how="from source"
 if [[ -f $BUILD/CMakeCache.txt ]] && grep -q '^ATTNFLOW_PIC:BOOL=ON' "$BUILD/CMakeCache.txt" \
     && grep -q '^CMAKE_BUILD_TYPE:STRING=Release' "$BUILD/CMakeCache.txt" \
     && ! grep -q '^ATTNFLOW_SANITIZE:STRING=.' "$BUILD/CMakeCache.txt"; then
-  cmake --build "$BUILD" --target attnflow >/dev/null
+  layers=$(sed -n 's/^set(ATTNFLOW_LAYERS \(.*\))$/\1/p' "$ROOT/cmake/modules/layers.cmake")
+  [[ -n $layers ]] || { echo "run_tests.sh: no ATTNFLOW_LAYERS in cmake/modules/layers.cmake" >&2; exit 1; }
+  cmake --build "$BUILD" --target $(printf 'attnflow_%s ' $layers) >/dev/null
   prebuilt=(--config-settings=cmake.define.ATTNFLOW_PREBUILT="$BUILD")
   how="linking $BUILD"
 fi
