@@ -14,7 +14,10 @@ machine is shared and noisy):
             transformers with attn_implementation eager / sdpa / attnflow.
 
 Needs the package installed (pip install .) and tools/deps/python.pip.
-Usage: python bench/python_peers.py [--threads 2] [--sections overhead,large]
+Usage (one command, from the repository root, after ./run build and
+pip install .):
+  .cache/venv/bin/python bench/python_peers.py [--threads 2] [--rounds 7]
+      [--repeat 5] [--sections overhead,large,minilm,smollm2]
 """
 import argparse
 import json
@@ -56,44 +59,90 @@ def ms(p):
     return f"{1e3 * p[0]:8.2f} / {1e3 * p[1]:8.2f} ms"
 
 
+def percall(fn, n):
+    """Per-call wall times in seconds (perf_counter_ns around each call).
+    Sleeps 50 ms first: spinning worker threads of the previous block
+    (torch's OpenMP, attnflow's pool) go idle and do not steal cores."""
+    time.sleep(0.05)
+    pc = time.perf_counter_ns
+    ts = []
+    for _ in range(n):
+        t0 = pc()
+        fn()
+        ts.append(pc() - t0)
+    return [1e-9 * t for t in ts]
+
+
 def overhead(args, torch, attnflow):
+    """Per-call times at B1 H8 L16 D64, interleaved in rounds (attnflow with
+    torch inputs, torch SDPA, attnflow with NumPy inputs, then the C++
+    `attnflow bench` of the same shape and threads, per round); pooled min
+    and median. Overhead = package call minus the C++ call."""
     F = torch.nn.functional
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(1, 8, 16, 64, generator=g) for _ in range(3))
     qn, kn, vn = q.numpy(), k.numpy(), v.numpy()
-    n, r = 2000, 7
+    n, rounds = 500, args.rounds
+    af_t, th_t, af_n, cli_min, cli_med = [], [], [], [], []
     with torch.no_grad():
-        t_af = timeit(lambda: attnflow.scaled_dot_product_attention(q, k, v), n, r)
-        t_np = timeit(lambda: attnflow.scaled_dot_product_attention(qn, kn, vn), n, r)
-        t_th = timeit(lambda: F.scaled_dot_product_attention(q, k, v), n, r)
-    t_cli = cli_bench(args.cli, args.threads, 2000, 1, 8, 16, 16, 64, "none")
-    print("## per-call time, B1 H8 L16 D64 fp32 (min / median)")
+        for fn in (lambda: attnflow.scaled_dot_product_attention(q, k, v),
+                   lambda: F.scaled_dot_product_attention(q, k, v),
+                   lambda: attnflow.scaled_dot_product_attention(qn, kn, vn)):
+            percall(fn, 200)  # warm-up
+        for _ in range(rounds):
+            af_t += percall(lambda: attnflow.scaled_dot_product_attention(q, k, v), n)
+            th_t += percall(lambda: F.scaled_dot_product_attention(q, k, v), n)
+            af_n += percall(lambda: attnflow.scaled_dot_product_attention(qn, kn, vn), n)
+            c = cli_bench(args.cli, args.threads, n, 1, 8, 16, 16, 64, "none")
+            cli_min.append(c[0])
+            cli_med.append(c[1])
+    stat = lambda xs: (min(xs), statistics.median(xs))  # noqa: E731
+    t_af, t_th, t_np = stat(af_t), stat(th_t), stat(af_n)
+    t_cli = (min(cli_min), statistics.median(cli_med))
+    print(f"## per-call time, B1 H8 L16 D64 fp32, {rounds} interleaved rounds x {n} calls "
+          f"(min / median)")
     print(f"  attnflow (torch in)  {us(t_af)}")
     print(f"  attnflow (numpy in)  {us(t_np)}")
     print(f"  torch SDPA           {us(t_th)}")
-    print(f"  attnflow C++ kernel  {us(t_cli)}   (attnflow bench prefill)")
-    print(f"  python overhead (min): torch in {1e6 * (t_af[0] - t_cli[0]):.1f} us, "
-          f"numpy in {1e6 * (t_np[0] - t_cli[0]):.1f} us")
+    print(f"  attnflow C++ call    {us(t_cli)}   (attnflow bench prefill, same threads)")
+    for name, t in (("torch in", t_af), ("numpy in", t_np)):
+        print(f"  python overhead, {name}: min {1e6 * (t[0] - t_cli[0]):.1f} us, median "
+              f"{1e6 * (t[1] - t_cli[1]):.1f} us")
+    print(f"  attnflow / torch (torch in): min {t_af[0] / t_th[0]:.2f}, median "
+          f"{t_af[1] / t_th[1]:.2f}")
 
 
 def large(args, torch, attnflow):
+    """Large prefill shapes: package, C++ `attnflow bench` (same threads) and
+    torch SDPA, interleaved in rounds; pooled min and median."""
     F = torch.nn.functional
-    print("## large prefill shapes (min / median); py/C++ = package time over attnflow bench")
+    rounds = max(1, args.rounds // 2)
+    print(f"## large prefill shapes, {rounds} interleaved rounds x {args.repeat} calls "
+          f"(min / median); py/C++ = package time over attnflow bench")
     for (b, h, L, d, causal) in [(1, 8, 1024, 64, "none"), (1, 8, 1024, 64, "top_left"),
                                  (1, 8, 2048, 64, "top_left")]:
         g = torch.Generator().manual_seed(1)
         q, k, v = (torch.randn(b, h, L, d, generator=g) for _ in range(3))
         ic = causal == "top_left"
+        py, th, cmin, cmed = [], [], [], []
         with torch.no_grad():
-            t_py = timeit(lambda: attnflow.scaled_dot_product_attention(q, k, v, is_causal=ic), 1,
-                          args.repeat)
-            t_cli = cli_bench(args.cli, args.threads, args.repeat, b, h, L, L, d, causal)
-            time.sleep(0.5)
-            t_th = timeit(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=ic), 1,
-                          args.repeat)
+            attnflow.scaled_dot_product_attention(q, k, v, is_causal=ic)
+            F.scaled_dot_product_attention(q, k, v, is_causal=ic)
+            for _ in range(rounds):
+                py += percall(lambda: attnflow.scaled_dot_product_attention(q, k, v, is_causal=ic),
+                              args.repeat)
+                c = cli_bench(args.cli, args.threads, args.repeat, b, h, L, L, d, causal)
+                cmin.append(c[0])
+                cmed.append(c[1])
+                th += percall(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=ic),
+                              args.repeat)
+        t_py = (min(py), statistics.median(py))
+        t_th = (min(th), statistics.median(th))
+        t_cli = (min(cmin), statistics.median(cmed))
         print(f"  B{b} H{h} L{L} D{d} {causal:<9} py {ms(t_py)}  C++ {ms(t_cli)}  torch "
-              f"{ms(t_th)}  py/C++ {t_py[0] / t_cli[0]:.3f}  speed-up over torch: py "
-              f"{t_th[0] / t_py[0]:.2f}x, C++ {t_th[0] / t_cli[0]:.2f}x")
+              f"{ms(t_th)}  py/C++ min {t_py[0] / t_cli[0]:.3f} median {t_py[1] / t_cli[1]:.3f}"
+              f"  speed-up over torch (min): py {t_th[0] / t_py[0]:.2f}x, C++ "
+              f"{t_th[0] / t_cli[0]:.2f}x")
 
 
 def minilm(args, torch, attnflow):
@@ -136,6 +185,7 @@ def main():
     ap.add_argument("--cli", default=os.path.join(ROOT, "build", "attnflow"))
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=7, help="interleaved rounds (overhead)")
     ap.add_argument("--sections", default="overhead,large,minilm,smollm2")
     args = ap.parse_args()
     os.environ["ATTNFLOW_NUM_THREADS"] = str(args.threads)

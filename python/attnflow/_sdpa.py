@@ -35,6 +35,8 @@ _KERNEL = {"auto": 0, "reference": 1, "tiled_prefill": 2, "split_kv_decode": 3}
 _KV_DTYPES = ("float32", "float16", "bfloat16")
 _FLOAT_DTYPES = ("float32", "float16", "bfloat16", "float64")
 _NAN = float("nan")
+_NP_F32 = np.dtype(np.float32)
+_NP_KV = (np.dtype(np.float32), np.dtype(np.float16))
 
 
 _T_TENSOR = None
@@ -114,6 +116,22 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: f
         if (B == Bk == value.shape[0] and Hk == value.shape[1]
                 and (H == Hk or (enable_gqa and Hk > 0 and H % Hk == 0))):
             out = _T_EMPTY((B, H, L, value.shape[3]))
+            _core.sdpa(out, None, query, key, value, None, None, None, 1 if is_causal else 0,
+                       _NAN if scale is None else float(scale), -1, -1, 0)
+            return out
+    # The same fast path for plain NumPy float32 rank-4 arrays (float32 /
+    # float16 K/V, non-negative strides: no copy is ever needed).
+    elif (type(query) is np.ndarray and type(key) is np.ndarray and type(value) is np.ndarray
+            and attn_mask is None and dropout_p == 0.0 and not return_lse and causal is None
+            and kv_lens is None and window is None and alibi_slopes is None and kernel == "auto"
+            and query.ndim == 4 and key.ndim == 4 and value.ndim == 4
+            and query.dtype == _NP_F32 and key.dtype in _NP_KV and value.dtype in _NP_KV
+            and min(query.strides + key.strides + value.strides) >= 0):
+        B, H, L, _ = query.shape
+        Bk, Hk = key.shape[0], key.shape[1]
+        if (B == Bk == value.shape[0] and Hk == value.shape[1]
+                and (H == Hk or (enable_gqa and Hk > 0 and H % Hk == 0))):
+            out = np.empty((B, H, L, value.shape[3]), _NP_F32)
             _core.sdpa(out, None, query, key, value, None, None, None, 1 if is_causal else 0,
                        _NAN if scale is None else float(scale), -1, -1, 0)
             return out

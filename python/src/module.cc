@@ -103,9 +103,16 @@ bool ToDType(nb::dlpack::dtype t, af::DType* out) {
   return true;
 }
 
-// An absent (None) array gives an absent view (rank -1).
-template <typename A>
-af::TensorView ViewOf(const A& a, const char* op, const char* name) {
+void CheckRank(size_t rank, const char* op, const char* name) {
+  if (rank <= static_cast<size_t>(af::kMaxRank)) return;
+  PyErr_SetString(PyExc_ValueError, (std::string(op) + ": " + name + " has rank " +
+                                     std::to_string(rank) + ", at most 4 is supported").c_str());
+  throw nb::python_error();
+}
+
+// A DLPack / buffer-protocol array (torch tensors take the faster path in
+// ViewOfHandle). An absent (None) array gives an absent view (rank -1).
+af::TensorView ViewOf(const Array& a, const char* op, const char* name) {
   af::TensorView v;
   if (!a.is_valid()) return v;
   if (a.device_type() != nb::device::cpu::value) {
@@ -116,12 +123,7 @@ af::TensorView ViewOf(const A& a, const char* op, const char* name) {
     RaiseType(std::string(op) + ": " + name + " has an unsupported dtype (DLPack code " +
               std::to_string(a.dtype().code) + ", " + std::to_string(a.dtype().bits) + " bits)");
   }
-  if (a.ndim() > static_cast<size_t>(af::kMaxRank)) {
-    PyErr_SetString(PyExc_ValueError, (std::string(op) + ": " + name + " has rank " +
-                                       std::to_string(a.ndim()) + ", at most 4 is supported")
-                                          .c_str());
-    throw nb::python_error();
-  }
+  CheckRank(a.ndim(), op, name);
   v.rank = static_cast<int>(a.ndim());
   v.data = const_cast<void*>(static_cast<const void*>(a.data()));
   for (int i = 0; i < v.rank; ++i) {
@@ -132,10 +134,16 @@ af::TensorView ViewOf(const A& a, const char* op, const char* name) {
 }
 
 // torch tensors are read through their attributes (data_ptr, shape, stride,
-// dtype, is_cpu): about 5x cheaper per tensor than torch's __dlpack__.
+// dtype, is_cpu): about 5x cheaper per tensor than torch's __dlpack__. The
+// attribute names are interned once.
 struct TorchTypes {
   PyObject* tensor = nullptr;  // torch.Tensor (borrowed from the module)
   PyObject* dtypes[9] = {};    // indexed like af::DType
+  PyObject* is_cpu = nullptr;  // interned attribute names
+  PyObject* dtype = nullptr;
+  PyObject* shape = nullptr;
+  PyObject* stride = nullptr;
+  PyObject* data_ptr = nullptr;
 };
 
 const TorchTypes* Torch() {
@@ -152,8 +160,19 @@ const TorchTypes* Torch() {
   const char* names[9] = {"float32", "float16", "bfloat16", "float64", "int64",
                           "int32",   "int8",    "uint8",    "bool"};
   for (int i = 0; i < 9; ++i) t.dtypes[i] = torch.attr(names[i]).inc_ref().ptr();
+  t.is_cpu = PyUnicode_InternFromString("is_cpu");
+  t.dtype = PyUnicode_InternFromString("dtype");
+  t.shape = PyUnicode_InternFromString("shape");
+  t.stride = PyUnicode_InternFromString("stride");
+  t.data_ptr = PyUnicode_InternFromString("data_ptr");
   ready = true;
   return &t;
+}
+
+// A new reference or the pending Python error.
+nb::object Checked(PyObject* o) {
+  if (o == nullptr) throw nb::python_error();
+  return nb::steal(o);
 }
 
 // Keeps converted arrays (and their DLPack owners) alive during a call.
@@ -166,12 +185,13 @@ af::TensorView ViewOfHandle(nb::handle h, const char* op, const char* name, Arra
   if (h.is_none()) return v;
   const TorchTypes* T = Torch();
   if (T != nullptr && PyObject_TypeCheck(h.ptr(), reinterpret_cast<PyTypeObject*>(T->tensor))) {
-    if (!nb::cast<bool>(h.attr("is_cpu"))) {
+    PyObject* t = h.ptr();
+    if (Checked(PyObject_GetAttr(t, T->is_cpu)).ptr() != Py_True) {
       RaiseType(std::string(op) + ": " + name + " is on device '" +
                 std::string(nb::str(nb::object(h.attr("device"))).c_str()) +
                 "'; attnflow runs on the CPU only (move it with .cpu())");
     }
-    nb::handle dt = h.attr("dtype");
+    const nb::object dt = Checked(PyObject_GetAttr(t, T->dtype));
     int code = -1;
     for (int i = 0; i < 9; ++i) {
       if (dt.ptr() == T->dtypes[i]) code = i;
@@ -180,21 +200,22 @@ af::TensorView ViewOfHandle(nb::handle h, const char* op, const char* name, Arra
       RaiseType(std::string(op) + ": " + name + " has an unsupported dtype " +
                 std::string(nb::str(dt).c_str()));
     }
-    nb::tuple shape = nb::borrow<nb::tuple>(h.attr("shape"));
-    nb::tuple strides = nb::borrow<nb::tuple>(h.attr("stride")());
-    const size_t n = nb::len(shape);
-    if (n > static_cast<size_t>(af::kMaxRank)) {
-      PyErr_SetString(PyExc_ValueError, (std::string(op) + ": " + name + " has rank " +
-                                         std::to_string(n) + ", at most 4 is supported").c_str());
-      throw nb::python_error();
+    const nb::object shape = Checked(PyObject_GetAttr(t, T->shape));        // torch.Size
+    const nb::object strides = Checked(PyObject_CallMethodNoArgs(t, T->stride));  // tuple
+    if (!PyTuple_Check(shape.ptr()) || !PyTuple_Check(strides.ptr()) ||
+        PyTuple_GET_SIZE(shape.ptr()) != PyTuple_GET_SIZE(strides.ptr())) {
+      RaiseType(std::string(op) + ": " + name + ": unexpected torch shape/stride objects");
     }
+    const size_t n = static_cast<size_t>(PyTuple_GET_SIZE(shape.ptr()));
+    CheckRank(n, op, name);
     v.dtype = static_cast<af::DType>(code);
     v.rank = static_cast<int>(n);
-    v.data = reinterpret_cast<void*>(nb::cast<uintptr_t>(h.attr("data_ptr")()));
+    v.data = PyLong_AsVoidPtr(Checked(PyObject_CallMethodNoArgs(t, T->data_ptr)).ptr());
     for (size_t i = 0; i < n; ++i) {
-      v.shape[i] = nb::cast<int64_t>(shape[i]);
-      v.strides[i] = v.shape[i] == 1 ? 0 : nb::cast<int64_t>(strides[i]);
+      v.shape[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(shape.ptr(), i));
+      v.strides[i] = v.shape[i] == 1 ? 0 : PyLong_AsLongLong(PyTuple_GET_ITEM(strides.ptr(), i));
     }
+    if (PyErr_Occurred()) throw nb::python_error();
     return v;
   }
   Array a;
@@ -206,18 +227,30 @@ af::TensorView ViewOfHandle(nb::handle h, const char* op, const char* name, Arra
   return ViewOf(a, op, name);
 }
 
-af::SdpaOptions MakeOptions(const Array& mask, const Array& kv_lens, const Array& alibi,
-                            int causal, double scale, int64_t window_left,
-                            int64_t window_right, const char* op) {
-  af::SdpaOptions o;
-  o.causal = static_cast<af::Causal>(causal);
-  o.scale = scale;
-  o.attn_mask = ViewOf(mask, op, "attn_mask");
-  o.kv_lens = ViewOf(kv_lens, op, "kv_lens");
-  o.alibi_slopes = ViewOf(alibi, op, "alibi_slopes");
-  o.window_left = window_left;
-  o.window_right = window_right;
-  return o;
+// The tensor arguments every attention entry point shares, parsed once:
+// views over the caller's memory (kept alive by `arrays`) plus the options.
+struct SdpaArgs {
+  Arrays arrays;
+  af::TensorView out, lse, q, k, v;
+  af::SdpaOptions opt;
+};
+
+void ParseSdpaArgs(const char* op, nb::handle out, nb::handle lse, nb::handle q, nb::handle k,
+                   nb::handle v, nb::handle mask, nb::handle kv_lens, nb::handle alibi,
+                   int causal, double scale, int64_t window_left, int64_t window_right,
+                   SdpaArgs* a) {
+  a->out = ViewOfHandle(out, op, "out", &a->arrays);
+  a->lse = ViewOfHandle(lse, op, "lse", &a->arrays);
+  a->q = ViewOfHandle(q, op, "query", &a->arrays);
+  a->k = ViewOfHandle(k, op, "key", &a->arrays);
+  a->v = ViewOfHandle(v, op, "value", &a->arrays);
+  a->opt.causal = static_cast<af::Causal>(causal);
+  a->opt.scale = scale;
+  a->opt.attn_mask = ViewOfHandle(mask, op, "attn_mask", &a->arrays);
+  a->opt.kv_lens = ViewOfHandle(kv_lens, op, "kv_lens", &a->arrays);
+  a->opt.alibi_slopes = ViewOfHandle(alibi, op, "alibi_slopes", &a->arrays);
+  a->opt.window_left = window_left;
+  a->opt.window_right = window_right;
 }
 
 // A NumPy array that owns `t` (moved to the heap).
@@ -267,60 +300,44 @@ class DictSink : public af::StageSink {
 void Sdpa(nb::handle out, nb::handle lse, nb::handle q, nb::handle k, nb::handle v,
           nb::handle mask, nb::handle kv_lens, nb::handle alibi, int causal, double scale,
           int64_t window_left, int64_t window_right, int kernel) {
-  const char* op = "attnflow.scaled_dot_product_attention";
-  Arrays arrays;
-  af::TensorView o = ViewOfHandle(out, op, "out", &arrays);
-  af::TensorView l = ViewOfHandle(lse, op, "lse", &arrays);
-  af::TensorView qv = ViewOfHandle(q, op, "query", &arrays),
-                 kv = ViewOfHandle(k, op, "key", &arrays),
-                 vv = ViewOfHandle(v, op, "value", &arrays);
-  af::SdpaOptions opt;
-  opt.causal = static_cast<af::Causal>(causal);
-  opt.scale = scale;
-  opt.attn_mask = ViewOfHandle(mask, op, "attn_mask", &arrays);
-  opt.kv_lens = ViewOfHandle(kv_lens, op, "kv_lens", &arrays);
-  opt.alibi_slopes = ViewOfHandle(alibi, op, "alibi_slopes", &arrays);
-  opt.window_left = window_left;
-  opt.window_right = window_right;
+  SdpaArgs a;
+  ParseSdpaArgs("attnflow.scaled_dot_product_attention", out, lse, q, k, v, mask, kv_lens,
+                alibi, causal, scale, window_left, window_right, &a);
   af::Status st;
   {
     nb::gil_scoped_release release;
-    if (kernel == 1 || qv.dtype == af::DType::kF64) {
-      st = af::reference::Sdpa(o, l, qv, kv, vv, opt);
+    if (kernel == 1 || a.q.dtype == af::DType::kF64) {
+      st = af::reference::Sdpa(a.out, a.lse, a.q, a.k, a.v, a.opt);
     } else {
       af::KernelOptions ko;
       if (kernel == 2) ko.force = af::KernelKind::kTiledPrefill;
       if (kernel == 3) ko.force = af::KernelKind::kSplitKvDecode;
-      st = af::Attention(o, l, qv, kv, vv, opt, ko);
+      st = af::Attention(a.out, a.lse, a.q, a.k, a.v, a.opt, ko);
     }
   }
   Check(st);
 }
 
-std::string Explain(nb::ndarray<> out, nb::ndarray<> lse, Array q, Array k, Array v,
-                    Array mask, Array kv_lens, Array alibi, int causal, double scale,
-                    int64_t window_left, int64_t window_right) {
-  const char* op = "attnflow.explain";
-  af::SdpaOptions opt =
-      MakeOptions(mask, kv_lens, alibi, causal, scale, window_left, window_right, op);
+std::string Explain(nb::handle out, nb::handle lse, nb::handle q, nb::handle k, nb::handle v,
+                    nb::handle mask, nb::handle kv_lens, nb::handle alibi, int causal,
+                    double scale, int64_t window_left, int64_t window_right) {
+  SdpaArgs a;
+  ParseSdpaArgs("attnflow.explain", out, lse, q, k, v, mask, kv_lens, alibi, causal, scale,
+                window_left, window_right, &a);
   af::KernelChoice choice;
-  Check(af::ExplainAttention(ViewOf(out, op, "out"), ViewOf(lse, op, "lse"),
-                             ViewOf(q, op, "query"), ViewOf(k, op, "key"),
-                             ViewOf(v, op, "value"), opt, {}, &choice));
+  Check(af::ExplainAttention(a.out, a.lse, a.q, a.k, a.v, a.opt, {}, &choice));
   return std::string(af::KernelKindName(choice.kernel)) + " " + choice.ToString();
 }
 
 // Float64 oracle: returns (out, lse) or, with stages, a dict of every stage.
-nb::object ReferenceSdpa(Array q, Array k, Array v, Array mask, Array kv_lens, Array alibi,
-                         int causal, double scale, int64_t window_left, int64_t window_right,
-                         bool stages) {
-  const char* op = "attnflow.reference.sdpa";
-  af::TensorView qv = ViewOf(q, op, "query"), kv = ViewOf(k, op, "key"),
-                 vv = ViewOf(v, op, "value");
-  af::SdpaOptions opt =
-      MakeOptions(mask, kv_lens, alibi, causal, scale, window_left, window_right, op);
+nb::object ReferenceSdpa(nb::handle q, nb::handle k, nb::handle v, nb::handle mask,
+                         nb::handle kv_lens, nb::handle alibi, int causal, double scale,
+                         int64_t window_left, int64_t window_right, bool stages) {
+  SdpaArgs a;
+  ParseSdpaArgs("attnflow.reference.sdpa", nb::none(), nb::none(), q, k, v, mask, kv_lens, alibi,
+                causal, scale, window_left, window_right, &a);
   af::SdpaDims d{};
-  Check(af::ValidateSdpa("reference::sdpa", {}, {}, qv, kv, vv, opt, &d));
+  Check(af::ValidateSdpa("reference::sdpa", {}, {}, a.q, a.k, a.v, a.opt, &d));
   af::Result<af::Tensor> out = af::Tensor::Zeros(af::DType::kF64, {d.batch, d.num_heads, d.q_len, d.v_dim});
   Check(out.status());
   af::Result<af::Tensor> lse = af::Tensor::Zeros(af::DType::kF64, {d.batch, d.num_heads, d.q_len});
@@ -329,7 +346,7 @@ nb::object ReferenceSdpa(Array q, Array k, Array v, Array mask, Array kv_lens, A
   af::Status st;
   {
     nb::gil_scoped_release release;
-    st = af::reference::Sdpa(out->view(), lse->view(), qv, kv, vv, opt,
+    st = af::reference::Sdpa(out->view(), lse->view(), a.q, a.k, a.v, a.opt,
                              stages ? &sink : nullptr);
   }
   Check(st);
@@ -342,12 +359,16 @@ nb::object ReferenceSdpa(Array q, Array k, Array v, Array mask, Array kv_lens, A
   return dict;
 }
 
-void Merge(nb::ndarray<> out, nb::ndarray<> lse, Array out_a, Array lse_a, Array out_b,
-           Array lse_b) {
+void Merge(nb::handle out, nb::handle lse, nb::handle out_a, nb::handle lse_a,
+           nb::handle out_b, nb::handle lse_b) {
   const char* op = "attnflow.merge_attention_states";
-  af::TensorView o = ViewOf(out, op, "out"), l = ViewOf(lse, op, "lse"),
-                 oa = ViewOf(out_a, op, "out_a"), la = ViewOf(lse_a, op, "lse_a"),
-                 ob = ViewOf(out_b, op, "out_b"), lb = ViewOf(lse_b, op, "lse_b");
+  Arrays keep;
+  const af::TensorView o = ViewOfHandle(out, op, "out", &keep),
+                       l = ViewOfHandle(lse, op, "lse", &keep),
+                       oa = ViewOfHandle(out_a, op, "out_a", &keep),
+                       la = ViewOfHandle(lse_a, op, "lse_a", &keep),
+                       ob = ViewOfHandle(out_b, op, "out_b", &keep),
+                       lb = ViewOfHandle(lse_b, op, "lse_b", &keep);
   af::Status st;
   {
     nb::gil_scoped_release release;
@@ -597,7 +618,7 @@ NB_MODULE(_attnflow, m) {
   m.def("sdpa", &Sdpa, "out"_a, "lse"_a.none(), "query"_a, "key"_a, "value"_a,
         "attn_mask"_a.none(), "kv_lens"_a.none(), "alibi_slopes"_a.none(), "causal"_a,
         "scale"_a, "window_left"_a, "window_right"_a, "kernel"_a);
-  m.def("explain", &Explain, "out"_a, "lse"_a.none(), "query"_a, "key"_a, "value"_a,
+  m.def("explain", &Explain, "out"_a.none(), "lse"_a.none(), "query"_a, "key"_a, "value"_a,
         "attn_mask"_a.none(), "kv_lens"_a.none(), "alibi_slopes"_a.none(), "causal"_a,
         "scale"_a, "window_left"_a, "window_right"_a);
   m.def("reference_sdpa", &ReferenceSdpa, "query"_a, "key"_a, "value"_a, "attn_mask"_a.none(),

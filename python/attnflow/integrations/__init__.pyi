@@ -1,0 +1,1 @@
+# __init__.pyi — stubs of attnflow.integrations (adapters; see transformers.pyi).
