@@ -21,12 +21,12 @@
 //     thread count (results are bit-identical for any thread count, and
 //     equal to a scalar std::fma loop on every target with native FMA).
 //  2. Tasks are (row block of kBlockRows) x (column block of kBlockPanels
-//     panels), derived from m and n only. For m <= kSmallRows (one
-//     sentence's tokens) there is one row block, so the two threads split
-//     the columns; on AVX-512 each full 64-column block then runs the
-//     small-M kernel (LinearSmallMT: 6 x 64 register tiles, k in chunks
-//     with parked accumulators and the next chunk prefetched), which computes
-//     the same fma chains.
+//     panels), derived from m and n only. For m <= 64 (one sentence's
+//     tokens) there is one row block, so the threads split the columns. On
+//     AVX-512 every task with a full 64-column block runs the chunked kernel
+//     (LinearSmallMT: 6 x 64 register tiles, k in chunks of 64 with parked
+//     accumulators, the next chunk prefetched), which computes the same fma
+//     chains; ragged blocks and other targets take the general tiles.
 //  3. Linear allocates nothing; the partial last panel is stored through a
 //     stack tile.
 #include "core/hwy_targets.h"
@@ -321,10 +321,8 @@ HWY_EXPORT(LinearSmallMT);
 namespace {
 // Task = 64 rows x 4 panels (64 columns): a 64 x k block of x and 4 panels
 // stay in L2 while the tile loop runs; small m still yields n/64 tasks.
-constexpr int64_t kBlockRows = 64;
+constexpr int64_t kBlockRows = 64;  // <= kSmallMaxRows (LinearSmallMT's buffer)
 constexpr int64_t kBlockPanels = 4;
-// Up to this many rows take the small-M path (LinearSmallMT's stack buffer).
-constexpr int64_t kSmallRows = 64;
 }  // namespace
 
 PackedMatrix::~PackedMatrix() { AlignedFree(data_); }
@@ -388,35 +386,20 @@ void Linear(float* y, int64_t ldy, const float* x, int64_t ldx, const PackedMatr
   const int64_t panels = (n + kPanelCols - 1) / kPanelCols;
   const int64_t row_blocks = (m + kBlockRows - 1) / kBlockRows;
   const int64_t col_blocks = (panels + kBlockPanels - 1) / kBlockPanels;
-  // Small m (one sentence): tasks are column blocks only, 4 full panels
-  // each against all m rows (ragged or leftover panels go to the general
-  // path); same outputs, bit for bit (invariant 1).
-  if (m <= kSmallRows) {
-    const int64_t full_blocks = (n / kPanelCols) / kBlockPanels;
-    const int64_t rest_j0 = full_blocks * kBlockPanels;
-    const int64_t tasks = full_blocks + (rest_j0 < panels ? 1 : 0);
-    auto run_small = [&](int64_t task, int /*worker*/) {
-      if (task < full_blocks &&
-          HWY_DYNAMIC_DISPATCH(LinearSmallMT)(y, ldy, x, ldx, w.panels(), k, epilogue, m,
-                                              task * kBlockPanels)) {
-        return;
-      }
-      const int64_t j0 = task < full_blocks ? task * kBlockPanels : rest_j0;
-      const int64_t j1 = task < full_blocks ? j0 + kBlockPanels : panels;
-      HWY_DYNAMIC_DISPATCH(LinearBlockT)(y, ldy, x, ldx, w.panels(), n, k, epilogue, 0, m, j0,
-                                         j1);
-    };
-    if (tasks == 1) {
-      run_small(0, 0);
-    } else {
-      pool.ParallelFor(tasks, run_small);
-    }
-    return;
-  }
   auto run = [&](int64_t task, int /*worker*/) {
     const int64_t rb = task / col_blocks, cb = task % col_blocks;
     const int64_t i0 = rb * kBlockRows, i1 = std::min(m, i0 + kBlockRows);
     const int64_t j0 = cb * kBlockPanels, j1 = std::min(panels, j0 + kBlockPanels);
+    if (j1 - j0 == kBlockPanels && j1 * kPanelCols <= n) {
+      // A full 64-column block: the chunked kernel on this row block (same
+      // fma chains; false where the target has none).
+      LinearEpilogue ep = epilogue;
+      if (ep.residual != nullptr) ep.residual += i0 * ep.ld_residual;
+      if (HWY_DYNAMIC_DISPATCH(LinearSmallMT)(y + i0 * ldy, ldy, x + i0 * ldx, ldx, w.panels(),
+                                              k, ep, i1 - i0, j0)) {
+        return;
+      }
+    }
     HWY_DYNAMIC_DISPATCH(LinearBlockT)(y, ldy, x, ldx, w.panels(), n, k, epilogue, i0, i1, j0,
                                        j1);
   };
