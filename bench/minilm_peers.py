@@ -1,18 +1,28 @@
 #!/usr/bin/env python3
 """MiniLM (all-MiniLM-L6-v2) sentence-embedding throughput: attnflow vs
-sentence-transformers on PyTorch and on onnxruntime, at batch 1 and batch 32,
-with the same number of threads, in one run. Reports sentences/s (median of
---repeat timed runs after a warm-up; tokenisation included for everyone) and
-peak resident memory of each engine's process (each runs in its own fresh
-subprocess, so the numbers include that runtime's own footprint: Python +
-torch, Python + onnxruntime, or the attnflow binary).
+onnxruntime and sentence-transformers on PyTorch, at batch 1 and batch 32,
+with the same number of threads, in one run. Each engine runs in its own fresh
+subprocess, interleaved round by round (attnflow, onnxruntime, torch,
+attnflow, ...; --rounds); each process times --repeat runs after a warm-up
+(tokenisation included for everyone). Reported per engine and batch: the best
+run of all rounds ("min" time, as sentences/s: the highest) and the median of
+the rounds' medians, the attnflow/onnxruntime ratio of both, the load average
+before and after, and peak resident memory (the process's own runtime
+included: Python + torch, Python + onnxruntime, or the attnflow binary).
 
-Needs the pinned environment of tools/models/requirements-minilm.txt (torch,
-sentence-transformers, onnx, onnxruntime) and a built `attnflow` binary:
+The onnxruntime peer runs sentence-transformers' model (BertModel + mean
+pooling + Normalize) exported with torch's TorchScript exporter
+(dynamo=False; torch 2.9's default dynamo exporter bakes the batch size of
+the example into this graph). Its embeddings are checked against
+sentence-transformers' (min cosine printed; < 0.9999 is an error).
 
-    python3 -m venv /tmp/minilm-venv
-    /tmp/minilm-venv/bin/pip install -r tools/models/requirements-minilm.txt
-    /tmp/minilm-venv/bin/python bench/minilm_peers.py --threads 2
+One command (creates the pinned venv of bench/requirements-peers.txt):
+
+    bench/run_peers.sh --only minilm
+
+or, in an environment with those packages and a built `attnflow`:
+
+    python bench/minilm_peers.py --threads 2
 
 The sentences are the non-empty lines of tests/data/corpus/tokenizer_corpus.txt
 (mixed lengths and scripts), cycled to --num sentences.
@@ -57,6 +67,7 @@ def peak_rss_mib():
 
 
 def time_runs(fn, repeat):
+    """Warm-up, then `repeat` timed runs: (best_s, median_s)."""
     fn()  # warm-up
     secs = []
     for _ in range(repeat):
@@ -64,7 +75,12 @@ def time_runs(fn, repeat):
         fn()
         secs.append(time.perf_counter() - t0)
     secs.sort()
-    return secs[len(secs) // 2]
+    return secs[0], secs[len(secs) // 2]
+
+
+def rates(n, best_median):
+    best, median = best_median
+    return {"best": n / best, "median": n / median}
 
 
 # ---- workers (each runs in its own process) --------------------------------
@@ -77,8 +93,11 @@ def worker_torch(args, texts):
     st = SentenceTransformer(args.model, device="cpu")
     out = {}
     for bs in args.batches:
-        med = time_runs(lambda: st.encode(texts, batch_size=bs, convert_to_numpy=True), args.repeat)
-        out[str(bs)] = len(texts) / med
+        out[str(bs)] = rates(len(texts), time_runs(
+            lambda: st.encode(texts, batch_size=bs, convert_to_numpy=True), args.repeat))
+    if args.dump:
+        import numpy as np
+        np.save(args.dump, st.encode(texts, batch_size=32, convert_to_numpy=True))
     return out
 
 
@@ -102,8 +121,10 @@ def export_onnx(model_dir, path):
 
     ids = torch.tensor([[101, 7592, 2088, 102]])
     mask = torch.ones_like(ids)
+    # dynamo=False: the TorchScript exporter keeps the batch and sequence
+    # axes dynamic (torch 2.9's default dynamo exporter does not, here).
     torch.onnx.export(Encoder(), (ids, mask), path, input_names=["input_ids", "attention_mask"],
-                      output_names=["embedding"], opset_version=17,
+                      output_names=["embedding"], opset_version=17, dynamo=False,
                       dynamic_axes={"input_ids": {0: "b", 1: "l"},
                                     "attention_mask": {0: "b", 1: "l"}, "embedding": {0: "b"}})
 
@@ -135,7 +156,9 @@ def worker_onnx(args, texts):
 
     res = {}
     for bs in args.batches:
-        res[str(bs)] = len(texts) / time_runs(lambda: run(bs), args.repeat)
+        res[str(bs)] = rates(len(texts), time_runs(lambda: run(bs), args.repeat))
+    if args.dump:
+        np.save(args.dump, np.stack(run(32)))
     return res
 
 
@@ -151,38 +174,49 @@ def run_worker(kind, args, extra=()):
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
-def run_attnflow(args, texts):
-    with tempfile.TemporaryDirectory() as d:
-        path = os.path.join(d, "sentences.txt")
-        with open(path, "w", encoding="utf-8") as f:
-            f.write("\n".join(t.replace("\r", " ") for t in texts) + "\n")
-        env = dict(os.environ, ATTNFLOW_NUM_THREADS=str(args.threads),
-                   OPENBLAS_NUM_THREADS=str(args.threads))
-        res, rss, simd = {}, 0.0, ""
-        for bs in args.batches:
-            p = subprocess.run([args.cli, "embed", "--model", args.model, "--file", path,
-                                "--batch", str(bs), "--repeat", str(args.repeat)],
-                               capture_output=True, text=True, env=env)
-            if p.returncode != 0:
-                raise RuntimeError(f"attnflow failed:\n{p.stdout}{p.stderr}")
-            kv = dict(re.findall(r"(\w+)=(\S+)", p.stdout))
-            res[str(bs)] = float(kv["sentences_per_s"])
-            rss = max(rss, float(kv["peak_rss_mib"]))
-            simd = kv["simd"]  # the ops' Highway target (attnflow links no BLAS)
-            assert int(kv["sentences"]) == len(texts), kv
-        return {"throughput": res, "peak_rss_mib": rss, "simd": simd}
+def run_attnflow(args, path):
+    """One attnflow process per batch size (the CLI's --repeat benchmark)."""
+    env = dict(os.environ, ATTNFLOW_NUM_THREADS=str(args.threads))
+    res, rss, simd = {}, 0.0, ""
+    for bs in args.batches:
+        p = subprocess.run([args.cli, "embed", "--model", args.model, "--file", path,
+                            "--batch", str(bs), "--repeat", str(args.repeat)],
+                           capture_output=True, text=True, env=env)
+        if p.returncode != 0:
+            raise RuntimeError(f"attnflow failed:\n{p.stdout}{p.stderr}")
+        kv = dict(re.findall(r"(\w+)=(\S+)", p.stdout))
+        n = int(kv["sentences"])
+        assert n == args.num, kv
+        res[str(bs)] = rates(n, (float(kv["best_s"]), float(kv["median_s"])))
+        rss = max(rss, float(kv["peak_rss_mib"]))
+        simd = kv["simd"]  # the ops' Highway target (attnflow links no BLAS)
+    return {"throughput": res, "peak_rss_mib": rss, "simd": simd}
+
+
+def load_average():
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def median(v):
+    v = sorted(v)
+    return v[len(v) // 2] if len(v) % 2 else 0.5 * (v[len(v) // 2 - 1] + v[len(v) // 2])
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default=None)
     ap.add_argument("--cli", default=os.path.join(ROOT, "build/attnflow"))
-    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--num", type=int, default=128, help="sentences per timed run")
-    ap.add_argument("--repeat", type=int, default=5)
-    ap.add_argument("--batches", type=int, nargs="+", default=[1, 32])
+    ap.add_argument("--repeat", type=int, default=5, help="timed runs per process")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="interleaved rounds (one process per engine per round)")
+    ap.add_argument("--batches", type=int, nargs="*", default=[1, 32])
+    ap.add_argument("--engines", default="attnflow,onnxruntime,torch",
+                    help="comma list of attnflow, onnxruntime, torch")
     ap.add_argument("--worker", choices=["torch", "onnx"], help=argparse.SUPPRESS)
     ap.add_argument("--onnx", help=argparse.SUPPRESS)
+    ap.add_argument("--dump", help=argparse.SUPPRESS)
     ap.add_argument("--json", help="also write the results to this file")
     args = ap.parse_args()
     args.model = args.model or default_model()
@@ -194,29 +228,76 @@ def main():
         print(json.dumps({"throughput": res, "peak_rss_mib": peak_rss_mib()}))
         return
 
+    import numpy as np
     import onnxruntime
     import sentence_transformers
     import torch
+    engines = [e for e in args.engines.split(",") if e]
+    names = {"attnflow": "attnflow", "onnxruntime": "onnxruntime",
+             "torch": "sentence-transformers (torch)"}
     results = {"threads": args.threads, "sentences": args.num, "repeat": args.repeat,
+               "rounds": args.rounds, "load_before": load_average(),
                "versions": {"torch": torch.__version__,
                             "sentence_transformers": sentence_transformers.__version__,
                             "onnxruntime": onnxruntime.__version__}}
-    results["attnflow"] = run_attnflow(args, texts)
-    results["sentence-transformers (torch)"] = run_worker("torch", args)
+    runs = {e: [] for e in engines}
     with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "sentences.txt")
+        with open(path, "w", encoding="utf-8") as f:
+            f.write("\n".join(t.replace("\r", " ") for t in texts) + "\n")
         onnx_path = os.path.join(d, "minilm.onnx")
-        export_onnx(args.model, onnx_path)
-        results["onnxruntime"] = run_worker("onnx", args, ["--onnx", onnx_path])
+        if "onnxruntime" in engines:
+            export_onnx(args.model, onnx_path)
+            # The exported graph must compute sentence-transformers' embeddings.
+            ref, got = os.path.join(d, "st.npy"), os.path.join(d, "ort.npy")
+            run_worker("torch", argparse.Namespace(**{**vars(args), "batches": [], "repeat": 0}),
+                       ["--dump", ref])
+            run_worker("onnx", argparse.Namespace(**{**vars(args), "batches": [], "repeat": 0}),
+                       ["--onnx", onnx_path, "--dump", got])
+            cos = float((np.load(ref) * np.load(got)).sum(1).min())
+            results["onnxruntime_min_cosine_vs_st"] = cos
+            if cos < 0.9999:
+                sys.exit(f"onnxruntime embeddings differ from sentence-transformers: min cosine {cos}")
+        for r in range(args.rounds):
+            for e in engines:
+                if e == "attnflow":
+                    runs[e].append(run_attnflow(args, path))
+                elif e == "onnxruntime":
+                    runs[e].append(run_worker("onnx", args, ["--onnx", onnx_path]))
+                else:
+                    runs[e].append(run_worker("torch", args))
+    results["load_after"] = load_average()
+    for e in engines:
+        agg = {}
+        for b in map(str, args.batches):
+            agg[b] = {"best": max(x["throughput"][b]["best"] for x in runs[e]),
+                      "median": median([x["throughput"][b]["median"] for x in runs[e]])}
+        results[names[e]] = {"throughput": agg, "rounds": runs[e],
+                             "peak_rss_mib": max(x["peak_rss_mib"] for x in runs[e])}
 
     print(f"all-MiniLM-L6-v2, {args.num} corpus sentences, {args.threads} threads, "
-          f"median of {args.repeat} runs (sentences/s, higher is better)")
-    hdr = "engine".ljust(32) + "".join(f"batch {b}".rjust(12) for b in args.batches) + \
+          f"{args.rounds} interleaved rounds x {args.repeat} runs per process; "
+          f"load average before {results['load_before']}, after {results['load_after']}")
+    if "onnxruntime_min_cosine_vs_st" in results:
+        print(f"onnxruntime vs sentence-transformers: min cosine "
+              f"{results['onnxruntime_min_cosine_vs_st']:.7f}")
+    print("sentences/s, higher is better: best run (= min time) / median of the rounds' medians")
+    hdr = "engine".ljust(32) + "".join(f"batch {b}".rjust(20) for b in args.batches) + \
         "peak RSS MiB".rjust(15)
     print(hdr)
-    for name in ("attnflow", "sentence-transformers (torch)", "onnxruntime"):
-        r = results[name]
-        row = name.ljust(32) + "".join(f"{r['throughput'][str(b)]:12.1f}" for b in args.batches)
+    for e in engines:
+        r = results[names[e]]
+        row = names[e].ljust(32) + "".join(
+            f"{r['throughput'][str(b)]['best']:9.1f} /{r['throughput'][str(b)]['median']:8.1f}"
+            .rjust(20) for b in args.batches)
         print(row + f"{r['peak_rss_mib']:15.1f}")
+    if "attnflow" in engines and "onnxruntime" in engines:
+        a, o = results["attnflow"]["throughput"], results["onnxruntime"]["throughput"]
+        ratios = {b: {k: a[b][k] / o[b][k] for k in ("best", "median")} for b in a}
+        results["ratio_attnflow_over_onnxruntime"] = ratios
+        print("attnflow / onnxruntime".ljust(32) + "".join(
+            f"{ratios[str(b)]['best']:8.2f}x /{ratios[str(b)]['median']:6.2f}x".rjust(20)
+            for b in args.batches))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)

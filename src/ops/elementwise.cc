@@ -5,7 +5,9 @@
 //  1. Elementwise ops split [0, n) into fixed chunks of kChunk elements
 //     (shape-derived tasks); each element is a pure function of its inputs,
 //     so the split cannot change a result.
-//  2. Row ops (norms, softmax) run one task per block of kRowBlock rows;
+//  2. Row ops (norms, softmax) run one task per block of kRowBlock rows
+//     (LayerNorm: of LayerNormBlock(n) rows, at least kRowElems elements a
+//     task, so one sentence's rows are one inline task, no pool round trip);
 //     within a row the reductions use kAcc vector accumulators over lanes
 //     in a fixed order, then one fixed-order lane sum.
 //  3. Outputs may alias inputs (each row / element is read before written).
@@ -205,6 +207,9 @@ namespace {
 
 constexpr int64_t kChunk = 16384;  // elements per elementwise task
 constexpr int64_t kRowBlock = 16;  // rows per row-op task
+constexpr int64_t kRowElems = 32768;  // LayerNorm: elements per task at least
+
+int64_t LayerNormBlock(int64_t n) { return std::max(kRowBlock, (kRowElems + n - 1) / n); }
 
 // fn(begin, end) over [0, count) in fixed blocks of `block`.
 template <typename Fn>
@@ -257,7 +262,7 @@ void Add(float* y, const float* a, const float* b, int64_t n, ThreadPool& pool) 
 void LayerNorm(float* y, int64_t ldy, const float* x, int64_t ldx, const float* gamma,
                const float* beta, double eps, int64_t rows, int64_t n, ThreadPool& pool) {
   if (n <= 0) return;
-  Blocks(rows, kRowBlock, pool, [&](int64_t r0, int64_t r1) {
+  Blocks(rows, LayerNormBlock(n), pool, [&](int64_t r0, int64_t r1) {
     HWY_DYNAMIC_DISPATCH(LayerNormRowsT)(y, ldy, x, ldx, gamma, beta, static_cast<float>(eps), r0,
                                          r1, n);
   });

@@ -21,7 +21,12 @@
 //     thread count (results are bit-identical for any thread count, and
 //     equal to a scalar std::fma loop on every target with native FMA).
 //  2. Tasks are (row block of kBlockRows) x (column block of kBlockPanels
-//     panels), derived from m and n only.
+//     panels), derived from m and n only. For m <= 64 (one sentence's
+//     tokens) there is one row block, so the threads split the columns. On
+//     AVX-512 every task with a full 64-column block runs the chunked kernel
+//     (LinearSmallMT: 6 x 64 register tiles, k in chunks of 64 with parked
+//     accumulators, the next chunk prefetched), which computes the same fma
+//     chains; ragged blocks and other targets take the general tiles.
 //  3. Linear allocates nothing; the partial last panel is stored through a
 //     stack tile.
 #include "core/hwy_targets.h"
@@ -180,6 +185,128 @@ void LinearBlockT(float* y, int64_t ldy, const float* x, int64_t ldx, const floa
   }
 }
 
+// ---- small-M path (m <= kSmallM rows: one sentence's tokens) ---------------
+//
+// A task is a full block of kSmallPanels panels (64 columns) against all m
+// rows. k is walked in chunks of kChunk steps; per chunk every row tile
+// (kSmallMr rows x 4 panels: 24 zmm accumulators) runs over the chunk, then
+// parks its accumulators in a stack buffer (exact fp32 copies: the fma chain
+// per output is unchanged, invariant 1). So the weight block streams from
+// memory once, a chunk at a time, evenly across the row tiles, and the next
+// chunk is prefetched (to L2) while the current one is computed from L1.
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+constexpr bool kHasSmallM = true;
+#else
+constexpr bool kHasSmallM = false;
+#endif
+constexpr int kSmallPanels = 4;
+constexpr int kSmallMr = 6;
+constexpr int64_t kChunk = 64;
+constexpr int64_t kSmallMaxRows = 64;
+
+// Rows [0, R) x 4 panels over steps [p0, p1); acc_buf [R][4 panels][16]
+// holds the accumulators between chunks. first: start from +0; last: apply
+// the epilogue and store to y. pf: the next chunk's first weight byte (or
+// null), prefetched by row tile 0.
+template <int R>
+HWY_INLINE void SmallTile(float* HWY_RESTRICT y, int64_t ldy, const float* HWY_RESTRICT x,
+                          int64_t ldx, const float* HWY_RESTRICT panel, int64_t k, int64_t p0,
+                          int64_t p1, bool first, bool last, bool prefetch, float* acc_buf,
+                          const LinearEpilogue& ep, int64_t row0, int64_t col0) {
+  const DF df;
+  constexpr int kV = VecsPerPanel();
+  constexpr int kC = kSmallPanels * kV;
+  const size_t nl = hn::Lanes(df);
+  const int64_t panel_floats = k * kPanelCols;
+  VF acc[R][kC];
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 16
+    for (int c = 0; c < kC; ++c)
+      acc[r][c] = first ? hn::Zero(df) : hn::Load(df, acc_buf + (r * kC + c) * nl);
+  for (int64_t p = p0; p < p1; ++p) {
+    VF w[kC];
+#pragma GCC unroll 16
+    for (int pp = 0; pp < kSmallPanels; ++pp) {
+#pragma GCC unroll 16
+      for (int v = 0; v < kV; ++v)
+        w[pp * kV + v] = hn::Load(df, panel + pp * panel_floats + p * kPanelCols + v * nl);
+      if (prefetch) {
+        __builtin_prefetch(panel + pp * panel_floats + (p + kChunk) * kPanelCols, 0, 2);
+      }
+    }
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+      const VF xr = hn::Set(df, x[r * ldx + p]);
+#pragma GCC unroll 16
+      for (int c = 0; c < kC; ++c) acc[r][c] = hn::MulAdd(xr, w[c], acc[r][c]);
+    }
+  }
+  if (!last) {
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 16
+      for (int c = 0; c < kC; ++c) hn::Store(acc[r][c], df, acc_buf + (r * kC + c) * nl);
+    return;
+  }
+  const float* bias = ep.bias != nullptr ? ep.bias + col0 : nullptr;
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) {
+    float* yr = y + r * ldy;
+    const float* res = ep.residual != nullptr ? ep.residual + (row0 + r) * ep.ld_residual + col0
+                                              : nullptr;
+#pragma GCC unroll 16
+    for (int c = 0; c < kC; ++c) {
+      VF v = Finish(df, acc[r][c], bias != nullptr ? bias + c * nl : nullptr, ep.act);
+      if (res != nullptr) v = hn::Add(v, hn::LoadU(df, res + c * nl));
+      hn::StoreU(v, df, yr + c * nl);
+    }
+  }
+}
+
+template <int R>
+HWY_INLINE void SmallRows(float* y, int64_t ldy, const float* x, int64_t ldx, const float* panel,
+                          int64_t k, int64_t p0, int64_t p1, bool first, bool last, bool prefetch,
+                          float* acc_buf, const LinearEpilogue& ep, int64_t row0, int64_t col0) {
+  SmallTile<R>(y + row0 * ldy + col0, ldy, x + row0 * ldx, ldx, panel, k, p0, p1, first, last,
+               prefetch, acc_buf, ep, row0, col0);
+}
+
+// All m rows (m <= kSmallMaxRows) x the kSmallPanels panels from `j0` (all
+// full: 64 valid columns). Returns false where this target has no such path.
+bool LinearSmallMT(float* y, int64_t ldy, const float* x, int64_t ldx, const float* panels,
+                   int64_t k, const LinearEpilogue& ep, int64_t m, int64_t j0) {
+  if constexpr (!kHasSmallM) {
+    (void)y, (void)ldy, (void)x, (void)ldx, (void)panels, (void)k, (void)ep, (void)m, (void)j0;
+    return false;
+  } else {
+    constexpr int64_t kBlock = kSmallPanels * kPanelCols;  // 64 floats per row
+    HWY_ALIGN float acc_buf[kSmallMaxRows * kBlock];
+    const float* panel = panels + j0 * k * kPanelCols;
+    const int64_t col0 = j0 * kPanelCols;
+    for (int64_t p0 = 0; p0 < k; p0 += kChunk) {
+      const int64_t p1 = std::min(k, p0 + kChunk);
+      const bool first = p0 == 0, last = p1 == k;
+      int64_t i = 0;
+      for (; i + kSmallMr <= m; i += kSmallMr) {
+        SmallRows<kSmallMr>(y, ldy, x, ldx, panel, k, p0, p1, first, last, i == 0 && !last,
+                            acc_buf + i * kBlock, ep, i, col0);
+      }
+      const bool pf = i == 0 && !last;
+      float* ab = acc_buf + i * kBlock;
+      switch (m - i) {
+        case 5: SmallRows<5>(y, ldy, x, ldx, panel, k, p0, p1, first, last, pf, ab, ep, i, col0); break;
+        case 4: SmallRows<4>(y, ldy, x, ldx, panel, k, p0, p1, first, last, pf, ab, ep, i, col0); break;
+        case 3: SmallRows<3>(y, ldy, x, ldx, panel, k, p0, p1, first, last, pf, ab, ep, i, col0); break;
+        case 2: SmallRows<2>(y, ldy, x, ldx, panel, k, p0, p1, first, last, pf, ab, ep, i, col0); break;
+        case 1: SmallRows<1>(y, ldy, x, ldx, panel, k, p0, p1, first, last, pf, ab, ep, i, col0); break;
+        default: break;
+      }
+    }
+    return true;
+  }
+}
+
 ATTNFLOW_HWY_NAMESPACE_END()
 
 #if HWY_ONCE
@@ -189,11 +316,12 @@ ATTNFLOW_HWY_NAMESPACE_END()
 namespace attnflow::ops {
 
 HWY_EXPORT(LinearBlockT);
+HWY_EXPORT(LinearSmallMT);
 
 namespace {
 // Task = 64 rows x 4 panels (64 columns): a 64 x k block of x and 4 panels
 // stay in L2 while the tile loop runs; small m still yields n/64 tasks.
-constexpr int64_t kBlockRows = 64;
+constexpr int64_t kBlockRows = 64;  // <= kSmallMaxRows (LinearSmallMT's buffer)
 constexpr int64_t kBlockPanels = 4;
 }  // namespace
 
@@ -262,6 +390,16 @@ void Linear(float* y, int64_t ldy, const float* x, int64_t ldx, const PackedMatr
     const int64_t rb = task / col_blocks, cb = task % col_blocks;
     const int64_t i0 = rb * kBlockRows, i1 = std::min(m, i0 + kBlockRows);
     const int64_t j0 = cb * kBlockPanels, j1 = std::min(panels, j0 + kBlockPanels);
+    if (j1 - j0 == kBlockPanels && j1 * kPanelCols <= n) {
+      // A full 64-column block: the chunked kernel on this row block (same
+      // fma chains; false where the target has none).
+      LinearEpilogue ep = epilogue;
+      if (ep.residual != nullptr) ep.residual += i0 * ep.ld_residual;
+      if (HWY_DYNAMIC_DISPATCH(LinearSmallMT)(y + i0 * ldy, ldy, x + i0 * ldx, ldx, w.panels(),
+                                              k, ep, i1 - i0, j0)) {
+        return;
+      }
+    }
     HWY_DYNAMIC_DISPATCH(LinearBlockT)(y, ldy, x, ldx, w.panels(), n, k, epilogue, i0, i1, j0,
                                        j1);
   };

@@ -224,6 +224,50 @@ TEST(OpsLinear, EveryOutputIsTheInOrderFmaChain) {
   });
 }
 
+// The small-M path of ops/gemm.cc (m <= 64 rows: full 64-column blocks
+// against all rows, k in chunks of 64 with parked accumulators; AVX-512
+// targets, the others take the general path): rows 1..64 around the tile
+// size 6, n with full blocks plus ragged panels, k within one chunk and across
+// several, every epilogue, against float64.
+TEST(OpsLinear, SmallRowCountsMatchFloat64) {
+  ForEachTarget([&] {
+    uint64_t seed = 300;
+    for (int64_t m : {1, 2, 3, 5, 6, 7, 13, 17, 64})
+      for (LinearCase c : {LinearCase{m, 64, 7}, LinearCase{m, 149, 130}, LinearCase{m, 384, 65}})
+        CheckLinear(c, ops::Activation::kNone, true, m % 2 == 1, seed += 4);
+    CheckLinear({11, 128, 200}, ops::Activation::kGeluErf, true, false, seed += 4);
+    CheckLinear({4, 192, 129}, ops::Activation::kSilu, false, true, seed += 4);
+    CheckLinear({65, 128, 70}, ops::Activation::kNone, true, true, seed += 4);  // general path
+  });
+}
+
+// Invariant 1 on the small-M path: parking the accumulators between k chunks
+// keeps every output the plain in-order fma chain.
+TEST(OpsLinear, SmallRowCountsAreTheInOrderFmaChain) {
+  ForEachTarget([&] {
+    const std::string t = ops::TargetName();
+    if (t == "SSE4" || t == "EMU128" || t == "SCALAR") return;  // no native FMA there
+    for (int64_t m : {1, 6, 17}) {
+      const int64_t n = 133, k = 300;
+      Tensor x = Random({m, k}, 11), w = Random({n, k}, 12), b = Random({n}, 13);
+      Result<ops::PackedMatrix> pw = ops::PackedMatrix::Pack(w.data<float>(), k, n, k);
+      ASSERT_TRUE(pw.ok());
+      std::vector<float> y(static_cast<size_t>(m * n));
+      ThreadPool pool(2);
+      ops::Linear(y.data(), n, x.data<float>(), k, pw.value(), {.bias = b.data<float>()}, m, pool);
+      int mismatches = 0;
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+          float acc = 0.0f;
+          for (int64_t p = 0; p < k; ++p)
+            acc = std::fma(x.data<float>()[i * k + p], w.data<float>()[j * k + p], acc);
+          mismatches += (acc + b.data<float>()[j]) != y[static_cast<size_t>(i * n + j)];
+        }
+      EXPECT_EQ(mismatches, 0) << "m=" << m << " target " << t;
+    }
+  });
+}
+
 TEST(OpsLinear, PackRejectsBadShapes) {
   std::vector<float> w(12);
   EXPECT_FALSE(ops::PackedMatrix::Pack(w.data(), 2, 3, 4).ok());  // ldw < k
@@ -353,7 +397,8 @@ TEST(OpsNorm, LayerNormAndRmsNormMatchNnNorm) {
     for (int64_t n : {1, 7, 16, 33, 384, 577}) {
       for (bool rms : {false, true}) {
         SCOPED_TRACE((rms ? "rms n=" : "layer n=") + std::to_string(n));
-        const int64_t rows = 37, ldx = n + 1, ldy = n + 4;
+        // n = 577: 130 rows are 3 LayerNorm tasks (>= 32768 elements each).
+        const int64_t rows = n == 577 ? 130 : 37, ldx = n + 1, ldy = n + 4;
         Tensor x = Random({rows, n}, static_cast<uint64_t>(n), 3.0), g = Random({n}, 2),
                b = Random({n}, 3);
         for (int64_t i = 0; i < n; ++i) x.data<float>()[i] += 100.0f;  // a row with a large mean
