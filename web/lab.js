@@ -154,7 +154,8 @@ function traceKey() {
   const add = (s) => { for (let i = 0; i < s.length; i++) { h ^= s.charCodeAt(i); h = Math.imul(h, 0x01000193) >>> 0; } };
   add([T.model.name || "", T.source, T.layer, T.causal, T.scale, T.heads.join(","), T.decode.length].join("|"));
   add(T.tokens.map((t) => t.id).join(","));
-  const w = T.stages.weights.data, step = Math.max(1, Math.floor(w.length / 4096));
+  // A views-only page (e.g. the Bahdanau loop) has no pipeline stages.
+  const w = T.stages.weights ? T.stages.weights.data : [], step = Math.max(1, Math.floor(w.length / 4096));
   for (let i = 0; i < w.length; i += step) add(String(w[i]));
   return "attnflow-lab-notes:" + (h >>> 0).toString(16).padStart(8, "0");
 }
