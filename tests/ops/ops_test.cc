@@ -25,6 +25,7 @@
 #include "attnflow/threading.h"
 #include "gtest/gtest.h"
 #include "hwy/targets.h"
+#include "util/simd_targets_util.h"
 #include "util/test_util.h"
 
 namespace attnflow {
@@ -35,23 +36,7 @@ using testing::Zeros;
 
 constexpr float kPad = -7.25f;  // value of padding columns that must survive
 
-// Runs fn once per Highway target this CPU supports (plus the fallback) and
-// returns the names of the targets exercised.
-std::set<std::string> ForEachTarget(const std::function<void()>& fn) {
-  std::set<std::string> ran;
-  const int64_t real = hwy::SupportedTargets();
-  const int64_t fallback = HWY_SCALAR | HWY_EMU128;
-  for (int bit = 0; bit < 63; ++bit) {
-    const int64_t t = int64_t{1} << bit;
-    if ((real & t) == 0) continue;
-    hwy::SetSupportedTargetsForTest(t | fallback);
-    SCOPED_TRACE(ops::TargetName());
-    fn();
-    ran.insert(ops::TargetName());
-  }
-  hwy::SetSupportedTargetsForTest(0);
-  return ran;
-}
+using testing::ForEachTarget;
 
 // Runs fn(pool) with 1, 2 and 7 threads; each run writes into its own
 // buffer, and the test compares them bitwise.

@@ -21,22 +21,12 @@
 #include "attnflow/threading.h"
 #include "gtest/gtest.h"
 #include "hwy/targets.h"
+#include "util/simd_targets_util.h"
 
 namespace attnflow {
 namespace {
 
-void ForEachTarget(const std::function<void()>& fn) {
-  const int64_t real = hwy::SupportedTargets();
-  const int64_t fallback = HWY_SCALAR | HWY_EMU128;
-  for (int bit = 0; bit < 63; ++bit) {
-    const int64_t t = int64_t{1} << bit;
-    if ((real & t) == 0) continue;
-    hwy::SetSupportedTargetsForTest(t | fallback);
-    SCOPED_TRACE(ops::TargetName());
-    fn();
-  }
-  hwy::SetSupportedTargetsForTest(0);
-}
+using testing::ForEachTarget;
 
 struct Weights {
   std::vector<uint8_t> raw;
