@@ -12,6 +12,7 @@
 // DecoderModel with StageCapture).
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 
 #include "attnflow/nn.h"
@@ -403,6 +404,38 @@ Result<Trace> TraceToy(const ToyOptions& o) {
 // Real models.
 // ---------------------------------------------------------------------------
 
+namespace {
+
+// --all-layers for a real model: the traced layer's weights are already in
+// t; every other layer gets its own pass (`run` with a capture of that layer),
+// kept as float32 (the page's precision, half the memory), then one view.
+Status AddAllLayersView(int64_t num_layers, int64_t traced_layer, Trace* t,
+                        const std::function<Status(StageCapture&)>& run) {
+  std::vector<Tensor> keep(static_cast<size_t>(num_layers));
+  std::vector<const Tensor*> per;
+  for (int64_t l = 0; l < num_layers; ++l) {
+    if (l == traced_layer) {
+      per.push_back(t->Find("weights"));
+      continue;
+    }
+    Collector r2;
+    StageCapture c2;
+    c2.sink = &r2;
+    c2.layer = l;
+    ATTNFLOW_RETURN_IF_ERROR(run(c2));
+    ATTNFLOW_RETURN_IF_ERROR(r2.status());
+    const Tensor* w = internal::FindIn(r2.items(), "weights");
+    if (w == nullptr) return Unimplemented("trace: no weights for layer " + std::to_string(l));
+    Result<Tensor> w32 = internal::ToF32(*w);
+    if (!w32.ok()) return w32.status();
+    keep[static_cast<size_t>(l)] = std::move(w32).value();
+    per.push_back(&keep[static_cast<size_t>(l)]);
+  }
+  return internal::AddLayersView(per, t->tokens, t->causal, t);
+}
+
+}  // namespace
+
 Result<Trace> TraceEncoder(EncoderModel& model, std::string_view text,
                            const ModelTraceOptions& o) {
   const ModelInfo& info = model.info();
@@ -445,28 +478,10 @@ Result<Trace> TraceEncoder(EncoderModel& model, std::string_view text,
   ATTNFLOW_RETURN_IF_ERROR(FinishModelTrace(rec, info.name, o.layer, &t));
   if (o.all_layers) {
     // One forward pass per layer, each capturing that layer's weights.
-    std::vector<Tensor> keep(static_cast<size_t>(info.num_layers));
-    std::vector<const Tensor*> per;
-    for (int64_t l = 0; l < info.num_layers; ++l) {
-      if (l == o.layer) {
-        per.push_back(t.Find("weights"));
-        continue;
-      }
-      Collector r2;
-      StageCapture c2;
-      c2.sink = &r2;
-      c2.layer = l;
+    ATTNFLOW_RETURN_IF_ERROR(AddAllLayersView(info.num_layers, o.layer, &t, [&](StageCapture& c) {
       Tensor e2, h2;
-      ATTNFLOW_RETURN_IF_ERROR(model.Embed({ids.value()}, &e2, &h2, c2));
-      ATTNFLOW_RETURN_IF_ERROR(r2.status());
-      const Tensor* w = internal::FindIn(r2.items(), "weights");
-      if (w == nullptr) return Unimplemented("trace: no weights for layer " + std::to_string(l));
-      Result<Tensor> w32 = internal::ToF32(*w);  // the page's precision, half the memory
-      if (!w32.ok()) return w32.status();
-      keep[static_cast<size_t>(l)] = std::move(w32).value();
-      per.push_back(&keep[static_cast<size_t>(l)]);
-    }
-    ATTNFLOW_RETURN_IF_ERROR(internal::AddLayersView(per, t.tokens, t.causal, &t));
+      return model.Embed({ids.value()}, &e2, &h2, c);
+    }));
   }
   return t;
 }
@@ -524,30 +539,12 @@ Result<Trace> TraceDecoder(DecoderModel& model, std::string_view prompt,
   }
   if (o.all_layers) {
     // One prefill per layer (from an empty cache), each capturing that layer.
-    std::vector<Tensor> keep(static_cast<size_t>(info.num_layers));
-    std::vector<const Tensor*> per;
-    for (int64_t l = 0; l < info.num_layers; ++l) {
-      if (l == o.layer) {
-        per.push_back(t.Find("weights"));
-        continue;
-      }
+    ATTNFLOW_RETURN_IF_ERROR(AddAllLayersView(info.num_layers, o.layer, &t, [&](StageCapture& c) {
       model.Reset();
-      Collector r2;
-      StageCapture c2;
-      c2.sink = &r2;
-      c2.layer = l;
       Tensor lg;
-      ATTNFLOW_RETURN_IF_ERROR(model.Forward(ids.value(), false, &lg, c2));
-      ATTNFLOW_RETURN_IF_ERROR(r2.status());
-      const Tensor* w = internal::FindIn(r2.items(), "weights");
-      if (w == nullptr) return Unimplemented("trace: no weights for layer " + std::to_string(l));
-      Result<Tensor> w32 = internal::ToF32(*w);  // the page's precision, half the memory
-      if (!w32.ok()) return w32.status();
-      keep[static_cast<size_t>(l)] = std::move(w32).value();
-      per.push_back(&keep[static_cast<size_t>(l)]);
-    }
+      return model.Forward(ids.value(), false, &lg, c);
+    }));
     model.Reset();
-    ATTNFLOW_RETURN_IF_ERROR(internal::AddLayersView(per, t.tokens, t.causal, &t));
   }
   return t;
 }
