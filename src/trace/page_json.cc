@@ -1548,8 +1548,8 @@ Result<TraceSummary> ReadTraceJson(std::string_view text, const std::string& lab
                    "needs weights at full resolution"};
       if (w->pool[1] == 1 && w->pool[2] == 1) {
         c.state = CheckState::kPass;
-        c.detail = std::to_string(pad_keys.size()) + " pad keys × " + std::to_string(w->ds[1]) +
-                   " queries";
+        c.detail = std::to_string(pad_keys.size()) + (pad_keys.size() > 1 ? " pad keys × " : " pad key × ") +
+                   std::to_string(w->ds[1]) + " queries";
         for (int64_t h = 0; h < w->ds[0] && c.state == CheckState::kPass; ++h)
           for (int64_t i = 0; i < w->ds[1] && c.state == CheckState::kPass; ++i)
             for (int64_t pk : pad_keys) {
