@@ -486,10 +486,20 @@ void AppendToken(std::string* o, const TraceToken& t) {
 // and b64: little-endian float32 [layers, heads, data_rows, data_cols].
 // Pooling (above max_view_tokens rows or cols, "matrix" only) is the weights
 // rule of the stages: mean over the block's rows of the sum over its cols.
-void AppendViews(std::string* o, const std::vector<AttentionView>& views, int64_t max_view) {
+// `heads`: the page's query heads (PageOptions::heads resolved) of a model
+// with `num_heads`; a view over the same heads (v.num_heads == num_heads)
+// keeps only those and lists them in "head_ids"; other views keep all.
+void AppendViews(std::string* o, const std::vector<AttentionView>& views, int64_t max_view,
+                 const std::vector<int64_t>& heads, int64_t num_heads) {
   *o += "[";
   for (size_t vi = 0; vi < views.size(); ++vi) {
     const AttentionView& v = views[vi];
+    const bool filter = v.num_heads == num_heads && static_cast<int64_t>(heads.size()) < num_heads;
+    std::vector<int64_t> shown;
+    if (filter) shown = heads;
+    else
+      for (int64_t h = 0; h < v.num_heads; ++h) shown.push_back(h);
+    const int64_t nh = static_cast<int64_t>(shown.size());
     const int64_t big = std::max(v.rows, v.cols);
     const int64_t f = v.kind == "matrix" && big > max_view ? CeilDiv(big, max_view) : 1;
     const int64_t dr = CeilDiv(v.rows, f), dc = CeilDiv(v.cols, f);
@@ -509,7 +519,7 @@ void AppendViews(std::string* o, const std::vector<AttentionView>& views, int64_
     *o += ",\"causal\":";
     AppendJsonString(o, CausalName(v.causal));
     *o += ",\"layers\":" + std::to_string(v.num_layers) + ",\"heads\":" +
-          std::to_string(v.num_heads) + ",\"rows\":" + std::to_string(v.rows) +
+          std::to_string(nh) + ",\"rows\":" + std::to_string(v.rows) +
           ",\"cols\":" + std::to_string(v.cols) + ",\"pool\":" + std::to_string(f) +
           ",\"data_rows\":" + std::to_string(dr) + ",\"data_cols\":" + std::to_string(dc);
     auto labels = [&](const char* key, const std::vector<std::string>& l, int64_t n, int64_t d) {
@@ -541,10 +551,14 @@ void AppendViews(std::string* o, const std::vector<AttentionView>& views, int64_
       AppendBase64(o, v.image_rgb.data(), v.image_rgb.size());
       *o += "\"}}";
     }
+    if (filter) {
+      *o += ",\"head_ids\":";
+      AppendIntArray(o, shown);
+    }
     std::vector<unsigned char> bytes;
-    bytes.reserve(static_cast<size_t>(v.num_layers * v.num_heads * dr * dc * 4));
+    bytes.reserve(static_cast<size_t>(v.num_layers * nh * dr * dc * 4));
     for (int64_t l = 0; l < v.num_layers; ++l)
-      for (int64_t h = 0; h < v.num_heads; ++h)
+      for (int64_t h : shown)
         for (int64_t bi = 0; bi < dr; ++bi)
           for (int64_t bj = 0; bj < dc; ++bj) {
             double acc = 0;
@@ -667,7 +681,7 @@ Result<std::string> TraceToJson(const Trace& t, const PageOptions& opt) {
       }
     }
     o += ",\n\"views\":";
-    AppendViews(&o, t.views, std::max<int64_t>(8, opt.max_view_tokens));
+    AppendViews(&o, t.views, std::max<int64_t>(8, opt.max_view_tokens), heads, H);
   }
   if (!t.pad_keys.empty()) {
     for (size_t i = 0; i < t.pad_keys.size(); ++i) {
@@ -1082,6 +1096,19 @@ Status ParseViews(const json& j, const std::string& label, std::vector<TraceSumm
       const json& ll = v["layer_labels"];
       if (!ll.is_array() || (!ll.empty() && static_cast<int64_t>(ll.size()) != r.num_layers)) {
         return Bad(label, f + ".layer_labels must be empty or list one label per layer");
+      }
+    }
+    if (v.contains("head_ids")) {  // a view filtered by --heads: the model's head numbers
+      const json& hi = v["head_ids"];
+      bool ok = hi.is_array() && static_cast<int64_t>(hi.size()) == r.num_heads;
+      for (size_t i = 0; ok && i < hi.size(); ++i) {
+        ok = hi[i].is_number_integer() && hi[i].get<int64_t>() >= 0 &&
+             hi[i].get<int64_t>() < (int64_t{1} << 20) &&
+             (i == 0 || hi[i].get<int64_t>() > hi[i - 1].get<int64_t>());
+      }
+      if (!ok) {
+        return Bad(label, f + ".head_ids must list " + std::to_string(r.num_heads) +
+                              " increasing head numbers");
       }
     }
     // Each factor is <= 2^20: multiply step by step so nothing overflows.

@@ -391,6 +391,17 @@ class LabTest(unittest.TestCase):
         page.click("#lab-diagram .lab-box[data-box='softmax']")
         self.assertEqual(page.locator("#tokens .tok.lab-pad").count(), L - n)
 
+    def test_heads_filter_the_views_too(self):
+        rc, text = run_cli("--transformer", "--heads", "1,3", "--html", OUT / "tr_heads.html", "-q")
+        self.assertEqual(rc, 0, text)
+        page = self.open(OUT / "tr_heads.html")
+        for vid in ("enc_self", "dec_self", "cross"):
+            names = page.locator(f"button[data-view='{vid}'][data-vhead]").all_inner_texts()
+            self.assertEqual(names, ["1", "3", "all heads"], vid)
+        page.click("button[data-view='cross'][data-vhead='1']")  # the second shown head: head 3
+        self.assertIn("head 3", page.inner_text("#views"))
+        self.assertEqual(page.get_attribute("#check-summary", "data-status"), "pass")
+
     def test_notes_persist_and_are_keyed_by_trace(self):
         ctx = self.browser.new_context(viewport={"width": 1400, "height": 900})
         self.addCleanup(ctx.close)
