@@ -1526,7 +1526,7 @@ Result<TraceSummary> ReadTraceJson(std::string_view text, const std::string& lab
         if (c.state == CheckState::kPass)
           c.detail = pad_keys.empty() ? "exact"
                                       : "exact (" + std::to_string(pad_keys.size()) +
-                                            " pad rows not compared: the model ignores them)";
+                                            " pad rows skipped: a pad token's output is never used)";
       }
       s.checks.push_back(c);
     }
