@@ -366,6 +366,7 @@ function buildStatic() {
   fig.before(el("p", { id: "lab-caveat", role: "note",
     text: "Read these maps with care: attention weights show where each query reads from, not why the model outputs what it does — they are not causal explanations. And a head need not do one human-nameable job." }),
     el("div", { id: "lab-pad-legend", hidden: "" }));
+  main.prepend(el("div", { id: "lab-batch", hidden: "" }));
   const notes = el("section", { id: "lab-notes" }, el("h2", { text: "Lab notes" }),
     el("textarea", { id: "lab-notes-text", placeholder: "What did you see at this step? (kept in this browser for this trace)", spellcheck: "true" }),
     el("div", { class: "lab-muted", id: "lab-notes-state" }),
@@ -379,8 +380,32 @@ function buildStatic() {
   ta.addEventListener("keydown", (ev) => ev.stopPropagation());  // arrows edit text, not the player
   main.append(el("div", { id: "lab" }, notes, buildQuiz()));
 }
+// A padded batch ("batch" with "pages", attnflow trace --sentences): one
+// button per sentence; choosing one opens that sentence's page (which keeps
+// the pages, so the picker stays).
+function buildBatchPicker() {
+  const box = $("lab-batch"), B = P.trace.batch;
+  box.hidden = !(B && B.pages);
+  if (box.hidden) { box.replaceChildren(); return; }
+  const row = el("div", { class: "lab-row" }, el("b", { text: "Batch of " + B.sentences.length + " sentences, one padded forward pass — sentence:" }));
+  B.sentences.forEach((text, i) => {
+    const real = B.pages[i].seq_len - ((B.pages[i].padding && B.pages[i].padding.keys.length) || 0);
+    row.append(el("button", { type: "button", class: "lab-sent" + (i === B.index ? " lab-on" : ""), "data-index": i,
+      title: real + " real tokens, padded to " + B.pages[i].seq_len,
+      text: (i + 1) + ": " + (text.length > 40 ? text.slice(0, 39) + "…" : text),
+      onclick: () => {
+        if (i === P.trace.batch.index) return;
+        const page = Object.assign({}, B.pages[i]);
+        page.batch = Object.assign({}, B.pages[i].batch, { pages: B.pages });
+        P.open(JSON.stringify(page), "sentence " + (i + 1) + " of the batch");
+      } }));
+  });
+  box.replaceChildren(row, el("div", { class: "lab-muted",
+    text: "Every sentence is padded with [PAD] to the longest (" + B.pages[0].seq_len + " tokens); the attention mask (kv_lens) gives pad keys weight exactly 0, so a real token's output equals the sentence run alone." }));
+}
 function onTrace() {
   // A new trace (the inlined one, or a file opened with the button).
+  buildBatchPicker();
   $("lab-diagram-slot").replaceChildren(buildDiagram());
   KEY = traceKey(); PAD = padKeys();
   loadNotes();

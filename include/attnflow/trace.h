@@ -131,6 +131,15 @@ struct Trace {
   std::vector<AttentionView> views;  // extra views (all layers, ViT grid, ...)
   // Shown as a banner on the page (e.g. "the weights are random").
   std::string banner;
+  // Key padding (page JSON "padding"; docs/player.md "Padding"): the indices
+  // of pad tokens, masked as keys for every query by kv_lens (right padding:
+  // keys j >= kv_len). Empty = no padding. pad_kv_len = the real length.
+  std::vector<int64_t> pad_keys;
+  int64_t pad_kv_len = -1;  // -1 = no kv_lens
+  // A padded batch (TraceEncoderBatch): this trace is sentence batch_index
+  // of batch_sentences, all run in one padded forward pass.
+  int64_t batch_index = -1;  // -1 = not part of a batch
+  std::vector<std::string> batch_sentences;
   const Tensor* Find(std::string_view name) const;
 };
 
@@ -142,12 +151,17 @@ const std::vector<std::string>& TraceStageOrder();
 // ---- the four-token toy (frozen inputs, shared with `attnflow demo`) -------
 constexpr int64_t kToyEmbed = 8, kToyHeads = 2, kToyHeadDim = 4, kToyFfn = 16;
 constexpr double kToyLayerNormEps = 1e-5;
+constexpr int32_t kToyPadId = 16;  // the toy's "<pad>" token (after its 16 words)
+constexpr int64_t kMaxToyTokens = 8192;  // num_tokens + pad
 
 // Token `pos` of the toy sequence "the cat sat down on a mat ..." (the first
 // four are the demo's; later ones cycle through a frozen vocabulary).
 TraceToken ToyToken(int64_t pos);
 // x[pos] = token embedding + sinusoidal position, both written (length E).
 void ToyInput(int64_t pos, double* tok_embed, double* position);
+// The "<pad>" token at position `pos`: a frozen non-zero embedding (so an
+// unmasked pad key would change the result) + the sinusoid of `pos`.
+void ToyPadInput(int64_t pos, double* tok_embed, double* position);
 
 // Frozen float64 weights of the toy post-norm block:
 //   a = Mha(x) (w_q w_k w_v w_o [E,E], no biases, H=2 heads of Dh=4)
@@ -161,6 +175,11 @@ Result<ToyBlock> MakeToyBlock();
 
 struct ToyOptions {
   int64_t num_tokens = 4;  // > 4 extends the sentence (large-input checks)
+  // Pad keys appended after the sentence as "<pad>" tokens (id kToyPadId,
+  // a frozen embedding + their positions), masked for every query by
+  // kv_lens = num_tokens (semantics.h). The golden inputs carry kv_lens.
+  // Not with decode steps (a cache with padding in the middle).
+  int64_t pad = 0;
   Causal causal = Causal::kTopLeft;
   int64_t decode_steps = 0;  // teacher-forced: the next tokens of the sentence
   bool all_layers = false;   // add the "layers" view (the toy has one layer)
@@ -184,6 +203,16 @@ struct ModelTraceOptions {
 // A sentence through a sentence encoder (BERT family): [CLS] text [SEP].
 Result<Trace> TraceEncoder(EncoderModel& model, std::string_view text,
                            const ModelTraceOptions& opt);
+// Sentences (2..kMaxBatchSentences) through the encoder in ONE padded forward
+// pass, as sentence-transformers runs a batch (each [CLS] text [SEP], padded
+// to the longest with [PAD]; the attention mask is kv_lens). One trace per
+// sentence, all Lmax tokens long: its rows of the batch's stages, pad_keys =
+// its padding, batch_index / batch_sentences set. Pad query rows are not
+// meaningful (the model zeroes their q; their outputs are ignored).
+constexpr int64_t kMaxBatchSentences = 16;
+Result<std::vector<Trace>> TraceEncoderBatch(EncoderModel& model,
+                                             const std::vector<std::string>& sentences,
+                                             const ModelTraceOptions& opt);
 // A prompt through a decoder (prefill), then `decode_steps` greedy steps,
 // each one new query row against the KV cache. Resets the model's cache.
 Result<Trace> TraceDecoder(DecoderModel& model, std::string_view prompt,
@@ -266,6 +295,10 @@ struct PageOptions {
   int64_t max_view_tokens = 64;
 };
 Result<std::string> TraceToJson(const Trace& trace, const PageOptions& opt);
+// A batch's page: the first trace's page JSON with "batch.pages" holding
+// every sentence's page JSON (the player's sentence picker switches between
+// them). traces = TraceEncoderBatch's result.
+Result<std::string> BatchToJson(const std::vector<Trace>& traces, const PageOptions& opt);
 
 enum class CheckState { kPass, kFail, kSkip };
 struct TraceCheck {

@@ -38,11 +38,13 @@ class Collector : public StageSink {
 const Tensor* FindIn(const std::vector<NamedTensor>& v, std::string_view name);
 
 // Runs attnflow::Attention (the dispatching fast path) on F32 copies of
-// q/k/v and compares with the reference stages.
+// q/k/v and compares with the reference stages. kv_lens (optional, I64 [B]):
+// the key-padding mask the reference ran with (semantics.h), passed as is.
 KernelCheck RunKernelCheck(const Tensor* q, const Tensor* k, const Tensor* v,
                            Causal causal, double scale,
                            const Tensor* heads_out, const Tensor* lse,
-                           const Tensor* masked, const Tensor* weights);
+                           const Tensor* masked, const Tensor* weights,
+                           const Tensor* kv_lens = nullptr);
 
 // Element i (row-major) of a contiguous float tensor, as double.
 inline double Elem(const Tensor& t, int64_t i) { return t.view().load(i); }

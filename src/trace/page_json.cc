@@ -486,10 +486,20 @@ void AppendToken(std::string* o, const TraceToken& t) {
 // and b64: little-endian float32 [layers, heads, data_rows, data_cols].
 // Pooling (above max_view_tokens rows or cols, "matrix" only) is the weights
 // rule of the stages: mean over the block's rows of the sum over its cols.
-void AppendViews(std::string* o, const std::vector<AttentionView>& views, int64_t max_view) {
+// `heads`: the page's query heads (PageOptions::heads resolved) of a model
+// with `num_heads`; a view over the same heads (v.num_heads == num_heads)
+// keeps only those and lists them in "head_ids"; other views keep all.
+void AppendViews(std::string* o, const std::vector<AttentionView>& views, int64_t max_view,
+                 const std::vector<int64_t>& heads, int64_t num_heads) {
   *o += "[";
   for (size_t vi = 0; vi < views.size(); ++vi) {
     const AttentionView& v = views[vi];
+    const bool filter = v.num_heads == num_heads && static_cast<int64_t>(heads.size()) < num_heads;
+    std::vector<int64_t> shown;
+    if (filter) shown = heads;
+    else
+      for (int64_t h = 0; h < v.num_heads; ++h) shown.push_back(h);
+    const int64_t nh = static_cast<int64_t>(shown.size());
     const int64_t big = std::max(v.rows, v.cols);
     const int64_t f = v.kind == "matrix" && big > max_view ? CeilDiv(big, max_view) : 1;
     const int64_t dr = CeilDiv(v.rows, f), dc = CeilDiv(v.cols, f);
@@ -509,7 +519,7 @@ void AppendViews(std::string* o, const std::vector<AttentionView>& views, int64_
     *o += ",\"causal\":";
     AppendJsonString(o, CausalName(v.causal));
     *o += ",\"layers\":" + std::to_string(v.num_layers) + ",\"heads\":" +
-          std::to_string(v.num_heads) + ",\"rows\":" + std::to_string(v.rows) +
+          std::to_string(nh) + ",\"rows\":" + std::to_string(v.rows) +
           ",\"cols\":" + std::to_string(v.cols) + ",\"pool\":" + std::to_string(f) +
           ",\"data_rows\":" + std::to_string(dr) + ",\"data_cols\":" + std::to_string(dc);
     auto labels = [&](const char* key, const std::vector<std::string>& l, int64_t n, int64_t d) {
@@ -541,10 +551,14 @@ void AppendViews(std::string* o, const std::vector<AttentionView>& views, int64_
       AppendBase64(o, v.image_rgb.data(), v.image_rgb.size());
       *o += "\"}}";
     }
+    if (filter) {
+      *o += ",\"head_ids\":";
+      AppendIntArray(o, shown);
+    }
     std::vector<unsigned char> bytes;
-    bytes.reserve(static_cast<size_t>(v.num_layers * v.num_heads * dr * dc * 4));
+    bytes.reserve(static_cast<size_t>(v.num_layers * nh * dr * dc * 4));
     for (int64_t l = 0; l < v.num_layers; ++l)
-      for (int64_t h = 0; h < v.num_heads; ++h)
+      for (int64_t h : shown)
         for (int64_t bi = 0; bi < dr; ++bi)
           for (int64_t bj = 0; bj < dc; ++bj) {
             double acc = 0;
@@ -667,9 +681,53 @@ Result<std::string> TraceToJson(const Trace& t, const PageOptions& opt) {
       }
     }
     o += ",\n\"views\":";
-    AppendViews(&o, t.views, std::max<int64_t>(8, opt.max_view_tokens));
+    AppendViews(&o, t.views, std::max<int64_t>(8, opt.max_view_tokens), heads, H);
+  }
+  if (!t.pad_keys.empty()) {
+    for (size_t i = 0; i < t.pad_keys.size(); ++i) {
+      if (t.pad_keys[i] < 0 || t.pad_keys[i] >= L || (i > 0 && t.pad_keys[i] <= t.pad_keys[i - 1])) {
+        return InvalidArgument("trace: pad key " + std::to_string(t.pad_keys[i]) +
+                               " is not increasing inside [0, " + std::to_string(L) + ")");
+      }
+    }
+    o += ",\n\"padding\":{\"keys\":";
+    AppendIntArray(&o, t.pad_keys);
+    o += ",\"kv_len\":" + std::to_string(t.pad_kv_len) + ",\"mask\":\"kv_lens\"}";
+  }
+  if (t.batch_index >= 0) {
+    o += ",\n\"batch\":{\"index\":" + std::to_string(t.batch_index) + ",\"sentences\":[";
+    for (size_t i = 0; i < t.batch_sentences.size(); ++i) {
+      if (i) o += ",";
+      AppendJsonString(&o, t.batch_sentences[i]);
+    }
+    o += "]}";  // BatchToJson relies on "batch" being the last field
   }
   o += "}\n";
+  return o;
+}
+
+Result<std::string> BatchToJson(const std::vector<Trace>& traces, const PageOptions& opt) {
+  if (traces.empty()) return InvalidArgument("trace: an empty batch has no page");
+  std::vector<std::string> pages;
+  for (size_t b = 0; b < traces.size(); ++b) {
+    if (traces[b].batch_index != static_cast<int64_t>(b) ||
+        traces[b].batch_sentences.size() != traces.size()) {
+      return InvalidArgument("trace: batch trace " + std::to_string(b) + " has batch index " +
+                             std::to_string(traces[b].batch_index) + " of " +
+                             std::to_string(traces[b].batch_sentences.size()) + " sentences");
+    }
+    Result<std::string> p = TraceToJson(traces[b], opt);
+    if (!p.ok()) return p.status();
+    // Drop "}\n" (top level): the page ends with its "batch" object.
+    pages.push_back(p->substr(0, p->size() - 2));
+  }
+  std::string o = pages[0].substr(0, pages[0].size() - 1);  // open "batch" again
+  o += ",\"pages\":[";
+  for (size_t b = 0; b < pages.size(); ++b) {
+    if (b) o += ",\n";
+    o += pages[b] + "}";
+  }
+  o += "]}}\n";
   return o;
 }
 
@@ -1040,6 +1098,19 @@ Status ParseViews(const json& j, const std::string& label, std::vector<TraceSumm
         return Bad(label, f + ".layer_labels must be empty or list one label per layer");
       }
     }
+    if (v.contains("head_ids")) {  // a view filtered by --heads: the model's head numbers
+      const json& hi = v["head_ids"];
+      bool ok = hi.is_array() && static_cast<int64_t>(hi.size()) == r.num_heads;
+      for (size_t i = 0; ok && i < hi.size(); ++i) {
+        ok = hi[i].is_number_integer() && hi[i].get<int64_t>() >= 0 &&
+             hi[i].get<int64_t>() < (int64_t{1} << 20) &&
+             (i == 0 || hi[i].get<int64_t>() > hi[i - 1].get<int64_t>());
+      }
+      if (!ok) {
+        return Bad(label, f + ".head_ids must list " + std::to_string(r.num_heads) +
+                              " increasing head numbers");
+      }
+    }
     // Each factor is <= 2^20: multiply step by step so nothing overflows.
     int64_t n = 1;
     for (int64_t d : {r.num_layers, r.num_heads, r.data_rows, r.data_cols}) {
@@ -1246,6 +1317,66 @@ Result<TraceSummary> ReadTraceJson(std::string_view text, const std::string& lab
     }
     s.decode_steps = static_cast<int64_t>(dec.size());
     if (j.contains("banner") && !j["banner"].is_string()) return Bad(label, "banner must be a string");
+    // Key padding: "padding": {"keys": [increasing ints in [0, seq_len)], ...}.
+    std::vector<int64_t> pad_keys;
+    if (j.contains("padding")) {
+      const json& p = j["padding"];
+      if (!p.is_object() || !p.contains("keys")) return Bad(label, "padding must be an object with 'keys'");
+      ATTNFLOW_RETURN_IF_ERROR(IntArray(p["keys"], label, "padding.keys", &pad_keys));
+      for (size_t i = 0; i < pad_keys.size(); ++i) {
+        if (pad_keys[i] < 0 || pad_keys[i] >= s.num_tokens ||
+            (i > 0 && pad_keys[i] <= pad_keys[i - 1])) {
+          return Bad(label, "padding.keys[" + std::to_string(i) + "] = " +
+                                std::to_string(pad_keys[i]) +
+                                " is not increasing inside [0, seq_len = " +
+                                std::to_string(s.num_tokens) + ")");
+        }
+      }
+    }
+    // A padded batch: "batch": {"index", "sentences", optional "pages" (one
+    // page per sentence, each read and checked like this one)}.
+    TraceCheck batch_check{"every sentence of the batch passes its checks", CheckState::kSkip, ""};
+    if (j.contains("batch")) {
+      const json& b = j["batch"];
+      if (!b.is_object() || !b.contains("index") || !b["index"].is_number_integer() ||
+          !b.contains("sentences") || !b["sentences"].is_array()) {
+        return Bad(label, "batch must be an object with an integer 'index' and 'sentences'");
+      }
+      const int64_t nb = static_cast<int64_t>(b["sentences"].size());
+      for (const json& x : b["sentences"])
+        if (!x.is_string()) return Bad(label, "batch.sentences must hold strings");
+      if (b["index"].get<int64_t>() < 0 || b["index"].get<int64_t>() >= nb) {
+        return Bad(label, "batch.index " + b["index"].dump() + " is outside [0, " +
+                              std::to_string(nb) + ")");
+      }
+      if (b.contains("pages")) {
+        const json& pages = b["pages"];
+        if (!pages.is_array() || static_cast<int64_t>(pages.size()) != nb) {
+          return Bad(label, "batch.pages must hold one page per sentence (" + std::to_string(nb) + ")");
+        }
+        batch_check.state = CheckState::kPass;
+        batch_check.detail = std::to_string(nb) + " sentences";
+        for (int64_t i = 0; i < nb; ++i) {
+          const json& pg = pages[static_cast<size_t>(i)];
+          const std::string f = label + " batch.pages[" + std::to_string(i) + "]";
+          if (!pg.is_object() || !pg.contains("batch") || !pg["batch"].is_object() ||
+              pg["batch"].contains("pages") || !pg["batch"].contains("index") ||
+              pg["batch"]["index"] != json(i)) {
+            return Bad(f, "must be a page of sentence " + std::to_string(i) + " without nested pages");
+          }
+          Result<TraceSummary> sub = ReadTraceJson(pg.dump(), f);
+          if (!sub.ok()) return sub.status();
+          if (!sub->all_pass() && batch_check.state == CheckState::kPass) {
+            batch_check.state = CheckState::kFail;
+            for (const auto& c : sub->checks)
+              if (c.state == CheckState::kFail) {
+                batch_check.detail = "sentence " + std::to_string(i) + ": " + c.name + ": " + c.detail;
+                break;
+              }
+          }
+        }
+      }
+    }
     std::vector<TraceCheck> view_checks;
     if (has_views) ATTNFLOW_RETURN_IF_ERROR(ParseViews(j["views"], label, &s.views, &view_checks));
     if (w == nullptr) {  // a views-only page (e.g. the Bahdanau loop)
@@ -1371,7 +1502,10 @@ Result<TraceSummary> ReadTraceJson(std::string_view text, const std::string& lab
         c.state = CheckState::kPass;
         const int64_t dh = ho->ds[2];
         for (int64_t hi = 0; hi < ho->ds[0] && c.state == CheckState::kPass; ++hi)
-          for (int64_t t = 0; t < ho->ds[1] && c.state == CheckState::kPass; ++t)
+          for (int64_t t = 0; t < ho->ds[1] && c.state == CheckState::kPass; ++t) {
+            // A pad token's row is ignored by the model (a batch gathers only
+            // real rows), so its concat row need not hold its heads_out.
+            if (std::binary_search(pad_keys.begin(), pad_keys.end(), t)) continue;
             for (int64_t d = 0; d < dh; ++d) {
               const int64_t col = heads[static_cast<size_t>(hi)] * dh + d;
               if (col >= cc->ds[2]) {
@@ -1388,7 +1522,11 @@ Result<TraceSummary> ReadTraceJson(std::string_view text, const std::string& lab
                 break;
               }
             }
-        if (c.state == CheckState::kPass) c.detail = "exact";
+          }
+        if (c.state == CheckState::kPass)
+          c.detail = pad_keys.empty() ? "exact"
+                                      : "exact (" + std::to_string(pad_keys.size()) +
+                                            " pad rows skipped: a pad token's output is never used)";
       }
       s.checks.push_back(c);
     }
@@ -1431,6 +1569,29 @@ Result<TraceSummary> ReadTraceJson(std::string_view text, const std::string& lab
       }
       s.checks.push_back(c);
     }
+    if (!pad_keys.empty()) {
+      // Mirrors runChecks in web/player.html.
+      TraceCheck c{"padding keys have weight exactly 0", CheckState::kSkip,
+                   "needs weights at full resolution"};
+      if (w->pool[1] == 1 && w->pool[2] == 1) {
+        c.state = CheckState::kPass;
+        c.detail = std::to_string(pad_keys.size()) + (pad_keys.size() > 1 ? " pad keys × " : " pad key × ") +
+                   std::to_string(w->ds[1]) + " queries";
+        for (int64_t h = 0; h < w->ds[0] && c.state == CheckState::kPass; ++h)
+          for (int64_t i = 0; i < w->ds[1] && c.state == CheckState::kPass; ++i)
+            for (int64_t pk : pad_keys) {
+              if (w->at(h, i, pk) != 0.0) {
+                c.state = CheckState::kFail;
+                c.detail = "head #" + std::to_string(h) + " query " + std::to_string(i) +
+                           " reads pad key " + std::to_string(pk) + " with weight " +
+                           Fmt(w->at(h, i, pk));
+                break;
+              }
+            }
+      }
+      s.checks.push_back(c);
+    }
+    if (batch_check.state != CheckState::kSkip) s.checks.push_back(batch_check);
     for (auto& c : view_checks) s.checks.push_back(std::move(c));
     return s;
   } catch (const std::exception& e) {  // type errors in unexpected places

@@ -77,6 +77,13 @@ void ToyInput(int64_t pos, double* tok_embed, double* position) {
   }
 }
 
+void ToyPadInput(int64_t pos, double* tok_embed, double* position) {
+  for (int i = 0; i < kE; ++i) {
+    tok_embed[i] = 0.4 * std::cos(0.9 * i + 0.3);
+    position[i] = Sinusoid(pos, i);
+  }
+}
+
 Result<ToyBlock> MakeToyBlock() {
   ToyBlock b;
   ATTNFLOW_RETURN_IF_ERROR(Fill(&b.w_q, {kE, kE}, [](int r, int c) { return W(0, r, c); }));

@@ -12,6 +12,7 @@
 // DecoderModel with StageCapture).
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <limits>
 
@@ -93,7 +94,7 @@ Result<Tensor> ToF32(const Tensor& t) {
 KernelCheck RunKernelCheck(const Tensor* q, const Tensor* k, const Tensor* v,
                            Causal causal, double scale, const Tensor* heads_out,
                            const Tensor* lse, const Tensor* masked,
-                           const Tensor* weights) {
+                           const Tensor* weights, const Tensor* kv_lens) {
   KernelCheck kc;
   if (q == nullptr || k == nullptr || v == nullptr || heads_out == nullptr ||
       q->rank() != 4 || k->rank() != 4 || v->rank() != 4) {
@@ -113,6 +114,7 @@ KernelCheck RunKernelCheck(const Tensor* q, const Tensor* k, const Tensor* v,
   SdpaOptions opt;
   opt.causal = causal;
   opt.scale = scale;
+  if (kv_lens != nullptr) opt.kv_lens = kv_lens->view();
   KernelChoice choice;
   Status st = Attention(out->view(), l32->view(), q32->view(), k32->view(), v32->view(), opt,
                         KernelOptions{}, &choice);
@@ -287,10 +289,16 @@ std::vector<TraceToken> TokensOf(const Tokenizer& tok, const std::vector<int32_t
 // ---------------------------------------------------------------------------
 
 Result<Trace> TraceToy(const ToyOptions& o) {
-  ATTNFLOW_RETURN_IF_ERROR(CheckRange("toy tokens", o.num_tokens, 1, 8192));
+  ATTNFLOW_RETURN_IF_ERROR(CheckRange("toy tokens", o.num_tokens, 1, kMaxToyTokens));
   ATTNFLOW_RETURN_IF_ERROR(CheckRange("decode steps", o.decode_steps, 0, 1024));
+  ATTNFLOW_RETURN_IF_ERROR(CheckRange("pad keys", o.pad, 0, kMaxToyTokens - o.num_tokens));
+  if (o.pad > 0 && o.decode_steps > 0) {
+    return InvalidArgument("trace: a padded toy has no decode steps (the cache would hold pad "
+                           "keys between the prompt and the new tokens); drop --pad or "
+                           "--decode-steps");
+  }
   constexpr int64_t E = kToyEmbed, H = kToyHeads, F = kToyFfn;
-  const int64_t L = o.num_tokens;
+  const int64_t L = o.num_tokens + o.pad;  // real tokens, then the pad keys
   Result<ToyBlock> blk_r = MakeToyBlock();
   if (!blk_r.ok()) return blk_r.status();
   const ToyBlock& blk = blk_r.value();
@@ -314,13 +322,29 @@ Result<Trace> TraceToy(const ToyOptions& o) {
   t.description =
       "The four-token toy of `attnflow demo` (frozen weights, float64): post-norm block "
       "LayerNorm(x + MHA(x)) -> ReLU FFN -> LayerNorm(. + FFN)";
-  for (int64_t i = 0; i < L; ++i) t.tokens.push_back(ToyToken(i));
+  for (int64_t i = 0; i < o.num_tokens; ++i) t.tokens.push_back(ToyToken(i));
+  for (int64_t i = o.num_tokens; i < L; ++i) {
+    t.tokens.push_back({kToyPadId, "<pad>"});
+    t.pad_keys.push_back(i);
+  }
+  // Key padding: keys j >= kv_lens[0] = num_tokens are masked (semantics.h).
+  Result<Tensor> kv_lens = Tensor::Zeros(DType::kI64, {1});
+  if (!kv_lens.ok()) return kv_lens.status();
+  kv_lens->data<int64_t>()[0] = o.num_tokens;
+  if (o.pad > 0) {
+    t.pad_kv_len = o.num_tokens;
+    t.info.vocab_size = kToyPadId + 1;
+    t.description += "; " + std::to_string(o.pad) + " <pad> key" + (o.pad > 1 ? "s" : "") +
+                     " appended, masked by the key-padding mask kv_lens = " +
+                     std::to_string(o.num_tokens);
+  }
 
   Result<Tensor> tok = F64({1, L, E}), pos = F64({1, L, E}), x = F64({1, L, E});
   for (const auto* r : {&tok, &pos, &x})
     if (!r->ok()) return r->status();
   for (int64_t i = 0; i < L; ++i) {
-    ToyInput(i, tok->data<double>() + i * E, pos->data<double>() + i * E);
+    if (i < o.num_tokens) ToyInput(i, tok->data<double>() + i * E, pos->data<double>() + i * E);
+    else ToyPadInput(i, tok->data<double>() + i * E, pos->data<double>() + i * E);
     for (int64_t c = 0; c < E; ++c)
       x->data<double>()[i * E + c] = tok->data<double>()[i * E + c] + pos->data<double>()[i * E + c];
   }
@@ -334,6 +358,7 @@ Result<Trace> TraceToy(const ToyOptions& o) {
   w.num_heads = H;
   SdpaOptions sopt;
   sopt.causal = o.causal;
+  if (o.pad > 0) sopt.kv_lens = kv_lens->view();
   Collector rec;
   Result<Tensor> attn = F64({1, L, E});
   if (!attn.ok()) return attn.status();
@@ -350,6 +375,7 @@ Result<Trace> TraceToy(const ToyOptions& o) {
     if (!c.ok()) return c.status();
     t.inputs.push_back({name, std::move(c).value()});
   }
+  if (o.pad > 0) t.inputs.push_back({"kv_lens", std::move(kv_lens).value()});
 
   // The block around attention, float64.
   Result<Tensor> residual = F64({1, L, E}), norm = F64({1, L, E}), hidden = F64({1, L, F}),
@@ -384,7 +410,7 @@ Result<Trace> TraceToy(const ToyOptions& o) {
 
   t.kernel = internal::RunKernelCheck(t.Find("q"), t.Find("k"), t.Find("v"), o.causal, t.scale,
                                       t.Find("heads_out"), t.Find("lse"), t.Find("masked"),
-                                      t.Find("weights"));
+                                      t.Find("weights"), internal::FindIn(t.inputs, "kv_lens"));
   if (o.decode_steps > 0) {
     if (o.causal == Causal::kNone) {
       return InvalidArgument(
@@ -484,6 +510,125 @@ Result<Trace> TraceEncoder(EncoderModel& model, std::string_view text,
     }));
   }
   return t;
+}
+
+namespace {
+
+// Row b of a batch-first tensor [B, ...] as [1, ...] (a contiguous copy).
+Result<Tensor> BatchRow(const Tensor& t, int64_t b, int64_t batch) {
+  Shape sh = t.shape();
+  if (sh.empty() || sh[0] != batch) {
+    return Status(StatusCode::kInternal, "trace: a batch stage has leading dimension " +
+                                             std::to_string(sh.empty() ? -1 : sh[0]) +
+                                             ", expected " + std::to_string(batch));
+  }
+  sh[0] = 1;
+  Result<Tensor> r = Tensor::Zeros(t.dtype(), sh);
+  if (!r.ok()) return r.status();
+  const size_t row = r->nbytes();
+  std::memcpy(r->data<char>(), t.data<char>() + static_cast<size_t>(b) * row, row);
+  return r;
+}
+
+// The tokenizer's "[PAD]" id (BERT vocabularies put it first); 0 if absent.
+int32_t PadId(const Tokenizer& tok) {
+  const int64_t n = std::min<int64_t>(tok.VocabSize(), 1024);
+  for (int64_t i = 0; i < n; ++i)
+    if (tok.TokenText(static_cast<int32_t>(i)) == "[PAD]") return static_cast<int32_t>(i);
+  return 0;
+}
+
+}  // namespace
+
+Result<std::vector<Trace>> TraceEncoderBatch(EncoderModel& model,
+                                             const std::vector<std::string>& sentences,
+                                             const ModelTraceOptions& o) {
+  const ModelInfo& info = model.info();
+  const int64_t B = static_cast<int64_t>(sentences.size());
+  ATTNFLOW_RETURN_IF_ERROR(CheckRange("batch sentences", B, 2, kMaxBatchSentences));
+  ATTNFLOW_RETURN_IF_ERROR(CheckRange("layer", o.layer, 0, info.num_layers - 1));
+  if (o.decode_steps != 0) {
+    return InvalidArgument("trace: --decode-steps needs a decoder; " + info.name +
+                           " is an encoder");
+  }
+  if (o.all_layers) {
+    return InvalidArgument("trace: --all-layers traces one sentence; drop it or trace a "
+                           "single sentence with --text");
+  }
+  std::vector<std::vector<int32_t>> ids;
+  int64_t lmax = 0;
+  for (const std::string& text : sentences) {
+    Result<std::vector<int32_t>> r = model.tokenizer().Encode(text, /*add_special=*/true);
+    if (!r.ok()) return r.status();
+    lmax = std::max<int64_t>(lmax, static_cast<int64_t>(r->size()));
+    ids.push_back(std::move(r).value());
+  }
+  // One padded forward pass, as sentence-transformers runs a batch.
+  Collector rec;
+  Tensor emb, hidden;
+  StageCapture cap;
+  cap.sink = &rec;
+  cap.layer = o.layer;
+  int64_t total = 0;
+  for (const auto& v : ids) total += static_cast<int64_t>(v.size());
+  if (o.progress) o.progress(0, total);
+  ATTNFLOW_RETURN_IF_ERROR(model.Embed(ids, &emb, &hidden, cap));
+  ATTNFLOW_RETURN_IF_ERROR(rec.status());
+  if (o.progress) o.progress(total, total);
+  if (o.layer > 0) {
+    std::vector<Tensor> states;
+    ATTNFLOW_RETURN_IF_ERROR(model.HiddenStates(ids, &states));
+    if (static_cast<int64_t>(states.size()) <= o.layer) {
+      return Status(StatusCode::kInternal, "trace: the model returned " +
+                                               std::to_string(states.size()) +
+                                               " hidden states for layer " +
+                                               std::to_string(o.layer));
+    }
+    rec.items().push_back({"layer_in", std::move(states[o.layer])});
+  }
+  std::vector<NamedTensor> batch_stages;
+  rec.MoveOrdered(&batch_stages);
+  const int32_t pad_id = PadId(model.tokenizer());
+  std::vector<Trace> out;
+  for (int64_t b = 0; b < B; ++b) {
+    const auto& seq = ids[static_cast<size_t>(b)];
+    const int64_t n = static_cast<int64_t>(seq.size());
+    Trace t;
+    t.source = "encoder";
+    FillModelInfo(model, &t);
+    t.layer = o.layer;
+    t.causal = Causal::kNone;
+    t.description = "Sentence " + std::to_string(b + 1) + " of a padded batch of " +
+                    std::to_string(B) + " through " + info.name +
+                    " (encoder, bidirectional; one forward pass, padded to " +
+                    std::to_string(lmax) + " tokens, attention mask = kv_lens), layer " +
+                    std::to_string(o.layer);
+    t.tokens = TokensOf(model.tokenizer(), seq);
+    for (int64_t j = n; j < lmax; ++j) {
+      t.tokens.push_back({pad_id, "[PAD]"});
+      t.pad_keys.push_back(j);
+    }
+    if (n < lmax) t.pad_kv_len = n;
+    t.batch_index = b;
+    t.batch_sentences = sentences;
+    for (const NamedTensor& st : batch_stages) {
+      Result<Tensor> row = BatchRow(st.value, b, B);
+      if (!row.ok()) return row.status();
+      t.stages.push_back({st.name, std::move(row).value()});
+    }
+    if (t.Find("weights") == nullptr) {
+      return Unimplemented("trace: " + info.name + " did not report attention weights for layer " +
+                           std::to_string(o.layer) + " (StageCapture)");
+    }
+    Result<Tensor> kv_lens = Tensor::Zeros(DType::kI64, {1});
+    if (!kv_lens.ok()) return kv_lens.status();
+    kv_lens->data<int64_t>()[0] = n;
+    t.kernel = internal::RunKernelCheck(t.Find("q"), t.Find("k"), t.Find("v"), t.causal,
+                                        t.scale, t.Find("heads_out"), t.Find("lse"),
+                                        t.Find("masked"), t.Find("weights"), &kv_lens.value());
+    out.push_back(std::move(t));
+  }
+  return out;
 }
 
 Result<Trace> TraceDecoder(DecoderModel& model, std::string_view prompt,

