@@ -78,7 +78,7 @@ constexpr size_t kDecQkRows = 2;
 
 // Software prefetch plan of one decode tile (direct path only). The K/V
 // streams are fetched one tile ahead and spread evenly over the tile's work,
-// so that DRAM is busy during the Q.K pass, the softmax AND the P.V pass:
+// so that DRAM is busy during both the Q.K and the P.V pass:
 //  - while the scores of key j are computed, K row j of the NEXT tile is
 //    fetched towards L2, and K row j + kPfKeysAhead of this tile (already in
 //    L2) towards L1;
@@ -94,7 +94,7 @@ constexpr size_t kDecQkRows = 2;
 // prefetches never fault.
 struct DecodePrefetch {
   uintptr_t k = 0;       // K row 0 of this tile (0 = no prefetch at all)
-  uintptr_t v_cur = 0;   // V row 0 of this tile, first tile only (else 0)
+  uintptr_t v_cur = 0;   // V row 0 of this tile: first tile, or no look-ahead
   uintptr_t k_next = 0;  // K row 0 of the next tile of the split (0 = none)
   uintptr_t v_next = 0;  // V row 0 of the next tile
   size_t n_next = 0;     // keys of the next tile
