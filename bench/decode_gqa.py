@@ -22,7 +22,8 @@ i.e. 2·G/sizeof(kv) FLOP per cache byte.
 
 Shapes (default): B = 1, Lq = 1, Hkv = 8, G = H/Hkv in {2, 4, 8},
 D in {64, 128}, kv dtype in {f16, bf16, f32}, Lkv in {512, 2048, 4096, 32768,
-131072}. --quick keeps G = 4 and Lkv in {2048, 32768}.
+131072}. --quick keeps G = 4 and Lkv in {2048, 32768}; --groups, --head-dims,
+--kv-lens and --kv-dtypes narrow the set (comma lists).
 
 --smollm2 adds SmolLM2-135M (30 layers, 9 query heads over 3 kv heads, D=64)
 at 2048 tokens of context: `attnflow generate` gives the decode ms/token
@@ -128,6 +129,8 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--kv-lens", help="comma list replacing the Lkv set")
     ap.add_argument("--kv-dtypes", default="f16,bf16,f32", help="comma list")
+    ap.add_argument("--groups", help="comma list replacing the G set (query heads per kv head)")
+    ap.add_argument("--head-dims", help="comma list replacing the D set")
     ap.add_argument("--peak-gflops", type=float,
                     help="FMA peak for the floor column (default: measured now; on a loaded "
                          "machine the quiet value, e.g. 235 on the 2-core Zen 4, is better)")
@@ -141,6 +144,10 @@ def main():
     if a.kv_lens:
         lens = [int(x) for x in a.kv_lens.split(",")]
     dims = [64, 128]
+    if a.groups:
+        groups = [int(x) for x in a.groups.split(",")]
+    if a.head_dims:
+        dims = [int(x) for x in a.head_dims.split(",")]
     dtypes = a.kv_dtypes.split(",") if not a.no_sweep else []
     bins = [("after", a.attnflow)] + ([("before", a.baseline)] if a.baseline else [])
     print(f"# load average at start: {os.getloadavg()}", flush=True)

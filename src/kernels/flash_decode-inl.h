@@ -67,34 +67,74 @@ HWY_INLINE void Sum4(DF df, VF a0, VF a1, VF a2, VF a3, float* HWY_RESTRICT out)
 }
 
 // Query rows that share one loaded (converted) K vector in QkRows: 4 rows x
-// 4 keys = 16 accumulators on AVX-512 (32 registers), 2 x 4 elsewhere.
+// 4 keys = 16 accumulators on AVX-512 (32 registers), 2 x 4 elsewhere. On
+// AVX-512, whole groups of 8 live-or-dead rows first run as 8 rows x 2 keys
+// (QkRowChunk8), the rest in chunks of kDecQkRows.
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
 constexpr size_t kDecQkRows = 4;
 #else
 constexpr size_t kDecQkRows = 2;
 #endif
 
-// Software prefetch plan of one decode tile (direct path only): while the
-// scores of key j are computed, V row j is fetched towards L2 (the P.V pass
-// that follows finds it there) and K row j + kPfKeysAhead towards L1, so the
-// K and V streams are in flight together instead of one after the other.
-// Prefetches never fault; addresses past the cache are harmless.
+// Software prefetch plan of one decode tile (direct path only). The K/V
+// streams are fetched one tile ahead and spread evenly over the tile's work,
+// so that DRAM is busy during both the Q.K and the P.V pass:
+//  - while the scores of key j are computed, K row j of the NEXT tile is
+//    fetched towards L2, and K row j + kPfKeysAhead of this tile (already in
+//    L2) towards L1;
+//  - while P.V consumes key j, V row j of the next tile is fetched;
+//  - the first tile of a split has no predecessor: its V rows are fetched
+//    during its own Q.K pass (v_cur), its K rows by the L1 prefetch alone.
+// The look-ahead is used only when the call's K/V bytes exceed
+// kDecodeAheadBytes (the cache comes from DRAM). Below that it is pure
+// instruction overhead (callgrind, AVX2 path, H=32 Hkv=8 D=128 F16 Lkv=2048:
+// +20% instructions in DecodeSplit), so every tile then fetches its own V
+// rows during its Q.K pass (v_cur) and K rows kPfKeysAhead ahead, as before.
+// Addresses are integers (no C++ pointer is formed past the cache);
+// prefetches never fault.
 struct DecodePrefetch {
-  const char* k = nullptr;  // K row 0 of the tile (nullptr = no prefetch)
-  const char* v = nullptr;  // V row 0 of the tile
+  uintptr_t k = 0;       // K row 0 of this tile (0 = no prefetch at all)
+  uintptr_t v_cur = 0;   // V row 0 of this tile: first tile, or no look-ahead
+  uintptr_t k_next = 0;  // K row 0 of the next tile of the split (0 = none)
+  uintptr_t v_next = 0;  // V row 0 of the next tile
+  size_t n_next = 0;     // keys of the next tile
   size_t k_stride = 0, v_stride = 0, bytes = 0;  // row strides, row length
 };
 constexpr size_t kPfKeysAhead = 8;
+constexpr double kDecodeAheadBytes = 32.0 * 1024 * 1024;  // the L3 of this Zen 4
 
+// Prefetches for key j of the Q.K pass (pf.k != 0): one loop over the row's
+// cache lines (a loop per stream cost +16% instructions in DecodeSplit).
 HWY_INLINE void PrefetchKey(const DecodePrefetch& pf, size_t j) {
 #if defined(__GNUC__) || defined(__clang__)
-  // Integer arithmetic: the K address may lie past the cache (no C++
-  // pointer may be formed there).
-  const uintptr_t v = reinterpret_cast<uintptr_t>(pf.v) + j * pf.v_stride;
-  const uintptr_t k = reinterpret_cast<uintptr_t>(pf.k) + (j + kPfKeysAhead) * pf.k_stride;
+  const uintptr_t k = pf.k + (j + kPfKeysAhead) * pf.k_stride;
+  const uintptr_t v = pf.v_cur != 0 ? pf.v_cur + j * pf.v_stride : 0;
+  const uintptr_t kn = pf.k_next != 0 && j < pf.n_next ? pf.k_next + j * pf.k_stride : 0;
+  if (kn == 0) {
+    for (size_t b = 0; b < pf.bytes; b += 64) {
+      if (v != 0) __builtin_prefetch(reinterpret_cast<const void*>(v + b), 0, 2);
+      __builtin_prefetch(reinterpret_cast<const void*>(k + b), 0, 3);
+    }
+  } else {
+    for (size_t b = 0; b < pf.bytes; b += 64) {
+      if (v != 0) __builtin_prefetch(reinterpret_cast<const void*>(v + b), 0, 2);
+      __builtin_prefetch(reinterpret_cast<const void*>(k + b), 0, 3);
+      __builtin_prefetch(reinterpret_cast<const void*>(kn + b), 0, 2);
+    }
+  }
+#else
+  (void)pf;
+  (void)j;
+#endif
+}
+
+// Prefetch for key j of the P.V pass.
+HWY_INLINE void PrefetchValue(const DecodePrefetch& pf, size_t j) {
+#if defined(__GNUC__) || defined(__clang__)
+  if (pf.v_next == 0 || j >= pf.n_next) return;
+  const uintptr_t v = pf.v_next + j * pf.v_stride;
   for (size_t b = 0; b < pf.bytes; b += 64) {
     __builtin_prefetch(reinterpret_cast<const void*>(v + b), 0, 2);
-    __builtin_prefetch(reinterpret_cast<const void*>(k + b), 0, 3);
   }
 #else
   (void)pf;
@@ -123,7 +163,7 @@ HWY_INLINE void QkRowChunk(const float* HWY_RESTRICT qd, const T* HWY_RESTRICT k
     VF acc[4][R];
     HWY_UNROLL(4)
     for (size_t u = 0; u < 4; ++u) {
-      if (pf.k != nullptr) PrefetchKey(pf, j + u);
+      if (pf.k != 0) PrefetchKey(pf, j + u);
       HWY_UNROLL(8)
       for (size_t r = 0; r < R; ++r) acc[u][r] = hn::Zero(df);
     }
@@ -146,7 +186,7 @@ HWY_INLINE void QkRowChunk(const float* HWY_RESTRICT qd, const T* HWY_RESTRICT k
   }
   for (; j < n; ++j) {
     const T* ku = k + j * kpitch;
-    if (pf.k != nullptr) PrefetchKey(pf, j);
+    if (pf.k != 0) PrefetchKey(pf, j);
     VF acc[R];
     HWY_UNROLL(8)
     for (size_t r = 0; r < R; ++r) acc[r] = hn::Zero(df);
@@ -162,6 +202,64 @@ HWY_INLINE void QkRowChunk(const float* HWY_RESTRICT qd, const T* HWY_RESTRICT k
   }
 }
 
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+// 8 query rows x 2 keys (16 accumulators): for G >= 8 every K vector is
+// loaded and converted once for 8 rows instead of once per 4-row chunk. Each
+// Q vector is loaded once per 2 keys. Pairs of (row, key) dot products are
+// reduced by Sum4 as (r, j), (r, j+1), (r+1, j), (r+1, j+1); as in
+// QkRowChunk a score's value does not depend on its neighbours. An odd last
+// key runs QkRowChunk's single-key tail.
+constexpr size_t kDecQkRows8 = 8;
+
+template <typename T>
+HWY_INLINE void QkRowChunk8(const float* HWY_RESTRICT qd, const T* HWY_RESTRICT k,
+                            size_t kpitch, size_t dp, size_t n, float* HWY_RESTRICT s,
+                            size_t pitch, const DecodePrefetch& pf) {
+  constexpr size_t R = kDecQkRows8;
+  const DF df;
+  const size_t N = hn::Lanes(df);
+  size_t j = 0;
+  for (; j + 2 <= n; j += 2) {
+    if (pf.k != 0) {
+      PrefetchKey(pf, j);
+      PrefetchKey(pf, j + 1);
+    }
+    VF acc[2][R];
+    HWY_UNROLL(8)
+    for (size_t r = 0; r < R; ++r) acc[0][r] = acc[1][r] = hn::Zero(df);
+    const T* k0 = k + j * kpitch;
+    for (size_t c = 0; c < dp; c += N) {
+      const VF k0v = LoadF32(df, k0 + c);
+      const VF k1v = LoadF32(df, k0 + kpitch + c);
+      HWY_UNROLL(8)
+      for (size_t r = 0; r < R; ++r) {
+        const VF q = hn::Load(df, qd + r * dp + c);
+        acc[0][r] = hn::MulAdd(q, k0v, acc[0][r]);
+        acc[1][r] = hn::MulAdd(q, k1v, acc[1][r]);
+      }
+    }
+    HWY_UNROLL(4)
+    for (size_t r = 0; r < R; r += 2) {
+      HWY_ALIGN float t[4];
+      Sum4(df, acc[0][r], acc[1][r], acc[0][r + 1], acc[1][r + 1], t);
+      s[r * pitch + j] = t[0];
+      s[r * pitch + j + 1] = t[1];
+      s[(r + 1) * pitch + j] = t[2];
+      s[(r + 1) * pitch + j + 1] = t[3];
+    }
+  }
+  if (j < n) {
+    DecodePrefetch pf_tail = pf;
+    if (pf_tail.k != 0) pf_tail.k += j * pf.k_stride;  // key j is key 0 there
+    if (pf_tail.v_cur != 0) pf_tail.v_cur += j * pf.v_stride;
+    pf_tail.k_next = 0;  // its rows past n_next are not fetched anyway
+    QkRowChunk<T, 4>(qd, k + j * kpitch, kpitch, dp, n - j, s + j, pitch, pf_tail);
+    QkRowChunk<T, 4>(qd + 4 * dp, k + j * kpitch, kpitch, dp, n - j, s + 4 * pitch + j,
+                     pitch, DecodePrefetch{});
+  }
+}
+#endif
+
 template <typename T, size_t R>
 HWY_INLINE void QkRowTail(const float* HWY_RESTRICT qd, const T* HWY_RESTRICT k,
                           size_t kpitch, size_t dp, size_t n, float* HWY_RESTRICT s,
@@ -172,8 +270,8 @@ HWY_INLINE void QkRowTail(const float* HWY_RESTRICT qd, const T* HWY_RESTRICT k,
   }
 }
 
-// s[r*pitch + j] = q_r . k_j for j < n and all n_rows rows (chunks of
-// kDecQkRows; a chunk whose rows are all dead is skipped; dead rows inside a
+// s[r*pitch + j] = q_r . k_j for j < n and all n_rows rows (chunks of 8 rows
+// on AVX-512, then of kDecQkRows; a chunk whose rows are all dead is skipped; dead rows inside a
 // live chunk get scores, and P.V partials, that are discarded: their m = -inf,
 // l = 0 keep them out of the merge). K rows are T (fp32 packed tile,
 // or the caller's F32/F16/BF16 rows) with row pitch kpitch; dp (a multiple of
@@ -183,7 +281,17 @@ HWY_INLINE void QkRows(const float* HWY_RESTRICT qd, size_t n_rows,
                        const T* HWY_RESTRICT k, size_t kpitch, size_t dp,
                        size_t n, float* HWY_RESTRICT s, size_t pitch,
                        const uint8_t* HWY_RESTRICT live, DecodePrefetch pf) {
-  for (size_t r0 = 0; r0 < n_rows; r0 += kDecQkRows) {
+  size_t r0 = 0;
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  for (; r0 + kDecQkRows8 <= n_rows; r0 += kDecQkRows8) {
+    bool any = false;
+    for (size_t r = r0; r < r0 + kDecQkRows8; ++r) any |= live[r] != 0;
+    if (!any) continue;
+    QkRowChunk8<T>(qd + r0 * dp, k, kpitch, dp, n, s + r0 * pitch, pitch, pf);
+    pf.k = 0;  // the first live chunk prefetched the whole tile
+  }
+#endif
+  for (; r0 < n_rows; r0 += kDecQkRows) {
     const size_t rc = std::min(kDecQkRows, n_rows - r0);
     bool any = false;
     for (size_t r = r0; r < r0 + rc; ++r) any |= live[r] != 0;
@@ -194,7 +302,138 @@ HWY_INLINE void QkRows(const float* HWY_RESTRICT qd, size_t n_rows,
       QkRowTail<T, kDecQkRows - 1>(qd + r0 * dp, k, kpitch, dp, n, s + r0 * pitch,
                                    pitch, pf, rc);
     }
-    pf.k = nullptr;  // the first live chunk prefetched the whole tile
+    pf.k = 0;  // the first live chunk prefetched the whole tile
+  }
+}
+
+// P.V of a decode tile: o[r][c] = o[r][c] * alpha[r] + sum_{j<n} s[r*pitch+j]
+// * v[j*vpitch + c], for the live rows. The same blocking and summation order
+// as PvTile (flash_common-inl.h: 4 rows x 4 vectors, then 2 rows x 8 vectors,
+// then single rows with two accumulator sets on AVX-512), plus the decode
+// prefetch: while the first live block streams key j (first column chunk),
+// V row j of the next tile is fetched. A decode-local copy, so that the
+// prefill P.V stays untouched.
+template <int kRows, int kVecs, int kJ, typename T>
+HWY_INLINE void DecPvBlock(DF df, const float* HWY_RESTRICT p, size_t pr, size_t n,
+                           const T* HWY_RESTRICT v, size_t vpitch, float* HWY_RESTRICT o,
+                           size_t opitch, const float* HWY_RESTRICT alpha,
+                           const DecodePrefetch* pf) {
+  const size_t N = hn::Lanes(df);
+  VF acc[kJ][kRows][kVecs];
+  HWY_UNROLL(16)
+  for (int r = 0; r < kRows; ++r) {
+    const VF a = hn::Set(df, alpha[r]);
+    HWY_UNROLL(16)
+    for (int c = 0; c < kVecs; ++c) {
+      acc[0][r][c] = hn::Mul(hn::Load(df, o + r * opitch + c * N), a);
+      HWY_UNROLL(16)
+      for (int u = 1; u < kJ; ++u) acc[u][r][c] = hn::Zero(df);
+    }
+  }
+  size_t j = 0;
+  for (; j + kJ <= n; j += kJ) {
+    HWY_UNROLL(16)
+    for (int u = 0; u < kJ; ++u) {
+      if (pf != nullptr) PrefetchValue(*pf, j + u);
+      VF vv[kVecs];
+      HWY_UNROLL(16)
+      for (int c = 0; c < kVecs; ++c) vv[c] = LoadF32(df, v + (j + u) * vpitch + c * N);
+      HWY_UNROLL(16)
+      for (int r = 0; r < kRows; ++r) {
+        const VF pb = hn::Set(df, p[r * pr + j + u]);
+        HWY_UNROLL(16)
+        for (int c = 0; c < kVecs; ++c) acc[u][r][c] = hn::MulAdd(pb, vv[c], acc[u][r][c]);
+      }
+    }
+  }
+  for (; j < n; ++j) {
+    if (pf != nullptr) PrefetchValue(*pf, j);
+    VF vv[kVecs];
+    HWY_UNROLL(16)
+    for (int c = 0; c < kVecs; ++c) vv[c] = LoadF32(df, v + j * vpitch + c * N);
+    HWY_UNROLL(16)
+    for (int r = 0; r < kRows; ++r) {
+      const VF pb = hn::Set(df, p[r * pr + j]);
+      HWY_UNROLL(16)
+      for (int c = 0; c < kVecs; ++c) acc[0][r][c] = hn::MulAdd(pb, vv[c], acc[0][r][c]);
+    }
+  }
+  HWY_UNROLL(16)
+  for (int r = 0; r < kRows; ++r) {
+    HWY_UNROLL(16)
+    for (int c = 0; c < kVecs; ++c) {
+      VF sum = acc[0][r][c];
+      HWY_UNROLL(16)
+      for (int u = 1; u < kJ; ++u) sum = hn::Add(sum, acc[u][r][c]);
+      hn::Store(sum, df, o + r * opitch + c * N);
+    }
+  }
+}
+
+template <int kRows, int kJ, typename T, int kVecs>
+HWY_INLINE void DecPvRemainder(DF df, const float* HWY_RESTRICT p, size_t pr, size_t n,
+                               const T* HWY_RESTRICT v, size_t vpitch, float* HWY_RESTRICT o,
+                               size_t opitch, const float* HWY_RESTRICT alpha,
+                               const DecodePrefetch* pf, size_t rem) {
+  if constexpr (kVecs >= 1) {
+    if (rem == static_cast<size_t>(kVecs)) {
+      return DecPvBlock<kRows, kVecs, kJ, T>(df, p, pr, n, v, vpitch, o, opitch, alpha, pf);
+    }
+    DecPvRemainder<kRows, kJ, T, kVecs - 1>(df, p, pr, n, v, vpitch, o, opitch, alpha, pf,
+                                            rem);
+  }
+}
+
+// kRows rows over all n_vecs column vectors, in chunks of PvChunk<kRows>().
+// pf (may be null) is used by the first chunk only.
+template <int kRows, int kJ, typename T>
+HWY_INLINE void DecPvRows(DF df, const float* HWY_RESTRICT p, size_t pr, size_t n,
+                          const T* HWY_RESTRICT v, size_t vpitch, float* HWY_RESTRICT o,
+                          size_t opitch, const float* HWY_RESTRICT alpha, size_t n_vecs,
+                          const DecodePrefetch* pf) {
+  constexpr int kChunk = PvChunk<kRows>();
+  const size_t N = hn::Lanes(df);
+  size_t c = 0;
+  for (; c + kChunk <= n_vecs; c += kChunk) {
+    DecPvBlock<kRows, kChunk, kJ, T>(df, p, pr, n, v + c * N, vpitch, o + c * N, opitch,
+                                     alpha, pf);
+    pf = nullptr;
+  }
+  if (c < n_vecs) {
+    DecPvRemainder<kRows, kJ, T, kChunk - 1>(df, p, pr, n, v + c * N, vpitch, o + c * N,
+                                             opitch, alpha, pf, n_vecs - c);
+  }
+}
+
+template <typename T>
+HWY_INLINE void DecPvTile(const float* HWY_RESTRICT p, size_t pr, size_t n,
+                          const T* HWY_RESTRICT v, size_t vpitch, size_t dvp,
+                          float* HWY_RESTRICT o, const float* HWY_RESTRICT alpha,
+                          size_t n_rows, const uint8_t* HWY_RESTRICT live,
+                          const DecodePrefetch* pf) {
+  const DF df;
+  const size_t N = hn::Lanes(df);
+  const size_t n_vecs = dvp / N;
+  size_t r = 0;
+  for (; r + kPvRows <= n_rows; r += kPvRows) {
+    bool any = false;
+    for (int t = 0; t < kPvRows; ++t) any |= live[r + t] != 0;
+    if (!any) continue;
+    DecPvRows<kPvRows, 1, T>(df, p + r * pr, pr, n, v, vpitch, o + r * dvp, dvp, alpha + r,
+                             n_vecs, pf);
+    pf = nullptr;
+  }
+  if (r + 2 <= n_rows && (live[r] || live[r + 1])) {
+    DecPvRows<2, 1, T>(df, p + r * pr, pr, n, v, vpitch, o + r * dvp, dvp, alpha + r, n_vecs,
+                       pf);
+    pf = nullptr;
+    r += 2;
+  }
+  for (; r < n_rows; ++r) {
+    if (!live[r]) continue;
+    DecPvRows<1, 2, T>(df, p + r * pr, pr, n, v, vpitch, o + r * dvp, dvp, alpha + r, n_vecs,
+                       pf);
+    pf = nullptr;
   }
 }
 
@@ -221,7 +460,8 @@ template <typename T, bool kPrefetch>
 HWY_INLINE void DecodeTile(const Problem& P, const Plan& pl, const DecodeRows& R,
                            int64_t b, int64_t hk, int64_t js, size_t n,
                            const T* HWY_RESTRICT k, size_t kpitch,
-                           const T* HWY_RESTRICT v, size_t vpitch) {
+                           const T* HWY_RESTRICT v, size_t vpitch, bool first_tile,
+                           size_t n_next, bool ahead) {
   const DF df;
   const size_t N = hn::Lanes(df);
   const size_t rows = R.rows;
@@ -232,11 +472,20 @@ HWY_INLINE void DecodeTile(const Problem& P, const Plan& pl, const DecodeRows& R
   const int64_t je = js + static_cast<int64_t>(n);
   DecodePrefetch pf;
   if constexpr (kPrefetch) {
-    pf.k = reinterpret_cast<const char*>(k);
-    pf.v = reinterpret_cast<const char*>(v);
     pf.k_stride = kpitch * sizeof(T);
     pf.v_stride = vpitch * sizeof(T);
     pf.bytes = dp * sizeof(T);
+    pf.k = reinterpret_cast<uintptr_t>(k);
+    if (first_tile || !ahead) pf.v_cur = reinterpret_cast<uintptr_t>(v);
+    if (ahead && n_next > 0) {
+      pf.k_next = pf.k + n * pf.k_stride;
+      pf.v_next = reinterpret_cast<uintptr_t>(v) + n * pf.v_stride;
+      pf.n_next = n_next;
+    }
+  } else {
+    (void)first_tile;
+    (void)n_next;
+    (void)ahead;
   }
   QkRows<T>(R.qd, rows, k, kpitch, dp, n, s, pitch, R.live, pf);
   const bool need_range = !(js >= R.max_first && je - 1 <= R.min_last);
@@ -291,7 +540,11 @@ HWY_INLINE void DecodeTile(const Problem& P, const Plan& pl, const DecodeRows& R
     R.l[r] = R.l[r] * a + hn::GetLane(hn::SumOfLanes(df, sum));
     R.m[r] = m_new;
   }
-  PvTile<T>(s, 1, pitch, n, v, vpitch, dvp, R.o, R.alpha, rows, R.live);
+  if (pf.v_next != 0) {
+    DecPvTile<T>(s, pitch, n, v, vpitch, dvp, R.o, R.alpha, rows, R.live, &pf);
+  } else {
+    PvTile<T>(s, 1, pitch, n, v, vpitch, dvp, R.o, R.alpha, rows, R.live);
+  }
 }
 
 // kDirect: K/V rows are read in place as T (requires T == the k and v dtype,
@@ -363,20 +616,25 @@ void DecodeSplit(const Problem& P, const Plan& pl, int64_t task,
   }
 
   const int64_t tkv = pl.tkv;
+  const bool ahead = static_cast<double>(P.B) * static_cast<double>(P.Hkv) *
+                         static_cast<double>(P.Lk) * static_cast<double>(P.D + P.Dv) *
+                         static_cast<double>(sizeof(T)) > kDecodeAheadBytes;
   for (int64_t js = u_first; js <= u_last; js += tkv) {
     const int64_t je = std::min(js + tkv, u_last + 1);
     const size_t n = static_cast<size_t>(je - js);
+    const size_t n_next = static_cast<size_t>(std::min(tkv, std::max<int64_t>(0, u_last + 1 - je)));
     if constexpr (kDirect) {
       const T* k = static_cast<const T*>(P.k) + b * P.ks[0] + hk * P.ks[1] + js * P.ks[2];
       const T* v = static_cast<const T*>(P.v) + b * P.vs[0] + hk * P.vs[1] + js * P.vs[2];
       DecodeTile<T, true>(P, pl, R, b, hk, js, n, k, static_cast<size_t>(P.ks[2]), v,
-                    static_cast<size_t>(P.vs[2]));
+                          static_cast<size_t>(P.vs[2]), js == u_first, n_next, ahead);
     } else {
       PackKvTile(P.k, P.kt, P.ks, b, hk, js, static_cast<int64_t>(n),
                  static_cast<int64_t>(n), P.D, static_cast<int64_t>(dp), kt);
       PackKvTile(P.v, P.vt, P.vs, b, hk, js, static_cast<int64_t>(n),
                  static_cast<int64_t>(n), P.Dv, static_cast<int64_t>(dvp), vt);
-      DecodeTile<float, false>(P, pl, R, b, hk, js, n, kt, dp, vt, dvp);
+      DecodeTile<float, false>(P, pl, R, b, hk, js, n, kt, dp, vt, dvp, js == u_first, n_next,
+                               false);
     }
   }
 }
