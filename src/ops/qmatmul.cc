@@ -535,6 +535,10 @@ HWY_EXPORT(PackTokensT);
 HWY_EXPORT(TokenBlockT);
 HWY_EXPORT(TaskRowsT);
 
+void QMatVecRows(float* y, const QMatrix& w, int64_t r0, int64_t nr, const float* x, float* tmp) {
+  HWY_DYNAMIC_DISPATCH(DotRowsT)(w, r0, nr, x, y, tmp);
+}
+
 int64_t QMatMulTokenBlock(int64_t T) { return HWY_DYNAMIC_DISPATCH(TokenBlockT)(T); }
 int64_t QMatMulTaskRows() { return HWY_DYNAMIC_DISPATCH(TaskRowsT)(); }
 

@@ -14,6 +14,7 @@
 #include <unistd.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstdio>
@@ -242,6 +243,36 @@ TEST(SmolLm2, ResultsDoNotDependOnThreadCount) {
   }
   EXPECT_TRUE(outs[0] == outs[1]);
   EXPECT_TRUE(outs[0] == outs[2]);
+}
+
+// SmolLM2's decode steps through the fused region path equal the op-by-op
+// path bit for bit (Q4_1 + Q8_0 head, both cache dtypes).
+TEST(SmolLm2, FusedDecodeStepEqualsOpByOp) {
+  REQUIRE_MODEL();
+  std::vector<int32_t> ids = Tok(Shared()).Encode("One region per layer must not change a bit:", true).value();
+  for (DType kv : {DType::kF32, DType::kF16}) {
+    std::vector<std::vector<float>> outs;
+    for (bool fused : {false, true}) {
+      llama::LlamaOptions o;
+      o.kv_dtype = kv;
+      o.fused_decode = fused;
+      o.num_threads = 2;
+      std::unique_ptr<DecoderModel> m = Load(o);
+      ASSERT_NE(m, nullptr);
+      Tensor a;
+      ASSERT_TRUE(m->Forward(ids, false, &a).ok());
+      std::vector<float> v;
+      int32_t next = 42;
+      for (int step = 0; step < 4; ++step) {
+        ASSERT_TRUE(m->Forward({next}, false, &a).ok());
+        v.insert(v.end(), a.data<float>(), a.data<float>() + a.numel());
+        next = static_cast<int32_t>(std::max_element(a.data<float>(), a.data<float>() + a.numel()) - a.data<float>());
+      }
+      outs.push_back(std::move(v));
+    }
+    ASSERT_EQ(outs[0].size(), outs[1].size());
+    EXPECT_TRUE(outs[0] == outs[1]) << DTypeName(kv);
+  }
 }
 
 TEST(SmolLm2, F16CacheIsClose) {
@@ -537,6 +568,48 @@ TEST(LlamaLoader, EverySimdTargetAgrees) {
     ++tried;
   }
   EXPECT_GE(tried, 2);
+}
+
+// The fused decode step (one parallel region per layer: matvec chunks with
+// RoPE / SwiGLU / cache append applied to each chunk, per-task norms) gives
+// exactly the op-by-op path's logits, step after step (so the cache it
+// writes is the same too), for 1-3 threads, both cache dtypes, tied and
+// untied heads and every weight type of the tiny model (quantised, F16, F32).
+TEST(LlamaLoader, FusedDecodeStepEqualsOpByOp) {
+  const std::vector<int32_t> prompt = {256, 72, 105};
+  const std::vector<int32_t> steps = {33, 200, 7, 100, 3, 99, 257, 0};
+  for (bool tied : {false, true}) {
+    for (DType kv : {DType::kF32, DType::kF16}) {
+      TinyOpts to;
+      to.tied = tied;
+      llama::LlamaOptions ref_o;
+      ref_o.kv_dtype = kv;
+      ref_o.fused_decode = false;
+      ref_o.num_threads = 2;
+      auto ref = std::move(LoadTiny(to, ref_o)).value();
+      Tensor l;
+      ASSERT_TRUE(ref->Forward(prompt, false, &l).ok());
+      std::vector<std::vector<float>> want;
+      for (int32_t id : steps) {
+        ASSERT_TRUE(ref->Forward({id}, false, &l).ok());
+        want.emplace_back(l.data<float>(), l.data<float>() + l.numel());
+      }
+      for (int threads : {1, 2, 3}) {
+        llama::LlamaOptions o;
+        o.kv_dtype = kv;
+        o.num_threads = threads;
+        auto m = std::move(LoadTiny(to, o)).value();
+        ASSERT_TRUE(m->Forward(prompt, false, &l).ok());
+        for (size_t i = 0; i < steps.size(); ++i) {
+          ASSERT_TRUE(m->Forward({steps[i]}, false, &l).ok());
+          ASSERT_EQ(l.numel(), static_cast<int64_t>(want[i].size()));
+          EXPECT_EQ(MaxDiff(l.data<float>(), want[i].data(), l.numel()), 0.0)
+              << "step " << i << ", " << threads << " threads, tied " << tied << ", kv " << DTypeName(kv);
+        }
+        EXPECT_EQ(m->CacheLength(), static_cast<int64_t>(prompt.size() + steps.size()));
+      }
+    }
+  }
 }
 
 // Crossing the cache capacity (256, then 384 positions) copies every head's
