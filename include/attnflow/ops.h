@@ -138,6 +138,13 @@ Status QMatMul(const std::vector<MatJob>& jobs, const float* x, int64_t ldx, int
                ThreadPool& pool, MatMulScratch& scratch,
                int64_t gemm_min_tokens = kDefaultGemmMinTokens);
 
+// y[j] = dot(row r0 + j of w, x) for j < nr, one row after the other: the
+// same per-row dot products (same values, bit for bit) as QMatMul's decode
+// path below gemm_min_tokens. For callers that schedule rows themselves (the
+// Llama decode step runs a whole layer in one parallel region). `tmp`: at
+// least w.cols floats of scratch (used by the non-quantised row types).
+void QMatVecRows(float* y, const QMatrix& w, int64_t r0, int64_t nr, const float* x, float* tmp);
+
 // Tokens per packed block, weight rows per GEMM task, and the SIMD target.
 int64_t QMatMulTokenBlock(int64_t T);
 int64_t QMatMulTaskRows();

@@ -13,17 +13,47 @@
 // backed: the resident size follows the tokens cached, as a growing buffer's
 // would) — appends never reallocate or copy. Only where the reservation is
 // refused does it fall back to growing by 1.5x with a copy.
+//
+// Decode step (one token, no stage capture; DecodeStep): everything between
+// two attention calls runs in ONE pool region -- the rest of layer l (Wo,
+// residual, RMSNorm, gate/up with SwiGLU applied to each 16-row chunk as it is
+// computed, Wdown, residual) and the start of layer l+1 (RMSNorm, q/k/v with
+// RoPE applied to each chunk and k/v written to the cache from it), or the
+// output head after the last layer: 61 pool hand-offs a token for 30 layers
+// instead of ~155, and no serial norm/RoPE/SwiGLU/append pass between them.
+// Inside a region, each phase's rows are 16-row chunks split into one
+// contiguous range per task with stealing from the back (as ops::QMatMul's
+// decode path); a task waits for a phase's chunk count to complete (acquire
+// on the per-chunk release counts) before it reads that phase's output.
+// Every task keeps its own copy of the residual stream and of the normed
+// input (the same ops on the same data, so the copies are identical), so no
+// single task has to run the norm while the others wait. Phases write to
+// distinct buffers (o_out_, g_, dn_, q/k/v), so a late task still reads
+// unmodified inputs; no task ever waits for another task to *arrive*, only
+// for claimed chunks to finish -- if the pool runs the tasks one after the
+// other (one worker, or a nested call) the first task does all the work and
+// the others only update their copies. Each value is computed by the same
+// function on the same inputs as on the op-by-op path (ops::QMatVecRows is
+// QMatMul's per-row dot; Rope, SwiGlu, Add and RmsNorm are the ops themselves
+// on slices), so the logits are bit-identical to it and to any thread count.
 #include "model/llama/llama_model.h"
 
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <new>
 #include <system_error>
+#include <thread>
 #include <vector>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
 
 #include "attnflow/attention.h"
 #include "attnflow/reference.h"
@@ -45,6 +75,86 @@ using ops::QMatrix;
 struct Layer {
   std::vector<float> attn_norm, ffn_norm;
   QMatrix q, k, v, o, gate, up, down;
+};
+
+constexpr int64_t kDecodeRows = 16;  // rows per chunk in a decode region phase
+
+// One task's share of a decode phase's chunks, [front, back) packed in one
+// 64-bit word: the owner takes chunks from the front, others from the back,
+// and each chunk is claimed exactly once.
+struct alignas(64) ChunkRange {
+  std::atomic<uint64_t> fb{0};
+  static uint64_t Pack(uint32_t front, uint32_t back) { return (uint64_t{back} << 32) | front; }
+  bool Take(bool from_front, uint32_t* chunk) {
+    uint64_t cur = fb.load(std::memory_order_relaxed);
+    for (;;) {
+      const uint32_t f = static_cast<uint32_t>(cur), b = static_cast<uint32_t>(cur >> 32);
+      if (f >= b) return false;
+      const uint64_t next = from_front ? Pack(f + 1, b) : Pack(f, b - 1);
+      if (fb.compare_exchange_weak(cur, next, std::memory_order_relaxed)) {
+        *chunk = from_front ? f : b - 1;
+        return true;
+      }
+    }
+  }
+};
+
+// Chunks of one phase finished so far (release per task, acquire by waiters).
+struct alignas(64) DoneCount {
+  std::atomic<int64_t> n{0};
+};
+
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+// A phase of `total` chunks over W tasks: ranges[0..W) and its done count.
+struct DecodePhase {
+  ChunkRange* ranges = nullptr;
+  DoneCount* done = nullptr;
+  int64_t total = 0;
+  void Reset(int64_t chunks, int64_t W) {
+    total = chunks;
+    done->n.store(0, std::memory_order_relaxed);
+    for (int64_t w = 0; w < W; ++w) {
+      ranges[w].fb.store(ChunkRange::Pack(static_cast<uint32_t>(chunks * w / W),
+                                          static_cast<uint32_t>(chunks * (w + 1) / W)),
+                         std::memory_order_relaxed);
+    }
+  }
+  // Task w runs its own chunks, then steals; with `wait`, returns only when
+  // every chunk of the phase is done (their writes visible to the caller).
+  template <typename Fn>
+  void Run(int64_t w, int64_t W, bool wait, Fn&& chunk) {
+    uint32_t c;
+    int64_t n = 0;
+    while (ranges[w].Take(true, &c)) {
+      chunk(static_cast<int64_t>(c));
+      ++n;
+    }
+    for (int64_t k = 1; k < W; ++k) {
+      ChunkRange& other = ranges[(w + k) % W];
+      while (other.Take(false, &c)) {
+        chunk(static_cast<int64_t>(c));
+        ++n;
+      }
+    }
+    if (n > 0) done->n.fetch_add(n, std::memory_order_release);
+    if (!wait) return;
+    // Only claimed chunks are waited for (their tasks are running), so this
+    // cannot deadlock; yield after a while so a descheduled task gets a CPU.
+    for (int spins = 0; done->n.load(std::memory_order_acquire) < total; ++spins) {
+      if (spins < 2048) {
+        CpuRelax();
+      } else {
+        std::this_thread::yield();
+      }
+    }
+  }
 };
 
 // The reference's score stages pass through; its "out" is dropped (the
@@ -78,6 +188,11 @@ class LlamaModel : public DecoderModel {
   Status EnsureCapacity(int64_t needed);
   Status ForwardImpl(const std::vector<int32_t>& ids, bool all_logits, Tensor* logits,
                      const StageCapture& capture);
+  // The one-token forward in one region per layer (see the file comment).
+  // Caller checked the id, the context and the cache capacity.
+  Status DecodeStep(int32_t id, Tensor* logits);
+  bool CanFuseDecode() const { return opt_.fused_decode && info_.head_dim % kDecodeRows == 0; }
+  void StoreKv(uint8_t* cache, int64_t r, const float* src, int64_t n) const;
   void CaptureLayer(const StageCapture& cap, int64_t T, int64_t Lk, const TensorView& qv,
                     const TensorView& kv, const TensorView& vv, const TensorView& ov);
 
@@ -115,6 +230,11 @@ class LlamaModel : public DecoderModel {
   // Work buffers (resized per call; capacity is kept).
   std::vector<float> x_, h_, q_, k_, v_, att_, g_, u_, tmp_, cos_, sin_;
   std::vector<int64_t> pos_;
+  // Decode regions: per-task residual / normed copies [W, E], the Wo and
+  // Wdown outputs, and the four phases' ranges and counts.
+  std::vector<float> xw_, hw_, o_out_, dn_;
+  std::unique_ptr<ChunkRange[]> dec_ranges_;
+  std::unique_ptr<DoneCount[]> dec_done_;
 
  public:
   ~LlamaModel() override {
@@ -441,6 +561,7 @@ Status LlamaModel::ForwardImpl(const std::vector<int32_t>& ids, bool all_logits,
   }
   if (logits == nullptr) return InvalidArgument("llama: forward: logits is null");
   ATTNFLOW_RETURN_IF_ERROR(EnsureCapacity(cache_len_ + T));
+  if (T == 1 && capture.sink == nullptr && CanFuseDecode()) return DecodeStep(ids[0], logits);
   const int64_t p0 = cache_len_, Lk = p0 + T;
   const size_t t_ = static_cast<size_t>(T);
   x_.resize(t_ * E);
@@ -533,6 +654,145 @@ Status LlamaModel::ForwardImpl(const std::vector<int32_t>& ids, bool all_logits,
                                   opt_.gemm_min_tokens));
   *logits = std::move(out).value();
   cache_len_ += T;
+  return Status::Ok();
+}
+
+void LlamaModel::StoreKv(uint8_t* cache, int64_t r, const float* src, int64_t n) const {
+  // Row r of the layer's [Hkv * D] k or v output: head r / D, dims from r % D.
+  const int64_t D = info_.head_dim;
+  const int64_t dst = ((r / D) * cap_ + cache_len_) * D + r % D;
+  if (opt_.kv_dtype == DType::kF32) {
+    std::memcpy(reinterpret_cast<float*>(cache) + dst, src, static_cast<size_t>(n) * sizeof(float));
+  } else {
+    for (int64_t d = 0; d < n; ++d) reinterpret_cast<uint16_t*>(cache)[dst + d] = F32ToF16(src[d]);
+  }
+}
+
+Status LlamaModel::DecodeStep(int32_t id, Tensor* logits) {
+  const int64_t E = info_.hidden, H = info_.num_heads, Hkv = info_.num_kv_heads;
+  const int64_t D = info_.head_dim, F = info_.ffn_hidden, V = info_.vocab_size;
+  const int64_t p0 = cache_len_, Lk = p0 + 1;
+  ThreadPool& pool = *pool_;
+  const int64_t W = pool.NumWorkers();
+  const size_t e = static_cast<size_t>(E);
+  x_.resize(e);
+  q_.resize(static_cast<size_t>(H * D));
+  k_.resize(static_cast<size_t>(Hkv * D));
+  v_.resize(static_cast<size_t>(Hkv * D));
+  att_.resize(static_cast<size_t>(H * D));
+  g_.resize(static_cast<size_t>(F));
+  o_out_.resize(e);
+  dn_.resize(e);
+  xw_.resize(static_cast<size_t>(W) * e);
+  hw_.resize(static_cast<size_t>(W) * e);
+  cos_.resize(static_cast<size_t>(D / 2));
+  sin_.resize(static_cast<size_t>(D / 2));
+  pos_.resize(1);
+  constexpr int kPhases = 4;  // Wo, gate/up, Wdown, then q/k/v or the head
+  if (dec_ranges_ == nullptr) {
+    dec_ranges_.reset(new ChunkRange[static_cast<size_t>(kPhases * W)]);
+    dec_done_.reset(new DoneCount[kPhases]);
+  }
+  DecodePhase ph[kPhases];
+  for (int i = 0; i < kPhases; ++i) {
+    ph[i].ranges = dec_ranges_.get() + i * W;
+    ph[i].done = &dec_done_[static_cast<size_t>(i)];
+  }
+  Result<Tensor> out = Tensor::Zeros(DType::kF32, {1, V});
+  if (!out.ok()) return out.status();
+  float* lg = out->data<float>();
+
+  ATTNFLOW_RETURN_IF_ERROR(ops::EmbeddingLookup(x_.data(), E, &id, embd_, 1));
+  pos_[0] = p0;
+  ops::RopeTables(cos_.data(), sin_.data(), pos_.data(), inv_freq_.data(), 1.0, 1, D);
+  auto chunks = [](int64_t rows) { return (rows + kDecodeRows - 1) / kDecodeRows; };
+  const int64_t nl = static_cast<int64_t>(layers_.size());
+  const int64_t qd = H * D, kd = Hkv * D;
+
+  // Region l: the rest of layer l (l >= 0), then the start of layer l + 1 or
+  // the output head.
+  for (int64_t l = -1; l < nl; ++l) {
+    if (l >= 0) {
+      const TensorView qv = MakeStridedView(q_.data(), DType::kF32, {1, H, 1, D}, {H * D, D, H * D, 1});
+      const TensorView ov = MakeStridedView(att_.data(), DType::kF32, {1, H, 1, D}, {H * D, D, H * D, 1});
+      const TensorView kv = MakeStridedView(KPtr(static_cast<size_t>(l)), opt_.kv_dtype, {1, Hkv, Lk, D},
+                                            {Hkv * cap_ * D, cap_ * D, D, 1});
+      const TensorView vv = MakeStridedView(VPtr(static_cast<size_t>(l)), opt_.kv_dtype, {1, Hkv, Lk, D},
+                                            {Hkv * cap_ * D, cap_ * D, D, 1});
+      SdpaOptions so;
+      so.causal = Causal::kBottomRight;
+      KernelOptions ko;
+      ko.pool = pool_;
+      Status st = Attention(ov, TensorView(), qv, kv, vv, so, ko);
+      if (!st.ok()) return Status(st.code(), "llama: layer " + std::to_string(l) + ": " + st.message());
+      ph[0].Reset(chunks(E), W);
+      ph[1].Reset(chunks(F), W);
+      ph[2].Reset(chunks(E), W);
+    }
+    const bool last = l + 1 == nl;
+    ph[3].Reset(last ? chunks(V) : (qd + 2 * kd) / kDecodeRows, W);
+    pool.ParallelFor(W, [&](int64_t w, int worker) {
+      float* xw = xw_.data() + w * E;
+      float* hw = hw_.data() + w * E;
+      float* buf = scratch_.worker(worker);
+      if (l < 0) {
+        std::memcpy(xw, x_.data(), e * sizeof(float));
+      } else {
+        const Layer& L = layers_[static_cast<size_t>(l)];
+        ph[0].Run(w, W, true, [&](int64_t c) {
+          const int64_t r0 = c * kDecodeRows, nr = std::min(kDecodeRows, E - r0);
+          ops::QMatVecRows(o_out_.data() + r0, L.o, r0, nr, att_.data(), buf);
+        });
+        ops::Add(xw, xw, o_out_.data(), E, pool);
+        ops::RmsNorm(hw, E, xw, E, L.ffn_norm.data(), eps_, 1, E, pool);
+        ph[1].Run(w, W, true, [&](int64_t c) {
+          const int64_t r0 = c * kDecodeRows, nr = std::min(kDecodeRows, F - r0);
+          float u[kDecodeRows];
+          ops::QMatVecRows(g_.data() + r0, L.gate, r0, nr, hw, buf);
+          ops::QMatVecRows(u, L.up, r0, nr, hw, buf);
+          ops::SwiGlu(g_.data() + r0, g_.data() + r0, u, nr, pool);
+        });
+        ph[2].Run(w, W, true, [&](int64_t c) {
+          const int64_t r0 = c * kDecodeRows, nr = std::min(kDecodeRows, E - r0);
+          ops::QMatVecRows(dn_.data() + r0, L.down, r0, nr, g_.data(), buf);
+        });
+        ops::Add(xw, xw, dn_.data(), E, pool);
+      }
+      if (last) {
+        ops::RmsNorm(hw, E, xw, E, output_norm_.data(), eps_, 1, E, pool);
+        ph[3].Run(w, W, false, [&](int64_t c) {
+          const int64_t r0 = c * kDecodeRows, nr = std::min(kDecodeRows, V - r0);
+          ops::QMatVecRows(lg + r0, output_, r0, nr, hw, buf);
+        });
+        return;
+      }
+      const size_t ln = static_cast<size_t>(l + 1);
+      const Layer& N = layers_[ln];
+      ops::RmsNorm(hw, E, xw, E, N.attn_norm.data(), eps_, 1, E, pool);
+      ph[3].Run(w, W, false, [&](int64_t c) {
+        int64_t r = c * kDecodeRows;  // row of [q | k | v]; a chunk lies in one head
+        const float* cs = cos_.data() + (r % D) / 2;
+        const float* sn = sin_.data() + (r % D) / 2;
+        if (r < qd) {
+          ops::QMatVecRows(q_.data() + r, N.q, r, kDecodeRows, hw, buf);
+          ops::Rope(q_.data() + r, kDecodeRows, cs, sn, ops::RopeLayout::kInterleaved, 1, 1, kDecodeRows,
+                    kDecodeRows, pool);
+        } else if (r < qd + kd) {
+          r -= qd;
+          ops::QMatVecRows(k_.data() + r, N.k, r, kDecodeRows, hw, buf);
+          ops::Rope(k_.data() + r, kDecodeRows, cs, sn, ops::RopeLayout::kInterleaved, 1, 1, kDecodeRows,
+                    kDecodeRows, pool);
+          StoreKv(KPtr(ln), r, k_.data() + r, kDecodeRows);
+        } else {
+          r -= qd + kd;
+          ops::QMatVecRows(v_.data() + r, N.v, r, kDecodeRows, hw, buf);
+          StoreKv(VPtr(ln), r, v_.data() + r, kDecodeRows);
+        }
+      });
+    });
+  }
+  *logits = std::move(out).value();
+  cache_len_ += 1;
   return Status::Ok();
 }
 

@@ -50,6 +50,11 @@ struct LlamaOptions {
   // a refused reservation) grows it by 1.5x with a copy; tests use false to
   // cover that path.
   bool reserve_kv = true;
+  // One-token forward (decode) without stage capture runs each layer's
+  // matvecs, norms, RoPE, SwiGLU and cache append in one parallel region per
+  // layer (plus the attention call's own); false runs the op-by-op path.
+  // Both give bit-identical logits (tests compare them).
+  bool fused_decode = true;
 };
 
 Result<std::unique_ptr<DecoderModel>> LoadLlamaGgufWithOptions(
