@@ -218,7 +218,10 @@ void PlanPrefill(const SdpaDims& d, const KernelOptions& kopt, Plan* pl,
   pl->hc = std::min(G, rows_target);
   pl->tq = std::max<int64_t>(1, rows_target / pl->hc);
   pl->tq = std::min(pl->tq, std::max<int64_t>(d.q_len, 1));
-  pl->rows = RoundUp(pl->hc * pl->tq, t.row_block);
+  // Rows are padded to whole vectors only (not to row_block pairs): a short
+  // query tile, e.g. 16 rows on a 16-lane target, is not doubled with dead
+  // rows (QkTile handles a last single row-vector).
+  pl->rows = RoundUp(pl->hc * pl->tq, t.lanes);
   pl->n_hchunks = CeilDiv(G, pl->hc);
   pl->n_qtiles = CeilDiv(d.q_len, pl->tq);
   const int64_t default_kv = d.head_dim > 128 ? 64 : 128;

@@ -191,12 +191,40 @@ HWY_INLINE void QkBlock(DF df, const float* HWY_RESTRICT qt, size_t rows,
   }
 }
 
-// Whole tile: st[j][i] for j < n_keys and i < rows. Full blocks of kQkKeys
-// keys read K rows at kp (pitch kpitch: the packed tile, or the caller's F32
-// rows in place); a partial last block reads `tail` (kQkKeys zero-padded rows,
-// pitch tail_pitch) so that nothing past the last key is touched.
-// tile_max[i] = max over j < n_keys (only meaningful when no mask is applied
-// afterwards). Row-vector pairs whose rows are all inactive are skipped.
+// One row-vector x kKeys keys (the single row-vector left when the tile has
+// an odd number of row-vectors, e.g. 16 query rows on AVX-512). Same
+// per-score arithmetic (an FMA chain over e in order) as QkBlock, so a score
+// does not depend on which block computed it.
+template <size_t kDim, int kKeys>
+HWY_INLINE void QkBlock1(DF df, const float* HWY_RESTRICT qt, size_t rows,
+                         const float* HWY_RESTRICT kp, size_t kpitch,
+                         size_t dim_rt, float* HWY_RESTRICT st, VF& mx) {
+  const size_t dim = kDim ? kDim : dim_rt;
+  VF a[kKeys];
+  HWY_UNROLL(16)
+  for (int r = 0; r < kKeys; ++r) a[r] = hn::Zero(df);
+  for (size_t e = 0; e < dim; ++e) {
+    const VF q0 = hn::Load(df, qt + e * rows);
+    HWY_UNROLL(16)
+    for (int r = 0; r < kKeys; ++r) {
+      a[r] = hn::MulAdd(q0, hn::Set(df, kp[r * kpitch + e]), a[r]);
+    }
+  }
+  HWY_UNROLL(16)
+  for (int r = 0; r < kKeys; ++r) {
+    hn::Store(a[r], df, st + r * rows);
+    mx = hn::Max(mx, a[r]);
+  }
+}
+
+// Whole tile: st[j][i] for j < n_keys and i < rows (rows a multiple of the
+// lane count N: pairs of row-vectors, then at most one single row-vector).
+// Full blocks of kQkKeys keys read K rows at kp (pitch kpitch: the packed
+// tile, or the caller's F32 rows in place); a partial last block reads `tail`
+// (kQkKeys zero-padded rows, pitch tail_pitch) so that nothing past the last
+// key is touched. tile_max[i] = max over j < n_keys (only meaningful when no
+// mask is applied afterwards). Row-vector pairs whose rows are all inactive
+// are skipped (rowpair_live[i / (2N)]).
 template <size_t kDim>
 HWY_INLINE void QkTile(const float* HWY_RESTRICT qt, size_t rows,
                        const float* HWY_RESTRICT kp, size_t kpitch,
@@ -207,7 +235,8 @@ HWY_INLINE void QkTile(const float* HWY_RESTRICT qt, size_t rows,
   const DF df;
   const size_t N = hn::Lanes(df);
   const size_t full_keys = n_keys / kQkKeys * kQkKeys;
-  for (size_t i0 = 0; i0 < rows; i0 += 2 * N) {
+  size_t i0 = 0;
+  for (; i0 + 2 * N <= rows; i0 += 2 * N) {
     if (!rowpair_live[i0 / (2 * N)]) continue;
     VF mx0 = hn::Set(df, kNegInfF), mx1 = mx0;
     for (size_t j = 0; j < full_keys; j += kQkKeys) {
@@ -227,6 +256,26 @@ HWY_INLINE void QkTile(const float* HWY_RESTRICT qt, size_t rows,
     }
     hn::Store(mx0, df, tile_max + i0);
     hn::Store(mx1, df, tile_max + i0 + N);
+  }
+  if (i0 < rows && rowpair_live[i0 / (2 * N)]) {  // one row-vector left
+    VF mx = hn::Set(df, kNegInfF);
+    size_t j = 0;
+    // Two key blocks at once keep as many accumulators as QkBlock.
+    for (; j + 2 * kQkKeys <= full_keys; j += 2 * kQkKeys) {
+      QkBlock1<kDim, 2 * kQkKeys>(df, qt + i0, rows, kp + j * kpitch, kpitch, dim,
+                                  st + j * rows + i0, mx);
+    }
+    for (; j < full_keys; j += kQkKeys) {
+      QkBlock1<kDim, kQkKeys>(df, qt + i0, rows, kp + j * kpitch, kpitch, dim,
+                              st + j * rows + i0, mx);
+    }
+    if (full_keys < n_keys) {
+      VF d = hn::Set(df, kNegInfF);
+      QkBlock1<kDim, kQkKeys>(df, qt + i0, rows, tail, tail_pitch, dim,
+                              st + j * rows + i0, d);
+      for (size_t jj = j; jj < n_keys; ++jj) mx = hn::Max(mx, hn::Load(df, st + jj * rows + i0));
+    }
+    hn::Store(mx, df, tile_max + i0);
   }
 }
 
@@ -567,7 +616,10 @@ HWY_INLINE void ApplyMaskRow(const Problem& P, int64_t b, int64_t h, int64_t i,
 // Writes one finished row: out = o / l, lse = (m + log2 l) * ln2. Rows that
 // see no key (dead by index, or l == 0 after masking) get out 0, lse -inf.
 // A non-finite result is recomputed by RecomputeRowScalar (exact handling of
-// NaN/Inf in hidden keys; legitimately NaN/Inf rows stay so).
+// NaN/Inf in hidden keys; legitimately NaN/Inf rows stay so). Unit-stride
+// output rows are divided with vectors (the same IEEE division per element).
+// Without an lse output the log2 is skipped: for l > 0 the lse is finite
+// exactly when m and l are, so the recompute test is unchanged.
 HWY_INLINE void FinalizeRow(const Problem& P, int64_t b, int64_t h, int64_t i,
                             const float* HWY_RESTRICT o, float m, float l,
                             bool dead) {
@@ -579,10 +631,27 @@ HWY_INLINE void FinalizeRow(const Problem& P, int64_t b, int64_t h, int64_t i,
     lse = kNegInfF;
   } else {
     bool finite = true;
-    for (int64_t c = 0; c < P.Dv; ++c) {
+    int64_t c = 0;
+    if (s3 == 1) {
+      const DF df;
+      const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+      const VF lv = hn::Set(df, l);
+      auto all_finite = hn::IsFinite(lv);
+      for (; c + N <= P.Dv; c += N) {
+        const VF x = hn::Div(hn::LoadU(df, o + c), lv);
+        all_finite = hn::And(all_finite, hn::IsFinite(x));
+        hn::StoreU(x, df, out + c);
+      }
+      finite = hn::AllTrue(df, all_finite);
+    }
+    for (; c < P.Dv; ++c) {
       const float x = o[c] / l;
       finite &= std::isfinite(x);
       out[c * s3] = x;
+    }
+    if (P.lse == nullptr) {
+      if (!finite || !std::isfinite(m) || !std::isfinite(l)) return RecomputeRowScalar(P, b, h, i);
+      return;
     }
     lse = static_cast<float>((static_cast<double>(m) + std::log2(static_cast<double>(l))) * kLn2);
     if (!finite || !std::isfinite(lse)) return RecomputeRowScalar(P, b, h, i);

@@ -68,7 +68,7 @@ struct Plan {
   int64_t tkv = 0;          // keys per tile (multiple of key_block and lanes)
 
   // Prefill: a tile is `hc` query heads of one kv group x `tq` positions,
-  // padded to `rows` (a multiple of row_block).
+  // padded to `rows` (a multiple of lanes).
   int64_t rows = 0, tq = 0, hc = 0, n_hchunks = 0, n_qtiles = 0;
 
   // Decode: a task is one (b, kv head, split); rows = G * Lq.

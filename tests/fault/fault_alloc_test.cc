@@ -183,13 +183,17 @@ TEST(FaultAlloc, ReferenceSdpaAndMhaWithStageCapture) {
 // uses a pool with one more worker than the last (scratch is per worker,
 // > 64 KiB each at D = 64), which forces a fresh allocation every time.
 TEST(FaultAlloc, FastKernelsScratch) {
-  for (int64_t Lq : {1, 3, 70}) {
-    Tensor q = Random({1, 4, Lq, 64}, 1), k = Random({1, 2, 90, 64}, 2), v = Random({1, 2, 90, 64}, 3);
-    SdpaOptions opt;
-    opt.causal = Causal::kBottomRight;
-    Tensor out = Zeros(DType::kF32, {1, 4, Lq, 64});
-    Tensor lse = Zeros(DType::kF32, {1, 4, Lq});
-    for (KernelKind kk : {KernelKind::kTiledPrefill, KernelKind::kSplitKvDecode}) {
+  // Kinds outer: each run must need a larger scratch than any idle cached
+  // buffer (else the scratch cache serves it and nothing is allocated); a
+  // prefill worker's scratch is smaller than a decode worker's, so all
+  // prefill runs come first and every run has one more worker.
+  for (KernelKind kk : {KernelKind::kTiledPrefill, KernelKind::kSplitKvDecode}) {
+    for (int64_t Lq : {1, 3, 70}) {
+      Tensor q = Random({1, 4, Lq, 64}, 1), k = Random({1, 2, 90, 64}, 2), v = Random({1, 2, 90, 64}, 3);
+      SdpaOptions opt;
+      opt.causal = Causal::kBottomRight;
+      Tensor out = Zeros(DType::kF32, {1, 4, Lq, 64});
+      Tensor lse = Zeros(DType::kF32, {1, 4, Lq});
       static int workers = 1;
       Op op{std::string("Attention ") + KernelKindName(kk) + " Lq=" + std::to_string(Lq),
             [&]() -> Status {
