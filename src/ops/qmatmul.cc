@@ -463,8 +463,10 @@ void PackTokensT(const float* x, int64_t ldx, int64_t T, int64_t K, int64_t blk,
 // on SmolLM2 prefill its matmuls were 2-4x less accurate than torch's sgemm
 // and than the decode path's 32 partial sums (docs/quantize.md, "Logits vs
 // transformers"); chunking bounds it by about (kGemmKc + K/kGemmKc)·eps for
-// one add per chunk per accumulator.
-constexpr size_t kGemmKc = 32;
+// one load/add/store per chunk per accumulator. 128 rather than 32: the same
+// logit accuracy on SmolLM2, and prefill CPU time within noise of the single
+// chain (32 cost ~8%, 64 ~5%, 128 ~1%, medians of 20 interleaved runs).
+constexpr size_t kGemmKc = 128;
 
 template <int kR, int kV>
 HWY_INLINE void GemmMicro(const float* HWY_RESTRICT w, size_t K, const float* HWY_RESTRICT xp,
