@@ -7,7 +7,7 @@
 //    tensor with gguf-py and runs its own llama forward in float32);
 //  * attnflow's prompt logits on that file match transformers' top-16 values
 //    and three full vocabulary rows within kLogitTol = 1e-4, issue 14's bound
-//    (measured max 6.71e-5 on AVX-512, 7.47e-5 AVX2, 6.19e-5 SSE4, 5.44e-5
+//    (measured max 5.91e-5 on AVX-512 and AVX2, 7.82e-5 SSE4, 6.96e-5
 //    scalar; 1.35e-4 before the packed GEMM summed in chunks,
 //    docs/quantize.md "Logits vs transformers").
 // Skipped with the reason when the SmolLM2 package is not installed.
