@@ -510,8 +510,18 @@ void PackTokensT(const float* x, int64_t ldx, int64_t T, int64_t K, int64_t blk,
 
 // y[t][r] = sum_k w[r][k] * x[t][k] for kR rows (w row-major, stride K) and
 // the TB = kV * L tokens of one packed block (nt of them valid). Every output
-// is one scalar fma chain over k = 0..K-1 (a lane of an accumulator vector),
-// whatever kR / kV are.
+// is summed in chunks of kGemmKc k's: one scalar fma chain per chunk (a lane
+// of an accumulator vector, starting from zero), the chunk sums added in
+// order into a running total kept in L1 — whatever kR / kV are. A single
+// chain over all K (the former form) accumulated rounding error about K·eps:
+// on SmolLM2 prefill its matmuls were 2-4x less accurate than torch's sgemm
+// and than the decode path's 32 partial sums (docs/quantize.md, "Logits vs
+// transformers"); chunking bounds it by about (kGemmKc + K/kGemmKc)·eps for
+// one load/add/store per chunk per accumulator. 128 rather than 32: the same
+// logit accuracy on SmolLM2, and prefill CPU time within noise of the single
+// chain (32 cost ~8%, 64 ~5%, 128 ~1%, medians of 20 interleaved runs).
+constexpr size_t kGemmKc = 128;
+
 template <int kR, int kV>
 HWY_INLINE void GemmMicro(const float* HWY_RESTRICT w, size_t K, const float* HWY_RESTRICT xp,
                           float* y, size_t ldy, size_t nt) {
@@ -519,29 +529,38 @@ HWY_INLINE void GemmMicro(const float* HWY_RESTRICT w, size_t K, const float* HW
   const size_t L = hn::Lanes(df);
   const size_t TB = kV * L;
   VF acc[kR][kV];
-  HWY_UNROLL(8)
-  for (int r = 0; r < kR; ++r) {
-    HWY_UNROLL(4)
-    for (int v = 0; v < kV; ++v) acc[r][v] = hn::Zero(df);
-  }
-  for (size_t k = 0; k < K; ++k) {
-    const float* xk = xp + k * TB;
-    VF xv[kV];
-    HWY_UNROLL(4)
-    for (int v = 0; v < kV; ++v) xv[v] = hn::Load(df, xk + v * L);
+  HWY_ALIGN float tot[kR][kV * 64];
+  for (size_t k0 = 0; k0 == 0 || k0 < K; k0 += kGemmKc) {  // K = 0: zeros
+    const size_t k1 = std::min(K, k0 + kGemmKc);
     HWY_UNROLL(8)
     for (int r = 0; r < kR; ++r) {
-      const VF wb = hn::Set(df, w[r * K + k]);
       HWY_UNROLL(4)
-      for (int v = 0; v < kV; ++v) acc[r][v] = hn::MulAdd(wb, xv[v], acc[r][v]);
+      for (int v = 0; v < kV; ++v) acc[r][v] = hn::Zero(df);
+    }
+    for (size_t k = k0; k < k1; ++k) {
+      const float* xk = xp + k * TB;
+      VF xv[kV];
+      HWY_UNROLL(4)
+      for (int v = 0; v < kV; ++v) xv[v] = hn::Load(df, xk + v * L);
+      HWY_UNROLL(8)
+      for (int r = 0; r < kR; ++r) {
+        const VF wb = hn::Set(df, w[r * K + k]);
+        HWY_UNROLL(4)
+        for (int v = 0; v < kV; ++v) acc[r][v] = hn::MulAdd(wb, xv[v], acc[r][v]);
+      }
+    }
+    HWY_UNROLL(8)
+    for (int r = 0; r < kR; ++r) {
+      HWY_UNROLL(4)
+      for (int v = 0; v < kV; ++v) {
+        float* t = tot[r] + v * L;
+        hn::Store(k0 == 0 ? acc[r][v] : hn::Add(hn::Load(df, t), acc[r][v]), df, t);
+      }
     }
   }
-  HWY_ALIGN float tmp[kV * 64];
   HWY_UNROLL(8)
   for (int r = 0; r < kR; ++r) {
-    HWY_UNROLL(4)
-    for (int v = 0; v < kV; ++v) hn::Store(acc[r][v], df, tmp + v * L);
-    for (size_t t = 0; t < nt; ++t) y[t * ldy + r] = tmp[t];
+    for (size_t t = 0; t < nt; ++t) y[t * ldy + r] = tot[r][t];
   }
 }
 

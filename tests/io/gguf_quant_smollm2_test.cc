@@ -6,8 +6,10 @@
 //    tools/models/make_smollm2_refs.py: transformers dequantises every
 //    tensor with gguf-py and runs its own llama forward in float32);
 //  * attnflow's prompt logits on that file match transformers' top-16 values
-//    and three full vocabulary rows within kLogitTol (the tolerance of the
-//    Q4_1 test, tests/model/smollm2_test.cc; measured max 1.35e-4).
+//    and three full vocabulary rows within kLogitTol = 1e-4, issue 14's bound
+//    (measured max 5.91e-5 on AVX-512 and AVX2, 7.82e-5 SSE4, 6.96e-5
+//    scalar; 1.35e-4 before the packed GEMM summed in chunks,
+//    docs/quantize.md "Logits vs transformers").
 // Skipped with the reason when the SmolLM2 package is not installed.
 #include <unistd.h>
 
@@ -31,7 +33,7 @@
 namespace attnflow {
 namespace {
 
-constexpr double kLogitTol = 2e-3;
+constexpr double kLogitTol = 1e-4;
 
 std::string Data(const std::string& name) {
   return std::string(ATTNFLOW_SOURCE_DIR) + "/tests/data/quant/smollm2_q4_k_m/" + name;
