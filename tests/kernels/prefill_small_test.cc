@@ -92,7 +92,7 @@ TEST(PrefillSmall, EverySupportedTarget) {
     if ((real & t) == 0) continue;
     hwy::SetSupportedTargetsForTest(t | fallback);
     SCOPED_TRACE(hwy::TargetName(t));
-    g_error_factor = (t == HWY_EMU128 || t == HWY_SCALAR) ? 6.0 : 2.0;
+    g_error_factor = ErrorFactorFor(t);
     for (int64_t lq : {1, 4, 8, 12, 16, 24, 40}) {
       Spec s;
       s.H = 4;

@@ -256,6 +256,23 @@ KernelRun RunKernel(const Inputs& in, const KernelOptions& kopt, bool strided_ou
 // logits of ~|40| (scale 1.65, D = 96). Real SIMD targets keep 2x.
 double g_error_factor = 2.0;
 
+// The error factor for a run with Highway pinned to `target` (plus the
+// fallbacks): the scalar one when the target is a fallback or when the
+// kernels really dispatch to one (a build may compile fewer targets than the
+// CPU supports: the sanitizer builds compile only the best one).
+double ErrorFactorFor(int64_t target) {
+  if (target == HWY_EMU128 || target == HWY_SCALAR) return 6.0;
+  Spec s;
+  s.Lq = 4;
+  s.Lk = 4;
+  s.D = 16;
+  const Inputs in = Make(s);
+  Tensor out = Zeros(DType::kF32, {1, 1, 4, 16});
+  KernelChoice c;
+  if (!ExplainAttention(out.view(), TensorView(), in.q, in.k, in.v, in.opt, {}, &c).ok()) return 6.0;
+  return (c.simd_target == "EMU128" || c.simd_target == "SCALAR") ? 6.0 : 2.0;
+}
+
 void CheckAgainst(const char* what, const TensorView& got, const TensorView& naive,
                   const TensorView& ref, const std::string& name) {
   double err_k = 0, err_n = 0, ref_max = 0;
