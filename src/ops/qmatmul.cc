@@ -10,6 +10,7 @@
 // is indexed by the worker id (only used as working memory, never read
 // across tasks).
 #include "core/hwy_targets.h"
+#include "core/chunk_range.h"
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "ops/qmatmul.cc"
@@ -661,23 +662,7 @@ namespace {
 // One worker's share of the decode matvec's chunks, [front, back) packed in
 // one 64-bit word so that the owner (taking chunks from the front) and
 // thieves (taking them from the back) claim each chunk exactly once.
-struct alignas(64) ChunkRange {
-  std::atomic<uint64_t> fb{0};
-  static uint64_t Pack(uint32_t front, uint32_t back) { return (uint64_t{back} << 32) | front; }
-  // Claims the front (owner) or back (thief) chunk; false when empty.
-  bool Take(bool from_front, uint32_t* chunk) {
-    uint64_t cur = fb.load(std::memory_order_relaxed);
-    for (;;) {
-      const uint32_t f = static_cast<uint32_t>(cur), b = static_cast<uint32_t>(cur >> 32);
-      if (f >= b) return false;
-      const uint64_t next = from_front ? Pack(f + 1, b) : Pack(f, b - 1);
-      if (fb.compare_exchange_weak(cur, next, std::memory_order_relaxed)) {
-        *chunk = from_front ? f : b - 1;
-        return true;
-      }
-    }
-  }
-};
+using core::ChunkRange;  // core/chunk_range.h
 }  // namespace
 
 // Decode (matrix-vector) path: the rows of all jobs, in chunks of

@@ -38,6 +38,8 @@
 // on slices), so the logits are bit-identical to it and to any thread count.
 #include "model/llama/llama_model.h"
 
+#include "core/chunk_range.h"
+
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -82,22 +84,7 @@ constexpr int64_t kDecodeRows = 16;  // rows per chunk in a decode region phase
 // One task's share of a decode phase's chunks, [front, back) packed in one
 // 64-bit word: the owner takes chunks from the front, others from the back,
 // and each chunk is claimed exactly once.
-struct alignas(64) ChunkRange {
-  std::atomic<uint64_t> fb{0};
-  static uint64_t Pack(uint32_t front, uint32_t back) { return (uint64_t{back} << 32) | front; }
-  bool Take(bool from_front, uint32_t* chunk) {
-    uint64_t cur = fb.load(std::memory_order_relaxed);
-    for (;;) {
-      const uint32_t f = static_cast<uint32_t>(cur), b = static_cast<uint32_t>(cur >> 32);
-      if (f >= b) return false;
-      const uint64_t next = from_front ? Pack(f + 1, b) : Pack(f, b - 1);
-      if (fb.compare_exchange_weak(cur, next, std::memory_order_relaxed)) {
-        *chunk = from_front ? f : b - 1;
-        return true;
-      }
-    }
-  }
-};
+using core::ChunkRange;  // core/chunk_range.h
 
 // Chunks of one phase finished so far (release per task, acquire by waiters).
 struct alignas(64) DoneCount {
