@@ -1,6 +1,6 @@
 # __init__.pyi — type stubs of the attnflow package (the public API; see
 # docs/python.md). Arrays are torch tensors, NumPy arrays or DLPack producers.
-from typing import Any, Dict, Literal, Optional, Tuple, Union, overload
+from typing import Any, Dict, Literal, Optional, Sequence, Tuple, Union, overload
 
 from . import golden as golden
 from . import reference as reference
@@ -35,4 +35,5 @@ def explain(query: ArrayLike, key: ArrayLike, value: ArrayLike,
             alibi_slopes: Optional[ArrayLike] = ..., scale: Optional[float] = ...) -> str: ...
 def trace(model: Any = ..., text: str = ..., *, layer: int = ..., decode_steps: int = ...,
           num_tokens: int = ..., max_tokens: int = ..., heads: Optional[Any] = ...,
-          html: Optional[str] = ...) -> Dict[str, Any]: ...
+          html: Optional[str] = ..., pad: int = ..., causal: Optional[str] = ...,
+          sentences: Optional[Sequence[str]] = ...) -> Dict[str, Any]: ...

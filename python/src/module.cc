@@ -86,6 +86,11 @@ void Check(const af::Status& s) {
   throw nb::python_error();
 }
 
+[[noreturn]] void RaiseValue(const std::string& msg) {
+  PyErr_SetString(PyExc_ValueError, msg.c_str());
+  throw nb::python_error();
+}
+
 bool ToDType(nb::dlpack::dtype t, af::DType* out) {
   using C = nb::dlpack::dtype_code;
   if (t.lanes != 1) return false;
@@ -531,64 +536,23 @@ Decoder* LoadDecoder(const std::string& path, const std::string& kv_dtype, int t
 
 // source: "toy" (model None), or an Encoder / Decoder. Returns the trace as
 // Python data; writes the self-contained HTML player to html_path if given.
-nb::dict RunTrace(nb::handle model, const std::string& text, int64_t layer,
-                  int64_t decode_steps, int64_t num_tokens, int64_t max_tokens,
-                  const std::vector<int64_t>& heads, const std::string& html_path) {
-  af::Result<af::trace::Trace> tr = af::Status();
-  Encoder* enc = nullptr;
-  Decoder* dec = nullptr;
-  if (!model.is_none()) {
-    if (!nb::try_cast(model, enc) && !nb::try_cast(model, dec)) {
-      RaiseType("attnflow.trace: model must be None (the toy), a MiniLM or a SmolLM2");
-    }
-  }
-  af::trace::ModelTraceOptions mo;
-  mo.layer = layer;
-  mo.decode_steps = decode_steps;
-  af::trace::PageOptions po;
-  po.max_tokens = max_tokens;
-  po.heads = heads;
-  af::Result<std::string> json = af::Status();
-  af::Result<std::string> html = af::Status();
-  {
-    nb::gil_scoped_release release;
-    if (enc != nullptr) {
-      tr = af::trace::TraceEncoder(*enc->m, text, mo);
-    } else if (dec != nullptr) {
-      tr = af::trace::TraceDecoder(*dec->m, text, mo);
-    } else {
-      af::trace::ToyOptions to;
-      to.num_tokens = num_tokens;
-      to.decode_steps = decode_steps;
-      tr = af::trace::TraceToy(to);
-    }
-    if (tr.ok()) json = af::trace::TraceToJson(*tr, po);
-    if (json.ok() && !html_path.empty()) {
-      html = af::trace::RenderPlayerHtml(*json);
-      if (html.ok()) {
-        af::Status st = af::trace::WriteTextFile(html_path, *html);
-        if (!st.ok()) html = st;
-      }
-    }
-  }
-  Check(tr.status());
-  Check(json.status());
-  if (!html_path.empty()) Check(html.status());
+// One trace as Python data (everything but the page).
+nb::dict TraceDict(const af::trace::Trace& tr) {
   nb::dict d;
-  d["source"] = tr->source;
-  d["model"] = tr->info.name;
-  d["description"] = tr->description;
-  d["layer"] = tr->layer;
-  d["causal"] = std::string(af::CausalName(tr->causal));
-  d["scale"] = tr->scale;
+  d["source"] = tr.source;
+  d["model"] = tr.info.name;
+  d["description"] = tr.description;
+  d["layer"] = tr.layer;
+  d["causal"] = std::string(af::CausalName(tr.causal));
+  d["scale"] = tr.scale;
   nb::list toks;
-  for (const auto& t : tr->tokens) toks.append(nb::make_tuple(t.id, t.text));
+  for (const auto& t : tr.tokens) toks.append(nb::make_tuple(t.id, t.text));
   d["tokens"] = toks;
   nb::dict stages;
-  for (const auto& st : tr->stages) stages[st.name.c_str()] = CopyToNumpy(st.value.view());
+  for (const auto& st : tr.stages) stages[st.name.c_str()] = CopyToNumpy(st.value.view());
   d["stages"] = stages;
   nb::list steps;
-  for (const auto& step : tr->decode) {
+  for (const auto& step : tr.decode) {
     nb::dict sd;
     sd["token"] = nb::make_tuple(step.token.id, step.token.text);
     sd["position"] = step.position;
@@ -598,14 +562,126 @@ nb::dict RunTrace(nb::handle model, const std::string& text, int64_t layer,
     steps.append(sd);
   }
   d["decode"] = steps;
+  // Key padding (semantics.h: right padding, keys j >= kv_len masked): None
+  // when the trace has none.
+  if (tr.pad_keys.empty()) {
+    d["padding"] = nb::none();
+  } else {
+    nb::dict pd;
+    pd["keys"] = tr.pad_keys;
+    pd["kv_len"] = tr.pad_kv_len;
+    d["padding"] = pd;
+  }
+  if (!tr.batch_sentences.empty()) d["batch_index"] = tr.batch_index;
   nb::dict kc;
-  kc["ran"] = tr->kernel.ran;
-  kc["kernel"] = tr->kernel.kernel;
-  kc["max_abs_out"] = tr->kernel.max_abs_out;
-  kc["max_abs_lse"] = tr->kernel.max_abs_lse;
-  kc["max_abs_weights"] = tr->kernel.max_abs_weights;
-  kc["note"] = tr->kernel.note;
+  kc["ran"] = tr.kernel.ran;
+  kc["kernel"] = tr.kernel.kernel;
+  kc["max_abs_out"] = tr.kernel.max_abs_out;
+  kc["max_abs_lse"] = tr.kernel.max_abs_lse;
+  kc["max_abs_weights"] = tr.kernel.max_abs_weights;
+  kc["note"] = tr.kernel.note;
   d["kernel_check"] = kc;
+  return d;
+}
+
+// attnflow.trace: the toy (model None; pad keys and the causal rule), one
+// encoder sentence, an encoder batch (sentences: one padded forward pass,
+// one trace per sentence) or a decoder prompt. Checks here only what the
+// library does not: which options go with which model.
+nb::dict RunTrace(nb::handle model, const std::string& text, int64_t layer,
+                  int64_t decode_steps, int64_t num_tokens, int64_t max_tokens,
+                  const std::vector<int64_t>& heads, const std::string& html_path, int64_t pad,
+                  const std::string& causal, const std::vector<std::string>& sentences) {
+  Encoder* enc = nullptr;
+  Decoder* dec = nullptr;
+  if (!model.is_none()) {
+    if (!nb::try_cast(model, enc) && !nb::try_cast(model, dec)) {
+      RaiseType("attnflow.trace: model must be None (the toy), a MiniLM or a SmolLM2");
+    }
+  }
+  af::Causal toy_causal = af::Causal::kTopLeft;
+  if (!causal.empty()) {
+    if (!model.is_none()) {
+      RaiseValue("attnflow.trace: causal sets the toy's mask; a model has its own (got causal='" +
+                 causal + "' with a model)");
+    }
+    if (!af::ParseCausal(causal, &toy_causal)) {
+      RaiseValue("attnflow.trace: causal must be 'none', 'top_left' or 'bottom_right', got '" +
+                 causal + "'");
+    }
+  }
+  if (pad != 0 && !model.is_none()) {
+    RaiseValue("attnflow.trace: pad appends <pad> keys to the toy only; a model pads a batch "
+               "itself: pass sentences=[...] with a MiniLM");
+  }
+  if (!sentences.empty()) {
+    if (enc == nullptr) {
+      RaiseValue("attnflow.trace: sentences runs a padded batch through an encoder: pass an "
+                 "attnflow.MiniLM as model");
+    }
+    if (!text.empty()) {
+      RaiseValue("attnflow.trace: pass either text (one sentence) or sentences (a batch), not both");
+    }
+  }
+  af::trace::ModelTraceOptions mo;
+  mo.layer = layer;
+  mo.decode_steps = decode_steps;
+  af::trace::PageOptions po;
+  po.max_tokens = max_tokens;
+  po.heads = heads;
+  af::Result<std::vector<af::trace::Trace>> traces = af::Status();
+  af::Result<std::string> json = af::Status();
+  af::Result<std::string> html = af::Status();
+  {
+    nb::gil_scoped_release release;
+    if (!sentences.empty()) {
+      traces = af::trace::TraceEncoderBatch(*enc->m, sentences, mo);
+      if (traces.ok()) json = af::trace::BatchToJson(*traces, po);
+    } else {
+      af::Result<af::trace::Trace> tr = af::Status();
+      if (enc != nullptr) {
+        tr = af::trace::TraceEncoder(*enc->m, text, mo);
+      } else if (dec != nullptr) {
+        tr = af::trace::TraceDecoder(*dec->m, text, mo);
+      } else {
+        af::trace::ToyOptions to;
+        to.num_tokens = num_tokens;
+        to.decode_steps = decode_steps;
+        to.pad = pad;
+        to.causal = toy_causal;
+        tr = af::trace::TraceToy(to);
+      }
+      if (tr.ok()) {
+        traces = std::vector<af::trace::Trace>();
+        traces->push_back(std::move(tr).value());
+        json = af::trace::TraceToJson(traces->front(), po);
+      } else {
+        traces = tr.status();
+      }
+    }
+    if (json.ok() && !html_path.empty()) {
+      html = af::trace::RenderPlayerHtml(*json);
+      if (html.ok()) {
+        af::Status st = af::trace::WriteTextFile(html_path, *html);
+        if (!st.ok()) html = st;
+      }
+    }
+  }
+  Check(traces.status());
+  Check(json.status());
+  if (!html_path.empty()) Check(html.status());
+  nb::dict d;
+  if (sentences.empty()) {
+    d = TraceDict(traces->front());
+  } else {
+    d["source"] = traces->front().source;
+    d["model"] = traces->front().info.name;
+    d["layer"] = traces->front().layer;
+    d["sentences"] = sentences;
+    nb::list batch;
+    for (const auto& t : *traces) batch.append(TraceDict(t));
+    d["batch"] = batch;
+  }
   d["page_json"] = *json;
   return d;
 }
@@ -631,7 +707,8 @@ NB_MODULE(_attnflow, m) {
         "scale"_a, "mask"_a, "mask_shape"_a, "kv_lens"_a, "window_left"_a, "window_right"_a,
         "alibi"_a, "seed"_a, "description"_a);
   m.def("trace", &RunTrace, "model"_a.none(), "text"_a, "layer"_a, "decode_steps"_a,
-        "num_tokens"_a, "max_tokens"_a, "heads"_a, "html_path"_a);
+        "num_tokens"_a, "max_tokens"_a, "heads"_a, "html_path"_a, "pad"_a, "causal"_a,
+        "sentences"_a);
   m.def("find_minilm_dir", [](const std::string& fallback_venv) {
     af::Result<std::string> r = af::FindMiniLmPackageDir(fallback_venv);
     Check(r.status());

@@ -85,6 +85,46 @@ def test_trace_toy_properties_and_player(tmp_path):
     assert "attnflow-trace/1" in html.read_text(encoding="utf-8")
 
 
+def test_trace_toy_pad_keys_get_weight_zero_and_real_rows_match():
+    # The property of a key-padding mask (semantics.h): pad keys get weight
+    # exactly 0, and the real tokens' rows equal the unpadded toy's.
+    plain = attnflow.trace(causal="none")
+    d = attnflow.trace(pad=2, causal="none")
+    assert d["causal"] == "none" and [t[1] for t in d["tokens"]][-2:] == ["<pad>", "<pad>"]
+    assert d["padding"] == {"keys": [4, 5], "kv_len": 4} and plain["padding"] is None
+    w = d["stages"]["weights"]  # [1, H, 6, 6]
+    assert np.all(w[..., 4:] == 0.0)
+    np.testing.assert_allclose(w[..., :4, :4], plain["stages"]["weights"], rtol=0, atol=1e-14)
+    np.testing.assert_allclose(d["stages"]["out"][..., :4, :], plain["stages"]["out"], rtol=0, atol=1e-14)
+    assert d["page"]["padding"]["kv_len"] == 4
+    with pytest.raises(ValueError, match="pad"):
+        attnflow.trace(pad=-1)
+    with pytest.raises(ValueError, match="causal must be"):
+        attnflow.trace(causal="diagonal")
+
+
+def test_trace_minilm_batch_rows_equal_each_sentence_alone():
+    m = attnflow.MiniLM()
+    a, b = "The cat sat.", "A much longer sentence about a dog that ran far away."
+    d = attnflow.trace(m, sentences=[a, b], layer=1)
+    assert d["sentences"] == [a, b] and len(d["batch"]) == 2
+    assert d["page"]["batch"]["sentences"] == [a, b]
+    short = d["batch"][0]
+    alone = attnflow.trace(m, a, layer=1)
+    n = len(alone["tokens"])
+    assert short["batch_index"] == 0 and short["padding"]["kv_len"] == n
+    assert len(short["tokens"]) == len(d["batch"][1]["tokens"]) > n
+    w = short["stages"]["weights"]
+    assert np.all(w[..., :n, n:] == 0.0)  # real queries never see the pads
+    np.testing.assert_allclose(w[..., :n, :n], alone["stages"]["weights"], atol=1e-5)
+    with pytest.raises(ValueError, match="not both"):
+        attnflow.trace(m, a, sentences=[a, b])
+    with pytest.raises(ValueError, match="encoder"):
+        attnflow.trace(None, sentences=[a, b])
+    with pytest.raises(ValueError, match="toy only"):
+        attnflow.trace(m, a, pad=2)
+
+
 def test_trace_minilm_sentence():
     d = attnflow.trace(attnflow.MiniLM(), "The cat sat on the mat.", layer=2)
     assert d["source"] == "encoder" and d["layer"] == 2

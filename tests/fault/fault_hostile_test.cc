@@ -159,6 +159,70 @@ TEST(FaultHostile, LongRealChatRendersWithinBudget) {
   ASSERT_TRUE(r.ok()) << r.status().ToString();
 }
 
+// The step budget bounds time, not just node visits: indexing a 2 MiB string
+// scans it (code points), so 64 such lookups cost 64 x 32768 steps, over the
+// budget (they used to cost one step each and build a vector of 2M strings).
+TEST(FaultHostile, ScanningALongStringCostsStepsByItsBytes) {
+  std::string src = "{% set s = 'ab' %}";
+  for (int i = 0; i < 20; ++i) src += "{% set s = s ~ s %}";  // 2 MiB
+  src += "{% for m in messages %}{{ s[0] }}{% endfor %}";
+  auto t = llama::ChatTemplate::Parse(src);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  std::vector<std::pair<std::string, std::string>> msgs(64, {"user", "a"});
+  auto r = t->Render(msgs, false);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(r.status().message().find("step budget"), std::string::npos) << r.status().message();
+  // One lookup is fine.
+  auto one = t->Render({{"user", "a"}}, false);
+  ASSERT_TRUE(one.ok()) << one.status().ToString();
+  EXPECT_EQ(*one, "a");
+}
+
+// A substring search is charged by the bytes it may compare: a 64 KiB needle
+// in a 2 MiB haystack is ~33M steps before any byte is compared.
+TEST(FaultHostile, SubstringSearchIsChargedBeforeItRuns) {
+  std::string src = "{% set s = 'ab' %}";
+  for (int i = 0; i < 20; ++i) src += "{% set s = s ~ s %}";  // 2 MiB
+  src += "{% set n = 'ab' %}";
+  for (int i = 0; i < 15; ++i) src += "{% set n = n ~ n %}";  // 64 KiB
+  src += "{% if n ~ 'c' in s %}found{% endif %}";
+  auto t = llama::ChatTemplate::Parse(src);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  auto r = t->Render({{"user", "a"}}, false);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(r.status().message().find("step budget"), std::string::npos) << r.status().message();
+}
+
+// Jinja 3.1.6 semantics (checked with jinja2: "[][][]"): a variable set in a
+// loop body is visible neither in the next iteration nor after the loop;
+// `loop` is the current iteration's record even when kept in a variable.
+TEST(FaultHostile, LoopScopeIsFreshEveryIteration) {
+  auto t = llama::ChatTemplate::Parse(
+      "{% for m in messages %}[{% if x is defined %}{{ x }}{% endif %}]{% set x = m['content'] %}"
+      "{% set l = loop %}{{ l.index }}{% endfor %}{% if x is defined %}OUT{% endif %}");
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  auto r = t->Render({{"user", "a"}, {"assistant", "b"}, {"user", "c"}}, false);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(*r, "[]1[]2[]3");
+}
+
+// The step budget grows with the input: a 2000-turn chat of 4 KiB messages
+// (8 MiB) through a ChatML template copies each message ~5 times (~700k
+// steps by bytes alone) and still renders.
+TEST(FaultHostile, LongChatOfLongMessagesRendersWithinBudget) {
+  auto t = llama::ChatTemplate::Parse(
+      "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + "
+      "message['content'] + '<|im_end|>' + '\n'}}{% endfor %}");
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  std::vector<std::pair<std::string, std::string>> msgs;
+  for (int i = 0; i < 2000; ++i) msgs.push_back({i % 2 ? "assistant" : "user", std::string(4096, 'w')});
+  auto r = t->Render(msgs, false);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_GT(r->size(), size_t{2000} * 4096);
+}
+
 // F14: block_count claims 200000 blocks, the file holds 1. Rule: the counts
 // are checked against the tensors before anything is sized by them; the
 // error names block_count.

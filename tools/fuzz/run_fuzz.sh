@@ -16,6 +16,11 @@
 # --keep-corpus  grow build-fuzz/corpus/<t>/ across runs (default: a fresh
 #            working corpus per run, seeded from fuzz/corpus/<t>/)
 # --out DIR  where results go (default build-fuzz/results/<timestamp>)
+# --seed N   libFuzzer's random seed (default: a new one each run); run k of
+#            a target after a crash uses N+k. `./run test` fuzzes with a fixed
+#            seed so that CI is a reproducible regression smoke (a failure
+#            replays exactly; a local run of the same seed predicts CI);
+#            campaigns (`./run fuzz 30m`) take new seeds to explore.
 #
 # Environment: ATTNFLOW_FUZZ_BUILD (build dir, default <repo>/build-fuzz),
 # ATTNFLOW_FUZZ_RSS_MB (memory limit, default 2048), ATTNFLOW_FUZZ_TIMEOUT
@@ -45,7 +50,7 @@ die() { log "$*"; exit 2; }
 
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2; }
 
-replay=0 total=0 jobs=1 keep=0 out="" duration=""
+replay=0 total=0 jobs=1 keep=0 out="" duration="" seed=${ATTNFLOW_FUZZ_SEED:-}
 targets=()
 while (($#)); do
   case "$1" in
@@ -54,6 +59,7 @@ while (($#)); do
     --jobs) jobs=${2:?}; shift ;;
     --keep-corpus) keep=1 ;;
     --out) out=${2:?}; shift ;;
+    --seed) seed=${2:?}; shift ;;
     -h|--help) usage ;;
     -*) die "unknown option $1" ;;
     *) if [[ -z $duration && $replay -eq 0 ]]; then duration=$1; else targets+=("$1"); fi ;;
@@ -133,10 +139,10 @@ fi
 secs=$(to_seconds "$duration")
 ((total)) && secs=$(( secs / ${#targets[@]} ))
 ((secs >= 1)) || secs=1
-log "fuzzing ${targets[*]} for ${secs}s each ($jobs at a time); results in $out"
+log "fuzzing ${targets[*]} for ${secs}s each ($jobs at a time${seed:+, seed $seed}); results in $out"
 
 fuzz_one() {  # target -> writes $out/$t.{log,stats}
-  local t=$1 bin="$BUILD/${1}_fuzz" work dict=() maxlen=() end now left run=0 rc
+  local t=$1 bin="$BUILD/${1}_fuzz" work dict=() maxlen=() seedarg=() end now left run=0 rc
   if ((keep)); then work="$BUILD/corpus/$t"; else work="$out/corpus/$t"; fi
   mkdir -p "$work" "$out/artifacts/$t"
   [[ -f $ROOT/fuzz/dict/$t.dict ]] && dict=(-dict="$ROOT/fuzz/dict/$t.dict")
@@ -151,10 +157,11 @@ fuzz_one() {  # target -> writes $out/$t.{log,stats}
     left=$(( end - now ))
     ((left >= 1)) || break
     run=$((run + 1))
+    [[ -n $seed ]] && seedarg=(-seed=$((seed + run - 1)))
     set +e
     ATTNFLOW_FUZZ_HWY=${ATTNFLOW_FUZZ_HWY:-} "$bin" -max_total_time="$left" -print_final_stats=1 \
       -timeout="$TIMEOUT" -rss_limit_mb="$RSS_MB" -malloc_limit_mb="$RSS_MB" \
-      -artifact_prefix="$out/artifacts/$t/" -close_fd_mask=1 "${dict[@]}" "${maxlen[@]}" \
+      -artifact_prefix="$out/artifacts/$t/" -close_fd_mask=1 "${dict[@]}" "${maxlen[@]}" "${seedarg[@]}" \
       "$work" "${seeds[@]}" >>"$out/$t.log" 2>&1
     rc=$?
     set -e

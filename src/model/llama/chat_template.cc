@@ -696,6 +696,19 @@ struct Scope {
                              std::to_string(step_budget) + " steps at offset " +
                              std::to_string(offset) + " (loops nested over the messages?)");
   }
+  // Work that is not one node visit costs steps too, so that the step budget
+  // bounds the render time and not just the node visits: a loop iteration
+  // (a fresh scope and the `loop` record) costs kIterationSteps, and every
+  // kBytesPerStep bytes a step copies, produces or scans cost one more.
+  static constexpr int64_t kIterationSteps = 4;
+  static constexpr size_t kBytesPerStep = 64;
+  Status Charge(int64_t units, size_t offset) const {
+    steps += units - 1;
+    return Step(offset);
+  }
+  Status ChargeBytes(size_t n, size_t offset) const {
+    return Charge(1 + static_cast<int64_t>(n / kBytesPerStep), offset);
+  }
   Status Bytes(size_t n, size_t offset, const char* what) const {
     if (n <= byte_budget) return Status::Ok();
     return ResourceExhausted("chat template: " + std::string(what) + " of " + std::to_string(n) +
@@ -735,8 +748,18 @@ Status EvalErr(const Expr& e, const std::string& what) {
   return InvalidArgument("chat template: " + what + " at offset " + std::to_string(e.offset));
 }
 
+Status EvalImpl(const Expr& e, const Scope& sc, Value* out);
+
+// One evaluation: a step, plus the bytes of a string result (copied from a
+// variable or produced by the operation).
 Status Eval(const Expr& e, const Scope& sc, Value* out) {
   ATTNFLOW_RETURN_IF_ERROR(sc.Step(e.offset));
+  ATTNFLOW_RETURN_IF_ERROR(EvalImpl(e, sc, out));
+  if (out->kind == Value::kString) return sc.ChargeBytes(out->s.size(), e.offset);
+  return Status::Ok();
+}
+
+Status EvalImpl(const Expr& e, const Scope& sc, Value* out) {
   switch (e.kind) {
     case Expr::kLiteral:
       *out = e.literal;
@@ -766,18 +789,22 @@ Status Eval(const Expr& e, const Scope& sc, Value* out) {
         if (i < 0) i += n;
         if (i >= 0 && i < n) *out = (*base.list)[i];
       } else if (base.kind == Value::kString && key.kind == Value::kInt) {
-        // Python indexes code points, not bytes.
-        std::vector<std::string> cps;
-        for (size_t b = 0; b < base.s.size();) {
-          const unsigned char c = static_cast<unsigned char>(base.s[b]);
+        // Python indexes code points, not bytes: a scan of the string.
+        ATTNFLOW_RETURN_IF_ERROR(sc.ChargeBytes(base.s.size(), e.offset));
+        const auto next = [&](size_t at) {
+          const unsigned char c = static_cast<unsigned char>(base.s[at]);
           const size_t len = c < 0x80 ? 1 : c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
-          cps.push_back(base.s.substr(b, len));
-          b += len;
-        }
+          return std::min(base.s.size(), at + len);
+        };
+        int64_t n = 0;
+        for (size_t at = 0; at < base.s.size(); at = next(at)) ++n;
         int64_t i = key.i;
-        const int64_t n = static_cast<int64_t>(cps.size());
         if (i < 0) i += n;
-        if (i >= 0 && i < n) *out = Value::Str(cps[static_cast<size_t>(i)]);
+        if (i >= 0 && i < n) {
+          size_t at = 0;
+          for (int64_t k = 0; k < i; ++k) at = next(at);
+          *out = Value::Str(base.s.substr(at, next(at) - at));
+        }
       } else if (base.kind == Value::kUndefined) {
         return EvalErr(e, "attribute/index of an undefined value");
       }
@@ -874,8 +901,19 @@ Status Eval(const Expr& e, const Scope& sc, Value* out) {
         *out = Value::Bool(Equal(a, b) == (op == "=="));
       } else if (op == "in") {
         bool found = false;
-        if (b.kind == Value::kString && a.kind == Value::kString) found = b.s.find(a.s) != std::string::npos;
-        else if (b.kind == Value::kList) for (const Value& x : *b.list) found = found || Equal(a, x);
+        if (b.kind == Value::kString && a.kind == Value::kString) {
+          // A substring search compares up to |needle| bytes at every offset.
+          const int64_t blocks = static_cast<int64_t>(b.s.size() / Scope::kBytesPerStep + 1);
+          const int64_t width = static_cast<int64_t>(a.s.size() / Scope::kBytesPerStep + 1);
+          if (width > sc.step_budget / blocks) {
+            ATTNFLOW_RETURN_IF_ERROR(sc.Charge(sc.step_budget + 1, e.offset));
+          }
+          ATTNFLOW_RETURN_IF_ERROR(sc.Charge(blocks * width, e.offset));
+          found = b.s.find(a.s) != std::string::npos;
+        } else if (b.kind == Value::kList) {
+          ATTNFLOW_RETURN_IF_ERROR(sc.Charge(1 + static_cast<int64_t>(b.list->size()), e.offset));
+          for (const Value& x : *b.list) found = found || Equal(a, x);
+        }
         else if (b.kind == Value::kMap && a.kind == Value::kString) found = b.map->count(a.s) != 0;
         else return EvalErr(e, std::string("'in' on a ") + KindName(b.kind));
         *out = Value::Bool(found != e.negate);
@@ -899,6 +937,7 @@ Status RenderNodes(const std::vector<TemplateNode>& nodes, Scope& sc, std::strin
     ATTNFLOW_RETURN_IF_ERROR(sc.Step(n.offset));
     switch (n.kind) {
       case TemplateNode::kText:
+        ATTNFLOW_RETURN_IF_ERROR(sc.ChargeBytes(n.text.size(), n.offset));
         ATTNFLOW_RETURN_IF_ERROR(sc.Bytes(out->size() + n.text.size(), n.offset, "the output"));
         *out += n.text;
         break;
@@ -944,23 +983,43 @@ Status RenderNodes(const std::vector<TemplateNode>& nodes, Scope& sc, std::strin
         }
         const auto items = it.list;  // keep alive
         const int64_t len = static_cast<int64_t>(items->size());
-        for (int64_t i = 0; i < len; ++i) {
-          // Jinja: variables set inside a loop body do not leak out.
-          sc.frames.emplace_back();
-          Value loop;
+        // One scope and one `loop` record for the whole loop, reset every
+        // iteration: Jinja's variables set inside a loop body do not leak out
+        // of the loop nor into the next iteration. (A fresh scope and record
+        // per iteration cost ~8 allocations each: the cost of nested loops.)
+        sc.frames.emplace_back();
+        const size_t f = sc.frames.size() - 1;
+        std::shared_ptr<std::map<std::string, Value>> record;
+        Status s;
+        for (int64_t i = 0; i < len && s.ok(); ++i) {
+          const Value& item = (*items)[i];
+          s = sc.Charge(Scope::kIterationSteps +
+                            static_cast<int64_t>(item.kind == Value::kString
+                                                     ? item.s.size() / Scope::kBytesPerStep
+                                                     : 0),
+                        n.offset);
+          if (!s.ok()) break;
+          auto& frame = sc.frames[f];  // nested loops may have moved the frames
+          for (auto v = frame.begin(); v != frame.end();) {
+            v = v->first == "loop" || v->first == n.var ? std::next(v) : frame.erase(v);
+          }
+          Value& loop = frame["loop"];
+          if (!record || record.use_count() > 2) {  // 2: here and in the frame
+            record = std::make_shared<std::map<std::string, Value>>();
+          }
+          (*record)["first"] = Value::Bool(i == 0);
+          (*record)["last"] = Value::Bool(i == len - 1);
+          (*record)["index"] = Value::Int(i + 1);
+          (*record)["index0"] = Value::Int(i);
+          (*record)["length"] = Value::Int(len);
+          loop = Value();
           loop.kind = Value::kMap;
-          loop.map = std::make_shared<std::map<std::string, Value>>();
-          (*loop.map)["first"] = Value::Bool(i == 0);
-          (*loop.map)["last"] = Value::Bool(i == len - 1);
-          (*loop.map)["index"] = Value::Int(i + 1);
-          (*loop.map)["index0"] = Value::Int(i);
-          (*loop.map)["length"] = Value::Int(len);
-          sc.frames.back()["loop"] = std::move(loop);
-          sc.frames.back()[n.var] = (*items)[i];
-          Status s = RenderNodes(n.body, sc, out, depth + 1);
-          sc.frames.pop_back();
-          ATTNFLOW_RETURN_IF_ERROR(s);
+          loop.map = record;
+          frame[n.var] = item;
+          s = RenderNodes(n.body, sc, out, depth + 1);
         }
+        sc.frames.pop_back();
+        ATTNFLOW_RETURN_IF_ERROR(s);
         break;
       }
     }
@@ -1013,7 +1072,7 @@ Result<std::string> ChatTemplate::Render(
   size_t input_bytes = 0;
   for (const auto& [role, content] : messages) input_bytes += role.size() + content.size();
   for (const auto& [k, v] : string_vars) input_bytes += v.size();
-  sc.step_budget = kRenderStepBudget;
+  sc.step_budget = kRenderStepBudget + kRenderStepsPerInputByte * static_cast<int64_t>(input_bytes);
   sc.byte_budget = kRenderByteBudget + kRenderBytesPerInputByte * input_bytes;
   sc.frames.emplace_back();
   auto& g = sc.frames.back();

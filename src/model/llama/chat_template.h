@@ -33,15 +33,20 @@ namespace attnflow::llama {
 
 struct TemplateNode;
 
-// The render budget. Real chat templates take a few dozen steps (node visits
-// and expression evaluations) per message and print each message about once;
-// a template that nests loops over the messages or doubles a string with
-// {% set s = s ~ s %} would otherwise run for hours or ask for terabytes.
+// The render budget. Real chat templates take a few dozen steps per message
+// and print each message about once; a template that nests loops over the
+// messages or doubles a string with {% set s = s ~ s %} would otherwise run
+// for hours or ask for terabytes. A step is a node visit, an expression
+// evaluation, a quarter of a loop iteration (its scope and `loop` record) or
+// 64 bytes copied, produced or scanned, so the step count bounds the render
+// time (1M steps: ~0.1 s on one core; under the fuzzers' instrumentation ~2 s).
 // Render() stops with kResourceExhausted naming the budget and the template
-// offset when it takes more than kRenderStepBudget steps, or when the output
-// or any string value would exceed kRenderByteBudget +
-// kRenderBytesPerInputByte * (bytes of the messages and variables).
+// offset when it takes more than kRenderStepBudget + kRenderStepsPerInputByte
+// * (bytes of the messages and variables) steps, or when the output or any
+// string value would exceed kRenderByteBudget + kRenderBytesPerInputByte *
+// (those bytes).
 inline constexpr int64_t kRenderStepBudget = 1'000'000;
+inline constexpr int64_t kRenderStepsPerInputByte = 1;
 inline constexpr size_t kRenderByteBudget = size_t{16} << 20;
 inline constexpr size_t kRenderBytesPerInputByte = 8;
 
