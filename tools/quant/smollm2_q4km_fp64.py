@@ -16,6 +16,7 @@ Environment: tools/models/requirements-smollm2.txt (transformers 4.57.3,
 torch 2.9.1, gguf 0.17.1).
 Usage: python tools/quant/smollm2_q4km_fp64.py Q4_K_M.gguf OUT_DIR
 """
+import copy
 import json
 import os
 import sys
@@ -24,6 +25,9 @@ import numpy as np
 import torch
 from safetensors.numpy import load_file, save_file
 from transformers import AutoModelForCausalLM
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from smollm2_stage_errors import make_float64  # noqa: E402
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 REF = os.path.join(ROOT, "tests", "data", "quant", "smollm2_q4_k_m")
@@ -36,12 +40,14 @@ def main():
     meta = json.load(open(os.path.join(REF, "meta.json")))
     m = AutoModelForCausalLM.from_pretrained(os.path.dirname(os.path.abspath(gguf)),
                                              gguf_file=os.path.basename(gguf), dtype=torch.float32).eval()
+    m64 = copy.deepcopy(m).double().eval()
+    make_float64(m64)
     out, rep = dict(ref), {}
     with torch.no_grad():
         for n, lp in enumerate(meta["logit_prompts"]):
             ids = torch.from_numpy(ref[f"p{n}.ids"].astype(np.int64))[None]
-            l32 = m.float()(ids).logits[0].double().numpy()
-            l64 = m.double()(ids).logits[0].numpy()
+            l32 = m(ids).logits[0].double().numpy()
+            l64 = m64(ids).logits[0].numpy()
             row = lp["full_row"]
             top = ref[f"p{n}.top_ids"].astype(np.int64)
             rep.setdefault("committed_vs_fp32_now", []).append(
