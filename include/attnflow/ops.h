@@ -76,12 +76,32 @@ struct LinearEpilogue {
   Activation act = Activation::kNone;
   const float* residual = nullptr;  // [m, n] with row stride ld_residual, or null
   int64_t ld_residual = 0;
+  // Optional LayerNorm of every finished row (after bias, act, residual):
+  // norm_out[r] = LayerNorm(y[r]) with norm_gamma / norm_beta [n] and
+  // norm_eps, row stride ld_norm_out. y still receives the pre-norm rows.
+  // Runs in the GEMM's own parallel region: the last task to finish a row
+  // block normalises that block (no second pool round trip); the result is
+  // bit-identical to Linear followed by ops::LayerNorm(norm_out, y) because
+  // both run LayerNormRows on the same stored rows. norm_out may alias the
+  // residual (a row block's residual is read only by that block's tasks,
+  // all finished before its rows are normalised); it must not overlap y.
+  const float* norm_gamma = nullptr;  // null: no norm
+  const float* norm_beta = nullptr;
+  double norm_eps = 1e-5;
+  float* norm_out = nullptr;
+  int64_t ld_norm_out = 0;
 };
 
 // y [m, n] (row stride ldy) = epilogue(x [m, k] (row stride ldx) · wᵀ).
 // y must not overlap x; it may be the residual buffer itself.
 void Linear(float* y, int64_t ldy, const float* x, int64_t ldx, const PackedMatrix& w,
             const LinearEpilogue& epilogue, int64_t m, ThreadPool& pool);
+
+// Which path Linear takes for the norm epilogue at m rows: true when it is
+// fused into the GEMM's parallel region, false when Linear falls back to the
+// composed GEMM then ops::LayerNorm (m above kMaxFusedNormRows).
+bool LinearFusesNorm(int64_t m);
+constexpr int64_t kMaxFusedNormRows = 64 * 64;
 
 // ---- quantised matmul (GGUF weights read in place) ---------------------------
 //
@@ -156,6 +176,10 @@ int64_t QMatMulTaskRows();
 // y may equal x (each row is read completely before it is written).
 void LayerNorm(float* y, int64_t ldy, const float* x, int64_t ldx, const float* gamma,
                const float* beta, double eps, int64_t rows, int64_t n, ThreadPool& pool);
+// LayerNorm of rows [r0, r1) on the calling thread (what each LayerNorm task
+// runs; every row is normalised independently by the same code).
+void LayerNormRows(float* y, int64_t ldy, const float* x, int64_t ldx, const float* gamma,
+                   const float* beta, double eps, int64_t r0, int64_t r1, int64_t n);
 void RmsNorm(float* y, int64_t ldy, const float* x, int64_t ldx, const float* gamma,
              double eps, int64_t rows, int64_t n, ThreadPool& pool);
 

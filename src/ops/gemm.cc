@@ -29,6 +29,14 @@
 //     chains; ragged blocks and other targets take the general tiles.
 //  3. Linear allocates nothing; the partial last panel is stored through a
 //     stack tile.
+//  4. Norm epilogue (LinearEpilogue::norm_gamma): each row block has an
+//     atomic count of its finished column tasks (a stack array, so at most
+//     kMaxFusedNormRows rows); the task that finishes a block last (acq_rel:
+//     it sees every other task's stores) runs ops::LayerNormRows over the
+//     block's stored rows. Which task that is varies from run to run; the
+//     result cannot, because LayerNormRows is a pure function of each stored
+//     row — so fused == Linear then ops::LayerNorm, bit for bit. Above
+//     kMaxFusedNormRows rows Linear runs exactly that composed pair.
 #include "core/hwy_targets.h"
 
 #undef HWY_TARGET_INCLUDE
@@ -311,6 +319,7 @@ ATTNFLOW_HWY_NAMESPACE_END()
 
 #if HWY_ONCE
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 
 namespace attnflow::ops {
@@ -323,7 +332,12 @@ namespace {
 // stay in L2 while the tile loop runs; small m still yields n/64 tasks.
 constexpr int64_t kBlockRows = 64;  // <= kSmallMaxRows (LinearSmallMT's buffer)
 constexpr int64_t kBlockPanels = 4;
+// Completion counters of the norm epilogue (invariant 4): one per row block.
+constexpr int64_t kMaxNormRowBlocks = kMaxFusedNormRows / kBlockRows;
+static_assert(kMaxFusedNormRows % kBlockRows == 0);
 }  // namespace
+
+bool LinearFusesNorm(int64_t m) { return m <= kMaxFusedNormRows; }
 
 PackedMatrix::~PackedMatrix() { AlignedFree(data_); }
 PackedMatrix::PackedMatrix(PackedMatrix&& o) noexcept
@@ -383,13 +397,25 @@ void Linear(float* y, int64_t ldy, const float* x, int64_t ldx, const PackedMatr
             const LinearEpilogue& epilogue, int64_t m, ThreadPool& pool) {
   const int64_t n = w.rows(), k = w.cols();
   if (m <= 0 || n <= 0) return;
+  const bool norm = epilogue.norm_gamma != nullptr;
+  if (norm && !LinearFusesNorm(m)) {
+    // Composed fallback: more row blocks than the stack counters (Linear
+    // allocates nothing); the same two computations, in two regions.
+    LinearEpilogue ep = epilogue;
+    ep.norm_gamma = nullptr;
+    Linear(y, ldy, x, ldx, w, ep, m, pool);
+    LayerNorm(epilogue.norm_out, epilogue.ld_norm_out, y, ldy, epilogue.norm_gamma,
+              epilogue.norm_beta, epilogue.norm_eps, m, n, pool);
+    return;
+  }
   const int64_t panels = (n + kPanelCols - 1) / kPanelCols;
   const int64_t row_blocks = (m + kBlockRows - 1) / kBlockRows;
   const int64_t col_blocks = (panels + kBlockPanels - 1) / kBlockPanels;
-  auto run = [&](int64_t task, int /*worker*/) {
-    const int64_t rb = task / col_blocks, cb = task % col_blocks;
-    const int64_t i0 = rb * kBlockRows, i1 = std::min(m, i0 + kBlockRows);
-    const int64_t j0 = cb * kBlockPanels, j1 = std::min(panels, j0 + kBlockPanels);
+  std::atomic<int64_t> finished[kMaxNormRowBlocks];
+  if (norm) {
+    for (int64_t rb = 0; rb < row_blocks; ++rb) finished[rb].store(0, std::memory_order_relaxed);
+  }
+  auto gemm = [&](int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
     if (j1 - j0 == kBlockPanels && j1 * kPanelCols <= n) {
       // A full 64-column block: the chunked kernel on this row block (same
       // fma chains; false where the target has none).
@@ -402,6 +428,16 @@ void Linear(float* y, int64_t ldy, const float* x, int64_t ldx, const PackedMatr
     }
     HWY_DYNAMIC_DISPATCH(LinearBlockT)(y, ldy, x, ldx, w.panels(), n, k, epilogue, i0, i1, j0,
                                        j1);
+  };
+  auto run = [&](int64_t task, int /*worker*/) {
+    const int64_t rb = task / col_blocks, cb = task % col_blocks;
+    const int64_t i0 = rb * kBlockRows, i1 = std::min(m, i0 + kBlockRows);
+    const int64_t j0 = cb * kBlockPanels, j1 = std::min(panels, j0 + kBlockPanels);
+    gemm(i0, i1, j0, j1);
+    if (norm && finished[rb].fetch_add(1, std::memory_order_acq_rel) == col_blocks - 1) {
+      LayerNormRows(epilogue.norm_out, epilogue.ld_norm_out, y, ldy, epilogue.norm_gamma,
+                    epilogue.norm_beta, epilogue.norm_eps, i0, i1, n);
+    }
   };
   const int64_t tasks = row_blocks * col_blocks;
   if (tasks == 1) {
