@@ -363,6 +363,39 @@ TEST(OpsLinear, NormEpilogueEqualsComposedAndMatchesFloat64) {
   CheckLinearNorm(ops::kMaxFusedNormRows + 70, 20, 3, ops::Activation::kNone, true, 900);
 }
 
+// PackArena: matrices packed into one arena hold the same bytes as
+// separately packed ones (so every GEMM result is the same), start 64-byte
+// aligned (the small-M kernel's aligned loads), the arena itself starts on a
+// 2 MiB boundary, and a matrix that does not fit is a named error.
+TEST(OpsLinear, ArenaPackingStoresTheSameBytes) {
+  ops::PackArena arena;
+  const int64_t shapes[3][2] = {{37, 29}, {384, 384}, {5, 1536}};
+  size_t total = 0;
+  for (const auto& sh : shapes) total += (ops::PackedMatrix::PackedBytes(sh[0], sh[1]) + 63) / 64 * 64;
+  ASSERT_TRUE(arena.Reserve(total).ok());
+  uint64_t seed = 40;
+  for (const auto& sh : shapes) {
+    Tensor w = Random({sh[0], sh[1]}, seed++);
+    Result<ops::PackedMatrix> own = ops::PackedMatrix::Pack(w.data<float>(), sh[1], sh[0], sh[1]);
+    Result<ops::PackedMatrix> in = ops::PackedMatrix::Pack(w.data<float>(), sh[1], sh[0], sh[1], &arena);
+    ASSERT_TRUE(own.ok() && in.ok());
+    ASSERT_EQ(own->bytes(), in->bytes());
+    EXPECT_EQ(own->bytes(), ops::PackedMatrix::PackedBytes(sh[0], sh[1]));
+    EXPECT_EQ(std::memcmp(own->panels(), in->panels(), own->bytes()), 0);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(in->panels()) % 64, 0u);
+  }
+  EXPECT_EQ(arena.used(), total);
+  Tensor w = Random({16, 4}, 1);
+  Result<ops::PackedMatrix> over = ops::PackedMatrix::Pack(w.data<float>(), 4, 16, 4, &arena);
+  ASSERT_FALSE(over.ok());
+  EXPECT_NE(over.status().message().find("arena"), std::string::npos) << over.status().message();
+  ops::PackArena fresh;
+  ASSERT_TRUE(fresh.Reserve(4 << 20).ok());
+  float* p = fresh.Take(64);
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % (uintptr_t{2} << 20), 0u);
+}
+
 TEST(OpsLinear, PackRejectsBadShapes) {
   std::vector<float> w(12);
   EXPECT_FALSE(ops::PackedMatrix::Pack(w.data(), 2, 3, 4).ok());  // ldw < k

@@ -126,6 +126,7 @@ class BertModel : public EncoderModel {
   const float *word_ = nullptr, *pos_ = nullptr, *type_ = nullptr;
   ops::QMatrix word_table_;  // F32 view of word_ for ops::EmbeddingLookup
   const float *emb_ln_g_ = nullptr, *emb_ln_b_ = nullptr;
+  ops::PackArena arena_;  // storage of every layer's packed weights (outlives layers_)
   std::vector<BertLayer> layers_;
   bool fuse_norm_ = true;
 };
