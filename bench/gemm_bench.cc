@@ -8,6 +8,9 @@
 //    [384,1536] + bias + residual), each layer with its own weights (42 MB in
 //    all, more than the last-level cache: batch 1 streams them like the
 //    model does).
+//  * StackArena/M: the same with all 24 weights in one ops::PackArena (2 MiB
+//    pages where the kernel has transparent huge pages; the MiniLM loader's
+//    layout), to compare with Stack/M in one run.
 //  * Linear/M/n/k: one warm GEMM (weights stay in cache).
 //
 // Counters: GFLOPs (2·M·n·k per GEMM, from the median time), pct_peak (of the
@@ -19,6 +22,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <utility>
 #include <vector>
 
 #include "attnflow/bench.h"
@@ -50,9 +54,10 @@ std::vector<float> Random(int64_t n, uint64_t seed) {
   return v;
 }
 
-ops::PackedMatrix PackRandom(int64_t n, int64_t k, uint64_t seed) {
+ops::PackedMatrix PackRandom(int64_t n, int64_t k, uint64_t seed,
+                             ops::PackArena* arena = nullptr) {
   std::vector<float> w = Random(n * k, seed);
-  return std::move(ops::PackedMatrix::Pack(w.data(), k, n, k)).value();
+  return std::move(ops::PackedMatrix::Pack(w.data(), k, n, k, arena)).value();
 }
 
 constexpr int64_t kE = 384, kF = 1536, kLayers = 6;
@@ -62,23 +67,35 @@ struct Layer {
   std::vector<float> b_qkv, b_o, b_1, b_2;
 };
 
-const std::vector<Layer>& Layers() {
-  static std::vector<Layer>* layers = [] {
-    auto* v = new std::vector<Layer>(kLayers);
-    uint64_t seed = 10;
-    for (Layer& l : *v) {
-      l.qkv = PackRandom(3 * kE, kE, ++seed);
-      l.o = PackRandom(kE, kE, ++seed);
-      l.f1 = PackRandom(kF, kE, ++seed);
-      l.f2 = PackRandom(kE, kF, ++seed);
+// arena: every matrix in one ops::PackArena (2 MiB pages, as the MiniLM
+// loader does) instead of one allocation each (4 KiB pages).
+std::vector<Layer> MakeLayers(ops::PackArena* arena) {
+  if (arena != nullptr) {
+    size_t total = 0;
+    for (auto [n, k] : {std::pair{3 * kE, kE}, {kE, kE}, {kF, kE}, {kE, kF}})
+      total += (ops::PackedMatrix::PackedBytes(n, k) + 63) / 64 * 64;
+    if (!arena->Reserve(total * kLayers).ok()) std::abort();
+  }
+  std::vector<Layer> v(kLayers);
+  uint64_t seed = 10;
+  for (Layer& l : v) {
+    l.qkv = PackRandom(3 * kE, kE, ++seed, arena);
+    l.o = PackRandom(kE, kE, ++seed, arena);
+    l.f1 = PackRandom(kF, kE, ++seed, arena);
+    l.f2 = PackRandom(kE, kF, ++seed, arena);
       l.b_qkv = Random(3 * kE, ++seed);
       l.b_o = Random(kE, ++seed);
       l.b_1 = Random(kF, ++seed);
       l.b_2 = Random(kE, ++seed);
-    }
-    return v;
-  }();
-  return *layers;
+  }
+  return v;
+}
+
+const std::vector<Layer>& Layers(bool arena) {
+  static ops::PackArena* storage = new ops::PackArena;
+  static std::vector<Layer>* plain = new std::vector<Layer>(MakeLayers(nullptr));
+  static std::vector<Layer>* in_arena = new std::vector<Layer>(MakeLayers(storage));
+  return arena ? *in_arena : *plain;
 }
 
 void Finish(benchmark::State& state, double flops_per_iter) {
@@ -87,9 +104,9 @@ void Finish(benchmark::State& state, double flops_per_iter) {
   state.counters["peak_GFLOPs"] = Peak();
 }
 
-void BM_Stack(benchmark::State& state) {
+void StackBench(benchmark::State& state, bool arena) {
   const int64_t m = state.range(0);
-  const auto& layers = Layers();
+  const auto& layers = Layers(arena);
   std::vector<float> x = Random(m * kE, 1), tmp(static_cast<size_t>(m * kE)),
                      qkv(static_cast<size_t>(m * 3 * kE)), ffn(static_cast<size_t>(m * kF));
   ThreadPool& pool = BenchPool();
@@ -112,6 +129,9 @@ void BM_Stack(benchmark::State& state) {
   const double flops = 2.0 * m * kLayers * (3 * kE * kE + kE * kE + 2 * kF * kE);
   Finish(state, flops);
 }
+
+void BM_Stack(benchmark::State& state) { StackBench(state, false); }
+void BM_StackArena(benchmark::State& state) { StackBench(state, true); }
 
 void BM_Linear(benchmark::State& state) {
   const int64_t m = state.range(0), n = state.range(1), k = state.range(2);
@@ -138,6 +158,7 @@ void Stats(benchmark::internal::Benchmark* b) {
 
 BENCHMARK(BM_Stack)->Apply(Stats)->Arg(1)->Arg(3)->Arg(8)->Arg(12)->Arg(17)->Arg(24)->Arg(32)
     ->Arg(48)->Arg(64)->Arg(256);
+BENCHMARK(BM_StackArena)->Apply(Stats)->Arg(1)->Arg(17)->Arg(64);
 BENCHMARK(BM_Linear)->Apply(Stats)->ArgsProduct({{1, 17, 64}, {384}, {384, 1536}})
     ->ArgsProduct({{1, 17, 64}, {1152, 1536}, {384}});
 

@@ -45,6 +45,35 @@ namespace attnflow::ops {
 // then + bias, then the activation, then + residual.
 constexpr int64_t kPanelCols = 16;
 
+// One allocation holding many packed matrices (a model's dense weights),
+// aligned to 2 MiB and marked MADV_HUGEPAGE where the OS has it: the weights
+// of a whole model (MiniLM: 42.5 MB, more than the TLB's reach in 4 KiB
+// pages) are then mapped by 2 MiB pages, so streaming them at batch 1 walks
+// few page tables. Only where memory lives changes, never a value. Storage
+// goes through AlignedAlloc (fault-injection hooks apply).
+class PackArena {
+ public:
+  PackArena() = default;
+  ~PackArena();
+  PackArena(PackArena&& o) noexcept;
+  PackArena& operator=(PackArena&& o) noexcept;
+  PackArena(const PackArena&) = delete;
+  PackArena& operator=(const PackArena&) = delete;
+
+  // Allocates `bytes` (plus alignment slack); replaces any earlier storage
+  // (matrices packed into it must be gone).
+  Status Reserve(size_t bytes);
+  // The next `bytes` (rounded up to 64), or null when the arena is full.
+  float* Take(size_t bytes);
+  size_t used() const { return used_; }
+  size_t capacity() const { return cap_; }
+
+ private:
+  void* base_ = nullptr;  // what AlignedAlloc returned
+  char* begin_ = nullptr;  // 2 MiB-aligned start
+  size_t cap_ = 0, used_ = 0;
+};
+
 class PackedMatrix {
  public:
   PackedMatrix() = default;
@@ -55,7 +84,12 @@ class PackedMatrix {
   PackedMatrix& operator=(const PackedMatrix&) = delete;
 
   // Packs w [n, k] (row stride ldw >= k) — torch's nn.Linear weight layout.
-  static Result<PackedMatrix> Pack(const float* w, int64_t ldw, int64_t n, int64_t k);
+  // With an arena the storage is taken from it (the arena must outlive the
+  // matrix); otherwise the matrix owns its own allocation.
+  static Result<PackedMatrix> Pack(const float* w, int64_t ldw, int64_t n, int64_t k,
+                                   PackArena* arena = nullptr);
+  // Bytes Pack stores for [n, k] (0 when n or k <= 0 or on overflow).
+  static size_t PackedBytes(int64_t n, int64_t k);
 
   int64_t rows() const { return n_; }  // output features n
   int64_t cols() const { return k_; }  // input features k
@@ -66,6 +100,7 @@ class PackedMatrix {
   float* data_ = nullptr;
   size_t bytes_ = 0;
   int64_t n_ = 0, k_ = 0;
+  bool owned_ = true;  // false: data_ lives in a PackArena
 };
 
 enum class Activation : uint8_t { kNone, kGeluErf, kGeluTanh, kRelu, kSilu };
@@ -76,12 +111,32 @@ struct LinearEpilogue {
   Activation act = Activation::kNone;
   const float* residual = nullptr;  // [m, n] with row stride ld_residual, or null
   int64_t ld_residual = 0;
+  // Optional LayerNorm of every finished row (after bias, act, residual):
+  // norm_out[r] = LayerNorm(y[r]) with norm_gamma / norm_beta [n] and
+  // norm_eps, row stride ld_norm_out. y still receives the pre-norm rows.
+  // Runs in the GEMM's own parallel region: the last task to finish a row
+  // block normalises that block (no second pool round trip); the result is
+  // bit-identical to Linear followed by ops::LayerNorm(norm_out, y) because
+  // both run LayerNormRows on the same stored rows. norm_out may alias the
+  // residual (a row block's residual is read only by that block's tasks,
+  // all finished before its rows are normalised); it must not overlap y.
+  const float* norm_gamma = nullptr;  // null: no norm
+  const float* norm_beta = nullptr;
+  double norm_eps = 1e-5;
+  float* norm_out = nullptr;
+  int64_t ld_norm_out = 0;
 };
 
 // y [m, n] (row stride ldy) = epilogue(x [m, k] (row stride ldx) · wᵀ).
 // y must not overlap x; it may be the residual buffer itself.
 void Linear(float* y, int64_t ldy, const float* x, int64_t ldx, const PackedMatrix& w,
             const LinearEpilogue& epilogue, int64_t m, ThreadPool& pool);
+
+// Which path Linear takes for the norm epilogue at m rows: true when it is
+// fused into the GEMM's parallel region, false when Linear falls back to the
+// composed GEMM then ops::LayerNorm (m above kMaxFusedNormRows).
+bool LinearFusesNorm(int64_t m);
+constexpr int64_t kMaxFusedNormRows = 64 * 64;
 
 // ---- quantised matmul (GGUF weights read in place) ---------------------------
 //
@@ -156,6 +211,10 @@ int64_t QMatMulTaskRows();
 // y may equal x (each row is read completely before it is written).
 void LayerNorm(float* y, int64_t ldy, const float* x, int64_t ldx, const float* gamma,
                const float* beta, double eps, int64_t rows, int64_t n, ThreadPool& pool);
+// LayerNorm of rows [r0, r1) on the calling thread (what each LayerNorm task
+// runs; every row is normalised independently by the same code).
+void LayerNormRows(float* y, int64_t ldy, const float* x, int64_t ldx, const float* gamma,
+                   const float* beta, double eps, int64_t r0, int64_t r1, int64_t n);
 void RmsNorm(float* y, int64_t ldy, const float* x, int64_t ldx, const float* gamma,
              double eps, int64_t rows, int64_t n, ThreadPool& pool);
 

@@ -268,6 +268,13 @@ void LayerNorm(float* y, int64_t ldy, const float* x, int64_t ldx, const float* 
   });
 }
 
+void LayerNormRows(float* y, int64_t ldy, const float* x, int64_t ldx, const float* gamma,
+                   const float* beta, double eps, int64_t r0, int64_t r1, int64_t n) {
+  if (n <= 0 || r1 <= r0) return;
+  HWY_DYNAMIC_DISPATCH(LayerNormRowsT)(y, ldy, x, ldx, gamma, beta, static_cast<float>(eps), r0, r1,
+                                       n);
+}
+
 void RmsNorm(float* y, int64_t ldy, const float* x, int64_t ldx, const float* gamma, double eps,
              int64_t rows, int64_t n, ThreadPool& pool) {
   if (n <= 0) return;

@@ -29,6 +29,14 @@
 //     chains; ragged blocks and other targets take the general tiles.
 //  3. Linear allocates nothing; the partial last panel is stored through a
 //     stack tile.
+//  4. Norm epilogue (LinearEpilogue::norm_gamma): each row block has an
+//     atomic count of its finished column tasks (a stack array, so at most
+//     kMaxFusedNormRows rows); the task that finishes a block last (acq_rel:
+//     it sees every other task's stores) runs ops::LayerNormRows over the
+//     block's stored rows. Which task that is varies from run to run; the
+//     result cannot, because LayerNormRows is a pure function of each stored
+//     row — so fused == Linear then ops::LayerNorm, bit for bit. Above
+//     kMaxFusedNormRows rows Linear runs exactly that composed pair.
 #include "core/hwy_targets.h"
 
 #undef HWY_TARGET_INCLUDE
@@ -311,7 +319,13 @@ ATTNFLOW_HWY_NAMESPACE_END()
 
 #if HWY_ONCE
 #include <algorithm>
+#include <atomic>
+#include <cstdint>
 #include <cstring>
+
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 namespace attnflow::ops {
 
@@ -323,43 +337,129 @@ namespace {
 // stay in L2 while the tile loop runs; small m still yields n/64 tasks.
 constexpr int64_t kBlockRows = 64;  // <= kSmallMaxRows (LinearSmallMT's buffer)
 constexpr int64_t kBlockPanels = 4;
+// Completion counters of the norm epilogue (invariant 4): one per row block.
+constexpr int64_t kMaxNormRowBlocks = kMaxFusedNormRows / kBlockRows;
+static_assert(kMaxFusedNormRows % kBlockRows == 0);
 }  // namespace
 
-PackedMatrix::~PackedMatrix() { AlignedFree(data_); }
+bool LinearFusesNorm(int64_t m) { return m <= kMaxFusedNormRows; }
+
+PackArena::~PackArena() { AlignedFree(base_); }
+PackArena::PackArena(PackArena&& o) noexcept
+    : base_(o.base_), begin_(o.begin_), cap_(o.cap_), used_(o.used_) {
+  o.base_ = nullptr;
+  o.begin_ = nullptr;
+  o.cap_ = o.used_ = 0;
+}
+PackArena& PackArena::operator=(PackArena&& o) noexcept {
+  if (this != &o) {
+    AlignedFree(base_);
+    base_ = o.base_;
+    begin_ = o.begin_;
+    cap_ = o.cap_;
+    used_ = o.used_;
+    o.base_ = nullptr;
+    o.begin_ = nullptr;
+    o.cap_ = o.used_ = 0;
+  }
+  return *this;
+}
+
+Status PackArena::Reserve(size_t bytes) {
+  constexpr size_t kHuge = size_t{2} << 20;
+  AlignedFree(base_);
+  base_ = nullptr;
+  begin_ = nullptr;
+  cap_ = used_ = 0;
+  if (bytes > (size_t{1} << 44)) {
+    return ResourceExhausted("ops::PackArena::Reserve: " + std::to_string(bytes) +
+                             " bytes is too large");
+  }
+  // Slack to align the start to 2 MiB (AlignedAlloc gives 64-byte
+  // alignment; a request this large is a fresh mapping, so no page has
+  // been touched before the madvise below).
+  base_ = AlignedAlloc(bytes + kHuge);
+  if (base_ == nullptr) {
+    return ResourceExhausted("ops::PackArena::Reserve: cannot allocate " +
+                             std::to_string(bytes + kHuge) + " bytes");
+  }
+  const uintptr_t b = reinterpret_cast<uintptr_t>(base_);
+  begin_ = reinterpret_cast<char*>((b + kHuge - 1) / kHuge * kHuge);
+  cap_ = bytes;
+#ifdef MADV_HUGEPAGE
+  // Whole 2 MiB pages inside [begin_, begin_ + bytes) only; a failure (no
+  // THP in this kernel) just leaves 4 KiB pages.
+  const size_t whole = bytes / kHuge * kHuge;
+  if (whole > 0) (void)madvise(begin_, whole, MADV_HUGEPAGE);
+#endif
+  return Status::Ok();
+}
+
+float* PackArena::Take(size_t bytes) {
+  const size_t rounded = (bytes + 63) / 64 * 64;
+  if (begin_ == nullptr || rounded < bytes || rounded > cap_ - used_) return nullptr;
+  float* p = reinterpret_cast<float*>(begin_ + used_);
+  used_ += rounded;
+  return p;
+}
+
+PackedMatrix::~PackedMatrix() {
+  if (owned_) AlignedFree(data_);
+}
 PackedMatrix::PackedMatrix(PackedMatrix&& o) noexcept
-    : data_(o.data_), bytes_(o.bytes_), n_(o.n_), k_(o.k_) {
+    : data_(o.data_), bytes_(o.bytes_), n_(o.n_), k_(o.k_), owned_(o.owned_) {
   o.data_ = nullptr;
   o.bytes_ = 0;
 }
 PackedMatrix& PackedMatrix::operator=(PackedMatrix&& o) noexcept {
   if (this != &o) {
-    AlignedFree(data_);
+    if (owned_) AlignedFree(data_);
     data_ = o.data_;
     bytes_ = o.bytes_;
     n_ = o.n_;
     k_ = o.k_;
+    owned_ = o.owned_;
     o.data_ = nullptr;
     o.bytes_ = 0;
   }
   return *this;
 }
 
-Result<PackedMatrix> PackedMatrix::Pack(const float* w, int64_t ldw, int64_t n, int64_t k) {
+size_t PackedMatrix::PackedBytes(int64_t n, int64_t k) {
+  if (n <= 0 || k <= 0) return 0;
+  const int64_t dims[3] = {(n + kPanelCols - 1) / kPanelCols, k, kPanelCols};
+  int64_t floats = 0;
+  if (!CheckedNumel(dims, 3, &floats) || floats > (int64_t{1} << 40)) return 0;
+  return static_cast<size_t>(floats) * sizeof(float);
+}
+
+Result<PackedMatrix> PackedMatrix::Pack(const float* w, int64_t ldw, int64_t n, int64_t k,
+                                        PackArena* arena) {
   if (w == nullptr || n <= 0 || k <= 0 || ldw < k) {
     return InvalidArgument("ops::PackedMatrix::Pack: weight [" + std::to_string(n) + ", " +
                            std::to_string(k) + "] with row stride " + std::to_string(ldw) +
                            " is not a non-empty row-major matrix");
   }
   const int64_t panels = (n + kPanelCols - 1) / kPanelCols;
-  int64_t floats = 0;
-  const int64_t dims[3] = {panels, k, kPanelCols};
-  if (!CheckedNumel(dims, 3, &floats) || floats > (int64_t{1} << 40)) {
+  const size_t bytes = PackedBytes(n, k);
+  if (bytes == 0) {
     return ResourceExhausted("ops::PackedMatrix::Pack: weight [" + std::to_string(n) + ", " +
                              std::to_string(k) + "] is too large to pack");
   }
   PackedMatrix m;
-  m.bytes_ = static_cast<size_t>(floats) * sizeof(float);
-  m.data_ = static_cast<float*>(AlignedAlloc(m.bytes_));
+  m.bytes_ = bytes;
+  if (arena != nullptr) {
+    m.owned_ = false;
+    m.data_ = arena->Take(m.bytes_);
+    if (m.data_ == nullptr) {
+      return ResourceExhausted("ops::PackedMatrix::Pack: weight [" + std::to_string(n) + ", " +
+                               std::to_string(k) + "] (" + std::to_string(m.bytes_) +
+                               " bytes) does not fit the arena (" +
+                               std::to_string(arena->capacity() - arena->used()) + " left)");
+    }
+  } else {
+    m.data_ = static_cast<float*>(AlignedAlloc(m.bytes_));
+  }
   if (m.data_ == nullptr) {
     return ResourceExhausted("ops::PackedMatrix::Pack: cannot allocate " +
                              std::to_string(m.bytes_) + " bytes for weight [" +
@@ -383,13 +483,25 @@ void Linear(float* y, int64_t ldy, const float* x, int64_t ldx, const PackedMatr
             const LinearEpilogue& epilogue, int64_t m, ThreadPool& pool) {
   const int64_t n = w.rows(), k = w.cols();
   if (m <= 0 || n <= 0) return;
+  const bool norm = epilogue.norm_gamma != nullptr;
+  if (norm && !LinearFusesNorm(m)) {
+    // Composed fallback: more row blocks than the stack counters (Linear
+    // allocates nothing); the same two computations, in two regions.
+    LinearEpilogue ep = epilogue;
+    ep.norm_gamma = nullptr;
+    Linear(y, ldy, x, ldx, w, ep, m, pool);
+    LayerNorm(epilogue.norm_out, epilogue.ld_norm_out, y, ldy, epilogue.norm_gamma,
+              epilogue.norm_beta, epilogue.norm_eps, m, n, pool);
+    return;
+  }
   const int64_t panels = (n + kPanelCols - 1) / kPanelCols;
   const int64_t row_blocks = (m + kBlockRows - 1) / kBlockRows;
   const int64_t col_blocks = (panels + kBlockPanels - 1) / kBlockPanels;
-  auto run = [&](int64_t task, int /*worker*/) {
-    const int64_t rb = task / col_blocks, cb = task % col_blocks;
-    const int64_t i0 = rb * kBlockRows, i1 = std::min(m, i0 + kBlockRows);
-    const int64_t j0 = cb * kBlockPanels, j1 = std::min(panels, j0 + kBlockPanels);
+  std::atomic<int64_t> finished[kMaxNormRowBlocks];
+  if (norm) {
+    for (int64_t rb = 0; rb < row_blocks; ++rb) finished[rb].store(0, std::memory_order_relaxed);
+  }
+  auto gemm = [&](int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
     if (j1 - j0 == kBlockPanels && j1 * kPanelCols <= n) {
       // A full 64-column block: the chunked kernel on this row block (same
       // fma chains; false where the target has none).
@@ -402,6 +514,16 @@ void Linear(float* y, int64_t ldy, const float* x, int64_t ldx, const PackedMatr
     }
     HWY_DYNAMIC_DISPATCH(LinearBlockT)(y, ldy, x, ldx, w.panels(), n, k, epilogue, i0, i1, j0,
                                        j1);
+  };
+  auto run = [&](int64_t task, int /*worker*/) {
+    const int64_t rb = task / col_blocks, cb = task % col_blocks;
+    const int64_t i0 = rb * kBlockRows, i1 = std::min(m, i0 + kBlockRows);
+    const int64_t j0 = cb * kBlockPanels, j1 = std::min(panels, j0 + kBlockPanels);
+    gemm(i0, i1, j0, j1);
+    if (norm && finished[rb].fetch_add(1, std::memory_order_acq_rel) == col_blocks - 1) {
+      LayerNormRows(epilogue.norm_out, epilogue.ld_norm_out, y, ldy, epilogue.norm_gamma,
+                    epilogue.norm_beta, epilogue.norm_eps, i0, i1, n);
+    }
   };
   const int64_t tasks = row_blocks * col_blocks;
   if (tasks == 1) {

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <cstring>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -468,6 +469,58 @@ TEST_F(MiniLm, EmbeddingsAreBitIdenticalForAnyThreadCountAndBlasEnvironment) {
         EXPECT_TRUE(bytes == first) << "[" << env << "] differs from [" << first_case << "]";
       }
     }
+  }
+  fs::remove_all(tmp);
+}
+
+// The fused dense + residual + LayerNorm epilogue (ops::LinearEpilogue's
+// norm, used by both LayerNorms of every layer) against the composed pair
+// (set_fuse_norm(false): ops::Linear, then ops::LayerNorm): every layer's
+// hidden states bit for bit, for one sentence (one row block: the threads
+// split the columns) and a padded batch of 24 (several row blocks).
+TEST_F(MiniLm, FusedNormEpilogueEqualsComposedBitForBit) {
+  std::vector<std::vector<int32_t>> batch;
+  for (size_t i = 0; i < 24 && i < refs_->ids.size(); ++i) batch.push_back(refs_->ids[i]);
+  for (const auto& ids : {std::vector<std::vector<int32_t>>{batch[3]}, batch}) {
+    std::vector<Tensor> fused, composed;
+    model_->set_fuse_norm(false);
+    ASSERT_TRUE(model_->HiddenStates(ids, &composed).ok());
+    model_->set_fuse_norm(true);
+    ASSERT_TRUE(model_->HiddenStates(ids, &fused).ok());
+    ASSERT_EQ(fused.size(), composed.size());
+    for (size_t l = 0; l < fused.size(); ++l) {
+      ASSERT_EQ(fused[l].shape(), composed[l].shape());
+      EXPECT_EQ(std::memcmp(fused[l].data<float>(), composed[l].data<float>(),
+                            sizeof(float) * static_cast<size_t>(fused[l].numel())),
+                0)
+          << "layer " << l << ", batch of " << ids.size();
+    }
+  }
+}
+
+// Batch 1 (each sentence alone: one row block, the GEMM and its fused
+// LayerNorm split over the threads by columns) is bit-identical for 1, 2
+// and 7 threads too (the test above covers the default batch of 32).
+TEST_F(MiniLm, BatchOneEmbeddingsAreBitIdenticalForAnyThreadCount) {
+  const std::string dir = testing::MiniLmDir();
+  const fs::path tmp = fs::temp_directory_path() / ("attnflow_b1_" + std::to_string(getpid()));
+  fs::create_directories(tmp);
+  {
+    std::ofstream f(tmp / "in.txt");
+    for (size_t i = 0; i < 24 && i < refs_->sentences.size(); ++i) f << refs_->sentences[i] << "\n";
+  }
+  std::vector<uint8_t> first;
+  for (int threads : {1, 2, 7}) {
+    const fs::path out = tmp / ("b1_" + std::to_string(threads) + ".npy");
+    CliOut o = Cli("embed --batch 1 --model '" + dir + "' --file '" + (tmp / "in.txt").string() +
+                       "' --out '" + out.string() + "'",
+                   "ATTNFLOW_NUM_THREADS=" + std::to_string(threads));
+    ASSERT_EQ(o.code, 0) << o.text;
+    std::ifstream f(out, std::ios::binary);
+    std::vector<uint8_t> bytes{std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+    ASSERT_GT(bytes.size(), 24u * 384 * 4);
+    if (first.empty()) first = std::move(bytes);
+    else EXPECT_TRUE(bytes == first) << threads << " threads differ from 1 thread";
   }
   fs::remove_all(tmp);
 }

@@ -253,6 +253,149 @@ TEST(OpsLinear, SmallRowCountsAreTheInOrderFmaChain) {
   });
 }
 
+// The norm epilogue (LinearEpilogue::norm_*; ops/gemm.cc invariant 4):
+// norm_out = LayerNorm(act(x·wᵀ + b) + residual), run by the last task of
+// each row block. Checks, on every target and 1/2/7 threads:
+//  - fused == composed (ops::Linear, then ops::LayerNorm on its output), bit
+//    for bit, for norm_out and for the pre-norm rows y: the same LayerNorm
+//    code runs on the same stored rows, so any difference is a bug (a row
+//    normalised before all its column tasks stored, a wrong row block);
+//  - equal results for 1, 2 and 7 threads;
+//  - against float64 (nn::LinearLayer + residual, then nn::Norm). Tolerance:
+//    LayerNorm's own 2e-5 (abs + rel, as OpsNorm) plus the GEMM's fp32 error
+//    (the CheckLinear bound) carried through the normalisation: it is scaled
+//    by |gamma| / std(row), times 3 for its share in the mean and variance.
+// Shapes: one row block with N split over 6 column tasks (MiniLM batch 1,
+// n = 384), several row blocks (m = 130, 200), ragged n (a partial panel and
+// a partial column block), n below one block, norm_out aliasing the
+// residual (what the encoder does), and m above kMaxFusedNormRows (the
+// composed fallback).
+void CheckLinearNorm(int64_t m, int64_t n, int64_t k, ops::Activation act, bool alias,
+                     uint64_t seed) {
+  SCOPED_TRACE(std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) +
+               " act=" + ops::ActivationName(act) + (alias ? " norm_out=residual" : ""));
+  const int64_t ldx = k + 1, ldy = n + 3, ldo = alias ? n : n + 2;
+  const double eps = 1e-5;
+  Tensor x = Random({m, k}, seed), w = Random({n, k}, seed + 1, 0.5), b = Random({n}, seed + 2),
+         r = Random({m, n}, seed + 3), g = Random({n}, seed + 4), be = Random({n}, seed + 5);
+  std::vector<float> xs = Strided(x, ldx);
+  Result<ops::PackedMatrix> pw = ops::PackedMatrix::Pack(w.data<float>(), k, n, k);
+  ASSERT_TRUE(pw.ok()) << pw.status().ToString();
+  // float64 oracle.
+  Tensor pre = Zeros(DType::kF64, {m, n}), want = Zeros(DType::kF64, {m, n});
+  ASSERT_TRUE(nn::LinearLayer(pre.view(), x.view(), w.view(), b.view()).ok());
+  if (act != ops::Activation::kNone) ASSERT_TRUE(nn::Activate(pre.view(), pre.view(), NnAct(act)).ok());
+  for (int64_t i = 0; i < pre.numel(); ++i) pre.data<double>()[i] += r.data<float>()[i];
+  ASSERT_TRUE(nn::Norm(want.view(), pre.view(), nn::NormWeights{g.view(), be.view()},
+                       nn::NormKind::kLayerNorm, eps)
+                  .ok());
+  const double gemm_atol = 2e-6 * std::sqrt(static_cast<double>(k)) + 1e-6;
+  std::vector<float> first_out, first_y;
+  ForEachThreadCount([&](ThreadPool& pool, int threads) {
+    // Composed: Linear, then LayerNorm of its output.
+    ops::LinearEpilogue ep{.bias = b.data<float>(), .act = act, .ld_residual = n};
+    std::vector<float> res_c(r.data<float>(), r.data<float>() + m * n), y_c = Padded(m, ldy),
+        out_c = alias ? res_c : Padded(m, ldo);
+    ep.residual = res_c.data();
+    ops::Linear(y_c.data(), ldy, xs.data(), ldx, pw.value(), ep, m, pool);
+    float* oc = alias ? res_c.data() : out_c.data();
+    ops::LayerNorm(oc, ldo, y_c.data(), ldy, g.data<float>(), be.data<float>(), eps, m, n, pool);
+    if (alias) out_c = res_c;
+    // Fused.
+    std::vector<float> res_f(r.data<float>(), r.data<float>() + m * n), y_f = Padded(m, ldy),
+        out_f = Padded(m, ldo);
+    ep.residual = res_f.data();
+    ep.norm_gamma = g.data<float>();
+    ep.norm_beta = be.data<float>();
+    ep.norm_eps = eps;
+    ep.norm_out = alias ? res_f.data() : out_f.data();
+    ep.ld_norm_out = ldo;
+    ops::Linear(y_f.data(), ldy, xs.data(), ldx, pw.value(), ep, m, pool);
+    if (alias) out_f = res_f;
+    EXPECT_TRUE(y_f == y_c) << threads << " threads: pre-norm rows differ from the composed path";
+    EXPECT_TRUE(out_f == out_c) << threads << " threads: fused norm differs from the composed path";
+    // Against float64, row by row.
+    double worst = 0;
+    for (int64_t i = 0; i < m; ++i) {
+      double mean = 0, var = 0, amax = 0;
+      for (int64_t j = 0; j < n; ++j) mean += pre.data<double>()[i * n + j];
+      mean /= static_cast<double>(n);
+      for (int64_t j = 0; j < n; ++j) {
+        const double d = pre.data<double>()[i * n + j] - mean;
+        var += d * d;
+        amax = std::max(amax, std::fabs(pre.data<double>()[i * n + j]));
+      }
+      var /= static_cast<double>(n);
+      const double carried = 3.0 * (gemm_atol + 1e-5 * amax) / std::sqrt(var + eps);
+      for (int64_t j = 0; j < n; ++j) {
+        const double wv = want.data<double>()[i * n + j];
+        const double bound = 2e-5 + 2e-5 * std::fabs(wv) +
+                             std::fabs(static_cast<double>(g.data<float>()[j])) * carried;
+        worst = std::max(worst, std::fabs(out_f[static_cast<size_t>(i * ldo + j)] - wv) / bound);
+      }
+      if (!alias)
+        for (int64_t j = n; j < ldo; ++j)
+          EXPECT_EQ(out_f[static_cast<size_t>(i * ldo + j)], kPad) << "norm_out padding written";
+    }
+    EXPECT_LE(worst, 1.0) << threads << " threads vs float64";
+    if (first_out.empty()) {
+      first_out = out_f;
+      first_y = y_f;
+    } else {
+      EXPECT_TRUE(out_f == first_out && y_f == first_y) << threads << " threads differ from 1";
+    }
+  });
+}
+
+TEST(OpsLinear, NormEpilogueEqualsComposedAndMatchesFloat64) {
+  EXPECT_TRUE(ops::LinearFusesNorm(1) && ops::LinearFusesNorm(ops::kMaxFusedNormRows));
+  EXPECT_FALSE(ops::LinearFusesNorm(ops::kMaxFusedNormRows + 1));
+  ForEachTarget([&] {
+    uint64_t seed = 500;
+    for (int64_t m : {1, 5, 17, 64}) CheckLinearNorm(m, 384, 65, ops::Activation::kNone, m != 5, seed += 8);
+    CheckLinearNorm(17, 384, 384, ops::Activation::kNone, true, seed += 8);  // MiniLM O dense
+    CheckLinearNorm(130, 384, 96, ops::Activation::kNone, true, seed += 8);  // 3 row blocks
+    CheckLinearNorm(200, 149, 33, ops::Activation::kGeluErf, false, seed += 8);  // ragged n
+    CheckLinearNorm(9, 40, 20, ops::Activation::kNone, false, seed += 8);  // one task
+  });
+  // Above kMaxFusedNormRows: the composed fallback (still equal, by the same
+  // checks), on the best target only (the shape is tall).
+  CheckLinearNorm(ops::kMaxFusedNormRows + 70, 20, 3, ops::Activation::kNone, true, 900);
+}
+
+// PackArena: matrices packed into one arena hold the same bytes as
+// separately packed ones (so every GEMM result is the same), start 64-byte
+// aligned (the small-M kernel's aligned loads), the arena itself starts on a
+// 2 MiB boundary, and a matrix that does not fit is a named error.
+TEST(OpsLinear, ArenaPackingStoresTheSameBytes) {
+  ops::PackArena arena;
+  const int64_t shapes[3][2] = {{37, 29}, {384, 384}, {5, 1536}};
+  size_t total = 0;
+  for (const auto& sh : shapes) total += (ops::PackedMatrix::PackedBytes(sh[0], sh[1]) + 63) / 64 * 64;
+  ASSERT_TRUE(arena.Reserve(total).ok());
+  uint64_t seed = 40;
+  for (const auto& sh : shapes) {
+    Tensor w = Random({sh[0], sh[1]}, seed++);
+    Result<ops::PackedMatrix> own = ops::PackedMatrix::Pack(w.data<float>(), sh[1], sh[0], sh[1]);
+    Result<ops::PackedMatrix> in = ops::PackedMatrix::Pack(w.data<float>(), sh[1], sh[0], sh[1], &arena);
+    ASSERT_TRUE(own.ok() && in.ok());
+    ASSERT_EQ(own->bytes(), in->bytes());
+    EXPECT_EQ(own->bytes(), ops::PackedMatrix::PackedBytes(sh[0], sh[1]));
+    EXPECT_EQ(std::memcmp(own->panels(), in->panels(), own->bytes()), 0);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(in->panels()) % 64, 0u);
+  }
+  EXPECT_EQ(arena.used(), total);
+  Tensor w = Random({16, 4}, 1);
+  Result<ops::PackedMatrix> over = ops::PackedMatrix::Pack(w.data<float>(), 4, 16, 4, &arena);
+  ASSERT_FALSE(over.ok());
+  EXPECT_NE(over.status().message().find("arena"), std::string::npos) << over.status().message();
+  ops::PackArena fresh;
+  ASSERT_TRUE(fresh.Reserve(4 << 20).ok());
+  float* p = fresh.Take(64);
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % (uintptr_t{2} << 20), 0u);
+}
+
 TEST(OpsLinear, PackRejectsBadShapes) {
   std::vector<float> w(12);
   EXPECT_FALSE(ops::PackedMatrix::Pack(w.data(), 2, 3, 4).ok());  // ldw < k

@@ -16,6 +16,7 @@
 //   per layer: a = Attn(x) (fused QKV Linear with bias, attnflow::Attention
 //              with a kv_lens padding mask, scale 1/sqrt(Dh)), x = LN(x + Dense(a)),
 //              x = LN(x + W2·gelu_erf(W1·x + b1) + b2)
+//   (each LN fused into its dense layer's GEMM region: ops::LinearEpilogue)
 //   embedding = normalize(mean of x over real tokens)
 //
 // Batches: sequences of different lengths are padded to the longest for
@@ -99,8 +100,18 @@ class BertModel : public EncoderModel {
   Status EmbedTexts(const std::vector<std::string>& texts, int64_t batch_size,
                     Tensor* embeddings) override;
 
+  // Test hook: false runs every dense + residual + LayerNorm as the
+  // composed pair (ops::Linear, then ops::LayerNorm) instead of the fused
+  // norm epilogue; both give the same bits. Not while embedding.
+  void set_fuse_norm(bool on) { fuse_norm_ = on; }
+
  private:
   BertModel() = default;
+  // out [rows, E] = LayerNorm(sum), sum [rows, E] = in [rows, k] · wᵀ + ep
+  // (bias, residual): fused into the GEMM's region unless fuse_norm_ is off.
+  void LinearNorm(float* sum, const float* in, int64_t k, const ops::PackedMatrix& w,
+                  ops::LinearEpilogue ep, const float* gamma, const float* beta, float* out,
+                  int64_t rows, ThreadPool& pool) const;
   // The forward pass shared by Embed and HiddenStates. `states` (optional)
   // receives num_layers+1 tensors [B, L, E].
   Status Forward(const std::vector<std::vector<int32_t>>& ids,
@@ -115,7 +126,9 @@ class BertModel : public EncoderModel {
   const float *word_ = nullptr, *pos_ = nullptr, *type_ = nullptr;
   ops::QMatrix word_table_;  // F32 view of word_ for ops::EmbeddingLookup
   const float *emb_ln_g_ = nullptr, *emb_ln_b_ = nullptr;
+  ops::PackArena arena_;  // storage of every layer's packed weights (outlives layers_)
   std::vector<BertLayer> layers_;
+  bool fuse_norm_ = true;
 };
 
 }  // namespace attnflow::bert

@@ -148,6 +148,23 @@ Status BertModel::EmbedTexts(const std::vector<std::string>& texts, int64_t batc
   return Status::Ok();
 }
 
+void BertModel::LinearNorm(float* sum, const float* in, int64_t k, const ops::PackedMatrix& w,
+                           ops::LinearEpilogue ep, const float* gamma, const float* beta,
+                           float* out, int64_t rows, ThreadPool& pool) const {
+  const int64_t E = cfg_.hidden;
+  if (!fuse_norm_) {
+    ops::Linear(sum, E, in, k, w, ep, rows, pool);
+    ops::LayerNorm(out, E, sum, E, gamma, beta, cfg_.layer_norm_eps, rows, E, pool);
+    return;
+  }
+  ep.norm_gamma = gamma;
+  ep.norm_beta = beta;
+  ep.norm_eps = cfg_.layer_norm_eps;
+  ep.norm_out = out;
+  ep.ld_norm_out = E;
+  ops::Linear(sum, E, in, k, w, ep, rows, pool);
+}
+
 Status BertModel::Forward(const std::vector<std::vector<int32_t>>& ids, Tensor* embeddings,
                           Tensor* hidden, std::vector<Tensor>* states,
                           const StageCapture& capture) {
@@ -277,28 +294,34 @@ Status BertModel::Forward(const std::vector<std::vector<int32_t>>& ids, Tensor* 
     }
     if (padded) to_packed(ctx, ctx_pad, E);
     if (cap) put("concat", ctx);
-    // Attention output dense + residual, LayerNorm 1 (the captured layer
-    // keeps "out" before the residual: unfused there, same arithmetic).
+    // Attention output dense + bias + residual + LayerNorm 1, fused into the
+    // GEMM's parallel region (the norm reads the stored sum tmp and writes
+    // x; bit-identical to the composed pair, ops.h LinearEpilogue). The
+    // captured layer keeps "out" before the residual: composed there, and
+    // where fuse_norm_ is off (tests compare the two).
+    const ops::LinearEpilogue o_ep = {.bias = W.b_o, .residual = x, .ld_residual = E};
     if (cap) {
       ops::Linear(tmp, E, ctx, E, W.w_o, {.bias = W.b_o}, T, pool);
       put("out", tmp);
       ops::Add(tmp, tmp, x, T * E, pool);
       put("residual", tmp);
+      ops::LayerNorm(x, E, tmp, E, W.ln1_g, W.ln1_b, cfg_.layer_norm_eps, T, E, pool);
     } else {
-      ops::Linear(tmp, E, ctx, E, W.w_o, {.bias = W.b_o, .residual = x, .ld_residual = E}, T, pool);
+      LinearNorm(tmp, ctx, E, W.w_o, o_ep, W.ln1_g, W.ln1_b, x, T, pool);
     }
-    ops::LayerNorm(x, E, tmp, E, W.ln1_g, W.ln1_b, cfg_.layer_norm_eps, T, E, pool);
     if (cap) put("norm", x);
-    // FFN: W2 · gelu(W1 · x + b1) + b2 (+ residual), LayerNorm 2.
+    // FFN: W2 · gelu(W1 · x + b1) + b2 + residual, LayerNorm 2 (fused the
+    // same way).
     ops::Linear(ffn, F, x, E, W.w_1, {.bias = W.b_1, .act = ops::Activation::kGeluErf}, T, pool);
+    const ops::LinearEpilogue f_ep = {.bias = W.b_2, .residual = x, .ld_residual = E};
     if (cap) {
       ops::Linear(tmp, E, ffn, F, W.w_2, {.bias = W.b_2}, T, pool);
       put("ffn", tmp);
       ops::Add(tmp, tmp, x, T * E, pool);
+      ops::LayerNorm(x, E, tmp, E, W.ln2_g, W.ln2_b, cfg_.layer_norm_eps, T, E, pool);
     } else {
-      ops::Linear(tmp, E, ffn, F, W.w_2, {.bias = W.b_2, .residual = x, .ld_residual = E}, T, pool);
+      LinearNorm(tmp, ffn, F, W.w_2, f_ep, W.ln2_g, W.ln2_b, x, T, pool);
     }
-    ops::LayerNorm(x, E, tmp, E, W.ln2_g, W.ln2_b, cfg_.layer_norm_eps, T, E, pool);
     if (cap) put("block_out", x);
     ATTNFLOW_RETURN_IF_ERROR(keep_state());
   }

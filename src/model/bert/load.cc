@@ -299,9 +299,20 @@ Result<std::unique_ptr<BertModel>> BertModel::Load(const std::string& dir) {
   m->word_table_.row_bytes = E * static_cast<int64_t>(sizeof(float));
   m->word_table_.name = "embeddings.word_embeddings.weight";
   m->layers_.resize(static_cast<size_t>(c.num_layers));
+  // Every packed dense weight lives in one arena on 2 MiB pages (ops.h
+  // PackArena): batch 1 streams all of them per sentence.
+  {
+    auto rounded = [](size_t b) { return (b + 63) / 64 * 64; };
+    const size_t per_layer = rounded(ops::PackedMatrix::PackedBytes(3 * E, E)) +
+                             rounded(ops::PackedMatrix::PackedBytes(E, E)) +
+                             rounded(ops::PackedMatrix::PackedBytes(F, E)) +
+                             rounded(ops::PackedMatrix::PackedBytes(E, F));
+    const Status st = m->arena_.Reserve(per_layer * static_cast<size_t>(c.num_layers));
+    if (!st.ok()) return Status(st.code(), "bert: packed weights: " + st.message());
+  }
   auto pack = [&](const std::string& name, const float* w, int64_t n, int64_t k,
                   ops::PackedMatrix* out) -> Status {
-    Result<ops::PackedMatrix> r = ops::PackedMatrix::Pack(w, k, n, k);
+    Result<ops::PackedMatrix> r = ops::PackedMatrix::Pack(w, k, n, k, &m->arena_);
     if (!r.ok()) return Status(r.status().code(), "bert: " + name + ": " + r.status().message());
     *out = std::move(r).value();
     return Status::Ok();
