@@ -3,7 +3,8 @@
 // conversion), the register-blocked Q.K^T and P.V micro-kernels, the fused
 // max/exp/sum online-softmax step and the mask appliers.
 //
-// Compiled once per Highway target (included from kernels.cc through
+// Compiled once per Highway target (included from kernels_prefill.cc and
+// kernels_decode.cc through
 // hwy/foreach_target.h). Scores are kept in the log2 domain: the packed Q tile
 // is pre-multiplied by scale*log2(e), ALiBi slopes and float masks are
 // multiplied by log2(e), and probabilities are exp2(s - m).

@@ -6,7 +6,7 @@
 // exactly once. Keys [s*split_len, (s+1)*split_len) are processed in tiles of
 // tkv with the online softmax; the task writes an unnormalised partial
 // (O[rows][dvp], m[rows], l[rows]) in the log2 domain. MergeDecodeSplits
-// (kernels.cc) combines the splits of one (b, hk) in split order 0..S-1. The
+// (kernels_decode.cc) combines the splits of one (b, hk) in split order 0..S-1. The
 // split length depends only on the shape, so results are bit-identical for
 // any thread count.
 //
