@@ -19,9 +19,13 @@
 // about half of the runs (2x slower prefill at L=256). Results never depend
 // on any of this.
 //
-// Hand-off without locks: a call publishes its task range with one atomic
-// generation increment and returns when an atomic count of active workers
-// reaches zero; a spinning worker or caller takes no mutex at all (the
+// Hand-off without locks: a call publishes its tasks with one atomic store
+// of a (generation, remaining tasks) word; workers claim tasks by CAS on that
+// word (tasks are handed out from the last to the first), and the call
+// returns when an atomic count of unfinished TASKS reaches zero — it does
+// not wait for idle workers to check in (a worker woken late, or
+// descheduled, after the caller ran every task used to hold the caller until
+// the scheduler ran it). A spinning worker or caller takes no mutex at all (the
 // mutex and condition variables are only for those that stopped spinning:
 // a worker that saw the new generation while the caller still held the
 // mutex used to block in the kernel on it, a futex sleep and wake-up for
@@ -52,23 +56,22 @@ class ThreadPool {
 
  private:
   void WorkerLoop(int worker);
-  void RunTasks(int worker);
+  void RunTasks(int worker, uint64_t gen);
 
   int num_workers_;
   std::vector<std::thread> threads_;
   std::mutex call_mu_;  // serialises ParallelFor calls
   std::mutex mu_;
   std::condition_variable cv_start_, cv_done_;
-  // Publishes fn_ / num_tasks_ / next_ / active_ (release; seq_cst against
-  // sleepers_, so a worker going to sleep either sees it or is woken).
-  std::atomic<uint64_t> generation_{0};
-  std::atomic<int> active_{0};             // workers not done with this call
+  // (generation << 32) | tasks not yet claimed. The caller's store publishes
+  // fn_ / pending_ (release; seq_cst against sleepers_, so a worker going to
+  // sleep either sees it or is woken); a claim is a CAS that decrements it.
+  std::atomic<uint64_t> state_{0};
+  std::atomic<int64_t> pending_{0};        // tasks of this call not finished
   std::atomic<int> sleepers_{0};           // workers blocked on cv_start_
   std::atomic<bool> caller_sleeping_{false};  // caller blocked on cv_done_
   bool stop_ = false;                      // under mu_
   const std::function<void(int64_t, int)>* fn_ = nullptr;
-  int64_t num_tasks_ = 0;
-  std::atomic<int64_t> next_{0};
 };
 
 // How long (microseconds) an idle worker spins before blocking.

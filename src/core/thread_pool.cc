@@ -1,6 +1,12 @@
 // thread_pool.cc — ParallelFor over a fixed set of workers (see threading.h).
+//
+// Invariants: every task of a call runs exactly once; a call returns only
+// when all its tasks are done (it does not wait for idle workers to check
+// in); a worker can claim a task only of the generation it is running, and
+// reads fn_ only after such a claim.
 #include "attnflow/threading.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <string>
@@ -73,37 +79,49 @@ ThreadPool::~ThreadPool() {
   for (auto& t : threads_) t.join();
 }
 
-void ThreadPool::RunTasks(int worker) {
+void ThreadPool::RunTasks(int worker, uint64_t gen) {
   InTask in_task(this, worker);
+  uint64_t s = state_.load(std::memory_order_acquire);
   for (;;) {
-    const int64_t t = next_.fetch_add(1, std::memory_order_relaxed);
-    if (t >= num_tasks_) break;
-    (*fn_)(t, worker);
+    // Claim the task `remaining - 1` of generation `gen`, or stop: a claim
+    // is one CAS on the (generation, remaining) word, so a worker that
+    // arrives late (its generation is over, the caller may already be in the
+    // next call) can never take a task of another call.
+    if ((s >> 32) != (gen & 0xffffffffu) || (s & 0xffffffffu) == 0) return;
+    if (!state_.compare_exchange_weak(s, s - 1, std::memory_order_acq_rel,
+                                      std::memory_order_acquire)) {
+      continue;
+    }
+    (*fn_)(static_cast<int64_t>(s & 0xffffffffu) - 1, worker);
+    if (pending_.fetch_sub(1, std::memory_order_seq_cst) == 1 &&
+        caller_sleeping_.load(std::memory_order_seq_cst)) {
+      // Last task of the call and the caller stopped spinning: it set the
+      // flag under mu_ before its predicate check, so notifying under mu_
+      // cannot be lost (a stale notify into a later call is harmless: the
+      // caller re-checks its predicate).
+      std::lock_guard<std::mutex> lock(mu_);
+      cv_done_.notify_one();
+    }
+    s = state_.load(std::memory_order_acquire);
   }
 }
 
 void ThreadPool::WorkerLoop(int worker) {
-  uint64_t seen = 0;
+  uint64_t seen = 0;  // generation of the last call this worker looked at
+  auto gen = [this](std::memory_order mo) { return state_.load(mo) >> 32; };
   for (;;) {
-    if (!SpinUntil([&] { return generation_.load(std::memory_order_acquire) != seen; })) {
+    if (!SpinUntil([&] { return gen(std::memory_order_acquire) != seen; })) {
       std::unique_lock<std::mutex> lock(mu_);
-      // seq_cst pairs with the caller's generation increment and sleepers_
-      // load: either the predicate sees the new generation or the caller
-      // sees a sleeper and notifies under mu_ (no lost wake-up).
+      // seq_cst pairs with the caller's state_ store and sleepers_ load:
+      // either the predicate sees the new generation or the caller sees a
+      // sleeper and notifies under mu_ (no lost wake-up).
       sleepers_.fetch_add(1, std::memory_order_seq_cst);
-      cv_start_.wait(lock, [&] { return stop_ || generation_.load(std::memory_order_seq_cst) != seen; });
+      cv_start_.wait(lock, [&] { return stop_ || gen(std::memory_order_seq_cst) != seen; });
       sleepers_.fetch_sub(1, std::memory_order_relaxed);
       if (stop_) return;
     }
-    seen = generation_.load(std::memory_order_acquire);
-    RunTasks(worker);
-    if (active_.fetch_sub(1, std::memory_order_seq_cst) == 1 &&
-        caller_sleeping_.load(std::memory_order_seq_cst)) {
-      // Last one out and the caller stopped spinning: it set the flag under
-      // mu_ before its predicate check, so notifying under mu_ cannot be lost.
-      std::lock_guard<std::mutex> lock(mu_);
-      cv_done_.notify_one();
-    }
+    seen = gen(std::memory_order_acquire);
+    RunTasks(worker, seen);
   }
 }
 
@@ -114,28 +132,41 @@ void ThreadPool::ParallelFor(
     for (int64_t t = 0; t < num_tasks; ++t) fn(t, t_worker);
     return;
   }
+  constexpr int64_t kMaxRound = 0xffffffff;  // tasks per (generation, remaining) word
+  if (num_tasks > kMaxRound) {
+    for (int64_t t0 = 0; t0 < num_tasks; t0 += kMaxRound) {
+      const std::function<void(int64_t, int)> part = [&fn, t0](int64_t t, int w) {
+        fn(t0 + t, w);
+      };
+      ParallelFor(std::min(kMaxRound, num_tasks - t0), part);
+    }
+    return;
+  }
   std::lock_guard<std::mutex> call_lock(call_mu_);
   if (num_workers_ == 1 || num_tasks == 1) {
     InTask in_task(this, 0);
     for (int64_t t = 0; t < num_tasks; ++t) fn(t, 0);
     return;
   }
-  // Every worker finished the previous call (active_ was 0, acquired), so
-  // nobody reads these now; the generation increment publishes them.
+  // The previous call's tasks are all done (pending_ was 0, acquired): no
+  // task reads fn_ now, and a late worker reads it only after claiming a
+  // task of the new generation (its CAS acquires the store below).
   fn_ = &fn;
-  num_tasks_ = num_tasks;
-  next_.store(0, std::memory_order_relaxed);
-  active_.store(num_workers_ - 1, std::memory_order_relaxed);
-  generation_.fetch_add(1, std::memory_order_seq_cst);
+  pending_.store(num_tasks, std::memory_order_relaxed);
+  const uint64_t gen = ((state_.load(std::memory_order_relaxed) >> 32) + 1) & 0xffffffffu;
+  state_.store((gen << 32) | static_cast<uint64_t>(num_tasks), std::memory_order_seq_cst);
   if (sleepers_.load(std::memory_order_seq_cst) > 0) {
     std::lock_guard<std::mutex> lock(mu_);
     cv_start_.notify_all();
   }
-  RunTasks(0);
-  if (!SpinUntil([&] { return active_.load(std::memory_order_acquire) == 0; })) {
+  RunTasks(0, gen);
+  // Wait for the TASKS, not for the workers: a worker that has not woken up
+  // yet (or was descheduled) has nothing left to do once every task is done,
+  // and the caller need not wait for it to be scheduled.
+  if (!SpinUntil([&] { return pending_.load(std::memory_order_acquire) == 0; })) {
     std::unique_lock<std::mutex> lock(mu_);
     caller_sleeping_.store(true, std::memory_order_seq_cst);
-    cv_done_.wait(lock, [&] { return active_.load(std::memory_order_seq_cst) == 0; });
+    cv_done_.wait(lock, [&] { return pending_.load(std::memory_order_seq_cst) == 0; });
     caller_sleeping_.store(false, std::memory_order_relaxed);
   }
 }

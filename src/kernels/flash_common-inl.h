@@ -3,7 +3,8 @@
 // conversion), the register-blocked Q.K^T and P.V micro-kernels, the fused
 // max/exp/sum online-softmax step and the mask appliers.
 //
-// Compiled once per Highway target (included from kernels.cc through
+// Compiled once per Highway target (included from kernels_prefill.cc and
+// kernels_decode.cc through
 // hwy/foreach_target.h). Scores are kept in the log2 domain: the packed Q tile
 // is pre-multiplied by scale*log2(e), ALiBi slopes and float masks are
 // multiplied by log2(e), and probabilities are exp2(s - m).
@@ -297,16 +298,26 @@ HWY_INLINE VF LoadF32(DF df, const T* HWY_RESTRICT p) {
 }
 
 // ---------------------------------------------------------------------------
+// P.V prefetch hook: PvTile calls (*pf)(j) once per key j of its first live
+// row block's first column chunk, before that key's V row is loaded (decode
+// fetches the next tile's V row j there). The default hook is empty and its
+// pointer null, so the prefill P.V compiles exactly as without a hook. A
+// hook only issues prefetches: it cannot change a value.
+struct NoPvPrefetch {
+  HWY_INLINE void operator()(size_t /*j*/) const {}
+};
+
 // P.V micro-kernel: o[r][c] = o[r][c] * alpha[r] + sum_{j<n} p[j*pk + r*pr] *
 // v[j*vpitch + c] for kRows rows and kVecs vectors of columns.
 // kJ > 1 keeps kJ independent accumulator sets (consecutive keys) to hide
 // the FMA latency when kRows * kVecs is small (decode); they are added in a
-// fixed order at the end. V elements are T (converted on load).
-template <int kRows, int kVecs, int kJ = 1, typename T = float>
+// fixed order at the end. V elements are T (converted on load). pf: the
+// prefetch hook, null for none.
+template <int kRows, int kVecs, int kJ = 1, typename T = float, class Pf = NoPvPrefetch>
 HWY_INLINE void PvBlock(DF df, const float* HWY_RESTRICT p, size_t pk, size_t pr,
                         size_t n, const T* HWY_RESTRICT v, size_t vpitch,
                         float* HWY_RESTRICT o, size_t opitch,
-                        const float* HWY_RESTRICT alpha) {
+                        const float* HWY_RESTRICT alpha, const Pf* pf = nullptr) {
   const size_t N = hn::Lanes(df);
   VF acc[kJ][kRows][kVecs];
   HWY_UNROLL(16)
@@ -323,6 +334,7 @@ HWY_INLINE void PvBlock(DF df, const float* HWY_RESTRICT p, size_t pk, size_t pr
   for (; j + kJ <= n; j += kJ) {
     HWY_UNROLL(16)
     for (int u = 0; u < kJ; ++u) {
+      if (pf != nullptr) (*pf)(j + u);
       VF vv[kVecs];
       HWY_UNROLL(16)
       for (int c = 0; c < kVecs; ++c) vv[c] = LoadF32(df, v + (j + u) * vpitch + c * N);
@@ -335,6 +347,7 @@ HWY_INLINE void PvBlock(DF df, const float* HWY_RESTRICT p, size_t pk, size_t pr
     }
   }
   for (; j < n; ++j) {
+    if (pf != nullptr) (*pf)(j);
     VF vv[kVecs];
     HWY_UNROLL(16)
     for (int c = 0; c < kVecs; ++c) vv[c] = LoadF32(df, v + j * vpitch + c * N);
@@ -369,49 +382,54 @@ constexpr int PvChunk() {
 #endif
 }
 
-template <int kRows, int kJ, typename T, int kVecs>
+template <int kRows, int kJ, typename T, int kVecs, class Pf>
 HWY_INLINE void PvRemainder(DF df, const float* HWY_RESTRICT p, size_t pk,
                             size_t pr, size_t n, const T* HWY_RESTRICT v,
                             size_t vpitch, float* HWY_RESTRICT o, size_t opitch,
-                            const float* HWY_RESTRICT alpha, size_t rem) {
+                            const float* HWY_RESTRICT alpha, size_t rem, const Pf* pf) {
   if constexpr (kVecs >= 1) {
     if (rem == static_cast<size_t>(kVecs)) {
-      PvBlock<kRows, kVecs, kJ, T>(df, p, pk, pr, n, v, vpitch, o, opitch, alpha);
+      PvBlock<kRows, kVecs, kJ, T, Pf>(df, p, pk, pr, n, v, vpitch, o, opitch, alpha, pf);
       return;
     }
-    PvRemainder<kRows, kJ, T, kVecs - 1>(df, p, pk, pr, n, v, vpitch, o, opitch,
-                                          alpha, rem);
+    PvRemainder<kRows, kJ, T, kVecs - 1, Pf>(df, p, pk, pr, n, v, vpitch, o, opitch,
+                                              alpha, rem, pf);
   }
 }
 
-template <int kRows, int kJ = 1, typename T = float>
+// kRows rows over all n_vecs column vectors, in chunks of PvChunk<kRows>().
+// pf (may be null) is used by the first chunk only.
+template <int kRows, int kJ = 1, typename T = float, class Pf = NoPvPrefetch>
 HWY_INLINE void PvRows(DF df, const float* HWY_RESTRICT p, size_t pk, size_t pr,
                        size_t n, const T* HWY_RESTRICT v, size_t vpitch,
                        float* HWY_RESTRICT o, size_t opitch,
-                       const float* HWY_RESTRICT alpha, size_t n_vecs) {
+                       const float* HWY_RESTRICT alpha, size_t n_vecs,
+                       const Pf* pf = nullptr) {
   constexpr int kChunk = PvChunk<kRows>();
   const size_t N = hn::Lanes(df);
   size_t c = 0;
   for (; c + kChunk <= n_vecs; c += kChunk) {
-    PvBlock<kRows, kChunk, kJ, T>(df, p, pk, pr, n, v + c * N, vpitch, o + c * N,
-                                  opitch, alpha);
+    PvBlock<kRows, kChunk, kJ, T, Pf>(df, p, pk, pr, n, v + c * N, vpitch, o + c * N,
+                                      opitch, alpha, pf);
+    pf = nullptr;
   }
   if (c < n_vecs) {
-    PvRemainder<kRows, kJ, T, kChunk - 1>(df, p, pk, pr, n, v + c * N, vpitch,
-                                          o + c * N, opitch, alpha, n_vecs - c);
+    PvRemainder<kRows, kJ, T, kChunk - 1, Pf>(df, p, pk, pr, n, v + c * N, vpitch,
+                                              o + c * N, opitch, alpha, n_vecs - c, pf);
   }
 }
 
 // All rows: rows [0, n_rows) of o (pitch dvp). Row groups whose rows are all
 // inactive are skipped (row_live[r] == 0). Two leftover rows share each V
 // load; a last single row uses two accumulator sets (kJ = 2) to hide the FMA
-// latency.
-template <typename T = float>
+// latency. pf (may be null): the prefetch hook, called by the first live row
+// block only (see NoPvPrefetch); it does not change the blocking or the order.
+template <typename T = float, class Pf = NoPvPrefetch>
 HWY_INLINE void PvTile(const float* HWY_RESTRICT p, size_t pk, size_t pr,
                        size_t n_keys, const T* HWY_RESTRICT v, size_t vpitch,
                        size_t dvp, float* HWY_RESTRICT o,
                        const float* HWY_RESTRICT alpha, size_t n_rows,
-                       const uint8_t* HWY_RESTRICT row_live) {
+                       const uint8_t* HWY_RESTRICT row_live, const Pf* pf = nullptr) {
   const DF df;
   const size_t N = hn::Lanes(df);
   const size_t n_vecs = dvp / N;
@@ -420,18 +438,21 @@ HWY_INLINE void PvTile(const float* HWY_RESTRICT p, size_t pk, size_t pr,
     bool any = false;
     for (int t = 0; t < kPvRows; ++t) any |= row_live[r + t] != 0;
     if (!any) continue;
-    PvRows<kPvRows, 1, T>(df, p + r * pr, pk, pr, n_keys, v, vpitch, o + r * dvp,
-                          dvp, alpha + r, n_vecs);
+    PvRows<kPvRows, 1, T, Pf>(df, p + r * pr, pk, pr, n_keys, v, vpitch, o + r * dvp,
+                              dvp, alpha + r, n_vecs, pf);
+    pf = nullptr;
   }
   if (r + 2 <= n_rows && (row_live[r] || row_live[r + 1])) {
-    PvRows<2, 1, T>(df, p + r * pr, pk, pr, n_keys, v, vpitch, o + r * dvp, dvp,
-                    alpha + r, n_vecs);
+    PvRows<2, 1, T, Pf>(df, p + r * pr, pk, pr, n_keys, v, vpitch, o + r * dvp, dvp,
+                        alpha + r, n_vecs, pf);
+    pf = nullptr;
     r += 2;
   }
   for (; r < n_rows; ++r) {
     if (!row_live[r]) continue;
-    PvRows<1, 2, T>(df, p + r * pr, pk, pr, n_keys, v, vpitch, o + r * dvp, dvp,
-                    alpha + r, n_vecs);
+    PvRows<1, 2, T, Pf>(df, p + r * pr, pk, pr, n_keys, v, vpitch, o + r * dvp, dvp,
+                        alpha + r, n_vecs, pf);
+    pf = nullptr;
   }
 }
 

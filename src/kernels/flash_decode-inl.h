@@ -6,7 +6,7 @@
 // exactly once. Keys [s*split_len, (s+1)*split_len) are processed in tiles of
 // tkv with the online softmax; the task writes an unnormalised partial
 // (O[rows][dvp], m[rows], l[rows]) in the log2 domain. MergeDecodeSplits
-// (kernels.cc) combines the splits of one (b, hk) in split order 0..S-1. The
+// (kernels_decode.cc) combines the splits of one (b, hk) in split order 0..S-1. The
 // split length depends only on the shape, so results are bit-identical for
 // any thread count.
 //
@@ -306,136 +306,13 @@ HWY_INLINE void QkRows(const float* HWY_RESTRICT qd, size_t n_rows,
   }
 }
 
-// P.V of a decode tile: o[r][c] = o[r][c] * alpha[r] + sum_{j<n} s[r*pitch+j]
-// * v[j*vpitch + c], for the live rows. The same blocking and summation order
-// as PvTile (flash_common-inl.h: 4 rows x 4 vectors, then 2 rows x 8 vectors,
-// then single rows with two accumulator sets on AVX-512), plus the decode
-// prefetch: while the first live block streams key j (first column chunk),
-// V row j of the next tile is fetched. A decode-local copy, so that the
-// prefill P.V stays untouched.
-template <int kRows, int kVecs, int kJ, typename T>
-HWY_INLINE void DecPvBlock(DF df, const float* HWY_RESTRICT p, size_t pr, size_t n,
-                           const T* HWY_RESTRICT v, size_t vpitch, float* HWY_RESTRICT o,
-                           size_t opitch, const float* HWY_RESTRICT alpha,
-                           const DecodePrefetch* pf) {
-  const size_t N = hn::Lanes(df);
-  VF acc[kJ][kRows][kVecs];
-  HWY_UNROLL(16)
-  for (int r = 0; r < kRows; ++r) {
-    const VF a = hn::Set(df, alpha[r]);
-    HWY_UNROLL(16)
-    for (int c = 0; c < kVecs; ++c) {
-      acc[0][r][c] = hn::Mul(hn::Load(df, o + r * opitch + c * N), a);
-      HWY_UNROLL(16)
-      for (int u = 1; u < kJ; ++u) acc[u][r][c] = hn::Zero(df);
-    }
-  }
-  size_t j = 0;
-  for (; j + kJ <= n; j += kJ) {
-    HWY_UNROLL(16)
-    for (int u = 0; u < kJ; ++u) {
-      if (pf != nullptr) PrefetchValue(*pf, j + u);
-      VF vv[kVecs];
-      HWY_UNROLL(16)
-      for (int c = 0; c < kVecs; ++c) vv[c] = LoadF32(df, v + (j + u) * vpitch + c * N);
-      HWY_UNROLL(16)
-      for (int r = 0; r < kRows; ++r) {
-        const VF pb = hn::Set(df, p[r * pr + j + u]);
-        HWY_UNROLL(16)
-        for (int c = 0; c < kVecs; ++c) acc[u][r][c] = hn::MulAdd(pb, vv[c], acc[u][r][c]);
-      }
-    }
-  }
-  for (; j < n; ++j) {
-    if (pf != nullptr) PrefetchValue(*pf, j);
-    VF vv[kVecs];
-    HWY_UNROLL(16)
-    for (int c = 0; c < kVecs; ++c) vv[c] = LoadF32(df, v + j * vpitch + c * N);
-    HWY_UNROLL(16)
-    for (int r = 0; r < kRows; ++r) {
-      const VF pb = hn::Set(df, p[r * pr + j]);
-      HWY_UNROLL(16)
-      for (int c = 0; c < kVecs; ++c) acc[0][r][c] = hn::MulAdd(pb, vv[c], acc[0][r][c]);
-    }
-  }
-  HWY_UNROLL(16)
-  for (int r = 0; r < kRows; ++r) {
-    HWY_UNROLL(16)
-    for (int c = 0; c < kVecs; ++c) {
-      VF sum = acc[0][r][c];
-      HWY_UNROLL(16)
-      for (int u = 1; u < kJ; ++u) sum = hn::Add(sum, acc[u][r][c]);
-      hn::Store(sum, df, o + r * opitch + c * N);
-    }
-  }
-}
-
-template <int kRows, int kJ, typename T, int kVecs>
-HWY_INLINE void DecPvRemainder(DF df, const float* HWY_RESTRICT p, size_t pr, size_t n,
-                               const T* HWY_RESTRICT v, size_t vpitch, float* HWY_RESTRICT o,
-                               size_t opitch, const float* HWY_RESTRICT alpha,
-                               const DecodePrefetch* pf, size_t rem) {
-  if constexpr (kVecs >= 1) {
-    if (rem == static_cast<size_t>(kVecs)) {
-      return DecPvBlock<kRows, kVecs, kJ, T>(df, p, pr, n, v, vpitch, o, opitch, alpha, pf);
-    }
-    DecPvRemainder<kRows, kJ, T, kVecs - 1>(df, p, pr, n, v, vpitch, o, opitch, alpha, pf,
-                                            rem);
-  }
-}
-
-// kRows rows over all n_vecs column vectors, in chunks of PvChunk<kRows>().
-// pf (may be null) is used by the first chunk only.
-template <int kRows, int kJ, typename T>
-HWY_INLINE void DecPvRows(DF df, const float* HWY_RESTRICT p, size_t pr, size_t n,
-                          const T* HWY_RESTRICT v, size_t vpitch, float* HWY_RESTRICT o,
-                          size_t opitch, const float* HWY_RESTRICT alpha, size_t n_vecs,
-                          const DecodePrefetch* pf) {
-  constexpr int kChunk = PvChunk<kRows>();
-  const size_t N = hn::Lanes(df);
-  size_t c = 0;
-  for (; c + kChunk <= n_vecs; c += kChunk) {
-    DecPvBlock<kRows, kChunk, kJ, T>(df, p, pr, n, v + c * N, vpitch, o + c * N, opitch,
-                                     alpha, pf);
-    pf = nullptr;
-  }
-  if (c < n_vecs) {
-    DecPvRemainder<kRows, kJ, T, kChunk - 1>(df, p, pr, n, v + c * N, vpitch, o + c * N,
-                                             opitch, alpha, pf, n_vecs - c);
-  }
-}
-
-template <typename T>
-HWY_INLINE void DecPvTile(const float* HWY_RESTRICT p, size_t pr, size_t n,
-                          const T* HWY_RESTRICT v, size_t vpitch, size_t dvp,
-                          float* HWY_RESTRICT o, const float* HWY_RESTRICT alpha,
-                          size_t n_rows, const uint8_t* HWY_RESTRICT live,
-                          const DecodePrefetch* pf) {
-  const DF df;
-  const size_t N = hn::Lanes(df);
-  const size_t n_vecs = dvp / N;
-  size_t r = 0;
-  for (; r + kPvRows <= n_rows; r += kPvRows) {
-    bool any = false;
-    for (int t = 0; t < kPvRows; ++t) any |= live[r + t] != 0;
-    if (!any) continue;
-    DecPvRows<kPvRows, 1, T>(df, p + r * pr, pr, n, v, vpitch, o + r * dvp, dvp, alpha + r,
-                             n_vecs, pf);
-    pf = nullptr;
-  }
-  if (r + 2 <= n_rows && (live[r] || live[r + 1])) {
-    DecPvRows<2, 1, T>(df, p + r * pr, pr, n, v, vpitch, o + r * dvp, dvp, alpha + r, n_vecs,
-                       pf);
-    pf = nullptr;
-    r += 2;
-  }
-  for (; r < n_rows; ++r) {
-    if (!live[r]) continue;
-    DecPvRows<1, 2, T>(df, p + r * pr, pr, n, v, vpitch, o + r * dvp, dvp, alpha + r, n_vecs,
-                       pf);
-    pf = nullptr;
-  }
-}
+// P.V prefetch hook of a decode tile (PvTile's Pf): while the first live
+// row block streams key j (first column chunk), V row j of the next tile is
+// fetched.
+struct DecPvPrefetch {
+  const DecodePrefetch* pf;
+  HWY_INLINE void operator()(size_t j) const { PrefetchValue(*pf, j); }
+};
 
 struct DecodeRows {
   size_t rows;
@@ -541,7 +418,9 @@ HWY_INLINE void DecodeTile(const Problem& P, const Plan& pl, const DecodeRows& R
     R.m[r] = m_new;
   }
   if (pf.v_next != 0) {
-    DecPvTile<T>(s, pitch, n, v, vpitch, dvp, R.o, R.alpha, rows, R.live, &pf);
+    const DecPvPrefetch hook{&pf};
+    PvTile<T, DecPvPrefetch>(s, 1, pitch, n, v, vpitch, dvp, R.o, R.alpha, rows, R.live,
+                             &hook);
   } else {
     PvTile<T>(s, 1, pitch, n, v, vpitch, dvp, R.o, R.alpha, rows, R.live);
   }

@@ -1,5 +1,6 @@
 // kernels/internal.h — the resolved problem and plan shared by the dispatcher
-// (dispatch.cc, plain C++) and the per-target SIMD kernels (kernels.cc and
+// (dispatch.cc, plain C++) and the per-target SIMD kernels (kernels_prefill.cc,
+// kernels_decode.cc and
 // flash_*-inl.h, compiled once per Highway target).
 //
 // Invariants (established by dispatch.cc before any kernel runs):
@@ -118,7 +119,9 @@ inline ScratchLayout MakeScratchLayout(const Plan& pl) {
   return s;
 }
 
-// Exported per-target entry points (kernels.cc, HWY_DYNAMIC_DISPATCH).
+// Exported per-target entry points (kernels_prefill.cc: GetTargetInfo,
+// RunPrefillTask, RecomputeRowScalar; kernels_decode.cc: RunDecodeSplit,
+// MergeDecodeSplits; HWY_DYNAMIC_DISPATCH).
 void GetTargetInfo(TargetInfo* info);
 void RunPrefillTask(const Problem& p, const Plan& plan, int64_t task,
                     float* scratch);

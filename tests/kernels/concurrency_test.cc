@@ -217,6 +217,55 @@ TEST(Concurrency, ThreadPoolParallelForFromManyThreads) {
   EXPECT_EQ(errors.load(), 0);
 }
 
+// The pool's hand-off paths: back-to-back calls of 0..40 tasks (a worker may
+// still be leaving call N when call N+1 is published: it must not take a
+// task of N+1 it did not claim, nor run a task twice), pauses longer than
+// the spin so workers and the caller block on their condition variables, a
+// slow last task (the caller sleeps until the TASK is done), and pools
+// destroyed right after a call. Each task writes a plain int of its own, so
+// a task run twice or concurrently, or a call returning before its tasks
+// are done, is a data race under TSan and a wrong count here.
+TEST(Concurrency, ThreadPoolHandOffSleepsAndLateWorkers) {
+  int errors = 0;
+  for (int workers : {2, 3}) {
+    ThreadPool pool(workers);
+    for (int c = 0; c < 300; ++c) {
+      const int64_t n = (c * 7) % 41;
+      std::vector<int> hits(static_cast<size_t>(n), 0);
+      pool.ParallelFor(n, [&](int64_t task, int w) {
+        // Every task takes a few microseconds (so workers get some) and a
+        // worker's task ends late: a call that returned before its tasks
+        // were done is then seen here too, not only by TSan.
+        const auto t0 = std::chrono::steady_clock::now();
+        while (std::chrono::steady_clock::now() - t0 < std::chrono::microseconds(2)) {
+        }
+        if (w != 0) std::this_thread::sleep_for(std::chrono::microseconds(20));
+        if (w >= 0 && w < pool.NumWorkers()) hits[static_cast<size_t>(task)] += 1;
+      });
+      for (int h : hits) errors += h != 1;
+      if (c % 60 == 0) std::this_thread::sleep_for(std::chrono::microseconds(3 * kSpinMicros));
+    }
+  }
+  {
+    ThreadPool pool(2);
+    for (int c = 0; c < 5; ++c) {
+      std::vector<int> hits(3, 0);
+      pool.ParallelFor(3, [&](int64_t task, int) {
+        if (task == 0) std::this_thread::sleep_for(std::chrono::microseconds(3 * kSpinMicros));
+        hits[static_cast<size_t>(task)] += 1;
+      });
+      for (int h : hits) errors += h != 1;
+    }
+  }
+  for (int i = 0; i < 50; ++i) {
+    auto p = std::make_unique<ThreadPool>(2 + i % 3);
+    std::vector<int> hits(17, 0);
+    p->ParallelFor(17, [&](int64_t task, int) { hits[static_cast<size_t>(task)] += 1; });
+    for (int h : hits) errors += h != 1;
+  }
+  EXPECT_EQ(errors, 0);
+}
+
 // Creating and destroying pools while other pools work (embedding programs
 // do this around every request).
 TEST(Concurrency, PoolsCreatedAndDestroyedWhileOthersRun) {
