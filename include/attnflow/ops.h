@@ -145,6 +145,44 @@ Status QMatMul(const std::vector<MatJob>& jobs, const float* x, int64_t ldx, int
 // least w.cols floats of scratch (used by the non-quantised row types).
 void QMatVecRows(float* y, const QMatrix& w, int64_t r0, int64_t nr, const float* x, float* tmp);
 
+// ---- fast dot (opt-in, NOT exact): int8 activations -------------------------
+//
+// The activation vector quantised once per matvec, like ggml's
+// quantize_row_q8_0 but with an fp32 scale: blocks of 32, d = max|x| / 127,
+// q = round-half-even(x / d) in [-127, 127] (d = 0 and q = 0 for an all-zero
+// block), so |x - d*q| <= d/2 per element. Kept widened to int16 for the
+// pairwise integer products, with each block's integer sum.
+struct Q8Acts {
+  std::vector<int16_t> q;    // [n]
+  std::vector<float> d;      // [n / 32]
+  std::vector<int32_t> sum;  // [n / 32], sum of the block's q
+  int64_t n = 0;
+};
+// n % 32 == 0 (callers check; the fast dot is only used for such rows).
+// Grows the vectors on first use only.
+void QuantizeActsQ8(Q8Acts* out, const float* x, int64_t n);
+
+// The weight types with an integer fast dot: Q4_0, Q4_1, Q5_0, Q8_0, Q4_K,
+// Q6_K. Any other type (and cols % 32 != 0) falls back to QMatVecRows on x.
+bool QFastDotSupported(GgmlType type);
+
+// y[j] = fast dot(row r0 + j of w, xq) for j < nr, x being the float vector
+// xq was made from (used only by the fallback), tmp as for QMatVecRows.
+// Definition (the SIMD targets give bit-identical results to the scalar
+// QMatVecRowsFastRef below): for each 32-element sub-block b of the row with
+// integer weights w_e and per-pair fp32 scale s_k (= weight scale x xq.d[b],
+// products formed in fp32 in that order; Q6_K: one scale per 16 elements),
+// the 16 exact pair sums p_k = w_{2k} x_{2k} + w_{2k+1} x_{2k+1} go into
+// accumulator lane k of array A[b % 2] as A[b%2][k] = fma(p_k, s_k, .);
+// affine types (Q4_1 m, Q4_K dmin*m) add fma(offset x xq.d[b], sum[b], .) to
+// one scalar o in block order. Then A = A[0] + A[1], lanes summed pairwise
+// (k + 8, k + 4, k + 2, k + 1) and y = A[0] + o. Per-row, fixed order: the
+// result never depends on the thread count.
+void QMatVecRowsFast(float* y, const QMatrix& w, int64_t r0, int64_t nr, const Q8Acts& xq,
+                     const float* x, float* tmp);
+// The portable scalar oracle of QMatVecRowsFast (supported types only).
+void QMatVecRowsFastRef(float* y, const QMatrix& w, int64_t r0, int64_t nr, const Q8Acts& xq);
+
 // Tokens per packed block, weight rows per GEMM task, and the SIMD target.
 int64_t QMatMulTokenBlock(int64_t T);
 int64_t QMatMulTaskRows();
