@@ -173,7 +173,7 @@ ATTNFLOW_VNNI HWY_INLINE float ReduceFixed(__m512 a) {
 // 64 unsigned weight bytes u (w = u - kC), the per-lane scales S and (affine
 // types) offsets M; lane k = vpdpbusd(-kC * quad sum of x, u, x) exactly.
 template <GgmlType kType>
-ATTNFLOW_VNNI float FastRowVnni(const uint8_t* HWY_RESTRICT row, int64_t cols, const Q8Acts& xq) {
+ATTNFLOW_VNNI HWY_INLINE float FastRowVnni(const uint8_t* HWY_RESTRICT row, int64_t cols, const Q8Acts& xq) {
   constexpr bool kAffine = kType == GgmlType::kQ4_1 || kType == GgmlType::kQ4_K;
   constexpr int kShift = kType == GgmlType::kQ8_0 ? 7 : kType == GgmlType::kQ4_0 ? 3
                          : kType == GgmlType::kQ5_0 ? 4 : kType == GgmlType::kQ6_K ? 5 : -1;
