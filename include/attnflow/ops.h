@@ -200,6 +200,46 @@ Status QMatMul(const std::vector<MatJob>& jobs, const float* x, int64_t ldx, int
 // least w.cols floats of scratch (used by the non-quantised row types).
 void QMatVecRows(float* y, const QMatrix& w, int64_t r0, int64_t nr, const float* x, float* tmp);
 
+// ---- fast dot (opt-in, NOT exact): int8 activations -------------------------
+//
+// The activation vector quantised once per matvec, like ggml's
+// quantize_row_q8_0 but with an fp32 scale: blocks of 32, d = max|x| / 127,
+// q = round-half-even(x / d) in [-127, 127] (d = 0 and q = 0 for an all-zero
+// block), so |x - d*q| <= d/2 per element; with each block's sum of q and
+// each group of 4's sum (negated int32 and float, for the SIMD dot).
+struct Q8Acts {
+  std::vector<int8_t> q;     // [n]
+  std::vector<float> d;      // [n / 32]
+  std::vector<int32_t> sum;  // [n / 32], sum of the block's q
+  std::vector<int32_t> x4n;  // [n / 4], -(q[4i] + ... + q[4i+3])
+  std::vector<float> x4f;    // [n / 4],   q[4i] + ... + q[4i+3]
+  int64_t n = 0;
+};
+// n % 32 == 0 (callers check; the fast dot is only used for such rows).
+// Grows the vectors on first use only.
+void QuantizeActsQ8(Q8Acts* out, const float* x, int64_t n);
+
+// The weight types with an integer fast dot: Q4_0, Q4_1, Q5_0, Q8_0, Q4_K,
+// Q6_K. Any other type falls back to the exact QMatVecRows on x.
+bool QFastDotSupported(GgmlType type);
+
+// y[j] = fast dot(row r0 + j of w, xq) for j < nr, x being the float vector
+// xq was made from (used only by the fallback), tmp as for QMatVecRows.
+// Definition (QMatVecRowsFastRef, the scalar oracle; the AVX-512 VNNI path
+// gives the same bits): 32-element sub-block b of the row has integer
+// weights w_e, weight scale ws (Q6_K: ws0 for e < 16, ws1 above) and, for
+// the affine types (Q4_1 m, Q4_K -dmin*m), offset os. Lane k = 8 (b % 2) + j
+// (j < 8: elements 4j..4j+3) of the accumulators of parity p = (b / 2) % 2:
+//   acc[p][k] = fma(float(sum_e w_e q_e), ws(j) * d_b, acc[p][k])  (exact int)
+//   off[p][k] = fma(float(sum_e q_e), os * d_b, off[p][k])         (affine)
+// then a[k] = (acc[0][k] + acc[1][k]) + (off[0][k] + off[1][k]), lanes summed
+// pairwise (k + 8, k + 4, k + 2, k + 1), y = a[0]. Per row, fixed order: the
+// result never depends on the thread count.
+void QMatVecRowsFast(float* y, const QMatrix& w, int64_t r0, int64_t nr, const Q8Acts& xq,
+                     const float* x, float* tmp);
+// The portable scalar oracle of QMatVecRowsFast (supported types only).
+void QMatVecRowsFastRef(float* y, const QMatrix& w, int64_t r0, int64_t nr, const Q8Acts& xq);
+
 // Tokens per packed block, weight rows per GEMM task, and the SIMD target.
 int64_t QMatMulTokenBlock(int64_t T);
 int64_t QMatMulTaskRows();

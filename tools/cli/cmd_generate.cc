@@ -68,6 +68,7 @@ struct GenArgs {
   int threads = 0;
   bool chat = false;
   bool ignore_eos = false;
+  bool fast_dot = false;
   bool truncate = false;
   bool json = false;
   bool quiet = false;
@@ -134,6 +135,7 @@ int LoadFor(const char* cmd, const GenArgs& a, Loaded* out) {
   }
   lo.num_threads = a.threads;
   lo.max_context = a.ctx_size;
+  lo.fast_dot = a.fast_dot;
   Status st = Sampler::Validate(a.sampling);
   if (!st.ok()) {
     PrintError(cmd, st.message());
@@ -546,6 +548,9 @@ void AddCommon(CLI::App& sub, GenArgs& a) {
       ->check(InRange(0, 1024));
   sub.add_option("--system", a.system, "System message for --chat / chat");
   sub.add_flag("--quiet", a.quiet, "No progress line and no timing lines");
+  sub.add_flag("--fast-dot", a.fast_dot,
+               "Decode with int8 activations and integer dot products (faster, NOT exact; "
+               "docs/models-smollm2.md)");
 }
 
 std::function<int()> Bind(CLI::App& sub, std::shared_ptr<GenArgs> a, int (*run)(const GenArgs&)) {

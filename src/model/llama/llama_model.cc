@@ -220,6 +220,8 @@ class LlamaModel : public DecoderModel {
   // Decode regions: per-task residual / normed copies [W, E], the Wo and
   // Wdown outputs, and the four phases' ranges and counts.
   std::vector<float> xw_, hw_, o_out_, dn_;
+  // opt_.fast_dot: per-task int8 copies of hw (qh_) and of att_ / g_ (qa_).
+  std::vector<ops::Q8Acts> qh_, qa_;
   std::unique_ptr<ChunkRange[]> dec_ranges_;
   std::unique_ptr<DoneCount[]> dec_done_;
 
@@ -672,6 +674,11 @@ Status LlamaModel::DecodeStep(int32_t id, Tensor* logits) {
   dn_.resize(e);
   xw_.resize(static_cast<size_t>(W) * e);
   hw_.resize(static_cast<size_t>(W) * e);
+  const bool fast = opt_.fast_dot;
+  if (fast) {
+    qh_.resize(static_cast<size_t>(W));
+    qa_.resize(static_cast<size_t>(W));
+  }
   cos_.resize(static_cast<size_t>(D / 2));
   sin_.resize(static_cast<size_t>(D / 2));
   pos_.resize(1);
@@ -722,57 +729,72 @@ Status LlamaModel::DecodeStep(int32_t id, Tensor* logits) {
       float* xw = xw_.data() + w * E;
       float* hw = hw_.data() + w * E;
       float* buf = scratch_.worker(worker);
+      ops::Q8Acts* qh = fast ? &qh_[static_cast<size_t>(w)] : nullptr;
+      ops::Q8Acts* qa = fast ? &qa_[static_cast<size_t>(w)] : nullptr;
+      // y = W[r0, r0 + nr) x, exact or (fast) on xq, the int8 copy of x.
+      auto mv = [&](float* y, const QMatrix& m, int64_t r0, int64_t nr, const float* x, const ops::Q8Acts* xq) {
+        if (fast) {
+          ops::QMatVecRowsFast(y, m, r0, nr, *xq, x, buf);
+        } else {
+          ops::QMatVecRows(y, m, r0, nr, x, buf);
+        }
+      };
       if (l < 0) {
         std::memcpy(xw, x_.data(), e * sizeof(float));
       } else {
         const Layer& L = layers_[static_cast<size_t>(l)];
+        if (fast) ops::QuantizeActsQ8(qa, att_.data(), H * D);
         ph[0].Run(w, W, true, [&](int64_t c) {
           const int64_t r0 = c * kDecodeRows, nr = std::min(kDecodeRows, E - r0);
-          ops::QMatVecRows(o_out_.data() + r0, L.o, r0, nr, att_.data(), buf);
+          mv(o_out_.data() + r0, L.o, r0, nr, att_.data(), qa);
         });
         ops::Add(xw, xw, o_out_.data(), E, pool);
         ops::RmsNorm(hw, E, xw, E, L.ffn_norm.data(), eps_, 1, E, pool);
+        if (fast) ops::QuantizeActsQ8(qh, hw, E);
         ph[1].Run(w, W, true, [&](int64_t c) {
           const int64_t r0 = c * kDecodeRows, nr = std::min(kDecodeRows, F - r0);
           float u[kDecodeRows];
-          ops::QMatVecRows(g_.data() + r0, L.gate, r0, nr, hw, buf);
-          ops::QMatVecRows(u, L.up, r0, nr, hw, buf);
+          mv(g_.data() + r0, L.gate, r0, nr, hw, qh);
+          mv(u, L.up, r0, nr, hw, qh);
           ops::SwiGlu(g_.data() + r0, g_.data() + r0, u, nr, pool);
         });
+        if (fast) ops::QuantizeActsQ8(qa, g_.data(), F);
         ph[2].Run(w, W, true, [&](int64_t c) {
           const int64_t r0 = c * kDecodeRows, nr = std::min(kDecodeRows, E - r0);
-          ops::QMatVecRows(dn_.data() + r0, L.down, r0, nr, g_.data(), buf);
+          mv(dn_.data() + r0, L.down, r0, nr, g_.data(), qa);
         });
         ops::Add(xw, xw, dn_.data(), E, pool);
       }
       if (last) {
         ops::RmsNorm(hw, E, xw, E, output_norm_.data(), eps_, 1, E, pool);
+        if (fast) ops::QuantizeActsQ8(qh, hw, E);
         ph[3].Run(w, W, false, [&](int64_t c) {
           const int64_t r0 = c * kDecodeRows, nr = std::min(kDecodeRows, V - r0);
-          ops::QMatVecRows(lg + r0, output_, r0, nr, hw, buf);
+          mv(lg + r0, output_, r0, nr, hw, qh);
         });
         return;
       }
       const size_t ln = static_cast<size_t>(l + 1);
       const Layer& N = layers_[ln];
       ops::RmsNorm(hw, E, xw, E, N.attn_norm.data(), eps_, 1, E, pool);
+      if (fast) ops::QuantizeActsQ8(qh, hw, E);
       ph[3].Run(w, W, false, [&](int64_t c) {
         int64_t r = c * kDecodeRows;  // row of [q | k | v]; a chunk lies in one head
         const float* cs = cos_.data() + (r % D) / 2;
         const float* sn = sin_.data() + (r % D) / 2;
         if (r < qd) {
-          ops::QMatVecRows(q_.data() + r, N.q, r, kDecodeRows, hw, buf);
+          mv(q_.data() + r, N.q, r, kDecodeRows, hw, qh);
           ops::Rope(q_.data() + r, kDecodeRows, cs, sn, ops::RopeLayout::kInterleaved, 1, 1, kDecodeRows,
                     kDecodeRows, pool);
         } else if (r < qd + kd) {
           r -= qd;
-          ops::QMatVecRows(k_.data() + r, N.k, r, kDecodeRows, hw, buf);
+          mv(k_.data() + r, N.k, r, kDecodeRows, hw, qh);
           ops::Rope(k_.data() + r, kDecodeRows, cs, sn, ops::RopeLayout::kInterleaved, 1, 1, kDecodeRows,
                     kDecodeRows, pool);
           StoreKv(KPtr(ln), r, k_.data() + r, kDecodeRows);
         } else {
           r -= qd + kd;
-          ops::QMatVecRows(v_.data() + r, N.v, r, kDecodeRows, hw, buf);
+          mv(v_.data() + r, N.v, r, kDecodeRows, hw, qh);
           StoreKv(VPtr(ln), r, v_.data() + r, kDecodeRows);
         }
       });
@@ -835,6 +857,7 @@ Result<std::unique_ptr<DecoderModel>> LoadDecoderModel(const std::string& path,
   lo.kv_dtype = options.kv_dtype;
   lo.num_threads = options.num_threads;
   lo.max_context = options.max_context;
+  lo.fast_dot = options.fast_dot;
   return llama::LoadLlamaGgufWithOptions(path, lo);
 }
 

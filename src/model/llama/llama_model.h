@@ -55,6 +55,12 @@ struct LlamaOptions {
   // layer (plus the attention call's own); false runs the op-by-op path.
   // Both give bit-identical logits (tests compare them).
   bool fused_decode = true;
+  // Opt-in, NOT exact (`--fast-dot`): the fused decode step's matvecs
+  // quantise their activation vector to int8 blocks of 32 once and use
+  // integer dot products (ops::QMatVecRowsFast; weight types without one
+  // keep the exact dot). Prefill, the op-by-op path and stage capture stay
+  // exact. Logits still never depend on the thread count.
+  bool fast_dot = false;
 };
 
 Result<std::unique_ptr<DecoderModel>> LoadLlamaGgufWithOptions(

@@ -1,0 +1,397 @@
+// ops/qdot_int8.cc — the opt-in fast dot (`--fast-dot`, NOT exact): the
+// activation vector is quantised once per matvec to int8 blocks of 32 (fp32
+// scale, round half to even: ops::QuantizeActsQ8) and each weight row is
+// dotted with it in integers, one fp32 scale per 32-element sub-block (16 per
+// pair lane for Q6_K), as llama.cpp does with Q8_0 / Q8_K activations.
+// Compiled once per Highway target through hwy/foreach_target.h.
+//
+// Invariants: the result is defined by the scalar oracle QMatVecRowsFastRef
+// (see attnflow/ops.h: 16 pair-sum lanes in two block-parity accumulators,
+// fma per sub-block, a fixed pairwise lane reduction, then the scalar offset
+// sum); the AVX-512 path computes exactly that (integer pair sums are exact:
+// |p| <= 2 * 127 * 127 < 2^24, so their float conversion is exact too) and
+// every other target calls the oracle. Rows are independent and summed in a
+// fixed order, so results never depend on the thread count. Types without an
+// integer dot fall back to the exact QMatVecRows on the float activations.
+#include "core/hwy_targets.h"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "ops/qdot_int8.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "hwy/highway.h"
+#include "attnflow/ops.h"
+#include "attnflow/tensor.h"
+
+#ifndef ATTNFLOW_OPS_QDOT_INT8_SHARED
+#define ATTNFLOW_OPS_QDOT_INT8_SHARED
+namespace attnflow::ops::qdot {
+
+inline float Half(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return F16ToF32(h);
+}
+
+// Elements of one quantisation block, and its bytes.
+inline int64_t BlockElems(GgmlType t) {
+  return t == GgmlType::kQ4_K || t == GgmlType::kQ6_K ? 256 : 32;
+}
+inline int64_t BlockBytesOf(GgmlType t) {
+  switch (t) {
+    case GgmlType::kQ4_0: return 18;
+    case GgmlType::kQ4_1: return 20;
+    case GgmlType::kQ5_0: return 22;
+    case GgmlType::kQ8_0: return 34;
+    case GgmlType::kQ4_K: return 144;
+    default: return 210;  // Q6_K
+  }
+}
+
+// Q4_K's 6-bit scale and min of sub-block `sub` (as io/gguf_quants.cc).
+inline void Q4KScaleMin(const uint8_t* blk, int sub, int* scv, int* mv) {
+  const uint8_t* sc = blk + 4;
+  if (sub < 4) {
+    *scv = sc[sub] & 63;
+    *mv = sc[sub + 4] & 63;
+  } else {
+    *scv = (sc[sub + 4] & 0xF) | ((sc[sub - 4] >> 6) << 4);
+    *mv = (sc[sub + 4] >> 4) | ((sc[sub] >> 6) << 4);
+  }
+}
+
+// Sub-block `sub` of the block at `blk`: the 32 integer weights, the weight
+// scale of lanes 0-7 (ws[0]) and 8-15 (ws[1]), and the offset scale `os`
+// (the value added per unit of activation: w = ws * q + os; 0 when none).
+inline void SubBlockInts(GgmlType t, const uint8_t* blk, int sub, int16_t* q, float* ws, float* os) {
+  *os = 0.0f;
+  switch (t) {
+    case GgmlType::kQ8_0: {
+      ws[0] = ws[1] = Half(blk);
+      for (int e = 0; e < 32; ++e) q[e] = static_cast<int8_t>(blk[2 + e]);
+      return;
+    }
+    case GgmlType::kQ4_0:
+    case GgmlType::kQ4_1: {
+      const bool affine = t == GgmlType::kQ4_1;
+      const uint8_t* qs = blk + (affine ? 4 : 2);
+      ws[0] = ws[1] = Half(blk);
+      if (affine) *os = Half(blk + 2);
+      for (int e = 0; e < 16; ++e) {
+        q[e] = static_cast<int16_t>((qs[e] & 15) - (affine ? 0 : 8));
+        q[e + 16] = static_cast<int16_t>((qs[e] >> 4) - (affine ? 0 : 8));
+      }
+      return;
+    }
+    case GgmlType::kQ5_0: {
+      uint32_t qh;
+      std::memcpy(&qh, blk + 2, 4);
+      const uint8_t* qs = blk + 6;
+      ws[0] = ws[1] = Half(blk);
+      for (int e = 0; e < 16; ++e) {
+        q[e] = static_cast<int16_t>(((qs[e] & 15) | (((qh >> e) & 1) << 4)) - 16);
+        q[e + 16] = static_cast<int16_t>(((qs[e] >> 4) | (((qh >> (e + 16)) & 1) << 4)) - 16);
+      }
+      return;
+    }
+    case GgmlType::kQ4_K: {
+      int scv, mv;
+      Q4KScaleMin(blk, sub, &scv, &mv);
+      ws[0] = ws[1] = Half(blk) * static_cast<float>(scv);
+      *os = -(Half(blk + 2) * static_cast<float>(mv));
+      const uint8_t* qs = blk + 16 + 32 * (sub / 2);
+      for (int e = 0; e < 32; ++e) q[e] = static_cast<int16_t>((sub & 1) ? qs[e] >> 4 : qs[e] & 15);
+      return;
+    }
+    default: {  // Q6_K: sub = 4 * half + k
+      const int hf = sub / 4, k = sub % 4;
+      const uint8_t* ql = blk + 64 * hf + 32 * (k & 1);
+      const uint8_t* qh = blk + 128 + 32 * hf;
+      const int8_t* sc = reinterpret_cast<const int8_t*>(blk + 192 + 8 * hf + 2 * k);
+      const float d = Half(blk + 208);
+      ws[0] = d * static_cast<float>(sc[0]);
+      ws[1] = d * static_cast<float>(sc[1]);
+      for (int e = 0; e < 32; ++e) {
+        const int lo = (k >> 1) ? ql[e] >> 4 : ql[e] & 15;
+        const int hi = (qh[e] >> (2 * k)) & 3;
+        q[e] = static_cast<int16_t>((lo | (hi << 4)) - 32);
+      }
+      return;
+    }
+  }
+}
+
+}  // namespace attnflow::ops::qdot
+#endif  // ATTNFLOW_OPS_QDOT_INT8_SHARED
+
+ATTNFLOW_HWY_NAMESPACE_BEGIN(ops)
+
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+// AVX-512 VNNI (vpdpbusd) is not part of Highway 1.0's AVX3 target, so the
+// integer path is compiled for it by function attribute and used only when
+// the CPU has it (checked once); otherwise the scalar oracle runs.
+#define ATTNFLOW_VNNI __attribute__((target("avx512vnni,avx512bw,avx512dq,avx512vl,avx512f,f16c,fma")))
+
+// F16 -> F32 of two halves at p0, p1 (exact) in lanes 0, 1.
+ATTNFLOW_VNNI HWY_INLINE __m128 Half2(const uint8_t* p0, const uint8_t* p1) {
+  uint16_t h0, h1;
+  std::memcpy(&h0, p0, 2);
+  std::memcpy(&h1, p1, 2);
+  return _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(h0 | (static_cast<uint32_t>(h1) << 16))));
+}
+
+// The 16 per-lane values v[k / 8] (lanes 0-7 from lane 0, 8-15 from lane 1).
+ATTNFLOW_VNNI HWY_INLINE __m512 Spread2(__m128 v) {
+  const __m512i idx = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+  return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(v));
+}
+
+// Q4 nibbles of two 32-element blocks (16 bytes each at qs0, qs1) as 64
+// bytes in element order: [lo(qs0), hi(qs0), lo(qs1), hi(qs1)].
+ATTNFLOW_VNNI HWY_INLINE __m512i Nibbles64(const uint8_t* qs0, const uint8_t* qs1) {
+  const __m256i a = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qs0)));
+  const __m256i b = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qs1)));
+  const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1);
+  const __m512i sh = _mm512_mask_srli_epi16(z, static_cast<__mmask32>(0xFF00FF00u), z, 4);
+  return _mm512_and_si512(sh, _mm512_set1_epi8(0x0F));
+}
+
+// The fixed reduction of the oracle: a = (acc0 + acc1) + (off0 + off1), then
+// lanes k + 8, k + 4, k + 2, k + 1.
+ATTNFLOW_VNNI HWY_INLINE float ReduceFixed(__m512 a) {
+  const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1));
+  const __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+  const __m128 p = _mm_add_ps(q, _mm_movehl_ps(q, q));
+  return _mm_cvtss_f32(_mm_add_ss(p, _mm_movehdup_ps(p)));
+}
+
+// One row (cols / 32 even): pairs P of 32-element sub-blocks (2P, 2P+1) as
+// 64 unsigned weight bytes u (w = u - kC), the per-lane scales S and (affine
+// types) offsets M; lane k = vpdpbusd(-kC * quad sum of x, u, x) exactly.
+template <GgmlType kType>
+ATTNFLOW_VNNI HWY_INLINE float FastRowVnni(const uint8_t* HWY_RESTRICT row, int64_t cols, const Q8Acts& xq) {
+  constexpr bool kAffine = kType == GgmlType::kQ4_1 || kType == GgmlType::kQ4_K;
+  constexpr int kShift = kType == GgmlType::kQ8_0 ? 7 : kType == GgmlType::kQ4_0 ? 3
+                         : kType == GgmlType::kQ5_0 ? 4 : kType == GgmlType::kQ6_K ? 5 : -1;
+  const int8_t* xs = xq.q.data();
+  const float* xd = xq.d.data();
+  const int32_t* x4n = xq.x4n.data();
+  const float* x4f = xq.x4f.data();
+  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+  __m512 off0 = _mm512_setzero_ps(), off1 = _mm512_setzero_ps();
+  const int64_t np = cols / 64;
+  auto pair = [&](int64_t P, __m512& acc, __m512& off) ATTNFLOW_VNNI {
+    const int64_t b = 2 * P;
+    __m512i u;
+    __m512 S, M = _mm512_setzero_ps();
+    const __m128 dx = _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(xd + b)));  // [dx_b, dx_b1]
+    if constexpr (kType == GgmlType::kQ8_0) {
+      const uint8_t* b0 = row + b * 34;
+      const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0 + 2));
+      const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0 + 36));
+      u = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(w0), w1, 1), _mm512_set1_epi8(static_cast<char>(0x80)));
+      S = Spread2(_mm_mul_ps(Half2(b0, b0 + 34), dx));
+    } else if constexpr (kType == GgmlType::kQ4_0 || kType == GgmlType::kQ5_0) {
+      constexpr int kBB = kType == GgmlType::kQ4_0 ? 18 : 22;
+      constexpr int kQs = kType == GgmlType::kQ4_0 ? 2 : 6;
+      const uint8_t* b0 = row + b * kBB;
+      u = Nibbles64(b0 + kQs, b0 + kBB + kQs);
+      if constexpr (kType == GgmlType::kQ5_0) {
+        uint32_t h0, h1;
+        std::memcpy(&h0, b0 + 2, 4);
+        std::memcpy(&h1, b0 + kBB + 2, 4);
+        const __mmask64 k = static_cast<__mmask64>(h0) | (static_cast<__mmask64>(h1) << 32);
+        u = _mm512_mask_add_epi8(u, k, u, _mm512_set1_epi8(16));
+      }
+      S = Spread2(_mm_mul_ps(Half2(b0, b0 + kBB), dx));
+    } else if constexpr (kType == GgmlType::kQ4_1) {
+      const uint8_t* b0 = row + b * 20;
+      u = Nibbles64(b0 + 4, b0 + 24);
+      uint32_t dm0, dm1;
+      std::memcpy(&dm0, b0, 4);
+      std::memcpy(&dm1, b0 + 20, 4);
+      // [d0, m0, d1, m1] x [dx0, dx0, dx1, dx1]
+      const __m128 dm = _mm_cvtph_ps(_mm_insert_epi32(_mm_cvtsi32_si128(static_cast<int>(dm0)), static_cast<int>(dm1), 1));
+      const __m128 sm = _mm_mul_ps(dm, _mm_unpacklo_ps(dx, dx));
+      const __m512 v = _mm512_castps128_ps512(sm);
+      S = _mm512_permutexvar_ps(_mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0), v);
+      M = _mm512_permutexvar_ps(_mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1), v);
+    } else if constexpr (kType == GgmlType::kQ4_K) {
+      const uint8_t* blk = row + (b / 8) * 144;
+      const int sub = static_cast<int>(b % 8);  // even
+      const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16 + 32 * (sub / 2)));
+      const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(raw), _mm256_srli_epi16(raw, 4), 1);
+      u = _mm512_and_si512(z, _mm512_set1_epi8(0x0F));
+      int sc0, m0, sc1, m1;
+      qdot::Q4KScaleMin(blk, sub, &sc0, &m0);
+      qdot::Q4KScaleMin(blk, sub + 1, &sc1, &m1);
+      const __m128 dd = Half2(blk, blk + 2);  // [d, dmin]
+      const float d = _mm_cvtss_f32(dd), dmin = _mm_cvtss_f32(_mm_movehdup_ps(dd));
+      S = Spread2(_mm_mul_ps(_mm_set_ps(0, 0, d * static_cast<float>(sc1), d * static_cast<float>(sc0)), dx));
+      M = Spread2(_mm_mul_ps(_mm_set_ps(0, 0, -(dmin * static_cast<float>(m1)), -(dmin * static_cast<float>(m0))), dx));
+    } else {  // Q6_K: subs 2P, 2P+1 = 4 hf + 2j, 4 hf + 2j + 1
+      const uint8_t* blk = row + (b / 8) * 210;
+      const int sub = static_cast<int>(b % 8);
+      const int hf = sub / 4, j = (sub % 4) / 2;
+      const __m512i ql = _mm512_loadu_si512(blk + 64 * hf);
+      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 128 + 32 * hf));
+      const __m512i lo = _mm512_and_si512(_mm512_srl_epi16(ql, _mm_cvtsi32_si128(4 * j)), _mm512_set1_epi8(0x0F));
+      const __m256i h0 = _mm256_srl_epi16(qh, _mm_cvtsi32_si128(4 * j));
+      const __m512i h = _mm512_inserti64x4(_mm512_castsi256_si512(h0), _mm256_srli_epi16(h0, 2), 1);
+      const __m512i hi = _mm512_and_si512(h, _mm512_set1_epi8(3));
+      u = _mm512_or_si512(lo, _mm512_slli_epi16(hi, 4));  // bits 4-5 only: no carry across bytes
+      // Scales sc[4j .. 4j + 3] of this half: lanes 4 at a time.
+      int32_t sc4;
+      std::memcpy(&sc4, blk + 192 + 8 * hf + 4 * j, 4);
+      const __m128 scf = _mm_cvtepi32_ps(_mm_cvtepi8_epi32(_mm_cvtsi32_si128(sc4)));
+      const __m128 ws = _mm_mul_ps(_mm_set1_ps(_mm_cvtss_f32(Half2(blk + 208, blk + 208))), scf);
+      const __m128 sv = _mm_mul_ps(ws, _mm_unpacklo_ps(dx, dx));  // [ws0 dx0, ws1 dx0, ws2 dx1, ws3 dx1]
+      S = _mm512_permutexvar_ps(_mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0),
+                                _mm512_castps128_ps512(sv));
+    }
+    __m512i seed = _mm512_setzero_si512();
+    if constexpr (kShift >= 0) seed = _mm512_slli_epi32(_mm512_loadu_si512(x4n + P * 16), kShift);
+    const __m512i I = _mm512_dpbusd_epi32(seed, u, _mm512_loadu_si512(xs + P * 64));
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I), S, acc);
+    if constexpr (kAffine) off = _mm512_fmadd_ps(_mm512_loadu_ps(x4f + P * 16), M, off);
+    (void)M;
+  };
+  // Even pairs into acc0 / off0, odd ones into acc1 / off1 (registers).
+  int64_t P = 0;
+  for (; P + 1 < np; P += 2) {
+    pair(P, acc0, off0);
+    pair(P + 1, acc1, off1);
+  }
+  if (P < np) pair(P, acc0, off0);
+  return ReduceFixed(_mm512_add_ps(_mm512_add_ps(acc0, acc1), _mm512_add_ps(off0, off1)));
+}
+
+template <GgmlType kType>
+ATTNFLOW_VNNI void FastRowsVnni(float* y, const QMatrix& w, int64_t r0, int64_t nr, const Q8Acts& xq) {
+  const uint8_t* row = w.data + r0 * w.row_bytes;
+  for (int64_t j = 0; j < nr; ++j, row += w.row_bytes) y[j] = FastRowVnni<kType>(row, w.cols, xq);
+}
+#endif
+
+// Returns false (nothing written) when this target or CPU has no SIMD fast
+// dot for the type (or cols / 32 is odd); the caller then runs the oracle.
+bool FastRowsT(float* y, const QMatrix& w, int64_t r0, int64_t nr, const Q8Acts& xq) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  static const bool vnni = __builtin_cpu_supports("avx512vnni");
+  if (!vnni || w.cols % 64 != 0) return false;
+  switch (w.type) {
+    case GgmlType::kQ8_0: FastRowsVnni<GgmlType::kQ8_0>(y, w, r0, nr, xq); return true;
+    case GgmlType::kQ4_0: FastRowsVnni<GgmlType::kQ4_0>(y, w, r0, nr, xq); return true;
+    case GgmlType::kQ4_1: FastRowsVnni<GgmlType::kQ4_1>(y, w, r0, nr, xq); return true;
+    case GgmlType::kQ5_0: FastRowsVnni<GgmlType::kQ5_0>(y, w, r0, nr, xq); return true;
+    case GgmlType::kQ4_K: FastRowsVnni<GgmlType::kQ4_K>(y, w, r0, nr, xq); return true;
+    case GgmlType::kQ6_K: FastRowsVnni<GgmlType::kQ6_K>(y, w, r0, nr, xq); return true;
+    default: return false;
+  }
+#else
+  (void)y, (void)w, (void)r0, (void)nr, (void)xq;
+  return false;
+#endif
+}
+
+ATTNFLOW_HWY_NAMESPACE_END()
+
+#if HWY_ONCE
+namespace attnflow {
+namespace ops {
+
+HWY_EXPORT(FastRowsT);
+
+void QuantizeActsQ8(Q8Acts* out, const float* x, int64_t n) {
+  const size_t nb = static_cast<size_t>(n / 32);
+  if (out->q.size() < static_cast<size_t>(n)) out->q.resize(static_cast<size_t>(n));
+  if (out->d.size() < nb) out->d.resize(nb);
+  if (out->sum.size() < nb) out->sum.resize(nb);
+  if (out->x4n.size() < nb * 8) out->x4n.resize(nb * 8);
+  if (out->x4f.size() < nb * 8) out->x4f.resize(nb * 8);
+  out->n = n;
+  for (size_t b = 0; b < nb; ++b) {
+    const float* xb = x + b * 32;
+    float amax = 0.0f;
+    for (int e = 0; e < 32; ++e) amax = std::max(amax, std::fabs(xb[e]));
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    int32_t s = 0;
+    int8_t* q = out->q.data() + b * 32;
+    for (int e = 0; e < 32; ++e) {
+      // nearbyint: round half to even in the default rounding mode.
+      const float r = std::nearbyint(xb[e] * id);
+      const int v = static_cast<int>(std::min(127.0f, std::max(-127.0f, r)));
+      q[e] = static_cast<int8_t>(v);
+      s += v;
+    }
+    for (int j = 0; j < 8; ++j) {
+      const int32_t s4 = q[4 * j] + q[4 * j + 1] + q[4 * j + 2] + q[4 * j + 3];
+      out->x4n[b * 8 + static_cast<size_t>(j)] = -s4;
+      out->x4f[b * 8 + static_cast<size_t>(j)] = static_cast<float>(s4);
+    }
+    out->d[b] = d;
+    out->sum[b] = s;
+  }
+}
+
+bool QFastDotSupported(GgmlType type) {
+  switch (type) {
+    case GgmlType::kQ8_0:
+    case GgmlType::kQ4_0:
+    case GgmlType::kQ4_1:
+    case GgmlType::kQ5_0:
+    case GgmlType::kQ4_K:
+    case GgmlType::kQ6_K: return true;
+    default: return false;
+  }
+}
+
+void QMatVecRowsFastRef(float* y, const QMatrix& w, int64_t r0, int64_t nr, const Q8Acts& xq) {
+  const int64_t be = qdot::BlockElems(w.type), bb = qdot::BlockBytesOf(w.type);
+  const int subs = static_cast<int>(be / 32);
+  const bool affine = w.type == GgmlType::kQ4_1 || w.type == GgmlType::kQ4_K;
+  for (int64_t r = 0; r < nr; ++r) {
+    const uint8_t* row = w.data + (r0 + r) * w.row_bytes;
+    float acc[2][16] = {}, off[2][16] = {};
+    for (int64_t b = 0; b < w.cols / 32; ++b) {
+      int16_t q[32];
+      float ws[2], os;
+      qdot::SubBlockInts(w.type, row + (b / subs) * bb, static_cast<int>(b % subs), q, ws, &os);
+      const int8_t* x = xq.q.data() + b * 32;
+      const float dx = xq.d[static_cast<size_t>(b)];
+      const int par = static_cast<int>((b / 2) & 1);
+      for (int j = 0; j < 8; ++j) {
+        const int k = 8 * static_cast<int>(b & 1) + j;
+        int32_t I = 0;
+        for (int e = 4 * j; e < 4 * j + 4; ++e) I += int32_t{q[e]} * x[e];
+        const float S = ws[j / 4] * dx;
+        acc[par][k] = std::fma(static_cast<float>(I), S, acc[par][k]);
+        if (affine) off[par][k] = std::fma(xq.x4f[static_cast<size_t>(b * 8 + j)], os * dx, off[par][k]);
+      }
+    }
+    float a[16];
+    for (int k = 0; k < 16; ++k) a[k] = (acc[0][k] + acc[1][k]) + (off[0][k] + off[1][k]);
+    for (int h = 8; h >= 1; h /= 2) {
+      for (int k = 0; k < h; ++k) a[k] += a[k + h];
+    }
+    y[r] = a[0];
+  }
+}
+
+void QMatVecRowsFast(float* y, const QMatrix& w, int64_t r0, int64_t nr, const Q8Acts& xq,
+                     const float* x, float* tmp) {
+  if (!QFastDotSupported(w.type) || w.cols % qdot::BlockElems(w.type) != 0 || xq.n != w.cols) {
+    QMatVecRows(y, w, r0, nr, x, tmp);
+    return;
+  }
+  if (!HWY_DYNAMIC_DISPATCH(FastRowsT)(y, w, r0, nr, xq)) QMatVecRowsFastRef(y, w, r0, nr, xq);
+}
+
+}  // namespace ops
+}  // namespace attnflow
+#endif  // HWY_ONCE

@@ -1,0 +1,214 @@
+// qdot_int8_test.cc — the opt-in fast dot (ops::QuantizeActsQ8 +
+// ops::QMatVecRowsFast, `--fast-dot`; NOT exact), against independent
+// references:
+//  * QuantizeActsQ8: |q| <= 127, |x - d q| <= d/2 (plus one fp32 rounding),
+//    the block's max |x| maps to +-127, all-zero blocks give d = 0, the sums
+//    are the sums of q;
+//  * every SIMD target (plus the fallback) equals the portable scalar oracle
+//    QMatVecRowsFastRef bit for bit, on weights from QuantizeRow and on
+//    random bytes (all nibble / high-bit patterns), for any row split;
+//  * against a float64 dot of the DequantizeRow weights with the dequantised
+//    int8 activations (a math property: the integer sums are exact, only the
+//    fp32 scale products and the fixed-order fp32 sums round), relative to
+//    sum |w xq|;
+//  * against the float64 dot with the unquantised activations within the
+//    int8 step bound sum_b (d_b / 2) sum_{k in b} |w_k| (+ the fp32 margin);
+//  * types without an integer dot fall back to the exact QMatVecRows.
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "attnflow/gguf.h"
+#include "attnflow/ops.h"
+#include "attnflow/rng.h"
+#include "gtest/gtest.h"
+#include "util/simd_targets_util.h"
+
+namespace attnflow {
+namespace {
+
+using testing::ForEachTarget;
+
+const GgmlType kFastTypes[] = {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1,
+                               GgmlType::kQ5_0, GgmlType::kQ4_K, GgmlType::kQ6_K};
+
+struct Weights {
+  std::vector<uint8_t> raw;
+  std::vector<float> deq;
+  ops::QMatrix w;
+};
+
+// random_bytes: the quant bytes are uniformly random (scale fields set to
+// sane F16 values); otherwise rows of Normal values through QuantizeRow.
+Weights Make(GgmlType type, int64_t rows, int64_t cols, uint64_t seed, bool random_bytes) {
+  Weights m;
+  Rng rng(seed);
+  int64_t rb = 0;
+  EXPECT_TRUE(GgmlRowBytes(type, cols, &rb));
+  m.raw.resize(static_cast<size_t>(rb * rows));
+  m.deq.resize(static_cast<size_t>(rows * cols));
+  std::vector<float> x(static_cast<size_t>(cols));
+  const int64_t be = type == GgmlType::kQ4_K || type == GgmlType::kQ6_K ? 256 : 32;
+  const int64_t bb = rb / (cols / be);
+  for (int64_t r = 0; r < rows; ++r) {
+    uint8_t* row = m.raw.data() + r * rb;
+    if (random_bytes) {
+      for (int64_t i = 0; i < rb; ++i) row[i] = static_cast<uint8_t>(rng.Next() >> 56);
+      for (int64_t b = 0; b < cols / be; ++b) {
+        uint8_t* blk = row + b * bb;
+        // F16 0.0123 (0x224C) and 0.0061 (0x1E3F) as d / m / dmin.
+        auto put = [](uint8_t* p, uint16_t h) { std::memcpy(p, &h, 2); };
+        if (type == GgmlType::kQ6_K) {
+          put(blk + 208, 0x224C);
+        } else {
+          put(blk, 0x224C);
+          if (type == GgmlType::kQ4_1 || type == GgmlType::kQ4_K) put(blk + 2, 0x1E3F);
+        }
+      }
+    } else {
+      const double scale = 0.02 * (1 + r % 5);
+      for (auto& v : x) v = static_cast<float>(rng.Normal(0.0, scale) + (r % 3 == 0 ? 0.01 : 0.0));
+      EXPECT_TRUE(QuantizeRow(row, x.data(), type, cols).ok());
+    }
+    EXPECT_TRUE(DequantizeRow(m.deq.data() + r * cols, row, type, cols).ok());
+  }
+  m.w = ops::QMatrix{type, m.raw.data(), rows, cols, rb, "w"};
+  return m;
+}
+
+// Activations with the features of a real decode vector: mostly small, a
+// few outliers, one all-zero block, one block of equal magnitudes.
+std::vector<float> Acts(int64_t n, uint64_t seed) {
+  Rng rng(seed);
+  std::vector<float> x(static_cast<size_t>(n));
+  for (auto& v : x) v = static_cast<float>(rng.Normal(0.0, 1.0));
+  for (int64_t i = 0; i < n; i += 97) x[static_cast<size_t>(i)] *= 20.0f;
+  for (int64_t i = 64; i < 96 && i < n; ++i) x[static_cast<size_t>(i)] = 0.0f;
+  for (int64_t i = 128; i < 160 && i < n; ++i) x[static_cast<size_t>(i)] = (i % 2 ? 0.5f : -0.5f);
+  return x;
+}
+
+TEST(QDotInt8, QuantizeActsQ8Properties) {
+  const int64_t n = 1024;
+  const std::vector<float> x = Acts(n, 3);
+  ops::Q8Acts a;
+  ops::QuantizeActsQ8(&a, x.data(), n);
+  ASSERT_EQ(a.n, n);
+  for (int64_t b = 0; b < n / 32; ++b) {
+    double amax = 0;
+    int64_t sum = 0;
+    bool hit = false;
+    const float d = a.d[static_cast<size_t>(b)];
+    for (int64_t e = 0; e < 32; ++e) {
+      const size_t i = static_cast<size_t>(b * 32 + e);
+      amax = std::max(amax, std::fabs(static_cast<double>(x[i])));
+      ASSERT_LE(std::abs(a.q[i]), 127);
+      sum += a.q[i];
+      // |x - d q| <= d/2 up to the rounding of x / d (one fp32 step).
+      ASSERT_LE(std::fabs(static_cast<double>(x[i]) - static_cast<double>(d) * a.q[i]),
+                0.5 * d * (1 + 1e-5) + 1e-30) << "block " << b << " elem " << e;
+      if (std::abs(a.q[i]) == 127 && std::fabs(x[i]) == amax) hit = true;
+    }
+    EXPECT_EQ(sum, a.sum[static_cast<size_t>(b)]);
+    if (amax == 0) {
+      EXPECT_EQ(d, 0.0f);
+    } else {
+      EXPECT_NEAR(d, amax / 127.0, amax / 127.0 * 1e-6);
+    }
+    // The largest |x| of the block maps to +-127 (recomputed after the loop
+    // since amax grows inside it).
+    if (amax > 0 && !hit) {
+      bool found = false;
+      for (int64_t e = 0; e < 32; ++e) {
+        const size_t i = static_cast<size_t>(b * 32 + e);
+        if (std::fabs(x[i]) == amax) found = std::abs(a.q[i]) == 127;
+      }
+      EXPECT_TRUE(found) << "block " << b;
+    }
+  }
+}
+
+TEST(QDotInt8, EveryTargetEqualsTheScalarOracle) {
+  const int64_t rows = 19, cols = 768;
+  const std::vector<float> x = Acts(cols, 5);
+  ops::Q8Acts a;
+  ops::QuantizeActsQ8(&a, x.data(), cols);
+  std::vector<float> tmp(static_cast<size_t>(cols));
+  for (GgmlType type : kFastTypes) {
+    for (bool random_bytes : {false, true}) {
+      SCOPED_TRACE(std::string(GgmlTypeName(static_cast<uint32_t>(type))) + (random_bytes ? " random bytes" : " quantised"));
+      ASSERT_TRUE(ops::QFastDotSupported(type));
+      Weights m = Make(type, rows, cols, 7 + static_cast<uint64_t>(type), random_bytes);
+      std::vector<float> want(static_cast<size_t>(rows));
+      ops::QMatVecRowsFastRef(want.data(), m.w, 0, rows, a);
+      ForEachTarget([&] {
+        std::vector<float> all(static_cast<size_t>(rows)), split(static_cast<size_t>(rows));
+        ops::QMatVecRowsFast(all.data(), m.w, 0, rows, a, x.data(), tmp.data());
+        // Another split of the rows (as work stealing makes) changes nothing.
+        ops::QMatVecRowsFast(split.data(), m.w, 0, 5, a, x.data(), tmp.data());
+        ops::QMatVecRowsFast(split.data() + 5, m.w, 5, rows - 5, a, x.data(), tmp.data());
+        EXPECT_EQ(std::memcmp(all.data(), want.data(), all.size() * 4), 0);
+        EXPECT_EQ(std::memcmp(split.data(), want.data(), split.size() * 4), 0);
+        for (int64_t r = 0; r < rows; ++r) ASSERT_EQ(all[static_cast<size_t>(r)], want[static_cast<size_t>(r)]) << r;
+      });
+    }
+  }
+}
+
+TEST(QDotInt8, MatchesFloat64DotWithinTheInt8StepBound) {
+  const int64_t rows = 24, cols = 1536;
+  const std::vector<float> x = Acts(cols, 9);
+  ops::Q8Acts a;
+  ops::QuantizeActsQ8(&a, x.data(), cols);
+  std::vector<float> tmp(static_cast<size_t>(cols));
+  const double eps = std::ldexp(1.0, -24);
+  for (GgmlType type : kFastTypes) {
+    SCOPED_TRACE(GgmlTypeName(static_cast<uint32_t>(type)));
+    Weights m = Make(type, rows, cols, 21 + static_cast<uint64_t>(type), false);
+    std::vector<float> y(static_cast<size_t>(rows));
+    ops::QMatVecRowsFast(y.data(), m.w, 0, rows, a, x.data(), tmp.data());
+    double worst_q = 0, worst_x = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* w = m.deq.data() + r * cols;
+      double dq = 0, dx = 0, mag = 0, step = 0;
+      for (int64_t k = 0; k < cols; ++k) {
+        const double xq = static_cast<double>(a.d[static_cast<size_t>(k / 32)]) * a.q[static_cast<size_t>(k)];
+        dq += static_cast<double>(w[k]) * xq;
+        dx += static_cast<double>(w[k]) * x[static_cast<size_t>(k)];
+        mag += std::fabs(static_cast<double>(w[k]) * xq);
+        step += 0.5 * a.d[static_cast<size_t>(k / 32)] * (1 + 1e-5) * std::fabs(static_cast<double>(w[k]));
+      }
+      // fp32: each scale product, the weight dequantisation and each of the
+      // cols/64 + 4 fma / add steps on a lane chain round by at most eps
+      // relative to the magnitudes summed; 4x margin.
+      const double tol_q = 4.0 * (cols / 64 + 8) * eps * mag;
+      const double ey = std::fabs(static_cast<double>(y[static_cast<size_t>(r)]) - dq);
+      ASSERT_LE(ey, tol_q) << "row " << r << " vs w . dequant(xq)";
+      ASSERT_LE(std::fabs(static_cast<double>(y[static_cast<size_t>(r)]) - dx), step + tol_q) << "row " << r << " vs w . x";
+      worst_q = std::max(worst_q, ey / (mag > 0 ? mag : 1));
+      worst_x = std::max(worst_x, std::fabs(static_cast<double>(y[static_cast<size_t>(r)]) - dx) / (step > 0 ? step : 1));
+    }
+    std::printf("[ %s ] max |y - w.xq| / sum|w xq| = %.3g; max |y - w.x| / int8 step bound = %.3g\n",
+                GgmlTypeName(static_cast<uint32_t>(type)), worst_q, worst_x);
+  }
+}
+
+TEST(QDotInt8, OtherTypesFallBackToTheExactDot) {
+  const int64_t rows = 7, cols = 256;
+  const std::vector<float> x = Acts(cols, 13);
+  ops::Q8Acts a;
+  ops::QuantizeActsQ8(&a, x.data(), cols);
+  std::vector<float> tmp(static_cast<size_t>(cols));
+  for (GgmlType type : {GgmlType::kQ5_1, GgmlType::kQ5_K}) {
+    SCOPED_TRACE(GgmlTypeName(static_cast<uint32_t>(type)));
+    EXPECT_FALSE(ops::QFastDotSupported(type));
+    Weights m = Make(type, rows, cols, 3, false);
+    std::vector<float> fast(static_cast<size_t>(rows)), exact(static_cast<size_t>(rows));
+    ops::QMatVecRowsFast(fast.data(), m.w, 0, rows, a, x.data(), tmp.data());
+    ops::QMatVecRows(exact.data(), m.w, 0, rows, x.data(), tmp.data());
+    EXPECT_EQ(std::memcmp(fast.data(), exact.data(), fast.size() * 4), 0);
+  }
+}
+
+}  // namespace
+}  // namespace attnflow
