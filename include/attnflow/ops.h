@@ -205,7 +205,8 @@ void QMatVecRows(float* y, const QMatrix& w, int64_t r0, int64_t nr, const float
 // The activation vector quantised once per matvec, like ggml's
 // quantize_row_q8_0 but with an fp32 scale: blocks of 32, d = max|x| / 127,
 // q = round-half-even(x / d) in [-127, 127] (d = 0 and q = 0 for an all-zero
-// block), so |x - d*q| <= d/2 per element; with each block's sum of q and
+// block; d = NaN and q = 0 for a block holding a NaN or an infinity, so the
+// dots that use it are NaN), so |x - d*q| <= d/2 per element; with each block's sum of q and
 // each group of 4's sum (negated int32 and float, for the SIMD dot).
 struct Q8Acts {
   std::vector<int8_t> q;     // [n]

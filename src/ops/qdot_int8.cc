@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "hwy/highway.h"
 #include "attnflow/ops.h"
@@ -317,9 +318,17 @@ void QuantizeActsQ8(Q8Acts* out, const float* x, int64_t n) {
   for (size_t b = 0; b < nb; ++b) {
     const float* xb = x + b * 32;
     float amax = 0.0f;
-    for (int e = 0; e < 32; ++e) amax = std::max(amax, std::fabs(xb[e]));
-    const float d = amax / 127.0f;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    bool finite = true;
+    for (int e = 0; e < 32; ++e) {
+      amax = std::max(amax, std::fabs(xb[e]));
+      finite = finite && std::isfinite(xb[e]);
+    }
+    // A NaN or infinite activation must not become a finite int8 value
+    // (std::max drops NaN, and inf * (1 / inf) is NaN, clamped to -127):
+    // the block's scale is NaN then, so every dot that uses the block is
+    // NaN, as the exact dot would be non-finite.
+    const float d = finite ? amax / 127.0f : std::numeric_limits<float>::quiet_NaN();
+    const float id = finite && d != 0.0f ? 1.0f / d : 0.0f;
     int32_t s = 0;
     int8_t* q = out->q.data() + b * 32;
     for (int e = 0; e < 32; ++e) {

@@ -16,6 +16,7 @@
 //  * types without an integer dot fall back to the exact QMatVecRows.
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "attnflow/gguf.h"
@@ -150,6 +151,34 @@ TEST(QDotInt8, EveryTargetEqualsTheScalarOracle) {
         EXPECT_EQ(std::memcmp(all.data(), want.data(), all.size() * 4), 0);
         EXPECT_EQ(std::memcmp(split.data(), want.data(), split.size() * 4), 0);
         for (int64_t r = 0; r < rows; ++r) ASSERT_EQ(all[static_cast<size_t>(r)], want[static_cast<size_t>(r)]) << r;
+      });
+    }
+  }
+}
+
+// IEEE propagation, as in the exact dot: a NaN or an infinity in the
+// activations never turns into a finite int8 value, so every row's fast dot
+// is non-finite on every target.
+TEST(QDotInt8, NonFiniteActivationsGiveNonFiniteDots) {
+  const int64_t rows = 7, cols = 256;
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                    -std::numeric_limits<float>::infinity()}) {
+    std::vector<float> x = Acts(cols, 13);
+    x[100] = bad;
+    ops::Q8Acts a;
+    ops::QuantizeActsQ8(&a, x.data(), cols);
+    EXPECT_TRUE(std::isnan(a.d[100 / 32])) << bad;
+    std::vector<float> tmp(static_cast<size_t>(cols));
+    for (GgmlType type : kFastTypes) {
+      SCOPED_TRACE(std::string(GgmlTypeName(static_cast<uint32_t>(type))) + " " + std::to_string(bad));
+      Weights m = Make(type, rows, cols, 31 + static_cast<uint64_t>(type), false);
+      std::vector<float> ref(static_cast<size_t>(rows));
+      ops::QMatVecRowsFastRef(ref.data(), m.w, 0, rows, a);
+      for (float v : ref) EXPECT_FALSE(std::isfinite(v));
+      ForEachTarget([&] {
+        std::vector<float> y(static_cast<size_t>(rows));
+        ops::QMatVecRowsFast(y.data(), m.w, 0, rows, a, x.data(), tmp.data());
+        for (float v : y) EXPECT_FALSE(std::isfinite(v));
       });
     }
   }
