@@ -117,6 +117,13 @@ TEST(FaultHostile, SafetensorsTruncatedWhileMappedIsAnErrorNotSigbus) {
   fs::remove_all(dir);
 }
 
+// A template that sets `var` to "ab" doubled `times` times (2^(times+1) bytes).
+std::string DoubledString(const std::string& var, int times) {
+  std::string src = "{% set " + var + " = 'ab' %}";
+  for (int i = 0; i < times; ++i) src += "{% set " + var + " = " + var + " ~ " + var + " %}";
+  return src;
+}
+
 // F13: 21 nested loops over 2 messages take 2^21 iterations: more than the
 // step budget (chat_template.h), a kResourceExhausted naming the budget.
 TEST(FaultHostile, NestedLoopsHitTheStepBudget) {
@@ -134,8 +141,7 @@ TEST(FaultHostile, NestedLoopsHitTheStepBudget) {
 
 // F13: doubling a string 26 times gives 128 MiB, far above the byte budget.
 TEST(FaultHostile, StringDoublingHitsTheByteBudget) {
-  std::string src = "{% set s = 'ab' %}";
-  for (int i = 0; i < 26; ++i) src += "{% set s = s ~ s %}";
+  std::string src = DoubledString("s", 26);
   src += "{{ s }}";
   auto t = llama::ChatTemplate::Parse(src);
   ASSERT_TRUE(t.ok()) << t.status().ToString();
@@ -163,8 +169,7 @@ TEST(FaultHostile, LongRealChatRendersWithinBudget) {
 // scans it (code points), so 64 such lookups cost 64 x 32768 steps, over the
 // budget (they used to cost one step each and build a vector of 2M strings).
 TEST(FaultHostile, ScanningALongStringCostsStepsByItsBytes) {
-  std::string src = "{% set s = 'ab' %}";
-  for (int i = 0; i < 20; ++i) src += "{% set s = s ~ s %}";  // 2 MiB
+  std::string src = DoubledString("s", 20);  // 2 MiB
   src += "{% for m in messages %}{{ s[0] }}{% endfor %}";
   auto t = llama::ChatTemplate::Parse(src);
   ASSERT_TRUE(t.ok()) << t.status().ToString();
@@ -182,10 +187,7 @@ TEST(FaultHostile, ScanningALongStringCostsStepsByItsBytes) {
 // A substring search is charged by the bytes it may compare: a 64 KiB needle
 // in a 2 MiB haystack is ~33M steps before any byte is compared.
 TEST(FaultHostile, SubstringSearchIsChargedBeforeItRuns) {
-  std::string src = "{% set s = 'ab' %}";
-  for (int i = 0; i < 20; ++i) src += "{% set s = s ~ s %}";  // 2 MiB
-  src += "{% set n = 'ab' %}";
-  for (int i = 0; i < 15; ++i) src += "{% set n = n ~ n %}";  // 64 KiB
+  std::string src = DoubledString("s", 20) + DoubledString("n", 15);  // 2 MiB, 64 KiB
   src += "{% if n ~ 'c' in s %}found{% endif %}";
   auto t = llama::ChatTemplate::Parse(src);
   ASSERT_TRUE(t.ok()) << t.status().ToString();
