@@ -170,11 +170,37 @@ ATTNFLOW_VNNI HWY_INLINE float ReduceFixed(__m512 a) {
   return _mm_cvtss_f32(_mm_add_ss(p, _mm_movehdup_ps(p)));
 }
 
+// ReduceFixed of 16 rows at once, the same additions with the same operands
+// in the same order (lower element first at every level), laid out as a
+// transpose: 4 levels of (2 shuffles + 1 add) per pair of vectors, 45 ops for
+// 16 rows instead of ~8 dependent ops per row. Level 1: row pairs,
+// [lo256(a) | lo256(b)] + [hi256(a) | hi256(b)] = h (a[k] + a[k+8]);
+// level 2: q = h[k] + h[k+4] of 4 rows (one 128-bit lane each); level 3:
+// p = q[k] + q[k+2] (in-lane shuffles of 2 x 4 rows); level 4: p[0] + p[1]
+// of 16 rows, element 4j + e = row j + 4e, permuted to row order.
+ATTNFLOW_VNNI HWY_INLINE void ReduceFixed16(const __m512* v, float* y) {
+  __m512 h[8], q[4], p[2];
+  for (int i = 0; i < 8; ++i)
+    h[i] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0x44),
+                         _mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0xEE));
+  for (int i = 0; i < 4; ++i)
+    q[i] = _mm512_add_ps(_mm512_shuffle_f32x4(h[2 * i], h[2 * i + 1], 0x88),
+                         _mm512_shuffle_f32x4(h[2 * i], h[2 * i + 1], 0xDD));
+  for (int i = 0; i < 2; ++i)
+    p[i] = _mm512_add_ps(_mm512_shuffle_ps(q[2 * i], q[2 * i + 1], 0x44),
+                         _mm512_shuffle_ps(q[2 * i], q[2 * i + 1], 0xEE));
+  const __m512 r = _mm512_add_ps(_mm512_shuffle_ps(p[0], p[1], 0x88), _mm512_shuffle_ps(p[0], p[1], 0xDD));
+  const __m512i to_rows = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  _mm512_storeu_ps(y, _mm512_permutexvar_ps(to_rows, r));
+}
+
 // One row (cols / 32 even): pairs P of 32-element sub-blocks (2P, 2P+1) as
 // 64 unsigned weight bytes u (w = u - kC), the per-lane scales S and (affine
 // types) offsets M; lane k = vpdpbusd(-kC * quad sum of x, u, x) exactly.
+// Returns the row's 16 lanes before the lane reduction: (acc0 + acc1) +
+// (off0 + off1), reduced by ReduceFixed (one row) or ReduceFixed16.
 template <GgmlType kType>
-ATTNFLOW_VNNI HWY_INLINE float FastRowVnni(const uint8_t* HWY_RESTRICT row, int64_t cols, const Q8Acts& xq) {
+ATTNFLOW_VNNI HWY_INLINE __m512 FastRowVnni(const uint8_t* HWY_RESTRICT row, int64_t cols, const Q8Acts& xq) {
   constexpr bool kAffine = kType == GgmlType::kQ4_1 || kType == GgmlType::kQ4_K;
   constexpr int kShift = kType == GgmlType::kQ8_0 ? 7 : kType == GgmlType::kQ4_0 ? 3
                          : kType == GgmlType::kQ5_0 ? 4 : kType == GgmlType::kQ6_K ? 5 : -1;
@@ -268,13 +294,19 @@ ATTNFLOW_VNNI HWY_INLINE float FastRowVnni(const uint8_t* HWY_RESTRICT row, int6
     pair(P + 1, acc1, off1);
   }
   if (P < np) pair(P, acc0, off0);
-  return ReduceFixed(_mm512_add_ps(_mm512_add_ps(acc0, acc1), _mm512_add_ps(off0, off1)));
+  return _mm512_add_ps(_mm512_add_ps(acc0, acc1), _mm512_add_ps(off0, off1));
 }
 
 template <GgmlType kType>
 ATTNFLOW_VNNI void FastRowsVnni(float* y, const QMatrix& w, int64_t r0, int64_t nr, const Q8Acts& xq) {
   const uint8_t* row = w.data + r0 * w.row_bytes;
-  for (int64_t j = 0; j < nr; ++j, row += w.row_bytes) y[j] = FastRowVnni<kType>(row, w.cols, xq);
+  int64_t j = 0;
+  for (; j + 16 <= nr; j += 16) {
+    __m512 v[16];
+    for (int i = 0; i < 16; ++i, row += w.row_bytes) v[i] = FastRowVnni<kType>(row, w.cols, xq);
+    ReduceFixed16(v, y + j);
+  }
+  for (; j < nr; ++j, row += w.row_bytes) y[j] = ReduceFixed(FastRowVnni<kType>(row, w.cols, xq));
 }
 #endif
 
