@@ -219,6 +219,9 @@ struct Q8Acts {
 // n % 32 == 0 (callers check; the fast dot is only used for such rows).
 // Grows the vectors on first use only.
 void QuantizeActsQ8(Q8Acts* out, const float* x, int64_t n);
+// The scalar definition of QuantizeActsQ8 (the SIMD version writes the same
+// bytes, tested); kept as the oracle.
+void QuantizeActsQ8Ref(Q8Acts* out, const float* x, int64_t n);
 
 // The weight types with an integer fast dot: Q4_0, Q4_1, Q5_0, Q8_0, Q4_K,
 // Q6_K. Any other type falls back to the exact QMatVecRows on x.

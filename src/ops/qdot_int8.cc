@@ -310,6 +310,56 @@ ATTNFLOW_VNNI void FastRowsVnni(float* y, const QMatrix& w, int64_t r0, int64_t 
 }
 #endif
 
+// QuantizeActsQ8Ref's blocks on AVX-512 (returns false elsewhere: the caller
+// runs the scalar code). Same bytes: amax is a max of exact |x| (no NaN when
+// the block is finite), d = amax / 127 and id = 1 / d in scalar fp32 as
+// there, x * id one fp32 product, vrndscaleps rounds half to even as
+// nearbyint does in the default mode, and max_ps(r, -127) returns -127 for
+// a NaN r exactly as std::max(-127.f, r) does (then min with 127); the
+// sums are integer sums (exact in any order).
+bool QuantizeBlocksT(Q8Acts* out, const float* x, int64_t n) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  const int64_t nb = n / 32;
+  const __m512 sign = _mm512_set1_ps(-0.0f), inf = _mm512_set1_ps(std::numeric_limits<float>::infinity());
+  const __m512 lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
+  for (int64_t b = 0; b < nb; ++b) {
+    const __m512 v0 = _mm512_loadu_ps(x + 32 * b), v1 = _mm512_loadu_ps(x + 32 * b + 16);
+    const __m512 a0 = _mm512_andnot_ps(sign, v0), a1 = _mm512_andnot_ps(sign, v1);
+    // Finite: |x| < inf (false for NaN and for infinities).
+    const bool finite = (_mm512_cmp_ps_mask(a0, inf, _CMP_LT_OQ) & _mm512_cmp_ps_mask(a1, inf, _CMP_LT_OQ)) == 0xFFFF;
+    float d = std::numeric_limits<float>::quiet_NaN(), id = 0.0f;
+    if (finite) {
+      const float amax = _mm512_reduce_max_ps(_mm512_max_ps(a0, a1));
+      d = amax / 127.0f;
+      id = d != 0.0f ? 1.0f / d : 0.0f;
+    }
+    const __m512 vid = _mm512_set1_ps(id);
+    constexpr int kRound = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+    const __m512 r0 = _mm512_min_ps(_mm512_max_ps(_mm512_roundscale_ps(_mm512_mul_ps(v0, vid), kRound), lo), hi);
+    const __m512 r1 = _mm512_min_ps(_mm512_max_ps(_mm512_roundscale_ps(_mm512_mul_ps(v1, vid), kRound), lo), hi);
+    const __m512i i0 = _mm512_cvtps_epi32(r0), i1 = _mm512_cvtps_epi32(r1);
+    int8_t* q = out->q.data() + b * 32;
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q), _mm512_cvtepi32_epi8(i0));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 16), _mm512_cvtepi32_epi8(i1));
+    // Quad sums: lane k + lane k^1, then + lanes k^2; lanes 0, 4, 8, 12 kept.
+    auto quads = [](__m512i v) HWY_ATTR {
+      v = _mm512_add_epi32(v, _mm512_shuffle_epi32(v, _MM_PERM_CDAB));
+      v = _mm512_add_epi32(v, _mm512_shuffle_epi32(v, _MM_PERM_BADC));
+      return _mm512_castsi512_si128(_mm512_maskz_compress_epi32(0x1111, v));
+    };
+    const __m256i s4 = _mm256_inserti128_si256(_mm256_castsi128_si256(quads(i0)), quads(i1), 1);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out->x4n.data() + b * 8), _mm256_sub_epi32(_mm256_setzero_si256(), s4));
+    _mm256_storeu_ps(out->x4f.data() + b * 8, _mm256_cvtepi32_ps(s4));
+    out->d[static_cast<size_t>(b)] = d;
+    out->sum[static_cast<size_t>(b)] = _mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1));
+  }
+  return true;
+#else
+  (void)out, (void)x, (void)n;
+  return false;
+#endif
+}
+
 // Returns false (nothing written) when this target or CPU has no SIMD fast
 // dot for the type (or cols / 32 is odd); the caller then runs the oracle.
 bool FastRowsT(float* y, const QMatrix& w, int64_t r0, int64_t nr, const Q8Acts& xq) {
@@ -339,7 +389,8 @@ namespace ops {
 
 HWY_EXPORT(FastRowsT);
 
-void QuantizeActsQ8(Q8Acts* out, const float* x, int64_t n) {
+namespace {
+void SizeActs(Q8Acts* out, int64_t n) {
   const size_t nb = static_cast<size_t>(n / 32);
   if (out->q.size() < static_cast<size_t>(n)) out->q.resize(static_cast<size_t>(n));
   if (out->d.size() < nb) out->d.resize(nb);
@@ -347,6 +398,19 @@ void QuantizeActsQ8(Q8Acts* out, const float* x, int64_t n) {
   if (out->x4n.size() < nb * 8) out->x4n.resize(nb * 8);
   if (out->x4f.size() < nb * 8) out->x4f.resize(nb * 8);
   out->n = n;
+}
+}  // namespace
+
+HWY_EXPORT(QuantizeBlocksT);
+
+void QuantizeActsQ8(Q8Acts* out, const float* x, int64_t n) {
+  SizeActs(out, n);
+  if (!HWY_DYNAMIC_DISPATCH(QuantizeBlocksT)(out, x, n)) QuantizeActsQ8Ref(out, x, n);
+}
+
+void QuantizeActsQ8Ref(Q8Acts* out, const float* x, int64_t n) {
+  const size_t nb = static_cast<size_t>(n / 32);
+  SizeActs(out, n);
   for (size_t b = 0; b < nb; ++b) {
     const float* xb = x + b * 32;
     float amax = 0.0f;

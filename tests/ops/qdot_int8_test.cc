@@ -13,7 +13,8 @@
 //    sum |w xq|;
 //  * against the float64 dot with the unquantised activations within the
 //    int8 step bound sum_b (d_b / 2) sum_{k in b} |w_k| (+ the fp32 margin);
-//  * types without an integer dot fall back to the exact QMatVecRows.
+//  * types without an integer dot fall back to the exact QMatVecRows;
+//  * the SIMD activation quantiser writes the bytes of QuantizeActsQ8Ref.
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -161,6 +162,42 @@ TEST(QDotInt8, EveryTargetEqualsTheScalarOracle) {
 // IEEE propagation, as in the exact dot: a NaN or an infinity in the
 // activations never turns into a finite int8 value, so every row's fast dot
 // is non-finite on every target.
+// The SIMD quantiser (every target; AVX-512 has one) writes the bytes of the
+// scalar definition QuantizeActsQ8Ref: q, d (NaN for a non-finite block),
+// the sums and quad sums. Blocks with exact rounding ties (amax = 127 makes
+// d = 1, so x = k + 0.5 is a tie), -0.0, subnormals, huge values, all-zero
+// blocks and NaN / +-inf at several positions.
+TEST(QDotInt8, VectorQuantizerEqualsTheScalarDefinition) {
+  const int64_t n = 32 * 24;
+  std::vector<float> x = Acts(n, 21);
+  for (int e = 0; e < 32; ++e) x[static_cast<size_t>(192 + e)] = e == 7 ? 127.0f : static_cast<float>(e) - 15.5f;
+  for (int e = 0; e < 32; ++e) x[static_cast<size_t>(224 + e)] = e % 3 ? -0.0f : 1e-41f * static_cast<float>(e);
+  for (int e = 0; e < 32; ++e) x[static_cast<size_t>(256 + e)] = (e % 2 ? -3e37f : 2e38f) / static_cast<float>(e + 1);
+  x[300] = std::numeric_limits<float>::quiet_NaN();
+  x[352] = std::numeric_limits<float>::infinity();
+  x[415] = -std::numeric_limits<float>::infinity();
+  x[450] = std::numeric_limits<float>::quiet_NaN();
+  x[451] = std::numeric_limits<float>::infinity();
+  ops::Q8Acts want;
+  ops::QuantizeActsQ8Ref(&want, x.data(), n);
+  ForEachTarget([&] {
+    ops::Q8Acts got;
+    ops::QuantizeActsQ8(&got, x.data(), n);
+    ASSERT_EQ(got.n, n);
+    EXPECT_EQ(std::memcmp(got.q.data(), want.q.data(), static_cast<size_t>(n)), 0);
+    EXPECT_EQ(std::memcmp(got.d.data(), want.d.data(), want.d.size() * 4), 0);
+    EXPECT_EQ(got.sum, want.sum);
+    EXPECT_EQ(got.x4n, want.x4n);
+    EXPECT_EQ(std::memcmp(got.x4f.data(), want.x4f.data(), want.x4f.size() * 4), 0);
+    for (size_t b = 0; b < want.d.size(); ++b) ASSERT_EQ(std::isnan(got.d[b]), std::isnan(want.d[b])) << b;
+  });
+  // The ties round to even (a property, not the code): block 6 = 192..223.
+  EXPECT_EQ(want.d[6], 1.0f);
+  EXPECT_EQ(want.q[192 + 0], -16);  // -15.5 -> -16
+  EXPECT_EQ(want.q[192 + 1], -14);  // -14.5 -> -14
+  EXPECT_TRUE(std::isnan(want.d[300 / 32]) && std::isnan(want.d[352 / 32]) && std::isnan(want.d[415 / 32]));
+}
+
 TEST(QDotInt8, NonFiniteActivationsGiveNonFiniteDots) {
   const int64_t rows = 7, cols = 256;
   for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
