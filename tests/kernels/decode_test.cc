@@ -187,8 +187,8 @@ TEST(Decode, PrefetchedTilesAndRowChunksAgainstReferenceAndThreadCounts) {
 // Calls with at most 2 query rows per kv head and at most 8 MiB of K/V run
 // the direct path with no software prefetch (DecodeNoPrefetch). Rows 1 and 2
 // (G = 1 or 2 at Lq = 1, G = 1 at Lq = 2) take it; 3 rows (G = 3) sit
-// just past the row limit (prefetched) as a contrast. Every dtype and D = 64/128,
-// on every target, against the float64 reference, bit-identical for 1/2/7
+// just past the row limit (prefetched) as a contrast. Every dtype at D = 64,
+// F16 also at D = 128, on every target, against the float64 reference, bit-identical for 1/2/7
 // threads (3 splits: the merge runs).
 TEST(Decode, NoPrefetchSmallGroupsAgainstReferenceAndThreadCounts) {
   ThreadPool p1(1), p2(2), p7(7);
@@ -202,6 +202,7 @@ TEST(Decode, NoPrefetchSmallGroupsAgainstReferenceAndThreadCounts) {
   for (auto [G, Lq] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {2, 1}, {1, 2}, {3, 1}}) {
     for (DType kv : {DType::kF32, DType::kF16, DType::kBF16}) {
       for (int64_t D : {64, 128}) {
+        if (D == 128 && kv != DType::kF16) continue;  // CI time: D = 128 once
         Spec s;
         s.B = 2;
         s.Hkv = 2;
