@@ -184,6 +184,69 @@ TEST(Decode, PrefetchedTilesAndRowChunksAgainstReferenceAndThreadCounts) {
   check({s, 256, 5600, std::move(in), std::move(ref), std::move(naive)});
 }
 
+// Calls with at most 2 query rows per kv head and at most 8 MiB of K/V run
+// the direct path with no software prefetch (DecodeNoPrefetch). Rows 1 and 2
+// (G = 1 or 2 at Lq = 1, G = 1 at Lq = 2) take it; 3 rows (G = 3) sit
+// just past the row limit (prefetched) as a contrast. Every dtype at D = 64,
+// F16 also at D = 128, on every target, against the float64 reference, bit-identical for 1/2/7
+// threads (3 splits: the merge runs).
+TEST(Decode, NoPrefetchSmallGroupsAgainstReferenceAndThreadCounts) {
+  ThreadPool p1(1), p2(2), p7(7);
+  struct Case {
+    Spec s;
+    Inputs in;
+    Outputs ref, naive;
+  };
+  std::vector<Case> cases;
+  uint64_t seed = 1800;
+  for (auto [G, Lq] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {2, 1}, {1, 2}, {3, 1}}) {
+    for (DType kv : {DType::kF32, DType::kF16, DType::kBF16}) {
+      for (int64_t D : {64, 128}) {
+        if (D == 128 && kv != DType::kF16) continue;  // CI time: D = 128 once
+        Spec s;
+        s.B = 2;
+        s.Hkv = 2;
+        s.H = G * s.Hkv;
+        s.Lq = Lq;
+        s.Lk = 1001;  // odd: the last tile ends mid key block
+        s.D = D;
+        s.kv = kv;
+        s.causal = Causal::kBottomRight;
+        s.kv_lens = {1001, 640};
+        s.seed = seed++;
+        Inputs in = Make(s);
+        Outputs ref = Reference(in), naive = NaiveF32(in);
+        cases.push_back({s, std::move(in), std::move(ref), std::move(naive)});
+      }
+    }
+  }
+  auto check = [&](const Case& c) {
+    SCOPED_TRACE(c.s.Name());
+    std::vector<KernelRun> runs;
+    for (ThreadPool* p : {&p1, &p2, &p7}) {
+      KernelOptions kopt;
+      kopt.pool = p;
+      kopt.force = KernelKind::kSplitKvDecode;
+      kopt.tile_kv = 64;
+      kopt.split_kv = 400;
+      runs.push_back(RunKernel(c.in, kopt));
+      ASSERT_TRUE(runs.back().status.ok()) << runs.back().status.ToString();
+      ASSERT_EQ(runs.back().choice.num_splits, 3) << runs.back().choice.ToString();
+    }
+    CheckOutputs(runs[0].o, c.naive, c.ref, c.s.Name());
+    for (size_t r = 1; r < runs.size(); ++r) {
+      EXPECT_EQ(std::memcmp(runs[0].o.out.data<float>(), runs[r].o.out.data<float>(),
+                            runs[0].o.out.nbytes()), 0);
+      EXPECT_EQ(std::memcmp(runs[0].o.lse.data<float>(), runs[r].o.lse.data<float>(),
+                            runs[0].o.lse.nbytes()), 0);
+    }
+  };
+  const std::set<std::string> ran = testing::ForEachTarget([&] {
+    for (const Case& c : cases) check(c);
+  });
+  EXPECT_GE(ran.size(), 1u);
+}
+
 TEST(Decode, SplitOverrideAndTinyTiles) {
   Spec s;
   s.H = 4;
