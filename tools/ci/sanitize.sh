@@ -34,6 +34,9 @@ BUILD_TYPE=${CMAKE_BUILD_TYPE:-Release}
 what=${1:-all}
 case "$what" in asan|tsan|all) ;; *) echo "usage: tools/ci/sanitize.sh [asan|tsan|all]" >&2; exit 2 ;; esac
 
+# shellcheck source=tools/ci/hwy_native.sh
+. "$ROOT/tools/ci/hwy_native.sh"
+
 log() { printf '[sanitize] %s\n' "$*" >&2; }
 now() { date +%s; }
 
@@ -52,7 +55,7 @@ export LSAN_OPTIONS=${LSAN_OPTIONS:-}
 # without). In the ASan build those files are compiled with
 # --param=asan-stack=0 (clang: -mllvm -asan-stack=0): their heap and global
 # accesses — the kernels' inputs, outputs and scratch — stay checked, and
-# UBSan stays on. (Compiling them for the native target only,
+# UBSan's arithmetic checks stay on (below). (Compiling them for the native target only,
 # HWY_COMPILE_ONLY_STATIC + -march=native, would be faster still but does not
 # build with Highway 1.0.3 on AVX3_DL machines.) Injected into the top-level
 # project without editing it,
@@ -69,18 +72,19 @@ simd_include() {  # build-dir asan|tsan -> path of the generated cmake file
     # per-target tests. kernels.cc for four targets was the longest file of
     # the ASan build (365 s alone). A test that pins another target runs the
     # scalar fallback there (the per-target tests name the target really
-    # dispatched). Elsewhere: the list of core/hwy_targets.h.
-    local off="HWY_SSSE3|HWY_SVE|HWY_SVE2|HWY_SVE_256|HWY_SVE2_128|HWY_RVV"
-    local flags
-    flags=$(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null || true)
-    if [[ " $flags " == *" avx512f "* && " $flags " == *" avx512vl "* && \
-          " $flags " == *" avx512dq "* && " $flags " == *" avx512bw "* ]]; then
-      off+="|HWY_SSE4|HWY_AVX2"
-    elif [[ " $flags " == *" avx2 "* && " $flags " == *" fma "* && " $flags " == *" f16c "* ]]; then
-      off+="|HWY_SSE4|HWY_AVX3|HWY_AVX3_DL"
-    fi
-    echo "set(_af_defs \"HWY_DISABLED_TARGETS=($off)\")"
+    # dispatched). Elsewhere: the list of core/hwy_targets.h (tools/ci/hwy_native.sh).
+    echo "set(_af_defs \"HWY_DISABLED_TARGETS=($(hwy_native_disabled))\")"
     if [[ $2 == asan ]]; then
+      # UBSan's pointer-validity checks (null, alignment, object-size,
+      # pointer-overflow, nonnull/returns-nonnull, vptr) on every inlined
+      # Highway load/store tripled these files' compile time (gcc 12,
+      # src/kernels/kernels_decode.cc: 167 CPU-s with them, 63 without;
+      # pointer-overflow alone 57 s of it). In the SIMD files ASan checks the
+      # same memory accesses (heap and globals); the arithmetic checks
+      # (signed overflow, shift, division by zero, bounds, bool, enum,
+      # return, unreachable, vla-bound) stay on. Every other file keeps the
+      # whole of -fsanitize=undefined.
+      echo "list(APPEND _af_opts -fno-sanitize=null,alignment,object-size,pointer-overflow,nonnull-attribute,returns-nonnull-attribute,vptr)"
       echo "if(CMAKE_CXX_COMPILER_ID STREQUAL \"GNU\")"
       echo "  list(APPEND _af_opts --param=asan-stack=0)"
       echo "else()"

@@ -28,6 +28,8 @@
 # ATTNFLOW_FUZZ_RESTARTS (restarts after a crash within the duration, 3),
 # ATTNFLOW_FUZZ_KERNELS (fast | sanitized: how the SIMD kernels are built,
 # see fuzz/CMakeLists.txt; use another ATTNFLOW_FUZZ_BUILD for sanitized),
+# ATTNFLOW_FUZZ_SIMD (native, the default: the SIMD files are compiled for
+# this machine's targets only; all: every target, as ATTNFLOW_FUZZ_HWY needs),
 # ATTNFLOW_FUZZ_HWY (attention target: run with the Highway target set to
 # e.g. AVX2 or EMU128 instead of the best one the CPU has).
 #
@@ -84,9 +86,21 @@ fi
 # ---- build ------------------------------------------------------------------
 command -v clang++ >/dev/null || die "clang++ not found (Debian: apt-get install clang libclang-rt-14-dev llvm; tools/deps/fuzz.apt)"
 KERNELS=${ATTNFLOW_FUZZ_KERNELS:-fast}
+# SIMD targets: this machine's own (tools/ci/hwy_native.sh: SSE4 baseline, no
+# EMU128; the build runs only here), unless ATTNFLOW_FUZZ_HWY asks for a
+# target or ATTNFLOW_FUZZ_SIMD=all: then every target (fuzz/CMakeLists.txt).
+. "$ROOT/tools/ci/hwy_native.sh"
+simd_flags="" simd_off=""
+if [[ -z ${ATTNFLOW_FUZZ_HWY:-} && ${ATTNFLOW_FUZZ_SIMD:-native} == native ]]; then
+  simd_flags=$(hwy_native_baseline_flags)
+  [[ -n $simd_flags ]] && simd_off=$(hwy_native_disabled keep-sse4)
+  simd_flags=${simd_flags// /;}
+fi
 mkdir -p "$BUILD"
 cmake -S "$ROOT/fuzz" -B "$BUILD" -G Ninja -DCMAKE_CXX_COMPILER=clang++ \
-  -DCMAKE_C_COMPILER=clang -DATTNFLOW_FUZZ_KERNELS="$KERNELS" >"$BUILD/configure.log" 2>&1 || {
+  -DCMAKE_C_COMPILER=clang -DATTNFLOW_FUZZ_KERNELS="$KERNELS" \
+  -DATTNFLOW_FUZZ_SIMD_FLAGS="$simd_flags" -DATTNFLOW_FUZZ_SIMD_DISABLED="$simd_off" \
+  >"$BUILD/configure.log" 2>&1 || {
   tail -20 "$BUILD/configure.log" >&2
   die "cmake configure failed"
 }
