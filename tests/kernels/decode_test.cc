@@ -2,6 +2,8 @@
 // reference (FlashAttention tolerance method, see util/kernel_test_util.h), step-by-step
 // decoding vs the prefill of the same sequence, split/merge behaviour and
 // bit-identical results for any thread count.
+#include <initializer_list>
+
 #include "util/kernel_test_util.h"  // Spec, Make, NaiveF32, Reference, RunKernel, ...
 #include "util/simd_targets_util.h"  // ForEachTarget
 
@@ -104,6 +106,39 @@ TEST(Decode, GqaRowChunksAgainstReference) {
   }
 }
 
+// A split-KV decode case: the forced kSplitKvDecode with tile_kv / split_kv
+// chosen so that the call makes 3 splits, and the case's references.
+struct SplitCase {
+  Spec s;
+  int64_t tile, split;  // KernelOptions tile_kv, split_kv
+  Inputs in;
+  Outputs ref, naive;
+};
+
+// Runs c once on each pool: 3 splits every time, the output against the
+// float64 and naive references, and out / lse bit-identical across the pools.
+void CheckThreeSplitsOnPools(const SplitCase& c, std::initializer_list<ThreadPool*> pools) {
+  SCOPED_TRACE(c.s.Name());
+  std::vector<KernelRun> runs;
+  for (ThreadPool* p : pools) {
+    KernelOptions kopt;
+    kopt.pool = p;
+    kopt.force = KernelKind::kSplitKvDecode;
+    kopt.tile_kv = c.tile;
+    kopt.split_kv = c.split;
+    runs.push_back(RunKernel(c.in, kopt));
+    ASSERT_TRUE(runs.back().status.ok()) << runs.back().status.ToString();
+    ASSERT_EQ(runs.back().choice.num_splits, 3) << runs.back().choice.ToString();
+  }
+  CheckOutputs(runs[0].o, c.naive, c.ref, c.s.Name());
+  for (size_t r = 1; r < runs.size(); ++r) {
+    EXPECT_EQ(std::memcmp(runs[0].o.out.data<float>(), runs[r].o.out.data<float>(),
+                          runs[0].o.out.nbytes()), 0);
+    EXPECT_EQ(std::memcmp(runs[0].o.lse.data<float>(), runs[r].o.lse.data<float>(),
+                          runs[0].o.lse.nbytes()), 0);
+  }
+}
+
 // The direct path (F32/F16/BF16 rows read in place) prefetches one tile
 // ahead (the next tile's K during Q.K, its V during the decode-local P.V) and
 // scores up to 8 query rows per loaded K vector. Many tiles per split, a
@@ -112,35 +147,9 @@ TEST(Decode, GqaRowChunksAgainstReference) {
 // the float64 reference, and bit-identical for 1, 2 and 7 threads, on every
 // Highway target this CPU has.
 TEST(Decode, PrefetchedTilesAndRowChunksAgainstReferenceAndThreadCounts) {
-  struct Case {
-    Spec s;
-    int64_t tile, split;  // KernelOptions tile_kv, split_kv: 3 splits each
-    Inputs in;
-    Outputs ref, naive;
-  };
   ThreadPool p1(1), p2(2), p7(7);
-  auto check = [&](const Case& c) {
-    SCOPED_TRACE(c.s.Name());
-    std::vector<KernelRun> runs;
-    for (ThreadPool* p : {&p1, &p2, &p7}) {
-      KernelOptions kopt;
-      kopt.pool = p;
-      kopt.force = KernelKind::kSplitKvDecode;
-      kopt.tile_kv = c.tile;
-      kopt.split_kv = c.split;
-      runs.push_back(RunKernel(c.in, kopt));
-      ASSERT_TRUE(runs.back().status.ok()) << runs.back().status.ToString();
-      ASSERT_EQ(runs.back().choice.num_splits, 3) << runs.back().choice.ToString();
-    }
-    CheckOutputs(runs[0].o, c.naive, c.ref, c.s.Name());
-    for (size_t r = 1; r < runs.size(); ++r) {
-      EXPECT_EQ(std::memcmp(runs[0].o.out.data<float>(), runs[r].o.out.data<float>(),
-                            runs[0].o.out.nbytes()), 0);
-      EXPECT_EQ(std::memcmp(runs[0].o.lse.data<float>(), runs[r].o.lse.data<float>(),
-                            runs[0].o.lse.nbytes()), 0);
-    }
-  };
-  std::vector<Case> cases;
+  auto check = [&](const SplitCase& c) { CheckThreeSplitsOnPools(c, {&p1, &p2, &p7}); };
+  std::vector<SplitCase> cases;
   uint64_t seed = 700;
   for (int64_t G : {2, 4, 8}) {
     for (DType kv : {DType::kF32, DType::kF16, DType::kBF16}) {
@@ -162,7 +171,7 @@ TEST(Decode, PrefetchedTilesAndRowChunksAgainstReferenceAndThreadCounts) {
     }
   }
   const std::set<std::string> ran = testing::ForEachTarget([&] {
-    for (const Case& c : cases) check(c);
+    for (const SplitCase& c : cases) check(c);
   });
   EXPECT_GE(ran.size(), 1u);
 
@@ -192,12 +201,7 @@ TEST(Decode, PrefetchedTilesAndRowChunksAgainstReferenceAndThreadCounts) {
 // threads (3 splits: the merge runs).
 TEST(Decode, NoPrefetchSmallGroupsAgainstReferenceAndThreadCounts) {
   ThreadPool p1(1), p2(2), p7(7);
-  struct Case {
-    Spec s;
-    Inputs in;
-    Outputs ref, naive;
-  };
-  std::vector<Case> cases;
+  std::vector<SplitCase> cases;
   uint64_t seed = 1800;
   for (auto [G, Lq] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {2, 1}, {1, 2}, {3, 1}}) {
     for (DType kv : {DType::kF32, DType::kF16, DType::kBF16}) {
@@ -216,33 +220,13 @@ TEST(Decode, NoPrefetchSmallGroupsAgainstReferenceAndThreadCounts) {
         s.seed = seed++;
         Inputs in = Make(s);
         Outputs ref = Reference(in), naive = NaiveF32(in);
-        cases.push_back({s, std::move(in), std::move(ref), std::move(naive)});
+        cases.push_back({s, 64, 400, std::move(in), std::move(ref), std::move(naive)});
       }
     }
   }
-  auto check = [&](const Case& c) {
-    SCOPED_TRACE(c.s.Name());
-    std::vector<KernelRun> runs;
-    for (ThreadPool* p : {&p1, &p2, &p7}) {
-      KernelOptions kopt;
-      kopt.pool = p;
-      kopt.force = KernelKind::kSplitKvDecode;
-      kopt.tile_kv = 64;
-      kopt.split_kv = 400;
-      runs.push_back(RunKernel(c.in, kopt));
-      ASSERT_TRUE(runs.back().status.ok()) << runs.back().status.ToString();
-      ASSERT_EQ(runs.back().choice.num_splits, 3) << runs.back().choice.ToString();
-    }
-    CheckOutputs(runs[0].o, c.naive, c.ref, c.s.Name());
-    for (size_t r = 1; r < runs.size(); ++r) {
-      EXPECT_EQ(std::memcmp(runs[0].o.out.data<float>(), runs[r].o.out.data<float>(),
-                            runs[0].o.out.nbytes()), 0);
-      EXPECT_EQ(std::memcmp(runs[0].o.lse.data<float>(), runs[r].o.lse.data<float>(),
-                            runs[0].o.lse.nbytes()), 0);
-    }
-  };
+  auto check = [&](const SplitCase& c) { CheckThreeSplitsOnPools(c, {&p1, &p2, &p7}); };
   const std::set<std::string> ran = testing::ForEachTarget([&] {
-    for (const Case& c : cases) check(c);
+    for (const SplitCase& c : cases) check(c);
   });
   EXPECT_GE(ran.size(), 1u);
 }
