@@ -159,9 +159,6 @@ TEST(QDotInt8, EveryTargetEqualsTheScalarOracle) {
   }
 }
 
-// IEEE propagation, as in the exact dot: a NaN or an infinity in the
-// activations never turns into a finite int8 value, so every row's fast dot
-// is non-finite on every target.
 // The SIMD quantiser (every target; AVX-512 has one) writes the bytes of the
 // scalar definition QuantizeActsQ8Ref: q, d (NaN for a non-finite block),
 // the sums and quad sums. Blocks with exact rounding ties (amax = 127 makes
@@ -198,6 +195,9 @@ TEST(QDotInt8, VectorQuantizerEqualsTheScalarDefinition) {
   EXPECT_TRUE(std::isnan(want.d[300 / 32]) && std::isnan(want.d[352 / 32]) && std::isnan(want.d[415 / 32]));
 }
 
+// IEEE propagation, as in the exact dot: a NaN or an infinity in the
+// activations never turns into a finite int8 value, so every row's fast dot
+// is non-finite on every target.
 TEST(QDotInt8, NonFiniteActivationsGiveNonFiniteDots) {
   const int64_t rows = 7, cols = 256;
   for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
