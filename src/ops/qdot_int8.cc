@@ -201,7 +201,8 @@ ATTNFLOW_VNNI HWY_INLINE void ReduceFixed16(const __m512* v, float* y) {
 // (off0 + off1), reduced by ReduceFixed (one row) or ReduceFixed16.
 template <GgmlType kType>
 ATTNFLOW_VNNI HWY_INLINE __m512 FastRowVnni(const uint8_t* HWY_RESTRICT row, int64_t cols, const Q8Acts& xq) {
-  constexpr bool kAffine = kType == GgmlType::kQ4_1 || kType == GgmlType::kQ4_K;
+  static_assert(kType != GgmlType::kQ4_K, "Q4_K rows go through FastRowQ4KVnni");
+  constexpr bool kAffine = kType == GgmlType::kQ4_1;
   constexpr int kShift = kType == GgmlType::kQ8_0 ? 7 : kType == GgmlType::kQ4_0 ? 3
                          : kType == GgmlType::kQ5_0 ? 4 : kType == GgmlType::kQ6_K ? 5 : -1;
   const int8_t* xs = xq.q.data();
@@ -247,19 +248,6 @@ ATTNFLOW_VNNI HWY_INLINE __m512 FastRowVnni(const uint8_t* HWY_RESTRICT row, int
       const __m512 v = _mm512_castps128_ps512(sm);
       S = _mm512_permutexvar_ps(_mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0), v);
       M = _mm512_permutexvar_ps(_mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1), v);
-    } else if constexpr (kType == GgmlType::kQ4_K) {
-      const uint8_t* blk = row + (b / 8) * 144;
-      const int sub = static_cast<int>(b % 8);  // even
-      const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16 + 32 * (sub / 2)));
-      const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(raw), _mm256_srli_epi16(raw, 4), 1);
-      u = _mm512_and_si512(z, _mm512_set1_epi8(0x0F));
-      int sc0, m0, sc1, m1;
-      qdot::Q4KScaleMin(blk, sub, &sc0, &m0);
-      qdot::Q4KScaleMin(blk, sub + 1, &sc1, &m1);
-      const __m128 dd = Half2(blk, blk + 2);  // [d, dmin]
-      const float d = _mm_cvtss_f32(dd), dmin = _mm_cvtss_f32(_mm_movehdup_ps(dd));
-      S = Spread2(_mm_mul_ps(_mm_set_ps(0, 0, d * static_cast<float>(sc1), d * static_cast<float>(sc0)), dx));
-      M = Spread2(_mm_mul_ps(_mm_set_ps(0, 0, -(dmin * static_cast<float>(m1)), -(dmin * static_cast<float>(m0))), dx));
     } else {  // Q6_K: subs 2P, 2P+1 = 4 hf + 2j, 4 hf + 2j + 1
       const uint8_t* blk = row + (b / 8) * 210;
       const int sub = static_cast<int>(b % 8);
@@ -297,16 +285,77 @@ ATTNFLOW_VNNI HWY_INLINE __m512 FastRowVnni(const uint8_t* HWY_RESTRICT row, int
   return _mm512_add_ps(_mm512_add_ps(acc0, acc1), _mm512_add_ps(off0, off1));
 }
 
+// Q4_K rows, one 256-element super-block at a time: its 8 scales and mins
+// are unpacked once (the 12-byte layout as 32-bit words, the same 6-bit
+// values as qdot::Q4KScaleMin) and turned into the 8 sub-block factors
+// S_s = (d * sc_s) * dx_s and M_s = (-(dmin * m_s)) * dx_s with the same fp32
+// products as FastRowVnni's per-pair code and the oracle; the 4 pairs then
+// take their 16 lanes by permutation. Pairs alternate between the two
+// accumulators by global pair parity (p = 0, 2 -> acc0; 1, 3 -> acc1) in the
+// same order, so the result has the same bits as FastRowVnni<kQ4_K>.
+ATTNFLOW_VNNI HWY_INLINE __m512 FastRowQ4KVnni(const uint8_t* HWY_RESTRICT row, int64_t cols, const Q8Acts& xq) {
+  const int8_t* xs = xq.q.data();
+  const float* xd = xq.d.data();
+  const float* x4f = xq.x4f.data();
+  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+  __m512 off0 = _mm512_setzero_ps(), off1 = _mm512_setzero_ps();
+  const __m512i lo_nib = _mm512_set1_epi8(0x0F);
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  const int64_t nblk = cols / 256;
+  for (int64_t kb = 0; kb < nblk; ++kb) {
+    const uint8_t* blk = row + kb * 144;
+    uint32_t u[3];
+    std::memcpy(u, blk + 4, 12);
+    constexpr uint32_t kM6 = 0x3F3F3F3Fu, kM4 = 0x0F0F0F0Fu, kM2 = 0x03030303u;
+    const uint32_t sc_lo = u[0] & kM6, m_lo = u[1] & kM6;
+    const uint32_t sc_hi = (u[2] & kM4) | (((u[0] >> 6) & kM2) << 4);
+    const uint32_t m_hi = ((u[2] >> 4) & kM4) | (((u[1] >> 6) & kM2) << 4);
+    const __m256 scf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
+        _mm_cvtsi64_si128(static_cast<long long>(sc_lo | (static_cast<uint64_t>(sc_hi) << 32)))));
+    const __m256 mf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
+        _mm_cvtsi64_si128(static_cast<long long>(m_lo | (static_cast<uint64_t>(m_hi) << 32)))));
+    const __m128 dd = Half2(blk, blk + 2);  // [d, dmin]
+    const __m256 dx = _mm256_loadu_ps(xd + kb * 8);
+    const __m256 s8 = _mm256_mul_ps(_mm256_mul_ps(_mm256_broadcastss_ps(dd), scf), dx);
+    const __m256 m8 = _mm256_mul_ps(
+        _mm256_xor_ps(_mm256_mul_ps(_mm256_broadcastss_ps(_mm_movehdup_ps(dd)), mf), sign), dx);
+    const __m512 s16 = _mm512_castps256_ps512(s8), m16 = _mm512_castps256_ps512(m8);
+    auto pair = [&](int p, __m512& acc, __m512& off) ATTNFLOW_VNNI {
+      const int64_t P = kb * 4 + p;
+      const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16 + 32 * p));
+      const __m512i u8 = _mm512_and_si512(
+          _mm512_inserti64x4(_mm512_castsi256_si512(raw), _mm256_srli_epi16(raw, 4), 1), lo_nib);
+      const __m512i idx = _mm512_set_epi32(2 * p + 1, 2 * p + 1, 2 * p + 1, 2 * p + 1, 2 * p + 1, 2 * p + 1,
+                                           2 * p + 1, 2 * p + 1, 2 * p, 2 * p, 2 * p, 2 * p, 2 * p, 2 * p, 2 * p, 2 * p);
+      const __m512i I = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u8, _mm512_loadu_si512(xs + P * 64));
+      acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I), _mm512_permutexvar_ps(idx, s16), acc);
+      off = _mm512_fmadd_ps(_mm512_loadu_ps(x4f + P * 16), _mm512_permutexvar_ps(idx, m16), off);
+    };
+    pair(0, acc0, off0);
+    pair(1, acc1, off1);
+    pair(2, acc0, off0);
+    pair(3, acc1, off1);
+  }
+  return _mm512_add_ps(_mm512_add_ps(acc0, acc1), _mm512_add_ps(off0, off1));
+}
+
 template <GgmlType kType>
 ATTNFLOW_VNNI void FastRowsVnni(float* y, const QMatrix& w, int64_t r0, int64_t nr, const Q8Acts& xq) {
   const uint8_t* row = w.data + r0 * w.row_bytes;
+  auto Row = [&](const uint8_t* r) ATTNFLOW_VNNI {
+    if constexpr (kType == GgmlType::kQ4_K) {
+      return FastRowQ4KVnni(r, w.cols, xq);
+    } else {
+      return FastRowVnni<kType>(r, w.cols, xq);
+    }
+  };
   int64_t j = 0;
   for (; j + 16 <= nr; j += 16) {
     __m512 v[16];
-    for (int i = 0; i < 16; ++i, row += w.row_bytes) v[i] = FastRowVnni<kType>(row, w.cols, xq);
+    for (int i = 0; i < 16; ++i, row += w.row_bytes) v[i] = Row(row);
     ReduceFixed16(v, y + j);
   }
-  for (; j < nr; ++j, row += w.row_bytes) y[j] = ReduceFixed(FastRowVnni<kType>(row, w.cols, xq));
+  for (; j < nr; ++j, row += w.row_bytes) y[j] = ReduceFixed(Row(row));
 }
 #endif
 
