@@ -407,6 +407,67 @@ HWY_INLINE float DotRowQ6KAvx3(const uint8_t* HWY_RESTRICT row, int64_t cols,
 }
 #endif
 
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+// Q4_K / Q5_K on AVX-512: the 8 scales and mins of a 256-element block are
+// unpacked once (the 12-byte layout read as 32-bit words: the same 6-bit
+// values as SubBlockWeights' per-sub-block code) and the products d*sc and
+// dmin*m are formed for all 8 sub-blocks as one 8-lane fp32 multiply (the same
+// single roundings as the scalar products there); sub-block s broadcasts its
+// lane. The table t[q] = ds*q - ms, the lookups and the accumulation order
+// (sub-blocks in order, lane groups g = 0, 1, one FMA each) are
+// DotRowK<kType>'s, so the result is the same bit for bit.
+template <bool kFive>
+HWY_INLINE float DotRowQ45KAvx3(const uint8_t* HWY_RESTRICT row, int64_t cols,
+                                const float* HWY_RESTRICT x) {
+  const DF df;
+  static_assert(hn::MaxLanes(DF()) == 16, "AVX-512 float lanes");
+  constexpr int64_t kBB = kFive ? 176 : 144;
+  const int64_t nb = cols / 256;
+  VF acc[2] = {hn::Zero(df), hn::Zero(df)};
+  const VF iota = hn::Iota(df, 0.0f);
+  const VF iota16 = hn::Add(iota, hn::Set(df, 16.0f));
+  const __m512i m4 = _mm512_set1_epi32(15);
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = row + b * kBB;
+    uint32_t u[3];
+    std::memcpy(u, blk + 4, 12);
+    constexpr uint32_t kM6 = 0x3F3F3F3Fu, kM4 = 0x0F0F0F0Fu, kM2 = 0x03030303u;
+    const uint64_t sc8 = (u[0] & kM6) | (static_cast<uint64_t>((u[2] & kM4) | (((u[0] >> 6) & kM2) << 4)) << 32);
+    const uint64_t m8 = (u[1] & kM6) | (static_cast<uint64_t>(((u[2] >> 4) & kM4) | (((u[1] >> 6) & kM2) << 4)) << 32);
+    const __m256 scf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(sc8))));
+    const __m256 mf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(m8))));
+    const __m512 ds8 = _mm512_castps256_ps512(_mm256_mul_ps(_mm256_set1_ps(HalfToF32(blk)), scf));
+    const __m512 ms8 = _mm512_castps256_ps512(_mm256_mul_ps(_mm256_set1_ps(HalfToF32(blk + 2)), mf));
+    const float* xb = x + b * 256;
+    HWY_UNROLL(8)
+    for (int sub = 0; sub < 8; ++sub) {
+      const __m512i lane = _mm512_set1_epi32(sub);
+      const VF ds{_mm512_permutexvar_ps(lane, ds8)};
+      const VF ms{_mm512_permutexvar_ps(lane, ms8)};
+      const VF t0 = hn::Sub(hn::Mul(ds, iota), ms);
+      const uint8_t* qs = blk + (kFive ? 48 : 16) + 32 * (sub / 2);
+      VF wv[2];
+      HWY_UNROLL(2)
+      for (int g = 0; g < 2; ++g) {
+        __m512i q = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qs + 16 * g)));
+        if constexpr (kFive) {
+          const VF t1 = hn::Sub(hn::Mul(ds, iota16), ms);
+          q = (sub & 1) ? _mm512_srli_epi32(q, 4) : _mm512_and_si512(q, m4);
+          const __m512i hb = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16 + 16 * g)));
+          const __m512i h = _mm512_slli_epi32(_mm512_srli_epi32(hb, sub), 4);
+          wv[g] = VF{_mm512_permutex2var_ps(t0.raw, _mm512_or_si512(q, h), t1.raw)};
+        } else {
+          if (sub & 1) q = _mm512_srli_epi32(q, 4);
+          wv[g] = VF{_mm512_permutexvar_ps(q, t0.raw)};
+        }
+      }
+      MulAddSubBlock(acc, wv, xb + 32 * sub, 2, 16);
+    }
+  }
+  return ReduceGroups(acc, 2);
+}
+#endif
+
 template <GgmlType kType>
 HWY_INLINE void DequantRowK(const uint8_t* src, int64_t cols, float* HWY_RESTRICT dst) {
   constexpr int64_t kBE = KBlockElems<kType>();
@@ -443,8 +504,13 @@ void DotRowsT(const QMatrix& w, int64_t r0, int64_t nr, const float* x, float* y
     case GgmlType::kQ8_0: return DotRows<DotRowQ<GgmlType::kQ8_0>>(w, r0, nr, x, y);
     case GgmlType::kQ5_0: return DotRows<DotRowK<GgmlType::kQ5_0>>(w, r0, nr, x, y);
     case GgmlType::kQ5_1: return DotRows<DotRowK<GgmlType::kQ5_1>>(w, r0, nr, x, y);
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+    case GgmlType::kQ4_K: return DotRows<DotRowQ45KAvx3<false>>(w, r0, nr, x, y);
+    case GgmlType::kQ5_K: return DotRows<DotRowQ45KAvx3<true>>(w, r0, nr, x, y);
+#else
     case GgmlType::kQ4_K: return DotRows<DotRowK<GgmlType::kQ4_K>>(w, r0, nr, x, y);
     case GgmlType::kQ5_K: return DotRows<DotRowK<GgmlType::kQ5_K>>(w, r0, nr, x, y);
+#endif
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
     case GgmlType::kQ6_K: return DotRows<DotRowQ6KAvx3>(w, r0, nr, x, y);
 #else
