@@ -206,12 +206,14 @@ void QMatVecRows(float* y, const QMatrix& w, int64_t r0, int64_t nr, const float
 // quantize_row_q8_0 but with an fp32 scale: blocks of 32, d = max|x| / 127,
 // q = round-half-even(x / d) in [-127, 127] (d = 0 and q = 0 for an all-zero
 // block; d = NaN and q = 0 for a block holding a NaN or an infinity, so the
-// dots that use it are NaN), so |x - d*q| <= d/2 per element; with each block's sum of q and
-// each group of 4's sum (negated int32 and float, for the SIMD dot).
+// dots that use it are NaN), so |x - d*q| <= d/2 per element; with each
+// group of 4's sum, kept in the two forms the dot consumes (made once per
+// matvec instead of converted once per weight row): negated int32, the
+// vpdpbusd seed that removes the unsigned weight offset (shifted by the
+// type's offset bits), and float, multiplied by the affine types' minimum.
 struct Q8Acts {
   std::vector<int8_t> q;     // [n]
   std::vector<float> d;      // [n / 32]
-  std::vector<int32_t> sum;  // [n / 32], sum of the block's q
   std::vector<int32_t> x4n;  // [n / 4], -(q[4i] + ... + q[4i+3])
   std::vector<float> x4f;    // [n / 4],   q[4i] + ... + q[4i+3]
   int64_t n = 0;

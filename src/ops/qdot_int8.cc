@@ -400,7 +400,6 @@ bool QuantizeBlocksT(Q8Acts* out, const float* x, int64_t n) {
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out->x4n.data() + b * 8), _mm256_sub_epi32(_mm256_setzero_si256(), s4));
     _mm256_storeu_ps(out->x4f.data() + b * 8, _mm256_cvtepi32_ps(s4));
     out->d[static_cast<size_t>(b)] = d;
-    out->sum[static_cast<size_t>(b)] = _mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1));
   }
   return true;
 #else
@@ -443,7 +442,6 @@ void SizeActs(Q8Acts* out, int64_t n) {
   const size_t nb = static_cast<size_t>(n / 32);
   if (out->q.size() < static_cast<size_t>(n)) out->q.resize(static_cast<size_t>(n));
   if (out->d.size() < nb) out->d.resize(nb);
-  if (out->sum.size() < nb) out->sum.resize(nb);
   if (out->x4n.size() < nb * 8) out->x4n.resize(nb * 8);
   if (out->x4f.size() < nb * 8) out->x4f.resize(nb * 8);
   out->n = n;
@@ -474,14 +472,12 @@ void QuantizeActsQ8Ref(Q8Acts* out, const float* x, int64_t n) {
     // NaN, as the exact dot would be non-finite.
     const float d = finite ? amax / 127.0f : std::numeric_limits<float>::quiet_NaN();
     const float id = finite && d != 0.0f ? 1.0f / d : 0.0f;
-    int32_t s = 0;
     int8_t* q = out->q.data() + b * 32;
     for (int e = 0; e < 32; ++e) {
       // nearbyint: round half to even in the default rounding mode.
       const float r = std::nearbyint(xb[e] * id);
       const int v = static_cast<int>(std::min(127.0f, std::max(-127.0f, r)));
       q[e] = static_cast<int8_t>(v);
-      s += v;
     }
     for (int j = 0; j < 8; ++j) {
       const int32_t s4 = q[4 * j] + q[4 * j + 1] + q[4 * j + 2] + q[4 * j + 3];
@@ -489,7 +485,6 @@ void QuantizeActsQ8Ref(Q8Acts* out, const float* x, int64_t n) {
       out->x4f[b * 8 + static_cast<size_t>(j)] = static_cast<float>(s4);
     }
     out->d[b] = d;
-    out->sum[b] = s;
   }
 }
 
