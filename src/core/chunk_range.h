@@ -31,4 +31,31 @@ struct alignas(64) ChunkRange {
   }
 };
 
+// Chunks [0, chunks) as W contiguous ranges, range w = [chunks*w/W,
+// chunks*(w+1)/W) (relaxed stores: the pool hand-off publishes them).
+inline void SplitEvenly(ChunkRange* ranges, int64_t chunks, int64_t W) {
+  for (int64_t w = 0; w < W; ++w) {
+    ranges[w].fb.store(ChunkRange::Pack(static_cast<uint32_t>(chunks * w / W),
+                                        static_cast<uint32_t>(chunks * (w + 1) / W)),
+                       std::memory_order_relaxed);
+  }
+}
+
+// Task w of W: runs its own chunks (ranges[w], from the front), then steals
+// the other tasks' chunks (from the back, tasks w+1, w+2, ... in turn), one
+// chunk(c) call per claimed chunk; returns how many chunks it ran.
+template <typename Fn>
+int64_t RunOwnThenSteal(ChunkRange* ranges, int64_t w, int64_t W, Fn&& chunk) {
+  uint32_t c;
+  int64_t n = 0;
+  for (int64_t k = 0; k < W; ++k) {
+    ChunkRange& range = ranges[(w + k) % W];
+    while (range.Take(k == 0, &c)) {
+      chunk(c);
+      ++n;
+    }
+  }
+  return n;
+}
+
 }  // namespace attnflow::core

@@ -729,6 +729,8 @@ namespace {
 // one 64-bit word so that the owner (taking chunks from the front) and
 // thieves (taking them from the back) claim each chunk exactly once.
 using core::ChunkRange;  // core/chunk_range.h
+using core::RunOwnThenSteal;
+using core::SplitEvenly;
 }  // namespace
 
 // Decode (matrix-vector) path: the rows of all jobs, in chunks of
@@ -748,10 +750,7 @@ static void MatVecStealing(const std::vector<MatJob>& jobs, const float* x, int6
   const int64_t C = first_chunk.back();
   const int64_t W = std::min<int64_t>(pool.NumWorkers(), C);
   std::unique_ptr<ChunkRange[]> ranges(new ChunkRange[static_cast<size_t>(W)]);
-  for (int64_t w = 0; w < W; ++w) {
-    ranges[w].fb.store(ChunkRange::Pack(static_cast<uint32_t>(C * w / W), static_cast<uint32_t>(C * (w + 1) / W)),
-                       std::memory_order_relaxed);
-  }
+  SplitEvenly(ranges.get(), C, W);
   auto run_chunk = [&](uint32_t c, int worker) {
     const size_t ji = static_cast<size_t>(
         std::upper_bound(first_chunk.begin(), first_chunk.end(), static_cast<int64_t>(c)) - first_chunk.begin() - 1);
@@ -764,12 +763,7 @@ static void MatVecStealing(const std::vector<MatJob>& jobs, const float* x, int6
     }
   };
   pool.ParallelFor(W, [&](int64_t w, int worker) {
-    uint32_t c;
-    while (ranges[w].Take(true, &c)) run_chunk(c, worker);
-    for (int64_t k = 1; k < W; ++k) {
-      ChunkRange& other = ranges[(w + k) % W];
-      while (other.Take(false, &c)) run_chunk(c, worker);
-    }
+    RunOwnThenSteal(ranges.get(), w, W, [&](uint32_t c) { run_chunk(c, worker); });
   });
 }
 

@@ -85,6 +85,8 @@ constexpr int64_t kDecodeRows = 16;  // rows per chunk in a decode region phase
 // 64-bit word: the owner takes chunks from the front, others from the back,
 // and each chunk is claimed exactly once.
 using core::ChunkRange;  // core/chunk_range.h
+using core::RunOwnThenSteal;
+using core::SplitEvenly;
 
 // Chunks of one phase finished so far (release per task, acquire by waiters).
 struct alignas(64) DoneCount {
@@ -107,29 +109,13 @@ struct DecodePhase {
   void Reset(int64_t chunks, int64_t W) {
     total = chunks;
     done->n.store(0, std::memory_order_relaxed);
-    for (int64_t w = 0; w < W; ++w) {
-      ranges[w].fb.store(ChunkRange::Pack(static_cast<uint32_t>(chunks * w / W),
-                                          static_cast<uint32_t>(chunks * (w + 1) / W)),
-                         std::memory_order_relaxed);
-    }
+    SplitEvenly(ranges, chunks, W);
   }
   // Task w runs its own chunks, then steals; with `wait`, returns only when
   // every chunk of the phase is done (their writes visible to the caller).
   template <typename Fn>
   void Run(int64_t w, int64_t W, bool wait, Fn&& chunk) {
-    uint32_t c;
-    int64_t n = 0;
-    while (ranges[w].Take(true, &c)) {
-      chunk(static_cast<int64_t>(c));
-      ++n;
-    }
-    for (int64_t k = 1; k < W; ++k) {
-      ChunkRange& other = ranges[(w + k) % W];
-      while (other.Take(false, &c)) {
-        chunk(static_cast<int64_t>(c));
-        ++n;
-      }
-    }
+    const int64_t n = RunOwnThenSteal(ranges, w, W, [&](uint32_t c) { chunk(static_cast<int64_t>(c)); });
     if (n > 0) done->n.fetch_add(n, std::memory_order_release);
     if (!wait) return;
     // Only claimed chunks are waited for (their tasks are running), so this
