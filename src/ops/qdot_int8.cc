@@ -201,10 +201,11 @@ ATTNFLOW_VNNI HWY_INLINE void ReduceFixed16(const __m512* v, float* y) {
 // (off0 + off1), reduced by ReduceFixed (one row) or ReduceFixed16.
 template <GgmlType kType>
 ATTNFLOW_VNNI HWY_INLINE __m512 FastRowVnni(const uint8_t* HWY_RESTRICT row, int64_t cols, const Q8Acts& xq) {
-  static_assert(kType != GgmlType::kQ4_K, "Q4_K rows go through FastRowQ4KVnni");
+  static_assert(kType != GgmlType::kQ4_K && kType != GgmlType::kQ6_K,
+                "Q4_K and Q6_K rows go through FastRowQ4KVnni / FastRowQ6KVnni");
   constexpr bool kAffine = kType == GgmlType::kQ4_1;
   constexpr int kShift = kType == GgmlType::kQ8_0 ? 7 : kType == GgmlType::kQ4_0 ? 3
-                         : kType == GgmlType::kQ5_0 ? 4 : kType == GgmlType::kQ6_K ? 5 : -1;
+                         : kType == GgmlType::kQ5_0 ? 4 : -1;
   const int8_t* xs = xq.q.data();
   const float* xd = xq.d.data();
   const int32_t* x4n = xq.x4n.data();
@@ -248,25 +249,6 @@ ATTNFLOW_VNNI HWY_INLINE __m512 FastRowVnni(const uint8_t* HWY_RESTRICT row, int
       const __m512 v = _mm512_castps128_ps512(sm);
       S = _mm512_permutexvar_ps(_mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0), v);
       M = _mm512_permutexvar_ps(_mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1), v);
-    } else {  // Q6_K: subs 2P, 2P+1 = 4 hf + 2j, 4 hf + 2j + 1
-      const uint8_t* blk = row + (b / 8) * 210;
-      const int sub = static_cast<int>(b % 8);
-      const int hf = sub / 4, j = (sub % 4) / 2;
-      const __m512i ql = _mm512_loadu_si512(blk + 64 * hf);
-      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 128 + 32 * hf));
-      const __m512i lo = _mm512_and_si512(_mm512_srl_epi16(ql, _mm_cvtsi32_si128(4 * j)), _mm512_set1_epi8(0x0F));
-      const __m256i h0 = _mm256_srl_epi16(qh, _mm_cvtsi32_si128(4 * j));
-      const __m512i h = _mm512_inserti64x4(_mm512_castsi256_si512(h0), _mm256_srli_epi16(h0, 2), 1);
-      const __m512i hi = _mm512_and_si512(h, _mm512_set1_epi8(3));
-      u = _mm512_or_si512(lo, _mm512_slli_epi16(hi, 4));  // bits 4-5 only: no carry across bytes
-      // Scales sc[4j .. 4j + 3] of this half: lanes 4 at a time.
-      int32_t sc4;
-      std::memcpy(&sc4, blk + 192 + 8 * hf + 4 * j, 4);
-      const __m128 scf = _mm_cvtepi32_ps(_mm_cvtepi8_epi32(_mm_cvtsi32_si128(sc4)));
-      const __m128 ws = _mm_mul_ps(_mm_set1_ps(_mm_cvtss_f32(Half2(blk + 208, blk + 208))), scf);
-      const __m128 sv = _mm_mul_ps(ws, _mm_unpacklo_ps(dx, dx));  // [ws0 dx0, ws1 dx0, ws2 dx1, ws3 dx1]
-      S = _mm512_permutexvar_ps(_mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0),
-                                _mm512_castps128_ps512(sv));
     }
     __m512i seed = _mm512_setzero_si512();
     if constexpr (kShift >= 0) seed = _mm512_slli_epi32(_mm512_loadu_si512(x4n + P * 16), kShift);
@@ -339,12 +321,58 @@ ATTNFLOW_VNNI HWY_INLINE __m512 FastRowQ4KVnni(const uint8_t* HWY_RESTRICT row, 
   return _mm512_add_ps(_mm512_add_ps(acc0, acc1), _mm512_add_ps(off0, off1));
 }
 
+// Q6_K rows, one 256-element block at a time: its 16 scales times d and times
+// the activation scale of their sub-block, S_i = (d * sc_i) * dx_{i/2}, as one
+// 16-lane product (the same fp32 products as FastRowVnni's per-pair code and
+// the oracle); pair p = 2 hf + j takes lanes 4p .. 4p + 3 by permutation, and
+// the two pairs of a half share its ql/qh loads. Pairs alternate between the
+// accumulators by global pair parity in the same order, so the result has
+// the same bits as FastRowVnni<kQ6_K>.
+ATTNFLOW_VNNI HWY_INLINE __m512 FastRowQ6KVnni(const uint8_t* HWY_RESTRICT row, int64_t cols, const Q8Acts& xq) {
+  const int8_t* xs = xq.q.data();
+  const float* xd = xq.d.data();
+  const int32_t* x4n = xq.x4n.data();
+  __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+  const __m512i m4 = _mm512_set1_epi8(0x0F), m2 = _mm512_set1_epi8(3);
+  const __m512i dup2 = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
+  const int64_t nblk = cols / 256;
+  for (int64_t kb = 0; kb < nblk; ++kb) {
+    const uint8_t* blk = row + kb * 210;
+    const __m512 scf = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 192))));
+    const __m512 ws = _mm512_mul_ps(_mm512_set1_ps(_mm_cvtss_f32(Half2(blk + 208, blk + 208))), scf);
+    const __m512 s16 = _mm512_mul_ps(ws, _mm512_permutexvar_ps(dup2, _mm512_castps256_ps512(_mm256_loadu_ps(xd + kb * 8))));
+    HWY_UNROLL(2)
+    for (int hf = 0; hf < 2; ++hf) {
+      const __m512i ql = _mm512_loadu_si512(blk + 64 * hf);
+      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 128 + 32 * hf));
+      HWY_UNROLL(2)
+      for (int j = 0; j < 2; ++j) {
+        const int p = 2 * hf + j;
+        const int64_t P = kb * 4 + p;
+        const __m512i lo = _mm512_and_si512(_mm512_srli_epi16(ql, 4 * j), m4);
+        const __m256i h0 = _mm256_srli_epi16(qh, 4 * j);
+        const __m512i h = _mm512_inserti64x4(_mm512_castsi256_si512(h0), _mm256_srli_epi16(h0, 2), 1);
+        const __m512i u = _mm512_or_si512(lo, _mm512_slli_epi16(_mm512_and_si512(h, m2), 4));
+        const __m512i idx = _mm512_set_epi32(4 * p + 3, 4 * p + 3, 4 * p + 3, 4 * p + 3, 4 * p + 2, 4 * p + 2, 4 * p + 2,
+                                             4 * p + 2, 4 * p + 1, 4 * p + 1, 4 * p + 1, 4 * p + 1, 4 * p, 4 * p, 4 * p, 4 * p);
+        const __m512i seed = _mm512_slli_epi32(_mm512_loadu_si512(x4n + P * 16), 5);
+        const __m512i I = _mm512_dpbusd_epi32(seed, u, _mm512_loadu_si512(xs + P * 64));
+        acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I), _mm512_permutexvar_ps(idx, s16), acc[j]);
+      }
+    }
+  }
+  // + (off0 + off1) = +0 as in the oracle (turns a -0 lane into +0).
+  return _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_setzero_ps());
+}
+
 template <GgmlType kType>
 ATTNFLOW_VNNI void FastRowsVnni(float* y, const QMatrix& w, int64_t r0, int64_t nr, const Q8Acts& xq) {
   const uint8_t* row = w.data + r0 * w.row_bytes;
   auto Row = [&](const uint8_t* r) ATTNFLOW_VNNI {
     if constexpr (kType == GgmlType::kQ4_K) {
       return FastRowQ4KVnni(r, w.cols, xq);
+    } else if constexpr (kType == GgmlType::kQ6_K) {
+      return FastRowQ6KVnni(r, w.cols, xq);
     } else {
       return FastRowVnni<kType>(r, w.cols, xq);
     }
