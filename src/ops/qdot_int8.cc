@@ -436,12 +436,21 @@ bool QuantizeBlocksT(Q8Acts* out, const float* x, int64_t n) {
 #endif
 }
 
+// Whether this target on this CPU has the SIMD fast dot (AVX-512 VNNI).
+bool FastDotSimdT() {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  static const bool vnni = __builtin_cpu_supports("avx512vnni");
+  return vnni;
+#else
+  return false;
+#endif
+}
+
 // Returns false (nothing written) when this target or CPU has no SIMD fast
 // dot for the type (or cols / 32 is odd); the caller then runs the oracle.
 bool FastRowsT(float* y, const QMatrix& w, int64_t r0, int64_t nr, const Q8Acts& xq) {
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-  static const bool vnni = __builtin_cpu_supports("avx512vnni");
-  if (!vnni || w.cols % 64 != 0) return false;
+  if (!FastDotSimdT() || w.cols % 64 != 0) return false;
   switch (w.type) {
     case GgmlType::kQ8_0: FastRowsVnni<GgmlType::kQ8_0>(y, w, r0, nr, xq); return true;
     case GgmlType::kQ4_0: FastRowsVnni<GgmlType::kQ4_0>(y, w, r0, nr, xq); return true;
@@ -464,6 +473,9 @@ namespace attnflow {
 namespace ops {
 
 HWY_EXPORT(FastRowsT);
+HWY_EXPORT(FastDotSimdT);
+
+bool QFastDotHasSimd() { return HWY_DYNAMIC_DISPATCH(FastDotSimdT)(); }
 
 namespace {
 void SizeActs(Q8Acts* out, int64_t n) {

@@ -18,6 +18,8 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <set>
+#include <string>
 #include <vector>
 
 #include "attnflow/gguf.h"
@@ -262,6 +264,23 @@ TEST(QDotInt8, MatchesFloat64DotWithinTheInt8StepBound) {
     std::printf("[ %s ] max |y - w.xq| / sum|w xq| = %.3g; max |y - w.x| / int8 step bound = %.3g\n",
                 GgmlTypeName(static_cast<uint32_t>(type)), worst_q, worst_x);
   }
+}
+
+// QFastDotHasSimd (the CLI warns when it is false) is true exactly on an
+// AVX-512 (or newer x86) target of a CPU with VNNI, judged here from the
+// target's name and the CPU flag, not from the dispatch code.
+TEST(QDotInt8, HasSimdOnlyOnAvx512TargetsOfVnniCpus) {
+#if defined(__x86_64__) || defined(__i386__)
+  const bool vnni = __builtin_cpu_supports("avx512vnni");
+#else
+  const bool vnni = false;
+#endif
+  const std::set<std::string> ran = ForEachTarget([&] {
+    const std::string name = ops::TargetName();
+    const bool avx512 = name.rfind("AVX3", 0) == 0 || name == "AVX10_2";
+    EXPECT_EQ(ops::QFastDotHasSimd(), vnni && avx512) << name;
+  });
+  EXPECT_FALSE(ran.empty());
 }
 
 TEST(QDotInt8, OtherTypesFallBackToTheExactDot) {

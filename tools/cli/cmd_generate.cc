@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "attnflow/model.h"
+#include "attnflow/ops.h"
 #include "attnflow/sampling.h"
 #include "cli_common.h"
 
@@ -136,6 +137,9 @@ int LoadFor(const char* cmd, const GenArgs& a, Loaded* out) {
   lo.num_threads = a.threads;
   lo.max_context = a.ctx_size;
   lo.fast_dot = a.fast_dot;
+  if (a.fast_dot && !ops::QFastDotHasSimd())
+    PrintWarning(cmd, "--fast-dot: this CPU has no AVX-512 VNNI, so the fast dot runs its scalar reference "
+                      "(the same results, but slower than the default exact path)");
   Status st = Sampler::Validate(a.sampling);
   if (!st.ok()) {
     PrintError(cmd, st.message());
