@@ -228,9 +228,10 @@ void QuantizeActsQ8Ref(Q8Acts* out, const float* x, int64_t n);
 // The weight types with an integer fast dot: Q4_0, Q4_1, Q5_0, Q8_0, Q4_K,
 // Q6_K. Any other type falls back to the exact QMatVecRows on x.
 bool QFastDotSupported(GgmlType type);
-// Whether this CPU (and the dispatched SIMD target) runs the fast dot's SIMD
-// path (x86 with AVX-512 VNNI). When false, QMatVecRowsFast runs the scalar
-// oracle: the same results, but slower than the exact SIMD dot.
+// Whether this CPU (and the dispatched SIMD target) runs a SIMD fast dot:
+// x86 with AVX-512 VNNI (vpdpbusd) or AVX2 (vpmaddubsw + vpmaddwd). When
+// false, QMatVecRowsFast runs the scalar oracle: the same results, but
+// slower than the exact SIMD dot.
 bool QFastDotHasSimd();
 
 // y[j] = fast dot(row r0 + j of w, xq) for j < nr, x being the float vector

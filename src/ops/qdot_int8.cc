@@ -8,11 +8,12 @@
 // Invariants: the result is defined by the scalar oracle QMatVecRowsFastRef
 // (see attnflow/ops.h: 16 pair-sum lanes in two block-parity accumulators,
 // fma per sub-block, a fixed pairwise lane reduction, then the scalar offset
-// sum); the AVX-512 path computes exactly that (integer pair sums are exact:
-// |p| <= 2 * 127 * 127 < 2^24, so their float conversion is exact too) and
-// every other target calls the oracle. Rows are independent and summed in a
-// fixed order, so results never depend on the thread count. Types without an
-// integer dot fall back to the exact QMatVecRows on the float activations.
+// sum); the AVX-512 VNNI path and the AVX2 path compute exactly that
+// (integer quad sums are exact: |p| <= 4 * 255 * 127 < 2^24, so their float
+// conversion is exact too) and every other target calls the oracle. Rows
+// are independent and summed in a fixed order, so results never depend on
+// the thread count. Types without an integer dot fall back to the exact
+// QMatVecRows on the float activations.
 #include "core/hwy_targets.h"
 
 #undef HWY_TARGET_INCLUDE
@@ -402,6 +403,145 @@ ATTNFLOW_VNNI void FastRowsVnni(float* y, const QMatrix& w, int64_t r0, int64_t 
 }
 #endif
 
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+// AVX2 (no VNNI): the same exact integer quad sums and the same fp32 ops per
+// lane as the oracle, 8 lanes (one sub-block) per 256-bit vector. Sub-block b
+// fills lanes 8 (b % 2) .. 8 (b % 2) + 7 of accumulator parity (b / 2) % 2, so
+// each of the 16 oracle lanes lives in acc[parity][b % 2]. Quad sums: u8 x
+// s8 pairs by vpmaddubsw (int16: |u| <= 63 for the 4/5/6-bit types, so a pair
+// is at most 2 * 63 * 127 < 2^15: exact), then pairs of those by vpmaddwd;
+// Q8_0 multiplies |w| by x * sign(w) (a pair is at most 2 * 128 * 127 <
+// 2^15), the sum of w * x itself. The weight offset -C * (quad sum of x) is
+// the same int32 seed as on VNNI. Every product is an exact integer, so the
+// float conversions, scale products (scalar, as the oracle's) and fmas give
+// the oracle's bits.
+#define ATTNFLOW_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+// 32 bits to 32 bytes: byte e is 0xFF where bit e of v is set.
+ATTNFLOW_AVX2 HWY_INLINE __m256i BitsToBytes(uint32_t v) {
+  const __m256i shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
+  const __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(v)), shuf);
+  const __m256i bit = _mm256_set1_epi64x(0x7FBFDFEFF7FBFDFE);
+  return _mm256_cmpeq_epi8(_mm256_or_si256(bytes, bit), _mm256_set1_epi64x(-1));
+}
+
+// Elements 0-15 are the low nibbles of the 16 bytes at qs, 16-31 the high.
+ATTNFLOW_AVX2 HWY_INLINE __m256i Nibbles32(const uint8_t* qs) {
+  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  const __m256i z = _mm256_set_m128i(_mm_srli_epi16(q, 4), q);
+  return _mm256_and_si256(z, _mm256_set1_epi8(0x0F));
+}
+
+// F16 at p to F32 (F16C; exact, as qdot::Half).
+ATTNFLOW_AVX2 HWY_INLINE float HalfF16c(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+
+template <GgmlType kType>
+ATTNFLOW_AVX2 HWY_INLINE float FastRowAvx2(const uint8_t* HWY_RESTRICT row, int64_t cols, const Q8Acts& xq) {
+  constexpr bool kAffine = kType == GgmlType::kQ4_1 || kType == GgmlType::kQ4_K;
+  constexpr int kShift = kType == GgmlType::kQ4_0 ? 3 : kType == GgmlType::kQ5_0 ? 4
+                         : kType == GgmlType::kQ6_K ? 5 : -1;
+  constexpr int kSubs = kType == GgmlType::kQ4_K || kType == GgmlType::kQ6_K ? 8 : 1;
+  constexpr int64_t kBB = kType == GgmlType::kQ8_0 ? 34 : kType == GgmlType::kQ4_0 ? 18 : kType == GgmlType::kQ4_1 ? 20
+                          : kType == GgmlType::kQ5_0 ? 22 : kType == GgmlType::kQ4_K ? 144 : 210;
+  __m256 acc[2][2], off[2][2];
+  for (int p = 0; p < 2; ++p) {
+    for (int h = 0; h < 2; ++h) acc[p][h] = off[p][h] = _mm256_setzero_ps();
+  }
+  const __m256i ones16 = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0x0F);
+  const float* xd = xq.d.data();
+  for (int64_t kb = 0; kb < cols / (32 * kSubs); ++kb) {
+    const uint8_t* blk = row + kb * kBB;
+    // Per-block scale work. Q4_K: the 8 sub-block factors (d * sc_s) * dx_s
+    // and (-(dmin * m_s)) * dx_s (the 6-bit values as qdot::Q4KScaleMin);
+    // Q6_K: d * sc_i for the 16 scales. Same fp32 products as the oracle.
+    __m256 s8 = _mm256_setzero_ps(), m8 = _mm256_setzero_ps(), ds_lo = s8, ds_hi = s8;
+    if constexpr (kType == GgmlType::kQ4_K) {
+      uint32_t u3[3];
+      std::memcpy(u3, blk + 4, 12);
+      constexpr uint32_t kM6 = 0x3F3F3F3Fu, kM4 = 0x0F0F0F0Fu, kM2 = 0x03030303u;
+      const uint64_t sc = (u3[0] & kM6) | (static_cast<uint64_t>((u3[2] & kM4) | (((u3[0] >> 6) & kM2) << 4)) << 32);
+      const uint64_t mn = (u3[1] & kM6) | (static_cast<uint64_t>(((u3[2] >> 4) & kM4) | (((u3[1] >> 6) & kM2) << 4)) << 32);
+      const __m256 scf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(sc))));
+      const __m256 mf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(mn))));
+      const __m256 dx8 = _mm256_loadu_ps(xd + kb * 8);
+      s8 = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(HalfF16c(blk)), scf), dx8);
+      m8 = _mm256_mul_ps(_mm256_xor_ps(_mm256_mul_ps(_mm256_set1_ps(HalfF16c(blk + 2)), mf), _mm256_set1_ps(-0.0f)), dx8);
+    } else if constexpr (kType == GgmlType::kQ6_K) {
+      const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 192));
+      const __m256 d = _mm256_set1_ps(HalfF16c(blk + 208));
+      ds_lo = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc)));
+      ds_hi = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc, 8))));
+    }
+    HWY_UNROLL(8)
+    for (int sub = 0; sub < kSubs; ++sub) {
+      const int64_t b = kb * kSubs + sub;
+      const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq.q.data() + b * 32));
+      const float dx = xd[b];
+      __m256i pairs;
+      __m256 S, M = _mm256_setzero_ps();
+      if constexpr (kType == GgmlType::kQ8_0) {
+        const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
+        pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
+        S = _mm256_set1_ps(HalfF16c(blk) * dx);
+      } else {
+        __m256i u;
+        if constexpr (kType == GgmlType::kQ4_0 || kType == GgmlType::kQ4_1) {
+          u = Nibbles32(blk + (kType == GgmlType::kQ4_1 ? 4 : 2));
+          S = _mm256_set1_ps(HalfF16c(blk) * dx);
+          if constexpr (kType == GgmlType::kQ4_1) M = _mm256_set1_ps(HalfF16c(blk + 2) * dx);
+        } else if constexpr (kType == GgmlType::kQ5_0) {
+          uint32_t qh;
+          std::memcpy(&qh, blk + 2, 4);
+          u = _mm256_or_si256(Nibbles32(blk + 6), _mm256_and_si256(BitsToBytes(qh), _mm256_set1_epi8(16)));
+          S = _mm256_set1_ps(HalfF16c(blk) * dx);
+        } else if constexpr (kType == GgmlType::kQ4_K) {
+          const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16 + 32 * (sub / 2)));
+          u = _mm256_and_si256((sub & 1) ? _mm256_srli_epi16(q, 4) : q, m4);
+          S = _mm256_permutevar8x32_ps(s8, _mm256_set1_epi32(sub));
+          M = _mm256_permutevar8x32_ps(m8, _mm256_set1_epi32(sub));
+        } else {  // Q6_K: sub = 4 hf + k, scales 2 sub (quads 0-3) and 2 sub + 1
+          const int hf = sub / 4, k = sub % 4;
+          const __m256i ql = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64 * hf + 32 * (k & 1)));
+          const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 128 + 32 * hf));
+          const __m256i lo = _mm256_and_si256((k >> 1) ? _mm256_srli_epi16(ql, 4) : ql, m4);
+          const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), _mm256_set1_epi8(3));
+          u = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
+          const int i = (2 * sub) % 8;
+          const __m256i idx = _mm256_setr_epi32(i, i, i, i, i + 1, i + 1, i + 1, i + 1);
+          S = _mm256_mul_ps(_mm256_permutevar8x32_ps(sub < 4 ? ds_lo : ds_hi, idx), _mm256_set1_ps(dx));
+        }
+        pairs = _mm256_maddubs_epi16(u, x);
+      }
+      __m256i I = _mm256_madd_epi16(pairs, ones16);
+      if constexpr (kShift >= 0) {
+        I = _mm256_add_epi32(I, _mm256_slli_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq.x4n.data() + b * 8)), kShift));
+      }
+      const int par = static_cast<int>((b / 2) & 1), half = static_cast<int>(b & 1);
+      acc[par][half] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(I), S, acc[par][half]);
+      if constexpr (kAffine) off[par][half] = _mm256_fmadd_ps(_mm256_loadu_ps(xq.x4f.data() + b * 8), M, off[par][half]);
+      (void)M;
+    }
+  }
+  // a[k] = (acc0 + acc1) + (off0 + off1); then lanes k + 8, k + 4, k + 2, k + 1.
+  const __m256 lo = _mm256_add_ps(_mm256_add_ps(acc[0][0], acc[1][0]), _mm256_add_ps(off[0][0], off[1][0]));
+  const __m256 hi = _mm256_add_ps(_mm256_add_ps(acc[0][1], acc[1][1]), _mm256_add_ps(off[0][1], off[1][1]));
+  const __m256 h = _mm256_add_ps(lo, hi);
+  const __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+  const __m128 p = _mm_add_ps(q, _mm_movehl_ps(q, q));
+  return _mm_cvtss_f32(_mm_add_ss(p, _mm_movehdup_ps(p)));
+}
+
+template <GgmlType kType>
+ATTNFLOW_AVX2 void FastRowsAvx2(float* y, const QMatrix& w, int64_t r0, int64_t nr, const Q8Acts& xq) {
+  const uint8_t* row = w.data + r0 * w.row_bytes;
+  for (int64_t j = 0; j < nr; ++j, row += w.row_bytes) y[j] = FastRowAvx2<kType>(row, w.cols, xq);
+}
+#endif
+
 // QuantizeActsQ8Ref's blocks on AVX-512 (returns false elsewhere: the caller
 // runs the scalar code). Same bytes: amax is a max of exact |x| (no NaN when
 // the block is finite), d = amax / 127 and id = 1 / d in scalar fp32 as
@@ -451,8 +591,8 @@ bool QuantizeBlocksT(Q8Acts* out, const float* x, int64_t n) {
 #endif
 }
 
-// Whether this target on this CPU has the SIMD fast dot (AVX-512 VNNI).
-bool FastDotSimdT() {
+// Whether this target on this CPU has the AVX-512 VNNI fast dot.
+bool FastDotVnniT() {
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
   static const bool vnni = __builtin_cpu_supports("avx512vnni");
   return vnni;
@@ -461,18 +601,33 @@ bool FastDotSimdT() {
 #endif
 }
 
+// Whether this target has a SIMD fast dot (AVX-512 VNNI, else AVX2).
+bool FastDotSimdT() { return HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2; }
+
 // Returns false (nothing written) when this target or CPU has no SIMD fast
 // dot for the type (or cols / 32 is odd); the caller then runs the oracle.
 bool FastRowsT(float* y, const QMatrix& w, int64_t r0, int64_t nr, const Q8Acts& xq) {
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-  if (!FastDotSimdT() || w.cols % 64 != 0) return false;
+  if (FastDotVnniT() && w.cols % 64 == 0) {
+    switch (w.type) {
+      case GgmlType::kQ8_0: FastRowsVnni<GgmlType::kQ8_0>(y, w, r0, nr, xq); return true;
+      case GgmlType::kQ4_0: FastRowsVnni<GgmlType::kQ4_0>(y, w, r0, nr, xq); return true;
+      case GgmlType::kQ4_1: FastRowsVnni<GgmlType::kQ4_1>(y, w, r0, nr, xq); return true;
+      case GgmlType::kQ5_0: FastRowsVnni<GgmlType::kQ5_0>(y, w, r0, nr, xq); return true;
+      case GgmlType::kQ4_K: FastRowsVnni<GgmlType::kQ4_K>(y, w, r0, nr, xq); return true;
+      case GgmlType::kQ6_K: FastRowsVnni<GgmlType::kQ6_K>(y, w, r0, nr, xq); return true;
+      default: return false;
+    }
+  }
+#endif
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
   switch (w.type) {
-    case GgmlType::kQ8_0: FastRowsVnni<GgmlType::kQ8_0>(y, w, r0, nr, xq); return true;
-    case GgmlType::kQ4_0: FastRowsVnni<GgmlType::kQ4_0>(y, w, r0, nr, xq); return true;
-    case GgmlType::kQ4_1: FastRowsVnni<GgmlType::kQ4_1>(y, w, r0, nr, xq); return true;
-    case GgmlType::kQ5_0: FastRowsVnni<GgmlType::kQ5_0>(y, w, r0, nr, xq); return true;
-    case GgmlType::kQ4_K: FastRowsVnni<GgmlType::kQ4_K>(y, w, r0, nr, xq); return true;
-    case GgmlType::kQ6_K: FastRowsVnni<GgmlType::kQ6_K>(y, w, r0, nr, xq); return true;
+    case GgmlType::kQ8_0: FastRowsAvx2<GgmlType::kQ8_0>(y, w, r0, nr, xq); return true;
+    case GgmlType::kQ4_0: FastRowsAvx2<GgmlType::kQ4_0>(y, w, r0, nr, xq); return true;
+    case GgmlType::kQ4_1: FastRowsAvx2<GgmlType::kQ4_1>(y, w, r0, nr, xq); return true;
+    case GgmlType::kQ5_0: FastRowsAvx2<GgmlType::kQ5_0>(y, w, r0, nr, xq); return true;
+    case GgmlType::kQ4_K: FastRowsAvx2<GgmlType::kQ4_K>(y, w, r0, nr, xq); return true;
+    case GgmlType::kQ6_K: FastRowsAvx2<GgmlType::kQ6_K>(y, w, r0, nr, xq); return true;
     default: return false;
   }
 #else

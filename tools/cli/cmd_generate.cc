@@ -138,7 +138,7 @@ int LoadFor(const char* cmd, const GenArgs& a, Loaded* out) {
   lo.max_context = a.ctx_size;
   lo.fast_dot = a.fast_dot;
   if (a.fast_dot && !ops::QFastDotHasSimd())
-    PrintWarning(cmd, "--fast-dot: this CPU has no AVX-512 VNNI, so the fast dot runs its scalar reference "
+    PrintWarning(cmd, "--fast-dot: this CPU has no AVX2, so the fast dot runs its scalar reference "
                       "(the same results, but slower than the default exact path)");
   Status st = Sampler::Validate(a.sampling);
   if (!st.ok()) {
