@@ -138,29 +138,35 @@ TEST(QDotInt8, QuantizeActsQ8Properties) {
 
 TEST(QDotInt8, EveryTargetEqualsTheScalarOracle) {
   // 37 rows: two 16-row batches of the AVX-512 lane reduction and a tail;
-  // the split (5 + 32) puts the batches at other row offsets.
-  const int64_t rows = 37, cols = 768;
-  const std::vector<float> x = Acts(cols, 5);
-  ops::Q8Acts a;
-  ops::QuantizeActsQ8(&a, x.data(), cols);
-  std::vector<float> tmp(static_cast<size_t>(cols));
-  for (GgmlType type : kFastTypes) {
-    for (bool random_bytes : {false, true}) {
-      SCOPED_TRACE(std::string(GgmlTypeName(static_cast<uint32_t>(type))) + (random_bytes ? " random bytes" : " quantised"));
-      ASSERT_TRUE(ops::QFastDotSupported(type));
-      Weights m = Make(type, rows, cols, 7 + static_cast<uint64_t>(type), random_bytes);
-      std::vector<float> want(static_cast<size_t>(rows));
-      ops::QMatVecRowsFastRef(want.data(), m.w, 0, rows, a);
-      ForEachTarget([&] {
-        std::vector<float> all(static_cast<size_t>(rows)), split(static_cast<size_t>(rows));
-        ops::QMatVecRowsFast(all.data(), m.w, 0, rows, a, x.data(), tmp.data());
-        // Another split of the rows (as work stealing makes) changes nothing.
-        ops::QMatVecRowsFast(split.data(), m.w, 0, 5, a, x.data(), tmp.data());
-        ops::QMatVecRowsFast(split.data() + 5, m.w, 5, rows - 5, a, x.data(), tmp.data());
-        EXPECT_EQ(std::memcmp(all.data(), want.data(), all.size() * 4), 0);
-        EXPECT_EQ(std::memcmp(split.data(), want.data(), split.size() * 4), 0);
-        for (int64_t r = 0; r < rows; ++r) ASSERT_EQ(all[static_cast<size_t>(r)], want[static_cast<size_t>(r)]) << r;
-      });
+  // the split (5 + 32) puts the batches at other row offsets. 800 columns
+  // (25 blocks, an odd number of pairs: the 32-element types only) take the
+  // AVX2 code on every x86 target from AVX2 up, AVX-512 ones included.
+  const int64_t rows = 37;
+  for (int64_t cols : {768, 800}) {
+    for (GgmlType type : kFastTypes) {
+      if (cols % 256 != 0 && (type == GgmlType::kQ4_K || type == GgmlType::kQ6_K)) continue;
+      const std::vector<float> x = Acts(cols, 5);
+      ops::Q8Acts a;
+      ops::QuantizeActsQ8(&a, x.data(), cols);
+      std::vector<float> tmp(static_cast<size_t>(cols));
+      for (bool random_bytes : {false, true}) {
+        SCOPED_TRACE(std::string(GgmlTypeName(static_cast<uint32_t>(type))) + (random_bytes ? " random bytes" : " quantised") +
+                     ", " + std::to_string(cols) + " columns");
+        ASSERT_TRUE(ops::QFastDotSupported(type));
+        Weights m = Make(type, rows, cols, 7 + static_cast<uint64_t>(type), random_bytes);
+        std::vector<float> want(static_cast<size_t>(rows));
+        ops::QMatVecRowsFastRef(want.data(), m.w, 0, rows, a);
+        ForEachTarget([&] {
+          std::vector<float> all(static_cast<size_t>(rows)), split(static_cast<size_t>(rows));
+          ops::QMatVecRowsFast(all.data(), m.w, 0, rows, a, x.data(), tmp.data());
+          // Another split of the rows (as work stealing makes) changes nothing.
+          ops::QMatVecRowsFast(split.data(), m.w, 0, 5, a, x.data(), tmp.data());
+          ops::QMatVecRowsFast(split.data() + 5, m.w, 5, rows - 5, a, x.data(), tmp.data());
+          EXPECT_EQ(std::memcmp(all.data(), want.data(), all.size() * 4), 0);
+          EXPECT_EQ(std::memcmp(split.data(), want.data(), split.size() * 4), 0);
+          for (int64_t r = 0; r < rows; ++r) ASSERT_EQ(all[static_cast<size_t>(r)], want[static_cast<size_t>(r)]) << r;
+        });
+      }
     }
   }
 }
