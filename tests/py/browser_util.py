@@ -1,4 +1,4 @@
-"""browser_util.py — what the browser tests (player_test.py, lab_test.py) share.
+"""browser_util.py — what the browser tests (player, lab, cli_page) share.
 
 The paths they read from the environment, the `attnflow trace` runner, and
 pages in Debian's chromium (headless, background networking off) through
