@@ -25,6 +25,7 @@
 #include "util/cli_util.h"
 #include "util/minilm_util.h"
 #include "util/test_util.h"
+#include "util/trace_util.h"
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -40,19 +41,10 @@ Trace Toy(int64_t tokens, int64_t pad, Causal causal) {
   o.num_tokens = tokens;
   o.pad = pad;
   o.causal = causal;
-  Result<Trace> t = trace::TraceToy(o);
-  if (!t.ok()) {
-    ADD_FAILURE() << t.status().ToString();
-    return Trace();
-  }
-  return std::move(t).value();
+  return testing::Toy(o);
 }
 
-std::string TempDir() {
-  const fs::path d = fs::temp_directory_path() / ("attnflow_padding_test_" + std::to_string(getpid()));
-  fs::create_directories(d);
-  return d.string();
-}
+std::string TempDir() { return testing::TempDirFor("padding_test"); }
 
 // max |a[b0, ..., i, j] - b[...]| over the first `rows` rows (and `cols`
 // columns for rank 4) of two batch-first stages of equal rank.
