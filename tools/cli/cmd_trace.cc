@@ -172,15 +172,24 @@ int WriteHtml(const std::string& path, const std::string& json) {
   return kExitOk;
 }
 
-int RunFrom(const TraceArgs& a) {
+// The first export flag given (--safetensors, --npy, --csv, --png, --svg, in
+// that order), or nullptr. An export writes one live trace.
+const char* FirstExportFlag(const TraceArgs& a) {
   for (const auto& [flag, v] : {std::pair<const char*, const std::string*>{"--safetensors", &a.safetensors},
                                 {"--npy", &a.npy}, {"--csv", &a.csv}, {"--png", &a.png},
-                                {"--svg", &a.svg}, {"--model", &a.model}}) {
-    if (!v->empty()) {
-      PrintError("trace", std::string("--from re-checks and re-renders a trace JSON; ") + flag +
-                              " needs a live trace (drop --from)");
-      return kExitUsage;
-    }
+                                {"--svg", &a.svg}}) {
+    if (!v->empty()) return flag;
+  }
+  return nullptr;
+}
+
+int RunFrom(const TraceArgs& a) {
+  const char* flag = FirstExportFlag(a);
+  if (flag == nullptr && !a.model.empty()) flag = "--model";
+  if (flag != nullptr) {
+    PrintError("trace", std::string("--from re-checks and re-renders a trace JSON; ") + flag +
+                            " needs a live trace (drop --from)");
+    return kExitUsage;
   }
   Result<std::string> text = ReadFileString(a.from);
   if (!text.ok()) {
@@ -325,8 +334,7 @@ int WriteBatch(const TraceArgs& a, const std::vector<trace::Trace>& traces) {
 
 int RunTrace(TraceArgs a) {
   if (!a.from.empty()) return RunFrom(a);
-  if (a.json.empty() && a.html.empty() && a.safetensors.empty() && a.npy.empty() &&
-      a.csv.empty() && a.png.empty() && a.svg.empty()) {
+  if (a.json.empty() && a.html.empty() && FirstExportFlag(a) == nullptr) {
     PrintError("trace", "nothing to write: pass at least one of --html FILE, --json FILE, "
                         "--safetensors FILE, --npy DIR, --csv DIR, --png DIR, --svg DIR");
     return kExitUsage;
@@ -360,14 +368,10 @@ int RunTrace(TraceArgs a) {
                               " (one sentence: --text)");
       return kExitUsage;
     }
-    for (const auto& [flag, v] : {std::pair<const char*, const std::string*>{"--safetensors", &a.safetensors},
-                                  {"--npy", &a.npy}, {"--csv", &a.csv}, {"--png", &a.png},
-                                  {"--svg", &a.svg}}) {
-      if (!v->empty()) {
-        PrintError("trace", std::string(flag) + " exports one trace; a --sentences batch writes "
-                            "--json / --html (trace one sentence with --text to export it)");
-        return kExitUsage;
-      }
+    if (const char* flag = FirstExportFlag(a)) {
+      PrintError("trace", std::string(flag) + " exports one trace; a --sentences batch writes "
+                          "--json / --html (trace one sentence with --text to export it)");
+      return kExitUsage;
     }
   }
   if ((!a.vit.empty() || a.bahdanau || a.transformer) &&
