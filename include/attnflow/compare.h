@@ -49,4 +49,10 @@ struct CaseReport {
 StageReport CompareStage(const std::string& name, const TensorView& got,
                          const TensorView& expected, double atol, double rtol);
 
+// Max over elements of |got - expected| / (1 + |expected|), the one number
+// the ring checks report (`attnflow ring`, tests/dist). Both views are
+// contiguous with got.numel() elements; an infinity matches only the same
+// infinity, and a NaN or a differing infinity gives +inf.
+double MaxScaledError(const TensorView& got, const TensorView& expected);
+
 }  // namespace attnflow

@@ -52,6 +52,11 @@ Result<GoldenCase> LoadGoldenCase(const std::string& path);
 // Same validation on an already-open file (fuzzing, tests).
 Result<GoldenCase> ValidateGoldenCase(SafetensorsFile file);
 
+// A case tensor (rank 1 to 4, any dtype and strides) as the float array the
+// micro library takes: row-major, each element rounded to float once
+// (`attnflow export-c`, micro/tests).
+std::vector<float> GoldenFloats(const TensorView& t);
+
 // ---- the registry of golden kinds ---------------------------------------------
 // Every kind a golden file may name, with what verifies it. The attention
 // kinds (sdpa, mha) are verified by golden itself (reference or kernels);

@@ -296,8 +296,9 @@ struct PageOptions {
 };
 Result<std::string> TraceToJson(const Trace& trace, const PageOptions& opt);
 // A batch's page: the first trace's page JSON with "batch.pages" holding
-// every sentence's page JSON (the player's sentence picker switches between
-// them). traces = TraceEncoderBatch's result.
+// every other sentence's page JSON and null for the first (the top level is
+// its page, so each sentence is stored once; the player's sentence picker
+// switches between them). traces = TraceEncoderBatch's result.
 Result<std::string> BatchToJson(const std::vector<Trace>& traces, const PageOptions& opt);
 
 enum class CheckState { kPass, kFail, kSkip };

@@ -14,4 +14,12 @@ af_status af_check_kv_lens(const int32_t* kv_lens, const af_sdpa_shape* s);
 
 #define AF_ALIGN4(n) (((n) + 3u) & ~(size_t)3u)
 
+/* The kernels' small helpers: inlined always (GCC), so a compile-time head
+ * dimension reaches them as an immediate. */
+#if defined(__GNUC__)
+#define AF_INLINE static inline __attribute__((always_inline))
+#else
+#define AF_INLINE static inline
+#endif
+
 #endif

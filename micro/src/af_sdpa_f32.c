@@ -21,11 +21,6 @@ typedef struct {
   float* acc;
 } af_row_state;
 
-#if defined(__GNUC__)
-#define AF_INLINE static inline __attribute__((always_inline))
-#else
-#define AF_INLINE static inline
-#endif
 /* a*b + c: a fused multiply-add where the core has one in hardware (e.g.
  * Cortex-M4F/M33 VFMA: one rounding instead of two, never less accurate),
  * else multiply then add. Never a library call. */

@@ -70,12 +70,6 @@ size_t af_sdpa_s8_workspace_bytes(const af_sdpa_shape* s) {
   return (size_t)2 * (AF_S8_KEY_TILE + s->v_dim) * sizeof(int32_t);
 }
 
-#if defined(__GNUC__)
-#define AF_INLINE static inline __attribute__((always_inline))
-#else
-#define AF_INLINE static inline
-#endif
-
 /* Online-softmax state of one query row. */
 typedef struct {
   int32_t m;       /* running max score (valid when started) */

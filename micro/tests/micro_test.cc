@@ -254,18 +254,6 @@ std::vector<std::string> GoldenFiles() {
   return files;
 }
 
-std::vector<float> Flat(const TensorView& t) {
-  std::vector<float> r(size_t(t.numel()));
-  int64_t n = 0;
-  const int64_t d1 = t.rank > 1 ? t.shape[1] : 1, d2 = t.rank > 2 ? t.shape[2] : 1,
-                d3 = t.rank > 3 ? t.shape[3] : 1;
-  for (int64_t a = 0; a < t.shape[0]; ++a)
-    for (int64_t b = 0; b < d1; ++b)
-      for (int64_t c = 0; c < d2; ++c)
-        for (int64_t d = 0; d < d3; ++d) r[n++] = float(t.load(t.offset(a, b, c, d)));
-  return r;
-}
-
 TEST(MicroGolden, F32MatchesOutAndLseOfEverySupportedSdpaCase) {
   int checked = 0, skipped = 0;
   for (const auto& f : GoldenFiles()) {
@@ -278,9 +266,9 @@ TEST(MicroGolden, F32MatchesOutAndLseOfEverySupportedSdpaCase) {
       continue;
     }
     Case mc;
-    mc.q = Flat(c->q);
-    mc.k = Flat(c->k);
-    mc.v = Flat(c->v);
+    mc.q = GoldenFloats(c->q);
+    mc.k = GoldenFloats(c->k);
+    mc.v = GoldenFloats(c->v);
     mc.s = {int32_t(c->q.shape[0]), int32_t(c->q.shape[1]), int32_t(c->k.shape[1]),
             int32_t(c->q.shape[2]), int32_t(c->k.shape[2]), int32_t(c->q.shape[3]),
             int32_t(c->v.shape[3]),
@@ -406,9 +394,13 @@ TEST(MicroGolden, MhaMatchesEveryStageOfEverySupportedCase) {
                       c->opt.causal == Causal::kTopLeft       ? AF_CAUSAL_TOP_LEFT
                       : c->opt.causal == Causal::kBottomRight ? AF_CAUSAL_BOTTOM_RIGHT
                                                               : AF_CAUSAL_NONE};
-    std::vector<float> xq = Flat(c->x_q), xk = Flat(c->x_k), xv = Flat(c->x_v), wq = Flat(w.w_q),
-                       wk = Flat(w.w_k), wv = Flat(w.w_v), wo = Flat(w.w_o);
-    auto opt_flat = [](const TensorView& t) { return t.empty_view() ? std::vector<float>() : Flat(t); };
+    std::vector<float> xq = GoldenFloats(c->x_q), xk = GoldenFloats(c->x_k),
+                       xv = GoldenFloats(c->x_v), wq = GoldenFloats(w.w_q),
+                       wk = GoldenFloats(w.w_k), wv = GoldenFloats(w.w_v),
+                       wo = GoldenFloats(w.w_o);
+    auto opt_flat = [](const TensorView& t) {
+      return t.empty_view() ? std::vector<float>() : GoldenFloats(t);
+    };
     std::vector<float> bq = opt_flat(w.b_q), bk = opt_flat(w.b_k), bv = opt_flat(w.b_v), bo = opt_flat(w.b_o);
     std::vector<int32_t> kl;
     if (!c->opt.kv_lens.empty_view())

@@ -1,4 +1,5 @@
-// compare.cc — CompareStage and CaseReport (see attnflow/compare.h).
+// compare.cc — CompareStage, MaxScaledError and CaseReport (see
+// attnflow/compare.h).
 // A NaN on either side is a bad element and makes max_abs / max_rel NaN, so
 // a report never shows a small max_abs next to a NaN output; an infinity
 // that differs makes them +inf.
@@ -70,6 +71,20 @@ StageReport CompareStage(const std::string& name, const TensorView& got,
   }
   r.match = r.mismatches == 0;
   return r;
+}
+
+double MaxScaledError(const TensorView& got, const TensorView& expected) {
+  double m = 0;
+  for (int64_t i = 0; i < got.numel(); ++i) {
+    const double x = got.load(i), y = expected.load(i);
+    if (std::isinf(x) || std::isinf(y)) {
+      if (x != y) return INFINITY;
+      continue;
+    }
+    if (std::isnan(x) || std::isnan(y)) return INFINITY;
+    m = std::max(m, std::fabs(x - y) / (1.0 + std::fabs(y)));
+  }
+  return m;
 }
 
 }  // namespace attnflow

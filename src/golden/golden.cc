@@ -67,6 +67,18 @@ const std::map<std::string, std::string>* g_empty_meta = nullptr;
 
 }  // namespace
 
+std::vector<float> GoldenFloats(const TensorView& t) {
+  std::vector<float> r(size_t(t.numel()));
+  int64_t n = 0;
+  const int64_t d1 = t.rank > 1 ? t.shape[1] : 1, d2 = t.rank > 2 ? t.shape[2] : 1,
+                d3 = t.rank > 3 ? t.shape[3] : 1;
+  for (int64_t a = 0; a < t.shape[0]; ++a)
+    for (int64_t b = 0; b < d1; ++b)
+      for (int64_t c = 0; c < d2; ++c)
+        for (int64_t d = 0; d < d3; ++d) r[n++] = float(t.load(t.offset(a, b, c, d)));
+  return r;
+}
+
 const std::vector<std::string>& GoldenStageOrder(const std::string& kind) {
   static const std::vector<std::string> kSdpa = {"scores", "scaled", "masked",
                                                  "weights", "lse", "out"};

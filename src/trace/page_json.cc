@@ -721,12 +721,11 @@ Result<std::string> BatchToJson(const std::vector<Trace>& traces, const PageOpti
     // Drop "}\n" (top level): the page ends with its "batch" object.
     pages.push_back(p->substr(0, p->size() - 2));
   }
+  // Sentence 0's page is the top level; its "pages" entry is null, so the
+  // page holds every sentence once.
   std::string o = pages[0].substr(0, pages[0].size() - 1);  // open "batch" again
-  o += ",\"pages\":[";
-  for (size_t b = 0; b < pages.size(); ++b) {
-    if (b) o += ",\n";
-    o += pages[b] + "}";
-  }
+  o += ",\"pages\":[null";
+  for (size_t b = 1; b < pages.size(); ++b) o += ",\n" + pages[b] + "}";
   o += "]}}\n";
   return o;
 }
@@ -1334,7 +1333,8 @@ Result<TraceSummary> ReadTraceJson(std::string_view text, const std::string& lab
       }
     }
     // A padded batch: "batch": {"index", "sentences", optional "pages" (one
-    // page per sentence, each read and checked like this one)}.
+    // page per sentence, each read and checked like this one; null at
+    // "index": this page itself, read again without its "pages")}.
     TraceCheck batch_check{"every sentence of the batch passes its checks", CheckState::kSkip, ""};
     if (j.contains("batch")) {
       const json& b = j["batch"];
@@ -1357,8 +1357,13 @@ Result<TraceSummary> ReadTraceJson(std::string_view text, const std::string& lab
         batch_check.state = CheckState::kPass;
         batch_check.detail = std::to_string(nb) + " sentences";
         for (int64_t i = 0; i < nb; ++i) {
-          const json& pg = pages[static_cast<size_t>(i)];
           const std::string f = label + " batch.pages[" + std::to_string(i) + "]";
+          json own;  // this page as its own sentence's page
+          if (pages[static_cast<size_t>(i)].is_null() && b["index"] == json(i)) {
+            own = j;
+            own["batch"].erase("pages");
+          }
+          const json& pg = own.is_null() ? pages[static_cast<size_t>(i)] : own;
           if (!pg.is_object() || !pg.contains("batch") || !pg["batch"].is_object() ||
               pg["batch"].contains("pages") || !pg["batch"].contains("index") ||
               pg["batch"]["index"] != json(i)) {

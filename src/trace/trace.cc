@@ -460,6 +460,35 @@ Status AddAllLayersView(int64_t num_layers, int64_t traced_layer, Trace* t,
   return internal::AddLayersView(per, t->tokens, t->causal, t);
 }
 
+// One encoder pass over `ids` (one sequence, or a padded batch) capturing
+// layer o.layer into rec, plus that layer's input hidden state as "layer_in"
+// when o.layer > 0. Progress goes from 0 to the number of tokens.
+Status CaptureEncoderPass(EncoderModel& model, const std::vector<std::vector<int32_t>>& ids,
+                          const ModelTraceOptions& o, Collector* rec) {
+  Tensor emb, hidden;
+  StageCapture cap;
+  cap.sink = rec;
+  cap.layer = o.layer;
+  int64_t total = 0;
+  for (const auto& v : ids) total += static_cast<int64_t>(v.size());
+  if (o.progress) o.progress(0, total);
+  ATTNFLOW_RETURN_IF_ERROR(model.Embed(ids, &emb, &hidden, cap));
+  ATTNFLOW_RETURN_IF_ERROR(rec->status());
+  if (o.progress) o.progress(total, total);
+  if (o.layer > 0) {
+    std::vector<Tensor> states;
+    ATTNFLOW_RETURN_IF_ERROR(model.HiddenStates(ids, &states));
+    if (static_cast<int64_t>(states.size()) <= o.layer) {
+      return Status(StatusCode::kInternal, "trace: the model returned " +
+                                               std::to_string(states.size()) +
+                                               " hidden states for layer " +
+                                               std::to_string(o.layer));
+    }
+    rec->items().push_back({"layer_in", std::move(states[o.layer])});
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Result<Trace> TraceEncoder(EncoderModel& model, std::string_view text,
@@ -481,26 +510,7 @@ Result<Trace> TraceEncoder(EncoderModel& model, std::string_view text,
                   std::to_string(o.layer);
   t.tokens = TokensOf(model.tokenizer(), ids.value());
   Collector rec;
-  Tensor emb, hidden;
-  StageCapture cap;
-  cap.sink = &rec;
-  cap.layer = o.layer;
-  const int64_t n = static_cast<int64_t>(ids->size());
-  if (o.progress) o.progress(0, n);
-  ATTNFLOW_RETURN_IF_ERROR(model.Embed({ids.value()}, &emb, &hidden, cap));
-  ATTNFLOW_RETURN_IF_ERROR(rec.status());
-  if (o.progress) o.progress(n, n);
-  if (o.layer > 0) {
-    std::vector<Tensor> states;
-    ATTNFLOW_RETURN_IF_ERROR(model.HiddenStates({ids.value()}, &states));
-    if (static_cast<int64_t>(states.size()) <= o.layer) {
-      return Status(StatusCode::kInternal, "trace: the model returned " +
-                                               std::to_string(states.size()) +
-                                               " hidden states for layer " +
-                                               std::to_string(o.layer));
-    }
-    rec.items().push_back({"layer_in", std::move(states[o.layer])});
-  }
+  ATTNFLOW_RETURN_IF_ERROR(CaptureEncoderPass(model, {ids.value()}, o, &rec));
   ATTNFLOW_RETURN_IF_ERROR(FinishModelTrace(rec, info.name, o.layer, &t));
   if (o.all_layers) {
     // One forward pass per layer, each capturing that layer's weights.
@@ -565,27 +575,7 @@ Result<std::vector<Trace>> TraceEncoderBatch(EncoderModel& model,
   }
   // One padded forward pass, as sentence-transformers runs a batch.
   Collector rec;
-  Tensor emb, hidden;
-  StageCapture cap;
-  cap.sink = &rec;
-  cap.layer = o.layer;
-  int64_t total = 0;
-  for (const auto& v : ids) total += static_cast<int64_t>(v.size());
-  if (o.progress) o.progress(0, total);
-  ATTNFLOW_RETURN_IF_ERROR(model.Embed(ids, &emb, &hidden, cap));
-  ATTNFLOW_RETURN_IF_ERROR(rec.status());
-  if (o.progress) o.progress(total, total);
-  if (o.layer > 0) {
-    std::vector<Tensor> states;
-    ATTNFLOW_RETURN_IF_ERROR(model.HiddenStates(ids, &states));
-    if (static_cast<int64_t>(states.size()) <= o.layer) {
-      return Status(StatusCode::kInternal, "trace: the model returned " +
-                                               std::to_string(states.size()) +
-                                               " hidden states for layer " +
-                                               std::to_string(o.layer));
-    }
-    rec.items().push_back({"layer_in", std::move(states[o.layer])});
-  }
+  ATTNFLOW_RETURN_IF_ERROR(CaptureEncoderPass(model, ids, o, &rec));
   std::vector<NamedTensor> batch_stages;
   rec.MoveOrdered(&batch_stages);
   const int32_t pad_id = PadId(model.tokenizer());

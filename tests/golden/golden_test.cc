@@ -168,6 +168,38 @@ TEST(GoldenCompare, RuleForInfNanAndTolerance) {
   EXPECT_FALSE(CompareStage("x", MakeView(nan1, DType::kF32, {1}), MakeView(nan1, DType::kF32, {1}), 1, 1).match);
 }
 
+TEST(GoldenCompare, MaxScaledErrorWorkedByHand) {
+  // |g - e| / (1 + |e|): 0.5 / 2, equal infinities skipped, 1 / 3, 2 / 2.
+  float g[4] = {1.5f, -INFINITY, -1.0f, 3.0f}, e[4] = {1.0f, -INFINITY, -2.0f, 1.0f};
+  EXPECT_DOUBLE_EQ(MaxScaledError(MakeView(g, DType::kF32, {4}), MakeView(e, DType::kF32, {4})),
+                   1.0);
+  EXPECT_DOUBLE_EQ(MaxScaledError(MakeView(g, DType::kF32, {3}), MakeView(e, DType::kF32, {3})),
+                   1.0 / 3.0);
+  float inf[1] = {INFINITY}, ninf[1] = {-INFINITY}, nan1[1] = {NAN}, one[1] = {1.0f};
+  EXPECT_EQ(MaxScaledError(MakeView(inf, DType::kF32, {1}), MakeView(ninf, DType::kF32, {1})),
+            INFINITY);
+  EXPECT_EQ(MaxScaledError(MakeView(one, DType::kF32, {1}), MakeView(inf, DType::kF32, {1})),
+            INFINITY);
+  EXPECT_EQ(MaxScaledError(MakeView(nan1, DType::kF32, {1}), MakeView(one, DType::kF32, {1})),
+            INFINITY);
+  EXPECT_EQ(MaxScaledError(MakeView(one, DType::kF32, {1}), MakeView(nan1, DType::kF32, {1})),
+            INFINITY);
+}
+
+TEST(GoldenCases, GoldenFloatsIsRowMajorForAnyStridesAndDtype) {
+  // A [2, 3] view with transposed strides over d = {0, 1, 2, 3, 4, 5}:
+  // element (a, b) is d[b * 2 + a].
+  double d[6] = {0, 1, 2, 3, 4, 5};
+  const TensorView t = MakeStridedView(d, DType::kF64, {2, 3}, {1, 2});
+  EXPECT_EQ(GoldenFloats(t), (std::vector<float>{0, 2, 4, 1, 3, 5}));
+  double x[1] = {0.1};  // rounded to float once
+  EXPECT_EQ(GoldenFloats(MakeView(x, DType::kF64, {1})), std::vector<float>{0.1f});
+  float r4[16];
+  for (int i = 0; i < 16; ++i) r4[i] = float(i);
+  EXPECT_EQ(GoldenFloats(MakeView(r4, DType::kF32, {2, 2, 2, 2})),
+            std::vector<float>(r4, r4 + 16));
+}
+
 // ---- validator errors --------------------------------------------------------
 Status LoadWithMeta(std::map<std::string, std::string> meta,
                     const std::vector<std::string>& drop = {}) {

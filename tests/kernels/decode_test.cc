@@ -131,12 +131,7 @@ void CheckThreeSplitsOnPools(const SplitCase& c, std::initializer_list<ThreadPoo
     ASSERT_EQ(runs.back().choice.num_splits, 3) << runs.back().choice.ToString();
   }
   CheckOutputs(runs[0].o, c.naive, c.ref, c.s.Name());
-  for (size_t r = 1; r < runs.size(); ++r) {
-    EXPECT_EQ(std::memcmp(runs[0].o.out.data<float>(), runs[r].o.out.data<float>(),
-                          runs[0].o.out.nbytes()), 0);
-    EXPECT_EQ(std::memcmp(runs[0].o.lse.data<float>(), runs[r].o.lse.data<float>(),
-                          runs[0].o.lse.nbytes()), 0);
-  }
+  ExpectBitIdentical(runs);
 }
 
 // The direct path (F32/F16/BF16 rows read in place) prefetches one tile
@@ -365,12 +360,7 @@ TEST(Determinism, DecodeBitIdenticalAcrossThreadCounts) {
       EXPECT_EQ(runs.back().choice.kernel, KernelKind::kSplitKvDecode);
       EXPECT_GT(runs.back().choice.num_splits, 1);
     }
-    for (size_t r = 1; r < runs.size(); ++r) {
-      EXPECT_EQ(std::memcmp(runs[0].o.out.data<float>(), runs[r].o.out.data<float>(),
-                            runs[0].o.out.nbytes()), 0) << s.Name();
-      EXPECT_EQ(std::memcmp(runs[0].o.lse.data<float>(), runs[r].o.lse.data<float>(),
-                            runs[0].o.lse.nbytes()), 0) << s.Name();
-    }
+    ExpectBitIdentical(runs, s.Name());
   }
 }
 
@@ -414,12 +404,7 @@ TEST(Decode, MergeOfManySplitsOddDvAgainstReferenceAndThreadCounts) {
       EXPECT_EQ(runs.back().choice.num_splits, 16) << s.Name();
       CheckOutputs(runs.back().o, naive, ref, s.Name());
     }
-    for (size_t r = 1; r < runs.size(); ++r) {
-      EXPECT_EQ(std::memcmp(runs[0].o.out.data<float>(), runs[r].o.out.data<float>(),
-                            runs[0].o.out.nbytes()), 0) << s.Name();
-      EXPECT_EQ(std::memcmp(runs[0].o.lse.data<float>(), runs[r].o.lse.data<float>(),
-                            runs[0].o.lse.nbytes()), 0) << s.Name();
-    }
+    ExpectBitIdentical(runs, s.Name());
   }
 }
 
@@ -460,12 +445,7 @@ TEST(Dispatch, TinyCallsRunOnTheCallingThread) {
           << s.Name() << ": " << runs.back().choice.reason;
       CheckOutputs(runs.back().o, naive, ref, s.Name());
     }
-    for (size_t r = 1; r < runs.size(); ++r) {
-      EXPECT_EQ(std::memcmp(runs[0].o.out.data<float>(), runs[r].o.out.data<float>(),
-                            runs[0].o.out.nbytes()), 0) << s.Name();
-      EXPECT_EQ(std::memcmp(runs[0].o.lse.data<float>(), runs[r].o.lse.data<float>(),
-                            runs[0].o.lse.nbytes()), 0) << s.Name();
-    }
+    ExpectBitIdentical(runs, s.Name());
   }
 }
 

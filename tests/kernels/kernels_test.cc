@@ -389,12 +389,7 @@ TEST(Determinism, PrefillBitIdenticalAcrossThreadCounts) {
       ASSERT_TRUE(runs.back().status.ok());
       EXPECT_EQ(runs.back().choice.kernel, KernelKind::kTiledPrefill);
     }
-    for (size_t r = 1; r < runs.size(); ++r) {
-      EXPECT_EQ(std::memcmp(runs[0].o.out.data<float>(), runs[r].o.out.data<float>(),
-                            runs[0].o.out.nbytes()), 0) << s.Name();
-      EXPECT_EQ(std::memcmp(runs[0].o.lse.data<float>(), runs[r].o.lse.data<float>(),
-                            runs[0].o.lse.nbytes()), 0) << s.Name();
-    }
+    ExpectBitIdentical(runs, s.Name());
   }
 }
 

@@ -86,12 +86,7 @@ TEST(Naive, BitIdenticalAcrossThreadCounts) {
     runs.push_back(RunKernel(in, kopt));
     ASSERT_TRUE(runs.back().status.ok()) << runs.back().status.ToString();
   }
-  for (size_t r = 1; r < runs.size(); ++r) {
-    EXPECT_EQ(std::memcmp(runs[0].o.out.data<float>(), runs[r].o.out.data<float>(),
-                          runs[0].o.out.nbytes()), 0);
-    EXPECT_EQ(std::memcmp(runs[0].o.lse.data<float>(), runs[r].o.lse.data<float>(),
-                          runs[0].o.lse.nbytes()), 0);
-  }
+  ExpectBitIdentical(runs);
 }
 
 TEST(Naive, AutoNeverPicksItAndForcingNonF32IsAnError) {

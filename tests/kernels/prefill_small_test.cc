@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "util/kernel_test_util.h"
+#include "util/simd_targets_util.h"
 
 namespace attnflow {
 namespace {
@@ -85,12 +86,7 @@ TEST(PrefillSmall, TileIsPaddedToWholeVectorsOnly) {
 }
 
 TEST(PrefillSmall, EverySupportedTarget) {
-  const int64_t real = hwy::SupportedTargets();
-  const int64_t fallback = HWY_SCALAR | HWY_EMU128;
-  for (int bit = 0; bit < 63; ++bit) {
-    const int64_t t = int64_t{1} << bit;
-    if ((real & t) == 0) continue;
-    hwy::SetSupportedTargetsForTest(t | fallback);
+  testing::ForEachTargetBit([](int bit, int64_t t) {
     SCOPED_TRACE(hwy::TargetName(t));
     g_error_factor = ErrorFactorFor(t);
     for (int64_t lq : {1, 4, 8, 12, 16, 24, 40}) {
@@ -104,8 +100,7 @@ TEST(PrefillSmall, EverySupportedTarget) {
       s.seed = 9000 + lq + bit;
       CheckCase(s, KernelKind::kTiledPrefill);
     }
-  }
-  hwy::SetSupportedTargetsForTest(0);
+  });
   g_error_factor = 2.0;
 }
 
@@ -142,12 +137,7 @@ TEST(PrefillSmall, BitIdenticalAcrossThreadCounts) {
       runs.push_back(RunKernel(in, kopt));
       ASSERT_TRUE(runs.back().status.ok());
     }
-    for (size_t r = 1; r < runs.size(); ++r) {
-      EXPECT_EQ(std::memcmp(runs[0].o.out.data<float>(), runs[r].o.out.data<float>(),
-                            runs[0].o.out.nbytes()), 0) << s.Name();
-      EXPECT_EQ(std::memcmp(runs[0].o.lse.data<float>(), runs[r].o.lse.data<float>(),
-                            runs[0].o.lse.nbytes()), 0) << s.Name();
-    }
+    ExpectBitIdentical(runs, s.Name());
   }
 }
 

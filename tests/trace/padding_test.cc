@@ -8,7 +8,8 @@
 // The mask rule itself is semantics.h's (CausalAllows), not restated here.
 // Also: the golden export carries kv_lens (verify passes), the fast-kernel
 // check ran with the same mask, malformed "padding"/"batch" fields are
-// kCorrupt, a weight on a pad key fails the page check, CLI misuse exits 2.
+// kCorrupt, a weight on a pad key fails the page check (sentence 0's too,
+// which the batch page stores once, as its top level), CLI misuse exits 2.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -24,6 +25,7 @@
 #include "util/cli_util.h"
 #include "util/minilm_util.h"
 #include "util/test_util.h"
+#include "util/trace_util.h"
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -39,19 +41,10 @@ Trace Toy(int64_t tokens, int64_t pad, Causal causal) {
   o.num_tokens = tokens;
   o.pad = pad;
   o.causal = causal;
-  Result<Trace> t = trace::TraceToy(o);
-  if (!t.ok()) {
-    ADD_FAILURE() << t.status().ToString();
-    return Trace();
-  }
-  return std::move(t).value();
+  return testing::Toy(o);
 }
 
-std::string TempDir() {
-  const fs::path d = fs::temp_directory_path() / ("attnflow_padding_test_" + std::to_string(getpid()));
-  fs::create_directories(d);
-  return d.string();
-}
+std::string TempDir() { return testing::TempDirFor("padding_test"); }
 
 // max |a[b0, ..., i, j] - b[...]| over the first `rows` rows (and `cols`
 // columns for rank 4) of two batch-first stages of equal rank.
@@ -299,7 +292,9 @@ TEST(PadBatch, EverySentenceEqualsItsUnpaddedRun) {
     ASSERT_EQ(j["batch"]["pages"].size(), 3u);
     EXPECT_EQ(j["batch"]["pages"][2]["batch"]["index"], 2);
     EXPECT_EQ(j["batch"]["sentences"][1], sentences[1]);
-    EXPECT_EQ(j["batch"]["pages"][0]["padding"]["keys"].size(),
+    // Sentence 0's page is the top level, stored once: its entry is null.
+    EXPECT_TRUE(j["batch"]["pages"][0].is_null());
+    EXPECT_EQ(j["padding"]["keys"].size(),
               static_cast<size_t>(Lmax - static_cast<int64_t>((*batch)[0].tokens.size() -
                                                               (*batch)[0].pad_keys.size())));
     EXPECT_FALSE(j["batch"]["pages"][1].contains("padding"));  // the longest has none
@@ -319,6 +314,18 @@ TEST(PadBatch, EverySentenceEqualsItsUnpaddedRun) {
       if (c.name == "every sentence of the batch passes its checks")
         named = c.state == trace::CheckState::kFail && c.detail.rfind("sentence 2: ", 0) == 0;
     EXPECT_TRUE(named);
+    // The same in sentence 0 (the top level, a null entry) is named too.
+    json j0 = json::parse(page.value());
+    auto& w0 = j0["stages"]["weights"]["data"];
+    w0[Lmax - 1] = w0[0].get<double>();
+    w0[0] = 0.0;
+    Result<trace::TraceSummary> s0 = trace::ReadTraceJson(j0.dump(), "bad0");
+    ASSERT_TRUE(s0.ok()) << s0.status().ToString();
+    bool named0 = false;
+    for (const auto& c : s0->checks)
+      if (c.name == "every sentence of the batch passes its checks")
+        named0 = c.state == trace::CheckState::kFail && c.detail.rfind("sentence 0: ", 0) == 0;
+    EXPECT_TRUE(named0);
     Result<trace::TraceSummary> s2 = trace::ReadTraceJson(j["batch"]["pages"][2].dump(), "s2");
     ASSERT_TRUE(s2.ok()) << s2.status().ToString();
     bool pad_failed = false;
@@ -331,6 +338,9 @@ TEST(PadBatch, EverySentenceEqualsItsUnpaddedRun) {
     EXPECT_EQ(trace::ReadTraceJson(nested.dump(), "n").status().code(), StatusCode::kCorrupt);
     nested = json::parse(page.value());
     nested["batch"]["pages"].erase(1);
+    EXPECT_EQ(trace::ReadTraceJson(nested.dump(), "n").status().code(), StatusCode::kCorrupt);
+    nested = json::parse(page.value());  // null only at the page's own index
+    nested["batch"]["pages"][1] = nullptr;
     EXPECT_EQ(trace::ReadTraceJson(nested.dump(), "n").status().code(), StatusCode::kCorrupt);
   }
   // Bad batches.

@@ -33,6 +33,7 @@
 #include "attnflow/npy.h"
 #include "attnflow/trace.h"
 #include "util/test_util.h"
+#include "util/trace_util.h"
 #include "util/minilm_util.h"
 #include "util/smollm2_util.h"
 #include "util/cli_util.h"
@@ -51,20 +52,9 @@ using trace::Trace;
 
 constexpr int64_t E = trace::kToyEmbed, H = trace::kToyHeads, Dh = trace::kToyHeadDim;
 
-Trace Toy(trace::ToyOptions o = {}) {
-  Result<Trace> t = trace::TraceToy(o);
-  if (!t.ok()) {
-    ADD_FAILURE() << t.status().ToString();
-    return Trace();
-  }
-  return std::move(t).value();
-}
+using testing::Toy;
 
-std::string TempDir() {
-  const fs::path d = fs::temp_directory_path() / ("attnflow_trace_test_" + std::to_string(getpid()));
-  fs::create_directories(d);
-  return d.string();
-}
+std::string TempDir() { return testing::TempDirFor("trace_test"); }
 
 using Out = attnflow::testing::CliResult;
 Out Cli(const std::string& args) { return attnflow::testing::RunCli(args); }

@@ -1,8 +1,9 @@
 // kernel_test_util.h — shared helpers of tests/kernels/kernels_test.cc and
 // tests/kernels/decode_test.cc: problem specs (Spec, SweepSpecs), input builders
 // (Make), the plain fp32 implementation that sets the tolerance (NaiveF32),
-// the float64 reference run (Reference), the fast-kernel run (RunKernel) and
-// the FlashAttention-style comparison (CheckAgainst).
+// the float64 reference run (Reference), the fast-kernel run (RunKernel), the
+// FlashAttention-style comparison (CheckAgainst) and the bit-identity of
+// several runs (ExpectBitIdentical).
 //
 // Tolerance method (FlashAttention's): on the same inputs, the kernel's max
 // error vs the float64 reference must be <= 2x the max error of a plain fp32
@@ -312,6 +313,17 @@ void CheckOutputs(const Outputs& got, const Outputs& naive, const Outputs& ref,
                   const std::string& name) {
   CheckAgainst("out", got.out.view(), naive.out.view(), ref.out.view(), name);
   CheckAgainst("lse", got.lse.view(), naive.lse.view(), ref.lse.view(), name);
+}
+
+// Every run's out and LSE bytes equal the first run's (results independent
+// of the thread count and of the split); `name` goes into the message.
+void ExpectBitIdentical(const std::vector<KernelRun>& runs, const std::string& name = "") {
+  for (size_t r = 1; r < runs.size(); ++r) {
+    EXPECT_EQ(std::memcmp(runs[0].o.out.data<float>(), runs[r].o.out.data<float>(),
+                          runs[0].o.out.nbytes()), 0) << name;
+    EXPECT_EQ(std::memcmp(runs[0].o.lse.data<float>(), runs[r].o.lse.data<float>(),
+                          runs[0].o.lse.nbytes()), 0) << name;
+  }
 }
 
 void CheckCase(const Spec& s, KernelKind force, bool strided_out = false,

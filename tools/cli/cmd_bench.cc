@@ -41,6 +41,25 @@ struct Config {
   int64_t B, H, Hkv, Lq, Lk, D;
 };
 
+// The sweep's configurations in order (batch outermost, head_dim innermost)
+// with the defaults applied: --kv-heads 0 is --heads; --q-len 0 is 1 for
+// decode else 1024; --kv-len 0 is 4096 for decode else the q_len.
+std::vector<Config> SweepConfigs(const BenchArgs& a, bool decode) {
+  std::vector<Config> configs;
+  for (int64_t B : a.batch)
+    for (int64_t H : a.heads)
+      for (int64_t Hkv0 : a.kv_heads)
+        for (int64_t Lq0 : a.q_len)
+          for (int64_t Lk0 : a.kv_len)
+            for (int64_t D : a.head_dim) {
+              const int64_t Hkv = Hkv0 == 0 ? H : Hkv0;
+              const int64_t Lq = Lq0 != 0 ? Lq0 : (decode ? 1 : 1024);
+              const int64_t Lk = Lk0 != 0 ? Lk0 : (decode ? 4096 : Lq);
+              configs.push_back({B, H, Hkv, Lq, Lk, D});
+            }
+  return configs;
+}
+
 // `prefill --io`: one line (or JSON object) per configuration. Exit 1 when
 // the outputs do not agree (each schedule within 1e-4·max(1, max|ref|) of the
 // float64 reference, or of each other when the reference is skipped).
@@ -56,63 +75,58 @@ int RunIo(const BenchArgs& a, Causal causal, ThreadPool& pool) {
                 "agree");
   }
   bool all_agree = true;
-  for (int64_t B : a.batch)
-    for (int64_t H : a.heads)
-      for (int64_t Hkv0 : a.kv_heads)
-        for (int64_t Lq0 : a.q_len)
-          for (int64_t Lk0 : a.kv_len)
-            for (int64_t D : a.head_dim) {
-              AttentionBenchSpec spec;
-              spec.batch = B;
-              spec.num_heads = H;
-              spec.num_kv_heads = Hkv0 == 0 ? H : Hkv0;
-              spec.q_len = Lq0 != 0 ? Lq0 : 1024;
-              spec.kv_len = Lk0 != 0 ? Lk0 : spec.q_len;
-              spec.head_dim = D;
-              spec.causal = causal;
-              spec.window_left = a.window_left;
-              spec.window_right = a.window_right;
-              spec.repeat = a.repeat;
-              spec.warmup = a.warmup;
-              Result<AttentionIoResult> r = BenchAttentionIo(spec, pool);
-              if (!r.ok()) {
-                PrintError("bench", r.status().message());
-                return kExitUsage;
-              }
-              const bool have_ref = !std::isnan(r->max_abs_ref);
-              const double tol = 1e-4 * std::max(1.0, have_ref ? r->max_abs_ref : 1.0);
-              const bool agree = have_ref ? (r->max_err_flash <= tol && r->max_err_naive <= tol)
-                                          : r->max_abs_diff <= tol;
-              all_agree = all_agree && agree;
-              const double mib = 1.0 / (1 << 20);
-              if (a.json) {
-                std::printf(
-                    "{\"mode\":\"prefill_io\",\"threads\":%d,\"batch\":%lld,\"heads\":%lld,"
-                    "\"kv_heads\":%lld,\"q_len\":%lld,\"kv_len\":%lld,\"head_dim\":%lld,"
-                    "\"causal\":\"%s\",\"tile_q\":%lld,\"naive_bytes\":%.0f,\"flash_bytes\":%.0f,"
-                    "\"s_and_p_bytes\":%.0f,\"naive_min_s\":%.9g,\"naive_median_s\":%.9g,"
-                    "\"flash_min_s\":%.9g,\"flash_median_s\":%.9g,\"max_abs_diff\":%.6g,"
-                    "\"max_err_naive\":%.6g,\"max_err_flash\":%.6g,\"agree\":%s}\n",
-                    pool.NumWorkers(), (long long)B, (long long)H, (long long)spec.num_kv_heads,
-                    (long long)spec.q_len, (long long)spec.kv_len, (long long)D, a.causal.c_str(),
-                    (long long)r->flash.choice.tile_q, r->io.naive_bytes, r->io.flash_bytes,
-                    r->io.s_and_p_bytes, r->naive.min_s, r->naive.median_s, r->flash.min_s,
-                    r->flash.median_s, r->max_abs_diff, have_ref ? r->max_err_naive : -1.0,
-                    have_ref ? r->max_err_flash : -1.0, agree ? "true" : "false");
-              } else {
-                std::printf(
-                    "%3lld %3lld %4lld %6lld %6lld %4lld | %10.2f %10.2f %5.1fx | %9.3f %9.3f %9.3f "
-                    "%9.3f %5.1fx | %9.2e %9.2e %9.2e %s\n",
-                    (long long)B, (long long)H, (long long)spec.num_kv_heads, (long long)spec.q_len,
-                    (long long)spec.kv_len, (long long)D, r->io.naive_bytes * mib,
-                    r->io.flash_bytes * mib, r->io.naive_bytes / r->io.flash_bytes,
-                    r->naive.min_s * 1e3, r->naive.median_s * 1e3, r->flash.min_s * 1e3,
-                    r->flash.median_s * 1e3, r->naive.median_s / r->flash.median_s,
-                    r->max_abs_diff, r->max_err_naive, r->max_err_flash,
-                    agree ? "yes" : "NO");
-              }
-              std::fflush(stdout);
-            }
+  for (const Config& c : SweepConfigs(a, /*decode=*/false)) {
+    AttentionBenchSpec spec;
+    spec.batch = c.B;
+    spec.num_heads = c.H;
+    spec.num_kv_heads = c.Hkv;
+    spec.q_len = c.Lq;
+    spec.kv_len = c.Lk;
+    spec.head_dim = c.D;
+    spec.causal = causal;
+    spec.window_left = a.window_left;
+    spec.window_right = a.window_right;
+    spec.repeat = a.repeat;
+    spec.warmup = a.warmup;
+    Result<AttentionIoResult> r = BenchAttentionIo(spec, pool);
+    if (!r.ok()) {
+      PrintError("bench", r.status().message());
+      return kExitUsage;
+    }
+    const bool have_ref = !std::isnan(r->max_abs_ref);
+    const double tol = 1e-4 * std::max(1.0, have_ref ? r->max_abs_ref : 1.0);
+    const bool agree = have_ref ? (r->max_err_flash <= tol && r->max_err_naive <= tol)
+                                : r->max_abs_diff <= tol;
+    all_agree = all_agree && agree;
+    const double mib = 1.0 / (1 << 20);
+    if (a.json) {
+      std::printf(
+          "{\"mode\":\"prefill_io\",\"threads\":%d,\"batch\":%lld,\"heads\":%lld,"
+          "\"kv_heads\":%lld,\"q_len\":%lld,\"kv_len\":%lld,\"head_dim\":%lld,"
+          "\"causal\":\"%s\",\"tile_q\":%lld,\"naive_bytes\":%.0f,\"flash_bytes\":%.0f,"
+          "\"s_and_p_bytes\":%.0f,\"naive_min_s\":%.9g,\"naive_median_s\":%.9g,"
+          "\"flash_min_s\":%.9g,\"flash_median_s\":%.9g,\"max_abs_diff\":%.6g,"
+          "\"max_err_naive\":%.6g,\"max_err_flash\":%.6g,\"agree\":%s}\n",
+          pool.NumWorkers(), (long long)c.B, (long long)c.H, (long long)spec.num_kv_heads,
+          (long long)spec.q_len, (long long)spec.kv_len, (long long)c.D, a.causal.c_str(),
+          (long long)r->flash.choice.tile_q, r->io.naive_bytes, r->io.flash_bytes,
+          r->io.s_and_p_bytes, r->naive.min_s, r->naive.median_s, r->flash.min_s,
+          r->flash.median_s, r->max_abs_diff, have_ref ? r->max_err_naive : -1.0,
+          have_ref ? r->max_err_flash : -1.0, agree ? "true" : "false");
+    } else {
+      std::printf(
+          "%3lld %3lld %4lld %6lld %6lld %4lld | %10.2f %10.2f %5.1fx | %9.3f %9.3f %9.3f "
+          "%9.3f %5.1fx | %9.2e %9.2e %9.2e %s\n",
+          (long long)c.B, (long long)c.H, (long long)spec.num_kv_heads, (long long)spec.q_len,
+          (long long)spec.kv_len, (long long)c.D, r->io.naive_bytes * mib,
+          r->io.flash_bytes * mib, r->io.naive_bytes / r->io.flash_bytes,
+          r->naive.min_s * 1e3, r->naive.median_s * 1e3, r->flash.min_s * 1e3,
+          r->flash.median_s * 1e3, r->naive.median_s / r->flash.median_s,
+          r->max_abs_diff, r->max_err_naive, r->max_err_flash,
+          agree ? "yes" : "NO");
+    }
+    std::fflush(stdout);
+  }
   if (!a.json)
     std::printf("(times in ms: min and median of --repeat runs; err_* = max |out - float64 reference|; "
                 "agree: both within 1e-4·max(1, max|ref|))\n");
@@ -152,18 +166,7 @@ int RunBench(const BenchArgs& a) {
   const double kv_elem = kv_dtype == DType::kF32 ? 4.0 : 2.0;
   // The sweep, in order (defaults: Lq 1 for decode else 1024; Lk 4096 for
   // decode else Lq).
-  std::vector<Config> configs;
-  for (int64_t B : a.batch)
-    for (int64_t H : a.heads)
-      for (int64_t Hkv0 : a.kv_heads)
-        for (int64_t Lq0 : a.q_len)
-          for (int64_t Lk0 : a.kv_len)
-            for (int64_t D : a.head_dim) {
-              const int64_t Hkv = Hkv0 == 0 ? H : Hkv0;
-              const int64_t Lq = Lq0 != 0 ? Lq0 : (decode ? 1 : 1024);
-              const int64_t Lk = Lk0 != 0 ? Lk0 : (decode ? 4096 : Lq);
-              configs.push_back({B, H, Hkv, Lq, Lk, D});
-            }
+  const std::vector<Config> configs = SweepConfigs(a, decode);
   for (const Config& c : configs) {
     if (c.H % c.Hkv != 0) {
       PrintError("bench", "--heads " + std::to_string(c.H) + " is not a multiple of --kv-heads " +

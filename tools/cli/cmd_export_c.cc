@@ -34,18 +34,6 @@ struct ExportArgs {
   std::string file, out, name;
 };
 
-std::vector<float> Flat(const TensorView& t) {
-  std::vector<float> r(size_t(t.numel()));
-  int64_t n = 0;
-  const int64_t d1 = t.rank > 1 ? t.shape[1] : 1, d2 = t.rank > 2 ? t.shape[2] : 1,
-                d3 = t.rank > 3 ? t.shape[3] : 1;
-  for (int64_t a = 0; a < t.shape[0]; ++a)
-    for (int64_t b = 0; b < d1; ++b)
-      for (int64_t c = 0; c < d2; ++c)
-        for (int64_t d = 0; d < d3; ++d) r[n++] = float(t.load(t.offset(a, b, c, d)));
-  return r;
-}
-
 std::string FloatLit(float x) {
   if (std::isinf(x)) return x < 0 ? "-INFINITY" : "INFINITY";
   char buf[48];
@@ -119,11 +107,11 @@ int ExportMha(const ExportArgs& a, const GoldenCase& c, Refuse refuse) {
   auto i32 = [](int32_t x) { return std::to_string(x); };
   auto arr = [&](const std::string& suffix, const TensorView& t) {
     if (t.empty_view()) return std::string("0");
-    Array(os, "float", name + "_" + suffix, Flat(t), f);
+    Array(os, "float", name + "_" + suffix, GoldenFloats(t), f);
     return name + "_" + suffix;
   };
   for (const TensorView* t : {&c.x_q, &c.x_k, &c.x_v})
-    for (float x : Flat(*t))
+    for (float x : GoldenFloats(*t))
       if (!std::isfinite(x)) return refuse("a non-finite input");
   const std::string xq = arr("x_q", c.x_q), xk = arr("x_k", c.x_k), xv = arr("x_v", c.x_v);
   const std::string wq = arr("w_q", w.w_q), wk = arr("w_k", w.w_k), wv = arr("w_v", w.w_v),
@@ -184,7 +172,7 @@ int RunExport(const ExportArgs& a) {
   Result<TensorView> out_st = c->file->Get("out"), lse_st = c->file->Get("lse");
   if (!out_st.ok() || !lse_st.ok())
     return refuse("a case without the 'out' and 'lse' stages");
-  const std::vector<float> fq = Flat(q), fk = Flat(k), fv = Flat(v);
+  const std::vector<float> fq = GoldenFloats(q), fk = GoldenFloats(k), fv = GoldenFloats(v);
   for (const auto* t : {&fq, &fk, &fv})
     for (float x : *t)
       if (!std::isfinite(x)) return refuse("a non-finite input");
@@ -236,8 +224,8 @@ int RunExport(const ExportArgs& a) {
   Array(os, "float", name + "_k", fk, f);
   Array(os, "float", name + "_v", fv, f);
   Array(os, "int32_t", name + "_kv_lens", kv_lens, i32);
-  Array(os, "float", name + "_out", Flat(out_st.value()), f);
-  Array(os, "float", name + "_lse", Flat(lse_st.value()), f);
+  Array(os, "float", name + "_out", GoldenFloats(out_st.value()), f);
+  Array(os, "float", name + "_lse", GoldenFloats(lse_st.value()), f);
   Array(os, "int8_t", name + "_q8", q8, i8);
   Array(os, "int8_t", name + "_k8", k8, i8);
   Array(os, "int8_t", name + "_v8", v8, i8);

@@ -26,6 +26,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -171,15 +172,24 @@ int WriteHtml(const std::string& path, const std::string& json) {
   return kExitOk;
 }
 
-int RunFrom(const TraceArgs& a) {
+// The first export flag given (--safetensors, --npy, --csv, --png, --svg, in
+// that order), or nullptr. An export writes one live trace.
+const char* FirstExportFlag(const TraceArgs& a) {
   for (const auto& [flag, v] : {std::pair<const char*, const std::string*>{"--safetensors", &a.safetensors},
                                 {"--npy", &a.npy}, {"--csv", &a.csv}, {"--png", &a.png},
-                                {"--svg", &a.svg}, {"--model", &a.model}}) {
-    if (!v->empty()) {
-      PrintError("trace", std::string("--from re-checks and re-renders a trace JSON; ") + flag +
-                              " needs a live trace (drop --from)");
-      return kExitUsage;
-    }
+                                {"--svg", &a.svg}}) {
+    if (!v->empty()) return flag;
+  }
+  return nullptr;
+}
+
+int RunFrom(const TraceArgs& a) {
+  const char* flag = FirstExportFlag(a);
+  if (flag == nullptr && !a.model.empty()) flag = "--model";
+  if (flag != nullptr) {
+    PrintError("trace", std::string("--from re-checks and re-renders a trace JSON; ") + flag +
+                            " needs a live trace (drop --from)");
+    return kExitUsage;
   }
   Result<std::string> text = ReadFileString(a.from);
   if (!text.ok()) {
@@ -224,23 +234,79 @@ void PrintKernel(const char* what, const trace::KernelCheck& k, bool brief) {
               what, name.c_str(), k.max_abs_out, k.max_abs_lse, k.max_abs_weights);
 }
 
-// A padded encoder batch: one page (sentence 0, every sentence's page in
-// "batch.pages"), read back and checked like any page.
-int WriteBatch(const TraceArgs& a, const std::vector<trace::Trace>& traces) {
-  trace::PageOptions po;
-  po.max_tokens = a.max_page_tokens;
-  po.max_view_tokens = a.max_view_tokens;
-  po.heads = a.heads;
-  Result<std::string> json = trace::BatchToJson(traces, po);
+// Prints a failed step of `trace` and returns the usage exit code.
+int TraceFailed(const Status& st) {
+  PrintError("trace", st.ToString());
+  return kExitUsage;
+}
+
+// Serialises the page (one trace or a padded batch) with the given options.
+using PageSerializer = std::function<Result<std::string>(const trace::PageOptions&)>;
+
+// A page's full-precision JSON and what reading it back found.
+struct Page {
+  trace::PageOptions options;  // from --max-page-tokens, --max-view-tokens, --heads
+  std::string json;
+  trace::TraceSummary summary;
+};
+
+// Serialises the page with the flags' options and reads the JSON back, which
+// validates it and runs the page's checks. On error prints it and returns
+// false.
+bool BuildPage(const TraceArgs& a, const PageSerializer& to_json, Page* page) {
+  page->options.max_tokens = a.max_page_tokens;
+  page->options.max_view_tokens = a.max_view_tokens;
+  page->options.heads = a.heads;
+  Result<std::string> json = to_json(page->options);
   if (!json.ok()) {
-    PrintError("trace", json.status().ToString());
-    return kExitUsage;
+    TraceFailed(json.status());
+    return false;
   }
   Result<trace::TraceSummary> s = trace::ReadTraceJson(json.value(), "<generated trace>");
   if (!s.ok()) {
-    PrintError("trace", s.status().ToString());
-    return kExitUsage;
+    TraceFailed(s.status());
+    return false;
   }
+  page->json = std::move(json).value();
+  page->summary = std::move(s).value();
+  return true;
+}
+
+// Writes --json (the full-precision page; `json_note` follows its size in
+// the message) and --html. Returns kExitOk or the exit code of the first
+// failure (printed).
+int WritePageFiles(const TraceArgs& a, const PageSerializer& to_json, const Page& page,
+                   const std::string& json_note) {
+  if (!a.json.empty()) {
+    Status st = trace::WriteTextFile(a.json, page.json);
+    if (!st.ok()) return TraceFailed(st);
+    std::printf("wrote %s (page JSON, %s%s)\n", a.json.c_str(), KiB(page.json.size()).c_str(),
+                json_note.c_str());
+  }
+  if (!a.html.empty()) {
+    // The page gets the compact, lossless encoding (base64 floats, constant
+    // runs, verified derivations); reading it back checks it once more.
+    trace::PageOptions po = page.options;
+    po.compact = true;
+    Result<std::string> packed = to_json(po);
+    if (!packed.ok()) return TraceFailed(packed.status());
+    Result<trace::TraceSummary> ps = trace::ReadTraceJson(packed.value(), "<generated page>");
+    if (!ps.ok()) return TraceFailed(ps.status());
+    const int rc = WriteHtml(a.html, packed.value());
+    if (rc != kExitOk) return rc;
+  }
+  return kExitOk;
+}
+
+// A padded encoder batch: one page (sentence 0, every sentence's page in
+// "batch.pages"), read back and checked like any page.
+int WriteBatch(const TraceArgs& a, const std::vector<trace::Trace>& traces) {
+  const PageSerializer to_json = [&traces](const trace::PageOptions& po) {
+    return trace::BatchToJson(traces, po);
+  };
+  Page page;
+  if (!BuildPage(a, to_json, &page)) return kExitUsage;
+  const trace::TraceSummary& s = page.summary;
   const trace::Trace& t0 = traces.front();
   std::printf("attnflow trace: %s (encoder batch) · layer %lld · %zu sentences padded to %zu tokens"
               " · %lld heads × d_k %lld · mask kv_lens\n",
@@ -259,33 +325,16 @@ int WriteBatch(const TraceArgs& a, const std::vector<trace::Trace>& traces) {
     std::printf("\n");
     if (!a.quiet) PrintKernel("    fast path (same kv_lens)", t.kernel, true);
   }
-  auto fail = [](const Status& st) {
-    PrintError("trace", st.ToString());
-    return kExitUsage;
-  };
-  if (!a.json.empty()) {
-    Status st = trace::WriteTextFile(a.json, json.value());
-    if (!st.ok()) return fail(st);
-    std::printf("wrote %s (page JSON, %s, %zu sentence pages)\n", a.json.c_str(),
-                KiB(json->size()).c_str(), traces.size());
-  }
-  if (!a.html.empty()) {
-    po.compact = true;
-    Result<std::string> packed = trace::BatchToJson(traces, po);
-    if (!packed.ok()) return fail(packed.status());
-    Result<trace::TraceSummary> ps = trace::ReadTraceJson(packed.value(), "<generated page>");
-    if (!ps.ok()) return fail(ps.status());
-    const int rc = WriteHtml(a.html, packed.value());
-    if (rc != kExitOk) return rc;
-  }
-  PrintChecks(s.value());
-  return s->all_pass() ? kExitOk : kExitCheckFailed;
+  const int rc =
+      WritePageFiles(a, to_json, page, ", " + std::to_string(traces.size()) + " sentence pages");
+  if (rc != kExitOk) return rc;
+  PrintChecks(s);
+  return s.all_pass() ? kExitOk : kExitCheckFailed;
 }
 
 int RunTrace(TraceArgs a) {
   if (!a.from.empty()) return RunFrom(a);
-  if (a.json.empty() && a.html.empty() && a.safetensors.empty() && a.npy.empty() &&
-      a.csv.empty() && a.png.empty() && a.svg.empty()) {
+  if (a.json.empty() && a.html.empty() && FirstExportFlag(a) == nullptr) {
     PrintError("trace", "nothing to write: pass at least one of --html FILE, --json FILE, "
                         "--safetensors FILE, --npy DIR, --csv DIR, --png DIR, --svg DIR");
     return kExitUsage;
@@ -319,14 +368,10 @@ int RunTrace(TraceArgs a) {
                               " (one sentence: --text)");
       return kExitUsage;
     }
-    for (const auto& [flag, v] : {std::pair<const char*, const std::string*>{"--safetensors", &a.safetensors},
-                                  {"--npy", &a.npy}, {"--csv", &a.csv}, {"--png", &a.png},
-                                  {"--svg", &a.svg}}) {
-      if (!v->empty()) {
-        PrintError("trace", std::string(flag) + " exports one trace; a --sentences batch writes "
-                            "--json / --html (trace one sentence with --text to export it)");
-        return kExitUsage;
-      }
+    if (const char* flag = FirstExportFlag(a)) {
+      PrintError("trace", std::string(flag) + " exports one trace; a --sentences batch writes "
+                          "--json / --html (trace one sentence with --text to export it)");
+      return kExitUsage;
     }
   }
   if ((!a.vit.empty() || a.bahdanau || a.transformer) &&
@@ -431,21 +476,12 @@ int RunTrace(TraceArgs a) {
   }
   trace::Trace& t = tr.value();
   if (!display.empty()) t.info.name = display;
-  trace::PageOptions po;
-  po.max_tokens = a.max_page_tokens;
-  po.max_view_tokens = a.max_view_tokens;
-  po.heads = a.heads;
-  Result<std::string> json = trace::TraceToJson(t, po);
-  if (!json.ok()) {
-    PrintError("trace", json.status().ToString());
-    return kExitUsage;
-  }
-  // Reading our own JSON back validates it and runs the page's checks.
-  Result<trace::TraceSummary> s = trace::ReadTraceJson(json.value(), "<generated trace>");
-  if (!s.ok()) {
-    PrintError("trace", s.status().ToString());
-    return kExitUsage;
-  }
+  const PageSerializer to_json = [&t](const trace::PageOptions& po) {
+    return trace::TraceToJson(t, po);
+  };
+  Page page;
+  if (!BuildPage(a, to_json, &page)) return kExitUsage;
+  const trace::TraceSummary& s = page.summary;
   std::printf("attnflow trace: %s (%s) · layer %lld · %zu tokens · %lld heads × d_k %lld · mask %s"
               " · %zu decode steps\n",
               t.info.name.c_str(), t.source.c_str(), static_cast<long long>(t.layer),
@@ -467,40 +503,22 @@ int RunTrace(TraceArgs a) {
       PrintKernel(what.c_str(), t.decode[i].kernel, true);
     }
   }
-  for (const auto& v : s->views)
+  for (const auto& v : s.views)
     std::printf("  view %s (%s): %lld layer(s) × %lld head(s) × %lld × %lld%s\n", v.id.c_str(),
                 v.kind.c_str(), static_cast<long long>(v.num_layers),
                 static_cast<long long>(v.num_heads), static_cast<long long>(v.rows),
                 static_cast<long long>(v.cols),
                 v.pool > 1 ? (" (pooled " + std::to_string(v.pool) + "×" + std::to_string(v.pool) + " on the page)").c_str() : "");
   if (!t.banner.empty()) std::printf("note: %s\n", t.banner.c_str());
-  if (!s->note.empty()) std::printf("view: %s\n", s->note.c_str());
+  if (!s.note.empty()) std::printf("view: %s\n", s.note.c_str());
   else std::printf("view: full resolution (%zu tokens <= %lld)\n", t.tokens.size(),
-                   static_cast<long long>(po.max_tokens));
+                   static_cast<long long>(page.options.max_tokens));
 
-  auto fail = [](const Status& st) {
-    PrintError("trace", st.ToString());
-    return kExitUsage;
-  };
-  if (!a.json.empty()) {
-    Status st = trace::WriteTextFile(a.json, json.value());
-    if (!st.ok()) return fail(st);
-    std::printf("wrote %s (page JSON, %s)\n", a.json.c_str(), KiB(json->size()).c_str());
-  }
-  if (!a.html.empty()) {
-    // The page gets the compact, lossless encoding (base64 floats, constant
-    // runs, verified derivations); reading it back checks it once more.
-    po.compact = true;
-    Result<std::string> packed = trace::TraceToJson(t, po);
-    if (!packed.ok()) return fail(packed.status());
-    Result<trace::TraceSummary> ps = trace::ReadTraceJson(packed.value(), "<generated page>");
-    if (!ps.ok()) return fail(ps.status());
-    const int rc = WriteHtml(a.html, packed.value());
-    if (rc != kExitOk) return rc;
-  }
+  const int rc = WritePageFiles(a, to_json, page, "");
+  if (rc != kExitOk) return rc;
   if (!a.safetensors.empty()) {
     Status st = trace::WriteTraceSafetensors(a.safetensors, t);
-    if (!st.ok()) return fail(st);
+    if (!st.ok()) return TraceFailed(st);
     std::printf("wrote %s (every stage, full precision, golden-format names%s)\n",
                 a.safetensors.c_str(),
                 t.inputs.empty() ? "" : "; a valid golden case: attnflow verify FILE");
@@ -508,13 +526,13 @@ int RunTrace(TraceArgs a) {
   std::vector<std::string> files;
   if (!a.npy.empty()) {
     Status st = trace::WriteTraceNpy(a.npy, t, &files);
-    if (!st.ok()) return fail(st);
+    if (!st.ok()) return TraceFailed(st);
     std::printf("wrote %zu .npy files to %s\n", files.size(), a.npy.c_str());
   }
   if (!a.csv.empty()) {
     files.clear();
     Status st = trace::WriteTraceCsv(a.csv, t, a.heads, &files);
-    if (!st.ok()) return fail(st);
+    if (!st.ok()) return TraceFailed(st);
     std::printf("wrote %zu CSV files to %s\n", files.size(), a.csv.c_str());
   }
   for (const auto& [dir, fmt] : {std::pair<const std::string*, trace::ImageFormat>{&a.png, trace::ImageFormat::kPng},
@@ -522,12 +540,12 @@ int RunTrace(TraceArgs a) {
     if (dir->empty()) continue;
     files.clear();
     Status st = trace::WriteTraceHeatmaps(*dir, t, a.heads, fmt, &files);
-    if (!st.ok()) return fail(st);
+    if (!st.ok()) return TraceFailed(st);
     std::printf("wrote %zu %s heatmaps to %s\n", files.size(),
                 fmt == trace::ImageFormat::kPng ? "PNG" : "SVG", dir->c_str());
   }
-  PrintChecks(s.value());
-  return s->all_pass() ? kExitOk : kExitCheckFailed;
+  PrintChecks(s);
+  return s.all_pass() ? kExitOk : kExitCheckFailed;
 }
 
 }  // namespace

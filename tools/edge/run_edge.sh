@@ -106,6 +106,25 @@ for t in "${EDGE_TARGETS[@]}"; do
 done
 log "int8 outputs bit-identical on host, ${EDGE_TARGETS[*]} ($n cases)"
 
+# Builds micro/tiny/MAIN for rv32imc and M4F as $OUT/$t/NAME.elf, runs it
+# under QEMU into $OUT/NAME_$t.txt and fails ("WHAT on $t") unless it exits 0
+# and prints EXPECT; logs the line matching SUMMARY and the instruction count.
+tiny_on_devices() {  # NAME MAIN EXPECT WHAT SUMMARY
+  local name=$1 main=$2 expect=$3 what=$4 summary=$5 t cc rc
+  for t in rv32imc m4f; do
+    cc=$(edge_cc $t)
+    $cc $(edge_cflags $t) -O2 -std=c99 -Wall -Wextra -Werror $INC \
+      $(edge_ldflags $t) -o "$OUT/$t/$name.elf" "$ROOT/micro/tiny/$main" "$OUT/$t"/af_*.o -lm
+    set +e
+    edge_qemu $t "$OUT/$t/$name.elf" > "$OUT/${name}_$t.txt" 2>&1
+    rc=$?
+    set -e
+    ((rc == 0)) && grep -q "$expect" "$OUT/${name}_$t.txt" ||
+      fail "$what on $t (exit $rc): $(cat "$OUT/${name}_$t.txt")"
+    log "$t: $(grep "$summary" "$OUT/${name}_$t.txt"); $(grep -o '[0-9]* instructions per generated token' "$OUT/${name}_$t.txt")"
+  done
+}
+
 # 2c. The tiny char-level decoder (docs/edge.md "tiny model"): weights in
 # flash, greedy generation of 64 tokens in f32 on rv32imc (soft-float) and
 # Cortex-M4F; every token must equal the committed PyTorch tokens.
@@ -114,18 +133,8 @@ gcc -O2 -std=c99 -Wall -Wextra -Werror $INC -o "$OUT/host_tiny" "$ROOT/micro/tin
 "$OUT/host_tiny" > "$OUT/tiny_host.txt" 2>&1 && grep -q "TINY f32: 64/64 tokens identical to PyTorch" "$OUT/tiny_host.txt" ||
   fail "tiny decoder on the host: $(cat "$OUT/tiny_host.txt")"
 log "host: $(grep 'tokens identical' "$OUT/tiny_host.txt")"
-for t in rv32imc m4f; do
-  cc=$(edge_cc $t)
-  $cc $(edge_cflags $t) -O2 -std=c99 -Wall -Wextra -Werror $INC \
-    $(edge_ldflags $t) -o "$OUT/$t/tiny.elf" "$ROOT/micro/tiny/tiny_main.c" "$OUT/$t"/af_*.o -lm
-  set +e
-  edge_qemu $t "$OUT/$t/tiny.elf" > "$OUT/tiny_$t.txt" 2>&1
-  rc=$?
-  set -e
-  ((rc == 0)) && grep -q "TINY f32: 64/64 tokens identical to PyTorch" "$OUT/tiny_$t.txt" ||
-    fail "tiny decoder on $t (exit $rc): $(cat "$OUT/tiny_$t.txt")"
-  log "$t: $(grep 'tokens identical' "$OUT/tiny_$t.txt"); $(grep -o '[0-9]* instructions per generated token' "$OUT/tiny_$t.txt")"
-done
+tiny_on_devices tiny tiny_main.c "TINY f32: 64/64 tokens identical to PyTorch" \
+  "tiny decoder" 'tokens identical'
 
 # 2d. The int8 tiny decoder: integer-only on the device; every step's int32
 # logits must equal the NumPy model's (tools/edge/tiny/int8_model.py, committed
@@ -134,18 +143,9 @@ python3 "$ROOT/tools/edge/tiny/export_s8_header.py" "$OUT/cases/tiny_s8_weights.
 gcc -O2 -std=c99 -Wall -Wextra -Werror $INC -o "$OUT/host_tiny_s8" "$ROOT/micro/tiny/tiny_s8_main.c" "${SRCS[@]}" -lm
 "$OUT/host_tiny_s8" > "$OUT/tiny_s8_host.txt" 2>&1 && grep -q "TINY int8: 64/64 steps with logits bit-identical" "$OUT/tiny_s8_host.txt" ||
   fail "int8 tiny decoder on the host: $(cat "$OUT/tiny_s8_host.txt")"
-for t in rv32imc m4f; do
-  cc=$(edge_cc $t)
-  $cc $(edge_cflags $t) -O2 -std=c99 -Wall -Wextra -Werror $INC \
-    $(edge_ldflags $t) -o "$OUT/$t/tiny_s8.elf" "$ROOT/micro/tiny/tiny_s8_main.c" "$OUT/$t"/af_*.o -lm
-  set +e
-  edge_qemu $t "$OUT/$t/tiny_s8.elf" > "$OUT/tiny_s8_$t.txt" 2>&1
-  rc=$?
-  set -e
-  ((rc == 0)) && grep -q "TINY int8: 64/64 steps with logits bit-identical to the NumPy model, 64/64 tokens equal" "$OUT/tiny_s8_$t.txt" ||
-    fail "int8 tiny decoder on $t (exit $rc): $(cat "$OUT/tiny_s8_$t.txt")"
-  log "$t: $(grep 'TINY int8: 64' "$OUT/tiny_s8_$t.txt"); $(grep -o '[0-9]* instructions per generated token' "$OUT/tiny_s8_$t.txt")"
-done
+tiny_on_devices tiny_s8 tiny_s8_main.c \
+  "TINY int8: 64/64 steps with logits bit-identical to the NumPy model, 64/64 tokens equal" \
+  "int8 tiny decoder" 'TINY int8: 64'
 riscv64-unknown-elf-gcc $(edge_cflags rv32imc) -O2 --specs=picolibc.specs -std=c99 $INC -c \
   "$ROOT/micro/tiny/tiny_s8_main.c" -o "$OUT/rv32imc/tiny_s8_main.o"
 

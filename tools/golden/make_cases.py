@@ -42,7 +42,7 @@ How the values are made
 * After writing, every file is read back with the ``safetensors`` library and
   the whole reference is recomputed from the file alone (inputs + metadata)
   and compared bit for bit.
-* The safetensors bytes are written by this script (sorted metadata keys,
+* The safetensors bytes are written by st_io.py (sorted metadata keys,
   tensors ordered by element size then name, all data 8/4-byte aligned)
   because ``safetensors`` 0.7.0 serialises ``__metadata__`` from a hash map
   whose order changes from run to run; the files are checked to load with the
@@ -68,7 +68,6 @@ import json
 import math
 import os
 import re
-import struct
 import sys
 import tempfile
 import warnings
@@ -77,6 +76,8 @@ import zlib
 import numpy as np
 import torch
 import torch.nn.functional as F
+
+from st_io import st_bytes, st_load  # tools/golden/st_io.py
 
 FORMAT = "attnflow-golden/1"
 PINNED = {"torch": "2.9.1", "numpy": "2.3.5", "safetensors": "0.7.0"}
@@ -693,36 +694,10 @@ def finish_mha(inputs, meta):
 
 
 # ---------------------------------------------------------------------------
-# safetensors I/O (deterministic)
+# safetensors I/O (deterministic: st_io.py)
 # ---------------------------------------------------------------------------
 
 ST_DTYPE = {torch.float32: "F32", torch.int64: "I64", torch.bool: "BOOL"}
-
-
-def st_bytes(tensors, metadata):
-    order = sorted(tensors, key=lambda n: (-tensors[n].element_size(), n))
-    header = {"__metadata__": {k: metadata[k] for k in sorted(metadata)}}
-    blobs, off = [], 0
-    for n in order:
-        t = tensors[n].contiguous()
-        a = t.numpy()
-        a = a.astype(a.dtype.newbyteorder("<"), copy=False)
-        b = a.tobytes(order="C")
-        header[n] = {"dtype": ST_DTYPE[t.dtype], "shape": list(t.shape),
-                     "data_offsets": [off, off + len(b)]}
-        blobs.append(b)
-        off += len(b)
-    h = json.dumps(header, separators=(",", ":"), ensure_ascii=True).encode("ascii")
-    h += b" " * ((-len(h)) % 8)
-    return struct.pack("<Q", len(h)) + h + b"".join(blobs)
-
-
-def st_load(path):
-    from safetensors import safe_open
-    with safe_open(path, framework="numpy") as f:
-        meta = dict(f.metadata())
-        tensors = {n: torch.from_numpy(np.array(f.get_tensor(n))) for n in f.keys()}
-    return tensors, meta
 
 
 # ---------------------------------------------------------------------------
@@ -820,7 +795,7 @@ def generate_case(c):
         assert n not in tensors, n  # no stage name collides with an input name
         tensors[n] = out32[n]
     info = dict(dead_rows=int(dead.sum()), xchecks=done, covers=covers(c, dead))
-    return st_bytes(tensors, meta), info
+    return st_bytes(tensors, meta, ST_DTYPE), info
 
 
 def verify_file(path):

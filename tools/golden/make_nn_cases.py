@@ -68,7 +68,6 @@ import hashlib
 import json
 import math
 import os
-import struct
 import sys
 import tempfile
 import warnings
@@ -77,6 +76,8 @@ import zlib
 import numpy as np
 import torch
 import torch.nn.functional as F
+
+from st_io import st_bytes, st_load  # tools/golden/st_io.py
 
 warnings.filterwarnings("ignore")
 
@@ -1701,32 +1702,6 @@ REFERENCES = {"nn_sinusoidal": ref_sinusoidal, "nn_learned_pos": ref_learned, "n
 # Files
 # ---------------------------------------------------------------------------
 
-def st_bytes(tensors, metadata):
-    order = sorted(tensors, key=lambda n: (-tensors[n].element_size(), n))
-    header = {"__metadata__": {k: metadata[k] for k in sorted(metadata)}}
-    blobs, off = [], 0
-    for n in order:
-        t = tensors[n].contiguous()
-        a = t.numpy()
-        a = a.astype(a.dtype.newbyteorder("<"), copy=False)
-        b = a.tobytes(order="C")
-        header[n] = {"dtype": ST_DTYPE[t.dtype], "shape": list(t.shape),
-                     "data_offsets": [off, off + len(b)]}
-        blobs.append(b)
-        off += len(b)
-    h = json.dumps(header, separators=(",", ":"), ensure_ascii=True).encode("ascii")
-    h += b" " * ((-len(h)) % 8)
-    return struct.pack("<Q", len(h)) + h + b"".join(blobs)
-
-
-def st_load(path):
-    from safetensors import safe_open
-    with safe_open(path, framework="numpy") as f:
-        meta = dict(f.metadata())
-        tensors = {n: torch.from_numpy(np.array(f.get_tensor(n))) for n in f.keys()}
-    return tensors, meta
-
-
 def stage_f32(stages, names):
     out = {}
     for n in names:
@@ -1749,7 +1724,7 @@ def generate_case(c):
     for n in c["stages"]:
         assert n not in tensors, f"{c['name']}: stage {n} collides with an input"
         tensors[n] = f32[n]
-    return st_bytes(tensors, meta), xs
+    return st_bytes(tensors, meta, ST_DTYPE), xs
 
 
 def verify_file(path, c):
