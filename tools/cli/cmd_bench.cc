@@ -41,6 +41,24 @@ struct Config {
   int64_t B, H, Hkv, Lq, Lk, D;
 };
 
+// The spec of one sweep configuration: its shape, the mask and the timing
+// options (kv dtype and kernel choice are set by the caller).
+AttentionBenchSpec SpecOf(const Config& c, const BenchArgs& a, Causal causal) {
+  AttentionBenchSpec spec;
+  spec.batch = c.B;
+  spec.num_heads = c.H;
+  spec.num_kv_heads = c.Hkv;
+  spec.q_len = c.Lq;
+  spec.kv_len = c.Lk;
+  spec.head_dim = c.D;
+  spec.causal = causal;
+  spec.window_left = a.window_left;
+  spec.window_right = a.window_right;
+  spec.repeat = a.repeat;
+  spec.warmup = a.warmup;
+  return spec;
+}
+
 // The sweep's configurations in order (batch outermost, head_dim innermost)
 // with the defaults applied: --kv-heads 0 is --heads; --q-len 0 is 1 for
 // decode else 1024; --kv-len 0 is 4096 for decode else the q_len.
@@ -76,18 +94,7 @@ int RunIo(const BenchArgs& a, Causal causal, ThreadPool& pool) {
   }
   bool all_agree = true;
   for (const Config& c : SweepConfigs(a, /*decode=*/false)) {
-    AttentionBenchSpec spec;
-    spec.batch = c.B;
-    spec.num_heads = c.H;
-    spec.num_kv_heads = c.Hkv;
-    spec.q_len = c.Lq;
-    spec.kv_len = c.Lk;
-    spec.head_dim = c.D;
-    spec.causal = causal;
-    spec.window_left = a.window_left;
-    spec.window_right = a.window_right;
-    spec.repeat = a.repeat;
-    spec.warmup = a.warmup;
+    const AttentionBenchSpec spec = SpecOf(c, a, causal);
     Result<AttentionIoResult> r = BenchAttentionIo(spec, pool);
     if (!r.ok()) {
       PrintError("bench", r.status().message());
@@ -207,20 +214,9 @@ int RunBench(const BenchArgs& a) {
                   "vs_read = median_ms / read_ms)\n");
   }
   for (const Config& c : configs) {
-    AttentionBenchSpec spec;
-    spec.batch = c.B;
-    spec.num_heads = c.H;
-    spec.num_kv_heads = c.Hkv;
-    spec.q_len = c.Lq;
-    spec.kv_len = c.Lk;
-    spec.head_dim = c.D;
+    AttentionBenchSpec spec = SpecOf(c, a, causal);
     spec.kv_dtype = kv_dtype;
-    spec.causal = causal;
-    spec.window_left = a.window_left;
-    spec.window_right = a.window_right;
     spec.force = force;
-    spec.repeat = a.repeat;
-    spec.warmup = a.warmup;
     spec.measure_read = decode;  // the read is interleaved, not a peak loop
     Result<AttentionBenchResult> res = BenchAttention(spec, pool);
     if (!res.ok()) {
