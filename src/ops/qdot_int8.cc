@@ -28,6 +28,7 @@
 #include "hwy/highway.h"
 #include "attnflow/ops.h"
 #include "attnflow/tensor.h"
+#include "ops/q4k_scales.h"
 
 #ifndef ATTNFLOW_OPS_QDOT_INT8_SHARED
 #define ATTNFLOW_OPS_QDOT_INT8_SHARED
@@ -284,8 +285,8 @@ ATTNFLOW_VNNI HWY_INLINE __m512 FastRowVnni(const uint8_t* HWY_RESTRICT row, int
 }
 
 // Q4_K rows, one 256-element super-block at a time: its 8 scales and mins
-// are unpacked once (the 12-byte layout as 32-bit words, the same 6-bit
-// values as qdot::Q4KScaleMin) and turned into the 8 sub-block factors
+// are unpacked once (Q4KScalesMins, ops/q4k_scales.h: the same 6-bit values
+// as qdot::Q4KScaleMin) and turned into the 8 sub-block factors
 // S_s = (d * sc_s) * dx_s and M_s = (-(dmin * m_s)) * dx_s with the same fp32
 // products as FastRowVnni's per-pair code and the oracle; the 4 pairs then
 // take their 16 lanes by permutation. Pairs alternate between the two
@@ -302,16 +303,10 @@ ATTNFLOW_VNNI HWY_INLINE __m512 FastRowQ4KVnni(const uint8_t* HWY_RESTRICT row, 
   const int64_t nblk = cols / 256;
   for (int64_t kb = 0; kb < nblk; ++kb) {
     const uint8_t* blk = row + kb * 144;
-    uint32_t u[3];
-    std::memcpy(u, blk + 4, 12);
-    constexpr uint32_t kM6 = 0x3F3F3F3Fu, kM4 = 0x0F0F0F0Fu, kM2 = 0x03030303u;
-    const uint32_t sc_lo = u[0] & kM6, m_lo = u[1] & kM6;
-    const uint32_t sc_hi = (u[2] & kM4) | (((u[0] >> 6) & kM2) << 4);
-    const uint32_t m_hi = ((u[2] >> 4) & kM4) | (((u[1] >> 6) & kM2) << 4);
-    const __m256 scf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
-        _mm_cvtsi64_si128(static_cast<long long>(sc_lo | (static_cast<uint64_t>(sc_hi) << 32)))));
-    const __m256 mf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
-        _mm_cvtsi64_si128(static_cast<long long>(m_lo | (static_cast<uint64_t>(m_hi) << 32)))));
+    uint64_t sc, mn;
+    Q4KScalesMins(blk, &sc, &mn);
+    const __m256 scf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(sc))));
+    const __m256 mf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(mn))));
     const __m128 dd = Half2(blk, blk + 2);  // [d, dmin]
     const __m256 dx = _mm256_loadu_ps(xd + kb * 8);
     const __m256 s8 = _mm256_mul_ps(_mm256_mul_ps(_mm256_broadcastss_ps(dd), scf), dx);
@@ -456,15 +451,12 @@ ATTNFLOW_AVX2 HWY_INLINE float FastRowAvx2(const uint8_t* HWY_RESTRICT row, int6
   for (int64_t kb = 0; kb < cols / (32 * kSubs); ++kb) {
     const uint8_t* blk = row + kb * kBB;
     // Per-block scale work. Q4_K: the 8 sub-block factors (d * sc_s) * dx_s
-    // and (-(dmin * m_s)) * dx_s (the 6-bit values as qdot::Q4KScaleMin);
+    // and (-(dmin * m_s)) * dx_s (the 6-bit values of Q4KScalesMins);
     // Q6_K: d * sc_i for the 16 scales. Same fp32 products as the oracle.
     __m256 s8 = _mm256_setzero_ps(), m8 = _mm256_setzero_ps(), ds_lo = s8, ds_hi = s8;
     if constexpr (kType == GgmlType::kQ4_K) {
-      uint32_t u3[3];
-      std::memcpy(u3, blk + 4, 12);
-      constexpr uint32_t kM6 = 0x3F3F3F3Fu, kM4 = 0x0F0F0F0Fu, kM2 = 0x03030303u;
-      const uint64_t sc = (u3[0] & kM6) | (static_cast<uint64_t>((u3[2] & kM4) | (((u3[0] >> 6) & kM2) << 4)) << 32);
-      const uint64_t mn = (u3[1] & kM6) | (static_cast<uint64_t>(((u3[2] >> 4) & kM4) | (((u3[1] >> 6) & kM2) << 4)) << 32);
+      uint64_t sc, mn;
+      Q4KScalesMins(blk, &sc, &mn);
       const __m256 scf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(sc))));
       const __m256 mf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(mn))));
       const __m256 dx8 = _mm256_loadu_ps(xd + kb * 8);

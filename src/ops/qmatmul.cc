@@ -23,6 +23,7 @@
 
 #include "hwy/highway.h"
 #include "attnflow/ops.h"
+#include "ops/q4k_scales.h"
 
 ATTNFLOW_HWY_NAMESPACE_BEGIN(ops)
 
@@ -409,9 +410,9 @@ HWY_INLINE float DotRowQ6KAvx3(const uint8_t* HWY_RESTRICT row, int64_t cols,
 
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
 // Q4_K / Q5_K on AVX-512: the 8 scales and mins of a 256-element block are
-// unpacked once (the 12-byte layout read as 32-bit words: the same 6-bit
-// values as SubBlockWeights' per-sub-block code) and the products d*sc and
-// dmin*m are formed for all 8 sub-blocks as one 8-lane fp32 multiply (the same
+// unpacked once (Q4KScalesMins, ops/q4k_scales.h: the same 6-bit values as
+// SubBlockWeights' per-sub-block code) and the products d*sc and dmin*m are
+// formed for all 8 sub-blocks as one 8-lane fp32 multiply (the same
 // single roundings as the scalar products there); sub-block s broadcasts its
 // lane. The table t[q] = ds*q - ms, the lookups and the accumulation order
 // (sub-blocks in order, lane groups g = 0, 1, one FMA each) are
@@ -429,11 +430,8 @@ HWY_INLINE float DotRowQ45KAvx3(const uint8_t* HWY_RESTRICT row, int64_t cols,
   const __m512i m4 = _mm512_set1_epi32(15);
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = row + b * kBB;
-    uint32_t u[3];
-    std::memcpy(u, blk + 4, 12);
-    constexpr uint32_t kM6 = 0x3F3F3F3Fu, kM4 = 0x0F0F0F0Fu, kM2 = 0x03030303u;
-    const uint64_t sc8 = (u[0] & kM6) | (static_cast<uint64_t>((u[2] & kM4) | (((u[0] >> 6) & kM2) << 4)) << 32);
-    const uint64_t m8 = (u[1] & kM6) | (static_cast<uint64_t>(((u[2] >> 4) & kM4) | (((u[1] >> 6) & kM2) << 4)) << 32);
+    uint64_t sc8, m8;
+    Q4KScalesMins(blk, &sc8, &m8);
     const __m256 scf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(sc8))));
     const __m256 mf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(m8))));
     const __m512 ds8 = _mm512_castps256_ps512(_mm256_mul_ps(_mm256_set1_ps(HalfToF32(blk)), scf));
