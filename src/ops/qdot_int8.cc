@@ -67,47 +67,23 @@ inline void Q4KScaleMin(const uint8_t* blk, int sub, int* scv, int* mv) {
   }
 }
 
-// Sub-block `sub` of the block at `blk`: the weight scale of its quads 0-3
-// (elements 0-15, ws[0]) and 4-7 (ws[1]), and the offset scale `os` (the
-// value added per unit of activation: w = ws * q + os; 0 when none).
-inline void SubBlockScales(GgmlType t, const uint8_t* blk, int sub, float* ws, float* os) {
+// Sub-block `sub` of the block at `blk`: the 32 integer weights, the weight
+// scale of lanes 0-7 (ws[0]) and 8-15 (ws[1]), and the offset scale `os`
+// (the value added per unit of activation: w = ws * q + os; 0 when none).
+inline void SubBlockInts(GgmlType t, const uint8_t* blk, int sub, int16_t* q, float* ws, float* os) {
   *os = 0.0f;
   switch (t) {
-    case GgmlType::kQ8_0:
-    case GgmlType::kQ4_0:
-    case GgmlType::kQ5_0: ws[0] = ws[1] = Half(blk); return;
-    case GgmlType::kQ4_1:
+    case GgmlType::kQ8_0: {
       ws[0] = ws[1] = Half(blk);
-      *os = Half(blk + 2);
-      return;
-    case GgmlType::kQ4_K: {
-      int scv, mv;
-      Q4KScaleMin(blk, sub, &scv, &mv);
-      ws[0] = ws[1] = Half(blk) * static_cast<float>(scv);
-      *os = -(Half(blk + 2) * static_cast<float>(mv));
-      return;
-    }
-    default: {  // Q6_K: sub = 4 * half + k
-      const int8_t* sc = reinterpret_cast<const int8_t*>(blk + 192 + 8 * (sub / 4) + 2 * (sub % 4));
-      const float d = Half(blk + 208);
-      ws[0] = d * static_cast<float>(sc[0]);
-      ws[1] = d * static_cast<float>(sc[1]);
-      return;
-    }
-  }
-}
-
-// The 32 integer weights of sub-block `sub`, and its scales (SubBlockScales).
-inline void SubBlockInts(GgmlType t, const uint8_t* blk, int sub, int16_t* q, float* ws, float* os) {
-  SubBlockScales(t, blk, sub, ws, os);
-  switch (t) {
-    case GgmlType::kQ8_0:
       for (int e = 0; e < 32; ++e) q[e] = static_cast<int8_t>(blk[2 + e]);
       return;
+    }
     case GgmlType::kQ4_0:
     case GgmlType::kQ4_1: {
       const bool affine = t == GgmlType::kQ4_1;
       const uint8_t* qs = blk + (affine ? 4 : 2);
+      ws[0] = ws[1] = Half(blk);
+      if (affine) *os = Half(blk + 2);
       for (int e = 0; e < 16; ++e) {
         q[e] = static_cast<int16_t>((qs[e] & 15) - (affine ? 0 : 8));
         q[e + 16] = static_cast<int16_t>((qs[e] >> 4) - (affine ? 0 : 8));
@@ -118,6 +94,7 @@ inline void SubBlockInts(GgmlType t, const uint8_t* blk, int sub, int16_t* q, fl
       uint32_t qh;
       std::memcpy(&qh, blk + 2, 4);
       const uint8_t* qs = blk + 6;
+      ws[0] = ws[1] = Half(blk);
       for (int e = 0; e < 16; ++e) {
         q[e] = static_cast<int16_t>(((qs[e] & 15) | (((qh >> e) & 1) << 4)) - 16);
         q[e + 16] = static_cast<int16_t>(((qs[e] >> 4) | (((qh >> (e + 16)) & 1) << 4)) - 16);
@@ -125,6 +102,10 @@ inline void SubBlockInts(GgmlType t, const uint8_t* blk, int sub, int16_t* q, fl
       return;
     }
     case GgmlType::kQ4_K: {
+      int scv, mv;
+      Q4KScaleMin(blk, sub, &scv, &mv);
+      ws[0] = ws[1] = Half(blk) * static_cast<float>(scv);
+      *os = -(Half(blk + 2) * static_cast<float>(mv));
       const uint8_t* qs = blk + 16 + 32 * (sub / 2);
       for (int e = 0; e < 32; ++e) q[e] = static_cast<int16_t>((sub & 1) ? qs[e] >> 4 : qs[e] & 15);
       return;
@@ -133,6 +114,10 @@ inline void SubBlockInts(GgmlType t, const uint8_t* blk, int sub, int16_t* q, fl
       const int hf = sub / 4, k = sub % 4;
       const uint8_t* ql = blk + 64 * hf + 32 * (k & 1);
       const uint8_t* qh = blk + 128 + 32 * hf;
+      const int8_t* sc = reinterpret_cast<const int8_t*>(blk + 192 + 8 * hf + 2 * k);
+      const float d = Half(blk + 208);
+      ws[0] = d * static_cast<float>(sc[0]);
+      ws[1] = d * static_cast<float>(sc[1]);
       for (int e = 0; e < 32; ++e) {
         const int lo = (k >> 1) ? ql[e] >> 4 : ql[e] & 15;
         const int hi = (qh[e] >> (2 * k)) & 3;
