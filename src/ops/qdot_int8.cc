@@ -133,6 +133,32 @@ inline void SubBlockInts(GgmlType t, const uint8_t* blk, int sub, int16_t* q, fl
 
 ATTNFLOW_HWY_NAMESPACE_BEGIN(ops)
 
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+// Code of the AVX2 fast dot (below), also called by the AVX-512 VNNI one.
+#define ATTNFLOW_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+// F16 at p to F32 (F16C; exact, as qdot::Half).
+ATTNFLOW_AVX2 HWY_INLINE float HalfF16c(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+
+// The 8 sub-block factors of the Q4_K block at `blk` for the activation
+// scales dx[0..8) of its sub-blocks: s8 = (d * sc_s) * dx_s and
+// m8 = (-(dmin * m_s)) * dx_s, with the 6-bit sc / m of Q4KScalesMins: the
+// oracle's ws * dx and os * dx, the same fp32 products, 8 lanes at once.
+ATTNFLOW_AVX2 HWY_INLINE void Q4KFactors(const uint8_t* blk, const float* dx, __m256* s8, __m256* m8) {
+  uint64_t sc, mn;
+  Q4KScalesMins(blk, &sc, &mn);
+  const __m256 scf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(sc))));
+  const __m256 mf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(mn))));
+  const __m256 dx8 = _mm256_loadu_ps(dx);
+  *s8 = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(HalfF16c(blk)), scf), dx8);
+  *m8 = _mm256_mul_ps(_mm256_xor_ps(_mm256_mul_ps(_mm256_set1_ps(HalfF16c(blk + 2)), mf), _mm256_set1_ps(-0.0f)), dx8);
+}
+#endif
+
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
 // AVX-512 VNNI (vpdpbusd) is not part of Highway 1.0's AVX3 target, so the
 // integer path is compiled for it by function attribute and used only when
@@ -269,14 +295,12 @@ ATTNFLOW_VNNI HWY_INLINE __m512 FastRowVnni(const uint8_t* HWY_RESTRICT row, int
   return _mm512_add_ps(_mm512_add_ps(acc0, acc1), _mm512_add_ps(off0, off1));
 }
 
-// Q4_K rows, one 256-element super-block at a time: its 8 scales and mins
-// are unpacked once (Q4KScalesMins, ops/q4k_scales.h: the same 6-bit values
-// as qdot::Q4KScaleMin) and turned into the 8 sub-block factors
-// S_s = (d * sc_s) * dx_s and M_s = (-(dmin * m_s)) * dx_s with the same fp32
-// products as FastRowVnni's per-pair code and the oracle; the 4 pairs then
-// take their 16 lanes by permutation. Pairs alternate between the two
-// accumulators by global pair parity (p = 0, 2 -> acc0; 1, 3 -> acc1) in the
-// same order, so the result has the same bits as FastRowVnni<kQ4_K>.
+// Q4_K rows, one 256-element super-block at a time: its 8 sub-block factors
+// S_s = (d * sc_s) * dx_s and M_s = (-(dmin * m_s)) * dx_s are made once
+// (Q4KFactors: the oracle's fp32 products); the 4 pairs then take their 16
+// lanes by permutation. Pairs alternate between the two accumulators by
+// global pair parity (p = 0, 2 -> acc0; 1, 3 -> acc1) in the same order, so
+// the result has the oracle's bits.
 ATTNFLOW_VNNI HWY_INLINE __m512 FastRowQ4KVnni(const uint8_t* HWY_RESTRICT row, int64_t cols, const Q8Acts& xq) {
   const int8_t* xs = xq.q.data();
   const float* xd = xq.d.data();
@@ -284,19 +308,11 @@ ATTNFLOW_VNNI HWY_INLINE __m512 FastRowQ4KVnni(const uint8_t* HWY_RESTRICT row, 
   __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
   __m512 off0 = _mm512_setzero_ps(), off1 = _mm512_setzero_ps();
   const __m512i lo_nib = _mm512_set1_epi8(0x0F);
-  const __m256 sign = _mm256_set1_ps(-0.0f);
   const int64_t nblk = cols / 256;
   for (int64_t kb = 0; kb < nblk; ++kb) {
     const uint8_t* blk = row + kb * 144;
-    uint64_t sc, mn;
-    Q4KScalesMins(blk, &sc, &mn);
-    const __m256 scf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(sc))));
-    const __m256 mf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(mn))));
-    const __m128 dd = Half2(blk, blk + 2);  // [d, dmin]
-    const __m256 dx = _mm256_loadu_ps(xd + kb * 8);
-    const __m256 s8 = _mm256_mul_ps(_mm256_mul_ps(_mm256_broadcastss_ps(dd), scf), dx);
-    const __m256 m8 = _mm256_mul_ps(
-        _mm256_xor_ps(_mm256_mul_ps(_mm256_broadcastss_ps(_mm_movehdup_ps(dd)), mf), sign), dx);
+    __m256 s8, m8;
+    Q4KFactors(blk, xd + kb * 8, &s8, &m8);
     const __m512 s16 = _mm512_castps256_ps512(s8), m16 = _mm512_castps256_ps512(m8);
     auto pair = [&](int p, __m512& acc, __m512& off) ATTNFLOW_VNNI {
       const int64_t P = kb * 4 + p;
@@ -319,11 +335,10 @@ ATTNFLOW_VNNI HWY_INLINE __m512 FastRowQ4KVnni(const uint8_t* HWY_RESTRICT row, 
 
 // Q6_K rows, one 256-element block at a time: its 16 scales times d and times
 // the activation scale of their sub-block, S_i = (d * sc_i) * dx_{i/2}, as one
-// 16-lane product (the same fp32 products as FastRowVnni's per-pair code and
-// the oracle); pair p = 2 hf + j takes lanes 4p .. 4p + 3 by permutation, and
-// the two pairs of a half share its ql/qh loads. Pairs alternate between the
-// accumulators by global pair parity in the same order, so the result has
-// the same bits as FastRowVnni<kQ6_K>.
+// 16-lane product (the oracle's fp32 products ws * dx); pair p = 2 hf + j
+// takes lanes 4p .. 4p + 3 by permutation, and the two pairs of a half share
+// its ql/qh loads. Pairs alternate between the accumulators by global pair
+// parity in the same order, so the result has the oracle's bits.
 ATTNFLOW_VNNI HWY_INLINE __m512 FastRowQ6KVnni(const uint8_t* HWY_RESTRICT row, int64_t cols, const Q8Acts& xq) {
   const int8_t* xs = xq.q.data();
   const float* xd = xq.d.data();
@@ -395,7 +410,6 @@ ATTNFLOW_VNNI void FastRowsVnni(float* y, const QMatrix& w, int64_t r0, int64_t 
 // the same int32 seed as on VNNI. Every product is an exact integer, so the
 // float conversions, scale products (scalar, as the oracle's) and fmas give
 // the oracle's bits.
-#define ATTNFLOW_AVX2 __attribute__((target("avx2,fma,f16c")))
 
 // 32 bits to 32 bytes: byte e is 0xFF where bit e of v is set.
 ATTNFLOW_AVX2 HWY_INLINE __m256i BitsToBytes(uint32_t v) {
@@ -410,13 +424,6 @@ ATTNFLOW_AVX2 HWY_INLINE __m256i Nibbles32(const uint8_t* qs) {
   const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
   const __m256i z = _mm256_set_m128i(_mm_srli_epi16(q, 4), q);
   return _mm256_and_si256(z, _mm256_set1_epi8(0x0F));
-}
-
-// F16 at p to F32 (F16C; exact, as qdot::Half).
-ATTNFLOW_AVX2 HWY_INLINE float HalfF16c(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return _cvtsh_ss(h);
 }
 
 template <GgmlType kType>
@@ -435,18 +442,11 @@ ATTNFLOW_AVX2 HWY_INLINE float FastRowAvx2(const uint8_t* HWY_RESTRICT row, int6
   const float* xd = xq.d.data();
   for (int64_t kb = 0; kb < cols / (32 * kSubs); ++kb) {
     const uint8_t* blk = row + kb * kBB;
-    // Per-block scale work. Q4_K: the 8 sub-block factors (d * sc_s) * dx_s
-    // and (-(dmin * m_s)) * dx_s (the 6-bit values of Q4KScalesMins);
+    // Per-block scale work. Q4_K: the 8 sub-block factors (Q4KFactors);
     // Q6_K: d * sc_i for the 16 scales. Same fp32 products as the oracle.
     __m256 s8 = _mm256_setzero_ps(), m8 = _mm256_setzero_ps(), ds_lo = s8, ds_hi = s8;
     if constexpr (kType == GgmlType::kQ4_K) {
-      uint64_t sc, mn;
-      Q4KScalesMins(blk, &sc, &mn);
-      const __m256 scf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(sc))));
-      const __m256 mf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(mn))));
-      const __m256 dx8 = _mm256_loadu_ps(xd + kb * 8);
-      s8 = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(HalfF16c(blk)), scf), dx8);
-      m8 = _mm256_mul_ps(_mm256_xor_ps(_mm256_mul_ps(_mm256_set1_ps(HalfF16c(blk + 2)), mf), _mm256_set1_ps(-0.0f)), dx8);
+      Q4KFactors(blk, xd + kb * 8, &s8, &m8);
     } else if constexpr (kType == GgmlType::kQ6_K) {
       const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 192));
       const __m256 d = _mm256_set1_ps(HalfF16c(blk + 208));
@@ -581,8 +581,10 @@ bool FastDotVnniT() {
 // Whether this target has a SIMD fast dot (AVX-512 VNNI, else AVX2).
 bool FastDotSimdT() { return HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2; }
 
-// Returns false (nothing written) when this target or CPU has no SIMD fast
-// dot for the type (or cols / 32 is odd); the caller then runs the oracle.
+// Returns false (nothing written) when this target has no SIMD fast dot for
+// the type; the caller then runs the oracle. On AVX-512 with VNNI, rows with
+// an odd number of 32-element blocks per pair (cols % 64 != 0) take the AVX2
+// code.
 bool FastRowsT(float* y, const QMatrix& w, int64_t r0, int64_t nr, const Q8Acts& xq) {
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
   if (FastDotVnniT() && w.cols % 64 == 0) {
