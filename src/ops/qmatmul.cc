@@ -443,13 +443,13 @@ HWY_INLINE float DotRowQ45KAvx3(const uint8_t* HWY_RESTRICT row, int64_t cols,
       const VF ds{_mm512_permutexvar_ps(lane, ds8)};
       const VF ms{_mm512_permutexvar_ps(lane, ms8)};
       const VF t0 = hn::Sub(hn::Mul(ds, iota), ms);
+      const VF t1 = kFive ? hn::Sub(hn::Mul(ds, iota16), ms) : t0;  // Q5_K: levels 16-31
       const uint8_t* qs = blk + (kFive ? 48 : 16) + 32 * (sub / 2);
       VF wv[2];
       HWY_UNROLL(2)
       for (int g = 0; g < 2; ++g) {
         __m512i q = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qs + 16 * g)));
         if constexpr (kFive) {
-          const VF t1 = hn::Sub(hn::Mul(ds, iota16), ms);
           q = (sub & 1) ? _mm512_srli_epi32(q, 4) : _mm512_and_si512(q, m4);
           const __m512i hb = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16 + 16 * g)));
           const __m512i h = _mm512_slli_epi32(_mm512_srli_epi32(hb, sub), 4);
@@ -505,13 +505,10 @@ void DotRowsT(const QMatrix& w, int64_t r0, int64_t nr, const float* x, float* y
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
     case GgmlType::kQ4_K: return DotRows<DotRowQ45KAvx3<false>>(w, r0, nr, x, y);
     case GgmlType::kQ5_K: return DotRows<DotRowQ45KAvx3<true>>(w, r0, nr, x, y);
+    case GgmlType::kQ6_K: return DotRows<DotRowQ6KAvx3>(w, r0, nr, x, y);
 #else
     case GgmlType::kQ4_K: return DotRows<DotRowK<GgmlType::kQ4_K>>(w, r0, nr, x, y);
     case GgmlType::kQ5_K: return DotRows<DotRowK<GgmlType::kQ5_K>>(w, r0, nr, x, y);
-#endif
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-    case GgmlType::kQ6_K: return DotRows<DotRowQ6KAvx3>(w, r0, nr, x, y);
-#else
     case GgmlType::kQ6_K: return DotRows<DotRowK<GgmlType::kQ6_K>>(w, r0, nr, x, y);
 #endif
     default: return DotRowsGeneric(w, r0, nr, x, y, tmp);
