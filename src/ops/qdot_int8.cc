@@ -28,6 +28,7 @@
 #include "hwy/highway.h"
 #include "attnflow/ops.h"
 #include "attnflow/tensor.h"
+#include "ops/lane_sum_avx512-inl.h"
 #include "ops/q4k_scales.h"
 
 #ifndef ATTNFLOW_OPS_QDOT_INT8_SHARED
@@ -189,44 +190,15 @@ ATTNFLOW_VNNI HWY_INLINE __m512i Nibbles64(const uint8_t* qs0, const uint8_t* qs
   return _mm512_and_si512(sh, _mm512_set1_epi8(0x0F));
 }
 
-// The fixed reduction of the oracle: a = (acc0 + acc1) + (off0 + off1), then
-// lanes k + 8, k + 4, k + 2, k + 1.
-ATTNFLOW_VNNI HWY_INLINE float ReduceFixed(__m512 a) {
-  const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1));
-  const __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-  const __m128 p = _mm_add_ps(q, _mm_movehl_ps(q, q));
-  return _mm_cvtss_f32(_mm_add_ss(p, _mm_movehdup_ps(p)));
-}
-
-// ReduceFixed of 16 rows at once, the same additions with the same operands
-// in the same order (lower element first at every level), laid out as a
-// transpose: 4 levels of (2 shuffles + 1 add) per pair of vectors, 45 ops for
-// 16 rows instead of ~8 dependent ops per row. Level 1: row pairs,
-// [lo256(a) | lo256(b)] + [hi256(a) | hi256(b)] = h (a[k] + a[k+8]);
-// level 2: q = h[k] + h[k+4] of 4 rows (one 128-bit lane each); level 3:
-// p = q[k] + q[k+2] (in-lane shuffles of 2 x 4 rows); level 4: p[0] + p[1]
-// of 16 rows, element 4j + e = row j + 4e, permuted to row order.
-ATTNFLOW_VNNI HWY_INLINE void ReduceFixed16(const __m512* v, float* y) {
-  __m512 h[8], q[4], p[2];
-  for (int i = 0; i < 8; ++i)
-    h[i] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0x44),
-                         _mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0xEE));
-  for (int i = 0; i < 4; ++i)
-    q[i] = _mm512_add_ps(_mm512_shuffle_f32x4(h[2 * i], h[2 * i + 1], 0x88),
-                         _mm512_shuffle_f32x4(h[2 * i], h[2 * i + 1], 0xDD));
-  for (int i = 0; i < 2; ++i)
-    p[i] = _mm512_add_ps(_mm512_shuffle_ps(q[2 * i], q[2 * i + 1], 0x44),
-                         _mm512_shuffle_ps(q[2 * i], q[2 * i + 1], 0xEE));
-  const __m512 r = _mm512_add_ps(_mm512_shuffle_ps(p[0], p[1], 0x88), _mm512_shuffle_ps(p[0], p[1], 0xDD));
-  const __m512i to_rows = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-  _mm512_storeu_ps(y, _mm512_permutexvar_ps(to_rows, r));
-}
+// The fixed reduction of the oracle, a = (acc0 + acc1) + (off0 + off1), then
+// lanes k + 8, k + 4, k + 2, k + 1: LaneSum (one row) or LaneSum16 (16 rows
+// at once, the same additions), ops/lane_sum_avx512-inl.h.
 
 // One row (cols / 32 even): pairs P of 32-element sub-blocks (2P, 2P+1) as
 // 64 unsigned weight bytes u (w = u - kC), the per-lane scales S and (affine
 // types) offsets M; lane k = vpdpbusd(-kC * quad sum of x, u, x) exactly.
 // Returns the row's 16 lanes before the lane reduction: (acc0 + acc1) +
-// (off0 + off1), reduced by ReduceFixed (one row) or ReduceFixed16.
+// (off0 + off1), reduced by LaneSum (one row) or LaneSum16.
 template <GgmlType kType>
 ATTNFLOW_VNNI HWY_INLINE __m512 FastRowVnni(const uint8_t* HWY_RESTRICT row, int64_t cols, const Q8Acts& xq) {
   static_assert(kType != GgmlType::kQ4_K && kType != GgmlType::kQ6_K,
@@ -392,9 +364,9 @@ ATTNFLOW_VNNI void FastRowsVnni(float* y, const QMatrix& w, int64_t r0, int64_t 
   for (; j + 16 <= nr; j += 16) {
     __m512 v[16];
     for (int i = 0; i < 16; ++i, row += w.row_bytes) v[i] = Row(row);
-    ReduceFixed16(v, y + j);
+    LaneSum16(v, y + j);
   }
-  for (; j < nr; ++j, row += w.row_bytes) y[j] = ReduceFixed(Row(row));
+  for (; j < nr; ++j, row += w.row_bytes) y[j] = LaneSum(Row(row));
 }
 #endif
 

@@ -23,6 +23,7 @@
 
 #include "hwy/highway.h"
 #include "attnflow/ops.h"
+#include "ops/lane_sum_avx512-inl.h"
 #include "ops/q4k_scales.h"
 
 ATTNFLOW_HWY_NAMESPACE_BEGIN(ops)
@@ -151,20 +152,41 @@ HWY_INLINE void StoreSubBlock(const VF* wv, float* HWY_RESTRICT dst) {
   for (size_t g = 0; g < 32 / L; ++g) hn::StoreU(wv[g], df, dst + g * L);
 }
 
-// The fixed reduction of the G accumulators: pairwise halves, then lanes.
-HWY_INLINE float ReduceGroups(VF* acc, size_t G) {
-  const DF df;
+// The G accumulators folded pairwise by halves into one vector; its lanes
+// are then summed by RowSum / DotRows (the fixed reduction of a row dot).
+HWY_INLINE VF FoldGroups(VF* acc, size_t G) {
   for (size_t n = G; n > 1; n /= 2) {
     for (size_t g = 0; g < n / 2; ++g) acc[g] = hn::Add(acc[g], acc[g + n / 2]);
   }
-  return hn::GetLane(hn::SumOfLanes(df, acc[0]));
+  return acc[0];
 }
 
-// y[j] = Dot(row r0 + j) for nr rows, one row after the other.
-template <float (*Dot)(const uint8_t*, int64_t, const float*)>
+// The lanes of a folded row vector summed: SumOfLanes' tree, which on
+// AVX-512 is LaneSum's (ops/lane_sum_avx512-inl.h).
+HWY_INLINE float RowSum(VF v) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  return LaneSum(v.raw);
+#else
+  return hn::GetLane(hn::SumOfLanes(DF(), v));
+#endif
+}
+
+// y[j] = the dot of row r0 + j for nr rows, one row after the other; Dot
+// returns a row's folded vector. On AVX-512, 16 rows' lane sums are done at
+// once (LaneSum16: the same additions as RowSum, so the same bits) instead of
+// a chain of ~8 dependent ops per row.
+template <VF (*Dot)(const uint8_t*, int64_t, const float*)>
 void DotRows(const QMatrix& w, int64_t r0, int64_t nr, const float* x, float* y) {
   const uint8_t* row = w.data + r0 * w.row_bytes;
-  for (int64_t j = 0; j < nr; ++j, row += w.row_bytes) y[j] = Dot(row, w.cols, x);
+  int64_t j = 0;
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  for (; j + 16 <= nr; j += 16) {
+    __m512 v[16];
+    for (int i = 0; i < 16; ++i, row += w.row_bytes) v[i] = Dot(row, w.cols, x).raw;
+    LaneSum16(v, y + j);
+  }
+#endif
+  for (; j < nr; ++j, row += w.row_bytes) y[j] = RowSum(Dot(row, w.cols, x));
 }
 
 // y = dot(W[r], x) for one row of a quantised type (cols % 32 == 0). One
@@ -174,7 +196,7 @@ void DotRows(const QMatrix& w, int64_t r0, int64_t nr, const float* x, float* y)
 // interleaved per-row streams defeat the hardware prefetcher: measured 30%
 // slower).
 template <GgmlType kType>
-HWY_INLINE float DotRowQ(const uint8_t* HWY_RESTRICT row, int64_t cols, const float* HWY_RESTRICT x) {
+HWY_INLINE VF DotRowQ(const uint8_t* HWY_RESTRICT row, int64_t cols, const float* HWY_RESTRICT x) {
   const DF df;
   const size_t L = hn::Lanes(df);
   const size_t G = 32 / L;
@@ -188,7 +210,7 @@ HWY_INLINE float DotRowQ(const uint8_t* HWY_RESTRICT row, int64_t cols, const fl
     BlockWeights<kType>(df, row + b * kBB, wv);
     MulAddSubBlock(acc, wv, x + b * 32, G, L);
   }
-  return ReduceGroups(acc, G);
+  return FoldGroups(acc, G);
 }
 
 // ---- Q5_0 / Q5_1 / Q4_K / Q5_K / Q6_K -----------------------------------------
@@ -334,10 +356,10 @@ HWY_INLINE void SubBlockWeights(DF df, const uint8_t* blk, int sub, VF* w) {
 }
 
 // y = dot(W[r], x) for Q5_0/Q5_1/Q4_K/Q5_K/Q6_K rows: one vector accumulator
-// per lane group, blocks and sub-blocks in order, then the fixed pairwise
-// reduction of DotRowQ.
+// per lane group, blocks and sub-blocks in order, then DotRowQ's
+// fold (the lanes are summed by DotRows).
 template <GgmlType kType>
-HWY_INLINE float DotRowK(const uint8_t* HWY_RESTRICT row, int64_t cols, const float* HWY_RESTRICT x) {
+HWY_INLINE VF DotRowK(const uint8_t* HWY_RESTRICT row, int64_t cols, const float* HWY_RESTRICT x) {
   const DF df;
   const size_t L = hn::Lanes(df);
   const size_t G = 32 / L;
@@ -355,7 +377,7 @@ HWY_INLINE float DotRowK(const uint8_t* HWY_RESTRICT row, int64_t cols, const fl
       MulAddSubBlock(acc, wv, x + b * kBE + s * 32, G, L);
     }
   }
-  return ReduceGroups(acc, G);
+  return FoldGroups(acc, G);
 }
 
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
@@ -367,7 +389,7 @@ HWY_INLINE float DotRowK(const uint8_t* HWY_RESTRICT row, int64_t cols, const fl
 // in order, lane groups g = 0, 1, one FMA each) are DotRowK<kQ6_K>'s, so the
 // result is the same bit for bit; this only replaces ~11 ops per 16 weights
 // of per-lane-group unpacking by ~4.
-HWY_INLINE float DotRowQ6KAvx3(const uint8_t* HWY_RESTRICT row, int64_t cols,
+HWY_INLINE VF DotRowQ6KAvx3(const uint8_t* HWY_RESTRICT row, int64_t cols,
                                const float* HWY_RESTRICT x) {
   const DF df;
   static_assert(hn::MaxLanes(DF()) == 16, "AVX-512 float lanes");
@@ -404,7 +426,7 @@ HWY_INLINE float DotRowQ6KAvx3(const uint8_t* HWY_RESTRICT row, int64_t cols,
       }
     }
   }
-  return ReduceGroups(acc, 2);
+  return FoldGroups(acc, 2);
 }
 #endif
 
@@ -418,7 +440,7 @@ HWY_INLINE float DotRowQ6KAvx3(const uint8_t* HWY_RESTRICT row, int64_t cols,
 // (sub-blocks in order, lane groups g = 0, 1, one FMA each) are
 // DotRowK<kType>'s, so the result is the same bit for bit.
 template <bool kFive>
-HWY_INLINE float DotRowQ45KAvx3(const uint8_t* HWY_RESTRICT row, int64_t cols,
+HWY_INLINE VF DotRowQ45KAvx3(const uint8_t* HWY_RESTRICT row, int64_t cols,
                                 const float* HWY_RESTRICT x) {
   const DF df;
   static_assert(hn::MaxLanes(DF()) == 16, "AVX-512 float lanes");
@@ -462,7 +484,7 @@ HWY_INLINE float DotRowQ45KAvx3(const uint8_t* HWY_RESTRICT row, int64_t cols,
       MulAddSubBlock(acc, wv, xb + 32 * sub, 2, 16);
     }
   }
-  return ReduceGroups(acc, 2);
+  return FoldGroups(acc, 2);
 }
 #endif
 

@@ -7,7 +7,11 @@
 //  * y against a float64 dot over the DequantizeRow rows, relative to
 //    sum |w x| (fp32 accumulation error bound, loose multiple);
 //  * bit-identical results for 1, 2 and 7 threads, on every Highway target
-//    this CPU runs (plus the fallback).
+//    this CPU runs (plus the fallback);
+//  * a row's dot does not depend on how many rows one QMatVecRows call
+//    covers: on AVX-512 the lanes of 16 rows are summed at once (LaneSum16,
+//    ops/lane_sum_avx512-inl.h) and a call's remaining rows one by one
+//    (LaneSum), and both must give the same bits.
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -113,6 +117,32 @@ TEST(QMatMulQuant, MatchesFloat64AndThreadCounts) {
           if (first.empty()) first = y;
           else EXPECT_TRUE(y == first) << "T=" << T << ": " << threads << " threads differ";
         }
+      }
+    }
+  });
+}
+
+TEST(QMatMulQuant, RowDotsDoNotDependOnTheRowsPerCall) {
+  // 37 rows = two groups of 16 + 5 single rows; x of mixed signs and
+  // magnitudes, so that a different order of the lane additions would show
+  // in the low bits of many rows.
+  const int64_t rows = 37, cols = 768;
+  const GgmlType types[] = {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ8_0, GgmlType::kQ5_0,
+                            GgmlType::kQ5_1, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K};
+  ForEachTarget([&] {
+    for (GgmlType type : types) {
+      SCOPED_TRACE(GgmlTypeName(static_cast<uint32_t>(type)));
+      Weights m = Make(type, rows, cols, 300 + static_cast<uint64_t>(type));
+      Rng rng(5);
+      std::vector<float> x(static_cast<size_t>(cols)), tmp(static_cast<size_t>(cols));
+      for (size_t c = 0; c < x.size(); ++c) x[c] = static_cast<float>(rng.Normal() * (c % 7 == 0 ? 1e3 : 1.0));
+      std::vector<float> all(static_cast<size_t>(rows)), one(static_cast<size_t>(rows));
+      ops::QMatVecRows(all.data(), m.w, 0, rows, x.data(), tmp.data());
+      for (int64_t r = 0; r < rows; ++r) ops::QMatVecRows(one.data() + r, m.w, r, 1, x.data(), tmp.data());
+      for (int64_t r = 0; r < rows; ++r) {
+        ASSERT_EQ(std::memcmp(&all[static_cast<size_t>(r)], &one[static_cast<size_t>(r)], 4), 0)
+            << "row " << r << ": " << all[static_cast<size_t>(r)] << " (rows per call " << rows << ") vs "
+            << one[static_cast<size_t>(r)] << " (one row)";
       }
     }
   });
