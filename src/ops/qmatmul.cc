@@ -642,9 +642,15 @@ HWY_INLINE void GemmMicro(const float* HWY_RESTRICT w, size_t K, const float* HW
       }
     }
   }
-  HWY_UNROLL(8)
-  for (int r = 0; r < kR; ++r) {
-    for (size_t t = 0; t < nt; ++t) y[t * ldy + r] = tot[r][t];
+  // Token by token, so that the kR outputs of a token (adjacent floats of
+  // one cache line of y) are written one after the other. Row by row (the
+  // former order: the same values) put TB consecutive stores on TB different
+  // lines of y, ldy floats apart; on a Zen 5 that store stream was a third
+  // of the prefill GEMM's samples, and this order made SmolLM2's 512-token
+  // prefill 1.5x faster (1160 -> 1760 tokens/s, 2 threads).
+  for (size_t t = 0; t < nt; ++t) {
+    HWY_UNROLL(8)
+    for (int r = 0; r < kR; ++r) y[t * ldy + r] = tot[r][t];
   }
 }
 
