@@ -159,6 +159,11 @@ class Pty {
     Pump(0);
     (void)!write(fd_, s.data(), s.size());
   }
+  // At once (Ctrl-C while a reply streams: no prompt to wait for).
+  void SendNow(const std::string& s) {
+    Pump(0);
+    (void)!write(fd_, s.data(), s.size());
+  }
   // Ctrl-D, again every few seconds until the child exits (a type-ahead
   // Ctrl-D can still be flushed on a heavily loaded machine). Exit code.
   int CtrlDUntilExit(int tries = 5) {
@@ -219,10 +224,13 @@ TEST(CliChat, CtrlCStopsTheReplyAndCtrlDExitsCleanly) {
   Pty p({ATTNFLOW_CLI, "chat", "--model", "smollm2", "--max-tokens", "400"});
   ASSERT_TRUE(p.WaitFor("> ")) << p.out();
   p.Send("Write a very long story about a cat who travels the world.\r");
-  // A few words of the reply, then Ctrl-C.
+  // The echo of the line, the first word of the reply, then Ctrl-C at once.
+  // No fixed delay may come in between: a fast machine writes the whole
+  // 400-token reply in about a second (a 1.5 s sleep here once let the reply
+  // finish before the Ctrl-C arrived).
+  ASSERT_TRUE(p.WaitFor("the world.")) << p.out();
   ASSERT_TRUE(p.WaitFor(" ")) << p.out();
-  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
-  p.Send("\x03");
+  p.SendNow("\x03");
   ASSERT_TRUE(p.WaitFor("[stop] interrupted (Ctrl-C)")) << p.out();
   ASSERT_TRUE(p.WaitFor("> ")) << p.out();
   EXPECT_FALSE(Has(p.out(), "[prefill]")) << "timing lines are off by default\n" << p.out();
