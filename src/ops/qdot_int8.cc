@@ -163,8 +163,12 @@ ATTNFLOW_AVX2 HWY_INLINE void Q4KFactors(const uint8_t* blk, const float* dx, __
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
 // AVX-512 VNNI (vpdpbusd) is not part of Highway 1.0's AVX3 target, so the
 // integer path is compiled for it by function attribute and used only when
-// the CPU has it (checked once); otherwise the scalar oracle runs.
-#define ATTNFLOW_VNNI __attribute__((target("avx512vnni,avx512bw,avx512dq,avx512vl,avx512f,f16c,fma")))
+// the CPU has it (checked once); otherwise the scalar oracle runs. The
+// attribute is this pass's Highway target plus VNNI, so that the target's
+// own inline functions (LaneSum16, ops/lane_sum_avx512-inl.h) can be inlined
+// here: clang refuses to inline a function whose target has features (bmi,
+// bmi2, ...) that the caller's lacks.
+#define ATTNFLOW_VNNI __attribute__((target(HWY_TARGET_STR ",avx512vnni")))
 
 // F16 -> F32 of two halves at p0, p1 (exact) in lanes 0, 1.
 ATTNFLOW_VNNI HWY_INLINE __m128 Half2(const uint8_t* p0, const uint8_t* p1) {
