@@ -11,8 +11,8 @@
 // LaneSum of that row, bit for bit. 45 shuffles/adds for 16 rows instead of
 // ~8 dependent ops per row (the per-row tail held a third of the perf
 // samples of a 576-column exact matvec; measured gain of the exact dots,
-// one thread: Q5_0 streamed from DRAM +11%, the others 0-5%). Per-target (Highway's
-// toggle), defined for the AVX-512 targets only.
+// one thread: Q5_0 streamed from DRAM +11%, the others 0-5%).
+// Per-target (Highway's toggle), defined for the AVX-512 targets only.
 #if defined(ATTNFLOW_OPS_LANE_SUM_AVX512_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef ATTNFLOW_OPS_LANE_SUM_AVX512_INL_H_
 #undef ATTNFLOW_OPS_LANE_SUM_AVX512_INL_H_

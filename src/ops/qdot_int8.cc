@@ -194,15 +194,12 @@ ATTNFLOW_VNNI HWY_INLINE __m512i Nibbles64(const uint8_t* qs0, const uint8_t* qs
   return _mm512_and_si512(sh, _mm512_set1_epi8(0x0F));
 }
 
-// The fixed reduction of the oracle, a = (acc0 + acc1) + (off0 + off1), then
-// lanes k + 8, k + 4, k + 2, k + 1: LaneSum (one row) or LaneSum16 (16 rows
-// at once, the same additions), ops/lane_sum_avx512-inl.h.
-
 // One row (cols / 32 even): pairs P of 32-element sub-blocks (2P, 2P+1) as
 // 64 unsigned weight bytes u (w = u - kC), the per-lane scales S and (affine
 // types) offsets M; lane k = vpdpbusd(-kC * quad sum of x, u, x) exactly.
-// Returns the row's 16 lanes before the lane reduction: (acc0 + acc1) +
-// (off0 + off1), reduced by LaneSum (one row) or LaneSum16.
+// Returns the row's 16 lanes before the oracle's fixed lane reduction:
+// (acc0 + acc1) + (off0 + off1), reduced by LaneSum (one row) or LaneSum16
+// (16 rows at once, the same additions; ops/lane_sum_avx512-inl.h).
 template <GgmlType kType>
 ATTNFLOW_VNNI HWY_INLINE __m512 FastRowVnni(const uint8_t* HWY_RESTRICT row, int64_t cols, const Q8Acts& xq) {
   static_assert(kType != GgmlType::kQ4_K && kType != GgmlType::kQ6_K,
