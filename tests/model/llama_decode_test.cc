@@ -1,5 +1,6 @@
 // llama_decode_test.cc — the Llama fused decode step (one parallel region per
-// layer, src/model/llama/llama_model.cc DecodeStep) against the op-by-op path
+// token while the attention has one split, else one per layer;
+// src/model/llama/llama_model.cc DecodeStep) against the op-by-op path
 // on the tiny synthetic model: bit-identical logits step after step. Small
 // and self-contained (no model download), so CI's TSan job (tests named
 // *decode*) runs the region protocol -- chunk stealing, per-phase completion
@@ -65,6 +66,42 @@ TEST(LlamaLoader, FusedDecodeStepEqualsOpByOp) {
         }
         EXPECT_EQ(m->CacheLength(), static_cast<int64_t>(prompt.size() + steps.size()));
       }
+    }
+  }
+}
+
+// Across the context where the decode kernel starts splitting the keys (one
+// split up to 512 keys for the tiny model's 2 kv heads: the step runs as one
+// region with the attention as a phase of kv-head chunks; past it, as one
+// region per layer with the attention call between them), the fused step
+// still gives the op-by-op path's logits bit for bit, on 1-3 threads.
+TEST(LlamaLoader, FusedDecodeStepEqualsOpByOpAcrossTheSplitBoundary) {
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 505; ++i) prompt.push_back((i * 37 + 11) % 256);
+  const std::vector<int32_t> steps = {33, 200, 7, 100, 3, 99, 257, 0, 12, 48, 5, 250};
+  TinyOpts to;
+  to.context = 1024;
+  llama::LlamaOptions ref_o;
+  ref_o.fused_decode = false;
+  ref_o.num_threads = 2;
+  auto ref = std::move(LoadTiny(to, ref_o)).value();
+  Tensor l;
+  ASSERT_TRUE(ref->Forward(prompt, false, &l).ok());
+  std::vector<std::vector<float>> want;
+  for (int32_t id : steps) {
+    ASSERT_TRUE(ref->Forward({id}, false, &l).ok());
+    want.emplace_back(l.data<float>(), l.data<float>() + l.numel());
+  }
+  for (int threads : {1, 2, 3}) {
+    llama::LlamaOptions o;
+    o.num_threads = threads;
+    auto m = std::move(LoadTiny(to, o)).value();
+    ASSERT_TRUE(m->Forward(prompt, false, &l).ok());
+    for (size_t i = 0; i < steps.size(); ++i) {
+      ASSERT_TRUE(m->Forward({steps[i]}, false, &l).ok());
+      ASSERT_EQ(l.numel(), static_cast<int64_t>(want[i].size()));
+      EXPECT_EQ(MaxDiff(l.data<float>(), want[i].data(), l.numel()), 0.0)
+          << "step " << i << " (context " << prompt.size() + i + 1 << "), " << threads << " threads";
     }
   }
 }

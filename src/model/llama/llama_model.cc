@@ -14,13 +14,20 @@
 // would) — appends never reallocate or copy. Only where the reservation is
 // refused does it fall back to growing by 1.5x with a copy.
 //
-// Decode step (one token, no stage capture; DecodeStep): everything between
-// two attention calls runs in ONE pool region -- the rest of layer l (Wo,
-// residual, RMSNorm, gate/up with SwiGLU applied to each 16-row chunk as it is
-// computed, Wdown, residual) and the start of layer l+1 (RMSNorm, q/k/v with
-// RoPE applied to each chunk and k/v written to the cache from it), or the
-// output head after the last layer: 61 pool hand-offs a token for 30 layers
-// instead of ~155, and no serial norm/RoPE/SwiGLU/append pass between them.
+// Decode step (one token, no stage capture; DecodeStep): while the decode
+// kernel runs the attention with one split (its tasks are then exactly the
+// kv heads: every context up to its split length, 512 keys for SmolLM2), the
+// whole token is ONE pool region; past that, one region per layer with the
+// layer's attention call between two regions. A region per layer holds the
+// rest of layer l (Wo, residual, RMSNorm, gate/up with SwiGLU applied to each
+// 16-row chunk as it is computed, Wdown, residual) and the start of layer l+1
+// (RMSNorm, q/k/v with RoPE applied to each chunk and k/v written to the
+// cache from it), or the output head after the last layer; in one region
+// per token, layer l+1 then opens with its attention as a phase of kv-head
+// chunks (each chunk the kernel on that head alone, with the same single
+// split: the same arithmetic) -- 1 pool hand-off a token instead of 61 (30
+// layers), and the short-context attention, which the kernel runs on the
+// calling thread alone, is shared by the tasks.
 // Inside a region, each phase's rows are 16-row chunks split into one
 // contiguous range per task with stealing from the back (as ops::QMatMul's
 // decode path); a task waits for a phase's chunk count to complete (acquire
@@ -28,14 +35,17 @@
 // Every task keeps its own copy of the residual stream and of the normed
 // input (the same ops on the same data, so the copies are identical), so no
 // single task has to run the norm while the others wait. Phases write to
-// distinct buffers (o_out_, g_, dn_, q/k/v), so a late task still reads
-// unmodified inputs; no task ever waits for another task to *arrive*, only
-// for claimed chunks to finish -- if the pool runs the tasks one after the
-// other (one worker, or a nested call) the first task does all the work and
-// the others only update their copies. Each value is computed by the same
-// function on the same inputs as on the op-by-op path (ops::QMatVecRows is
-// QMatMul's per-row dot; Rope, SwiGlu, Add and RmsNorm are the ops themselves
-// on slices), so the logits are bit-identical to it and to any thread count.
+// distinct buffers (Wo and Wdown outputs one per layer, o_out_ and dn_), so a
+// late task still updates its copies from unmodified inputs; a task reads a
+// shared phase input (att_, g_, q/k/v) only inside a chunk it claimed, while
+// the phase is unfinished and so no task is past it. No task ever waits for
+// another task to *arrive*, only for claimed chunks to finish -- if the pool
+// runs the tasks one after the other (one worker, or a nested call) the first
+// task does all the work and the others only update their copies. Each value
+// is computed by the same function on the same inputs as on the op-by-op path
+// (ops::QMatVecRows is QMatMul's per-row dot; Rope, SwiGlu, Add and RmsNorm
+// are the ops themselves on slices; the attention is the same kernel and
+// split), so the logits are bit-identical to it and to any thread count.
 #include "model/llama/llama_model.h"
 
 #include "core/chunk_range.h"
@@ -48,6 +58,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <new>
 #include <system_error>
 #include <thread>
@@ -161,7 +172,8 @@ class LlamaModel : public DecoderModel {
   Status EnsureCapacity(int64_t needed);
   Status ForwardImpl(const std::vector<int32_t>& ids, bool all_logits, Tensor* logits,
                      const StageCapture& capture);
-  // The one-token forward in one region per layer (see the file comment).
+  // The one-token forward in one region per token or per layer (see the
+  // file comment).
   // Caller checked the id, the context and the cache capacity.
   Status DecodeStep(int32_t id, Tensor* logits);
   bool CanFuseDecode() const { return opt_.fused_decode && info_.head_dim % kDecodeRows == 0; }
@@ -204,12 +216,15 @@ class LlamaModel : public DecoderModel {
   std::vector<float> x_, h_, q_, k_, v_, att_, g_, u_, tmp_, cos_, sin_;
   std::vector<int64_t> pos_;
   // Decode regions: per-task residual / normed copies [W, E], the Wo and
-  // Wdown outputs, and the four phases' ranges and counts.
+  // Wdown outputs [layers, E], and the phases' ranges and counts (5 per
+  // region, regions 0..layers).
   std::vector<float> xw_, hw_, o_out_, dn_;
   // opt_.fast_dot: per-task int8 copies of hw (qh_) and of att_ / g_ (qa_).
   std::vector<ops::Q8Acts> qh_, qa_;
   std::unique_ptr<ChunkRange[]> dec_ranges_;
   std::unique_ptr<DoneCount[]> dec_done_;
+  size_t dec_phases_ = 0;  // phases dec_ranges_ / dec_done_ hold, for
+  int64_t dec_workers_ = 0;  // this many workers
 
  public:
   ~LlamaModel() override {
@@ -646,6 +661,7 @@ void LlamaModel::StoreKv(uint8_t* cache, int64_t r, const float* src, int64_t n)
 Status LlamaModel::DecodeStep(int32_t id, Tensor* logits) {
   const int64_t E = info_.hidden, H = info_.num_heads, Hkv = info_.num_kv_heads;
   const int64_t D = info_.head_dim, F = info_.ffn_hidden, V = info_.vocab_size;
+  const int64_t G = H / Hkv;
   const int64_t p0 = cache_len_, Lk = p0 + 1;
   ThreadPool& pool = *pool_;
   const int64_t W = pool.NumWorkers();
@@ -656,8 +672,9 @@ Status LlamaModel::DecodeStep(int32_t id, Tensor* logits) {
   v_.resize(static_cast<size_t>(Hkv * D));
   att_.resize(static_cast<size_t>(H * D));
   g_.resize(static_cast<size_t>(F));
-  o_out_.resize(e);
-  dn_.resize(e);
+  const int64_t nl = static_cast<int64_t>(layers_.size());
+  o_out_.resize(static_cast<size_t>(nl) * e);
+  dn_.resize(static_cast<size_t>(nl) * e);
   xw_.resize(static_cast<size_t>(W) * e);
   hw_.resize(static_cast<size_t>(W) * e);
   const bool fast = opt_.fast_dot;
@@ -668,125 +685,216 @@ Status LlamaModel::DecodeStep(int32_t id, Tensor* logits) {
   cos_.resize(static_cast<size_t>(D / 2));
   sin_.resize(static_cast<size_t>(D / 2));
   pos_.resize(1);
-  constexpr int kPhases = 4;  // Wo, gate/up, Wdown, then q/k/v or the head
-  if (dec_ranges_ == nullptr) {
-    dec_ranges_.reset(new ChunkRange[static_cast<size_t>(kPhases * W)]);
-    dec_done_.reset(new DoneCount[kPhases]);
+  const int64_t qd = H * D, kd = Hkv * D;
+
+  // The attention of layer l on the whole cache: q [1,H,1,D] over q_, k/v
+  // [1,Hkv,Lk,D] over the cache; the kv head range [h0, h0 + nh) of it
+  // (its q/out rows are the heads [h0*G, (h0+nh)*G)).
+  SdpaOptions so;
+  so.causal = Causal::kBottomRight;
+  const size_t kv_elem = DTypeSize(opt_.kv_dtype);
+  auto attention = [&](int64_t l, int64_t h0, int64_t nh, const KernelOptions& ko) -> Status {
+    const TensorView qv = MakeStridedView(q_.data() + h0 * G * D, DType::kF32, {1, nh * G, 1, D},
+                                          {H * D, D, H * D, 1});
+    const TensorView ov = MakeStridedView(att_.data() + h0 * G * D, DType::kF32, {1, nh * G, 1, D},
+                                          {H * D, D, H * D, 1});
+    const size_t off = static_cast<size_t>(h0 * cap_ * D) * kv_elem;
+    const TensorView kv = MakeStridedView(KPtr(static_cast<size_t>(l)) + off, opt_.kv_dtype,
+                                          {1, nh, Lk, D}, {Hkv * cap_ * D, cap_ * D, D, 1});
+    const TensorView vv = MakeStridedView(VPtr(static_cast<size_t>(l)) + off, opt_.kv_dtype,
+                                          {1, nh, Lk, D}, {Hkv * cap_ * D, cap_ * D, D, 1});
+    Status st = Attention(ov, TensorView(), qv, kv, vv, so, ko);
+    if (!st.ok()) return Status(st.code(), "llama: layer " + std::to_string(l) + ": " + st.message());
+    return Status::Ok();
+  };
+  KernelOptions ko;
+  ko.pool = pool_;
+  // One region for the whole token when the kernel's tasks are exactly the
+  // kv heads (decode with one split, which every context up to the split
+  // length is): the attention is then a phase of kv-head chunks inside the
+  // region, each chunk the kernel on that head alone with the same single
+  // split (so the same arithmetic, bit for bit; the nested call runs inline
+  // on its task). Longer contexts split the keys: there the kernel's own
+  // (head, split) tasks balance better, so each layer's attention stays a
+  // call of its own between two regions.
+  bool one_region = false;
+  {
+    KernelChoice ch;
+    if (ExplainAttention(MakeStridedView(att_.data(), DType::kF32, {1, H, 1, D}, {H * D, D, H * D, 1}),
+                         TensorView(),
+                         MakeStridedView(q_.data(), DType::kF32, {1, H, 1, D}, {H * D, D, H * D, 1}),
+                         MakeStridedView(KPtr(0), opt_.kv_dtype, {1, Hkv, Lk, D}, {Hkv * cap_ * D, cap_ * D, D, 1}),
+                         MakeStridedView(VPtr(0), opt_.kv_dtype, {1, Hkv, Lk, D}, {Hkv * cap_ * D, cap_ * D, D, 1}),
+                         so, ko, &ch)
+            .ok()) {
+      one_region = ch.kernel == KernelKind::kSplitKvDecode && ch.num_splits == 1;
+    }
   }
-  DecodePhase ph[kPhases];
-  for (int i = 0; i < kPhases; ++i) {
-    ph[i].ranges = dec_ranges_.get() + i * W;
-    ph[i].done = &dec_done_[static_cast<size_t>(i)];
+  KernelOptions ko_head = ko;
+  ko_head.split_kv = Lk;  // one split, as the whole-layer call's
+
+  // Phases of region r = l + 1 (l = -1 .. nl-1): attention of layer l (one
+  // region only), Wo, gate/up, Wdown, then q/k/v of layer l + 1 or the head.
+  // All are reset here, before any region runs.
+  constexpr int kPhases = 5;
+  enum { kAtt = 0, kWo = 1, kGateUp = 2, kDown = 3, kNext = 4 };
+  const size_t n_ph = static_cast<size_t>(kPhases * (nl + 1));
+  if (dec_phases_ != n_ph || dec_workers_ != W) {
+    dec_ranges_.reset(new ChunkRange[n_ph * static_cast<size_t>(W)]);
+    dec_done_.reset(new DoneCount[n_ph]);
+    dec_phases_ = n_ph;
+    dec_workers_ = W;
   }
-  Result<Tensor> out = Tensor::Zeros(DType::kF32, {1, V});
-  if (!out.ok()) return out.status();
-  float* lg = out->data<float>();
+  auto chunks = [](int64_t rows) { return (rows + kDecodeRows - 1) / kDecodeRows; };
+  std::vector<DecodePhase> phs(n_ph);
+  for (int64_t r = 0; r <= nl; ++r) {
+    DecodePhase* ph = phs.data() + r * kPhases;
+    for (int i = 0; i < kPhases; ++i) {
+      const size_t at = static_cast<size_t>(r * kPhases + i);
+      ph[i].ranges = dec_ranges_.get() + at * static_cast<size_t>(W);
+      ph[i].done = &dec_done_[at];
+    }
+    ph[kAtt].Reset(r > 0 ? Hkv : 0, W);
+    ph[kWo].Reset(r > 0 ? chunks(E) : 0, W);
+    ph[kGateUp].Reset(r > 0 ? chunks(F) : 0, W);
+    ph[kDown].Reset(r > 0 ? chunks(E) : 0, W);
+    ph[kNext].Reset(r == nl ? chunks(V) : (qd + 2 * kd) / kDecodeRows, W);
+  }
+  // The logits are written whole by the head phase: the caller's tensor is
+  // reused when it already is [1, V] F32 (no 4*V-byte allocation per step).
+  const TensorView& lv = logits->view();
+  if (!(logits->defined() && lv.dtype == DType::kF32 && lv.rank == 2 && lv.shape[0] == 1 &&
+        lv.shape[1] == V && lv.data != nullptr)) {
+    Result<Tensor> out = Tensor::Zeros(DType::kF32, {1, V});
+    if (!out.ok()) return out.status();
+    *logits = std::move(out).value();
+  }
+  float* lg = logits->data<float>();
 
   ATTNFLOW_RETURN_IF_ERROR(ops::EmbeddingLookup(x_.data(), E, &id, embd_, 1));
   pos_[0] = p0;
   ops::RopeTables(cos_.data(), sin_.data(), pos_.data(), inv_freq_.data(), 1.0, 1, D);
-  auto chunks = [](int64_t rows) { return (rows + kDecodeRows - 1) / kDecodeRows; };
-  const int64_t nl = static_cast<int64_t>(layers_.size());
-  const int64_t qd = H * D, kd = Hkv * D;
 
-  // Region l: the rest of layer l (l >= 0), then the start of layer l + 1 or
-  // the output head.
-  for (int64_t l = -1; l < nl; ++l) {
-    if (l >= 0) {
-      const TensorView qv = MakeStridedView(q_.data(), DType::kF32, {1, H, 1, D}, {H * D, D, H * D, 1});
-      const TensorView ov = MakeStridedView(att_.data(), DType::kF32, {1, H, 1, D}, {H * D, D, H * D, 1});
-      const TensorView kv = MakeStridedView(KPtr(static_cast<size_t>(l)), opt_.kv_dtype, {1, Hkv, Lk, D},
-                                            {Hkv * cap_ * D, cap_ * D, D, 1});
-      const TensorView vv = MakeStridedView(VPtr(static_cast<size_t>(l)), opt_.kv_dtype, {1, Hkv, Lk, D},
-                                            {Hkv * cap_ * D, cap_ * D, D, 1});
-      SdpaOptions so;
-      so.causal = Causal::kBottomRight;
-      KernelOptions ko;
-      ko.pool = pool_;
-      Status st = Attention(ov, TensorView(), qv, kv, vv, so, ko);
-      if (!st.ok()) return Status(st.code(), "llama: layer " + std::to_string(l) + ": " + st.message());
-      ph[0].Reset(chunks(E), W);
-      ph[1].Reset(chunks(F), W);
-      ph[2].Reset(chunks(E), W);
-    }
-    const bool last = l + 1 == nl;
-    ph[3].Reset(last ? chunks(V) : (qd + 2 * kd) / kDecodeRows, W);
-    pool.ParallelFor(W, [&](int64_t w, int worker) {
-      float* xw = xw_.data() + w * E;
-      float* hw = hw_.data() + w * E;
-      float* buf = scratch_.worker(worker);
-      ops::Q8Acts* qh = fast ? &qh_[static_cast<size_t>(w)] : nullptr;
-      ops::Q8Acts* qa = fast ? &qa_[static_cast<size_t>(w)] : nullptr;
-      // y = W[r0, r0 + nr) x, exact or (fast) on xq, the int8 copy of x.
-      auto mv = [&](float* y, const QMatrix& m, int64_t r0, int64_t nr, const float* x, const ops::Q8Acts* xq) {
-        if (fast) {
-          ops::QMatVecRowsFast(y, m, r0, nr, *xq, x, buf);
-        } else {
-          ops::QMatVecRows(y, m, r0, nr, x, buf);
-        }
-      };
-      if (l < 0) {
-        std::memcpy(xw, x_.data(), e * sizeof(float));
+  // Task w's part of region l + 1: the attention phase (one region only),
+  // the rest of layer l (l >= 0), then the start of layer l + 1 or the head.
+  // Returns the first error of an attention chunk (then the region's other
+  // phases still run to completion, on garbage that is discarded).
+  std::atomic<bool> failed{false};
+  Status first_error;
+  std::mutex err_mu;
+  auto region = [&](int64_t l, int64_t w, int worker) {
+    DecodePhase* ph = phs.data() + (l + 1) * kPhases;
+    float* xw = xw_.data() + w * E;
+    float* hw = hw_.data() + w * E;
+    float* buf = scratch_.worker(worker);
+    ops::Q8Acts* qh = fast ? &qh_[static_cast<size_t>(w)] : nullptr;
+    ops::Q8Acts* qa = fast ? &qa_[static_cast<size_t>(w)] : nullptr;
+    // y = W[r0, r0 + nr) x, exact or (fast) on xq, the int8 copy of x.
+    auto mv = [&](float* y, const QMatrix& m, int64_t r0, int64_t nr, const float* x, const ops::Q8Acts* xq) {
+      if (fast) {
+        ops::QMatVecRowsFast(y, m, r0, nr, *xq, x, buf);
       } else {
-        const Layer& L = layers_[static_cast<size_t>(l)];
-        if (fast) ops::QuantizeActsQ8(qa, att_.data(), H * D);
-        ph[0].Run(w, W, true, [&](int64_t c) {
-          const int64_t r0 = c * kDecodeRows, nr = std::min(kDecodeRows, E - r0);
-          mv(o_out_.data() + r0, L.o, r0, nr, att_.data(), qa);
-        });
-        ops::Add(xw, xw, o_out_.data(), E, pool);
-        ops::RmsNorm(hw, E, xw, E, L.ffn_norm.data(), eps_, 1, E, pool);
-        if (fast) ops::QuantizeActsQ8(qh, hw, E);
-        ph[1].Run(w, W, true, [&](int64_t c) {
-          const int64_t r0 = c * kDecodeRows, nr = std::min(kDecodeRows, F - r0);
-          float u[kDecodeRows];
-          mv(g_.data() + r0, L.gate, r0, nr, hw, qh);
-          mv(u, L.up, r0, nr, hw, qh);
-          ops::SwiGlu(g_.data() + r0, g_.data() + r0, u, nr, pool);
-        });
-        if (fast) ops::QuantizeActsQ8(qa, g_.data(), F);
-        ph[2].Run(w, W, true, [&](int64_t c) {
-          const int64_t r0 = c * kDecodeRows, nr = std::min(kDecodeRows, E - r0);
-          mv(dn_.data() + r0, L.down, r0, nr, g_.data(), qa);
-        });
-        ops::Add(xw, xw, dn_.data(), E, pool);
+        ops::QMatVecRows(y, m, r0, nr, x, buf);
       }
-      if (last) {
-        ops::RmsNorm(hw, E, xw, E, output_norm_.data(), eps_, 1, E, pool);
-        if (fast) ops::QuantizeActsQ8(qh, hw, E);
-        ph[3].Run(w, W, false, [&](int64_t c) {
-          const int64_t r0 = c * kDecodeRows, nr = std::min(kDecodeRows, V - r0);
-          mv(lg + r0, output_, r0, nr, hw, qh);
+    };
+    if (l < 0) {
+      std::memcpy(xw, x_.data(), e * sizeof(float));
+    } else {
+      const Layer& L = layers_[static_cast<size_t>(l)];
+      float* o_out = o_out_.data() + l * E;
+      float* dn = dn_.data() + l * E;
+      if (one_region) {
+        ph[kAtt].Run(w, W, true, [&](int64_t hk) {
+          Status st = attention(l, hk, 1, ko_head);
+          if (!st.ok() && !failed.exchange(true)) {
+            std::lock_guard<std::mutex> lock(err_mu);
+            first_error = st;
+          }
         });
-        return;
       }
-      const size_t ln = static_cast<size_t>(l + 1);
-      const Layer& N = layers_[ln];
-      ops::RmsNorm(hw, E, xw, E, N.attn_norm.data(), eps_, 1, E, pool);
-      if (fast) ops::QuantizeActsQ8(qh, hw, E);
-      ph[3].Run(w, W, false, [&](int64_t c) {
-        int64_t r = c * kDecodeRows;  // row of [q | k | v]; a chunk lies in one head
-        const float* cs = cos_.data() + (r % D) / 2;
-        const float* sn = sin_.data() + (r % D) / 2;
-        if (r < qd) {
-          mv(q_.data() + r, N.q, r, kDecodeRows, hw, qh);
-          ops::Rope(q_.data() + r, kDecodeRows, cs, sn, ops::RopeLayout::kInterleaved, 1, 1, kDecodeRows,
-                    kDecodeRows, pool);
-        } else if (r < qd + kd) {
-          r -= qd;
-          mv(k_.data() + r, N.k, r, kDecodeRows, hw, qh);
-          ops::Rope(k_.data() + r, kDecodeRows, cs, sn, ops::RopeLayout::kInterleaved, 1, 1, kDecodeRows,
-                    kDecodeRows, pool);
-          StoreKv(KPtr(ln), r, k_.data() + r, kDecodeRows);
-        } else {
-          r -= qd + kd;
-          mv(v_.data() + r, N.v, r, kDecodeRows, hw, qh);
-          StoreKv(VPtr(ln), r, v_.data() + r, kDecodeRows);
+      // The int8 copies of the shared inputs (att_, g_) are made on a task's
+      // first chunk of the phase: while a chunk is unfinished no task is past
+      // the phase, so the input is still this layer's (a task that arrives
+      // after the phase is done must not read it: in one region, another
+      // task may be writing a later layer's att_ / g_ by then).
+      bool quantized = false;
+      ph[kWo].Run(w, W, true, [&](int64_t c) {
+        if (fast && !quantized) {
+          ops::QuantizeActsQ8(qa, att_.data(), H * D);
+          quantized = true;
         }
+        const int64_t r0 = c * kDecodeRows, nr = std::min(kDecodeRows, E - r0);
+        mv(o_out + r0, L.o, r0, nr, att_.data(), qa);
       });
+      ops::Add(xw, xw, o_out, E, pool);
+      ops::RmsNorm(hw, E, xw, E, L.ffn_norm.data(), eps_, 1, E, pool);
+      if (fast) ops::QuantizeActsQ8(qh, hw, E);
+      ph[kGateUp].Run(w, W, true, [&](int64_t c) {
+        const int64_t r0 = c * kDecodeRows, nr = std::min(kDecodeRows, F - r0);
+        float u[kDecodeRows];
+        mv(g_.data() + r0, L.gate, r0, nr, hw, qh);
+        mv(u, L.up, r0, nr, hw, qh);
+        ops::SwiGlu(g_.data() + r0, g_.data() + r0, u, nr, pool);
+      });
+      quantized = false;
+      ph[kDown].Run(w, W, true, [&](int64_t c) {
+        if (fast && !quantized) {
+          ops::QuantizeActsQ8(qa, g_.data(), F);
+          quantized = true;
+        }
+        const int64_t r0 = c * kDecodeRows, nr = std::min(kDecodeRows, E - r0);
+        mv(dn + r0, L.down, r0, nr, g_.data(), qa);
+      });
+      ops::Add(xw, xw, dn, E, pool);
+    }
+    if (l + 1 == nl) {
+      ops::RmsNorm(hw, E, xw, E, output_norm_.data(), eps_, 1, E, pool);
+      if (fast) ops::QuantizeActsQ8(qh, hw, E);
+      ph[kNext].Run(w, W, false, [&](int64_t c) {
+        const int64_t r0 = c * kDecodeRows, nr = std::min(kDecodeRows, V - r0);
+        mv(lg + r0, output_, r0, nr, hw, qh);
+      });
+      return;
+    }
+    const size_t ln = static_cast<size_t>(l + 1);
+    const Layer& N = layers_[ln];
+    ops::RmsNorm(hw, E, xw, E, N.attn_norm.data(), eps_, 1, E, pool);
+    if (fast) ops::QuantizeActsQ8(qh, hw, E);
+    // In one region, the next layer's attention phase reads every q/k/v row
+    // and the cache rows written here: wait for all of them.
+    ph[kNext].Run(w, W, one_region, [&](int64_t c) {
+      int64_t r = c * kDecodeRows;  // row of [q | k | v]; a chunk lies in one head
+      const float* cs = cos_.data() + (r % D) / 2;
+      const float* sn = sin_.data() + (r % D) / 2;
+      if (r < qd) {
+        mv(q_.data() + r, N.q, r, kDecodeRows, hw, qh);
+        ops::Rope(q_.data() + r, kDecodeRows, cs, sn, ops::RopeLayout::kInterleaved, 1, 1, kDecodeRows,
+                  kDecodeRows, pool);
+      } else if (r < qd + kd) {
+        r -= qd;
+        mv(k_.data() + r, N.k, r, kDecodeRows, hw, qh);
+        ops::Rope(k_.data() + r, kDecodeRows, cs, sn, ops::RopeLayout::kInterleaved, 1, 1, kDecodeRows,
+                  kDecodeRows, pool);
+        StoreKv(KPtr(ln), r, k_.data() + r, kDecodeRows);
+      } else {
+        r -= qd + kd;
+        mv(v_.data() + r, N.v, r, kDecodeRows, hw, qh);
+        StoreKv(VPtr(ln), r, v_.data() + r, kDecodeRows);
+      }
     });
+  };
+
+  if (one_region) {
+    pool.ParallelFor(W, [&](int64_t w, int worker) {
+      for (int64_t l = -1; l < nl; ++l) region(l, w, worker);
+    });
+    if (failed.load()) return first_error;
+  } else {
+    for (int64_t l = -1; l < nl; ++l) {
+      if (l >= 0) ATTNFLOW_RETURN_IF_ERROR(attention(l, 0, Hkv, ko));
+      pool.ParallelFor(W, [&](int64_t w, int worker) { region(l, w, worker); });
+    }
   }
-  *logits = std::move(out).value();
   cache_len_ += 1;
   return Status::Ok();
 }
