@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "attnflow/model.h"
@@ -28,60 +29,13 @@ double MaxDiff(const float* a, const float* b, int64_t n) {
   return m;
 }
 
-// The fused decode step (one parallel region per layer: matvec chunks with
-// RoPE / SwiGLU / cache append applied to each chunk, per-task norms) gives
-// exactly the op-by-op path's logits, step after step (so the cache it
-// writes is the same too), for 1-3 threads, both cache dtypes, tied and
-// untied heads and every weight type of the tiny model (quantised, F16, F32).
-TEST(LlamaLoader, FusedDecodeStepEqualsOpByOp) {
-  const std::vector<int32_t> prompt = {256, 72, 105};
-  const std::vector<int32_t> steps = {33, 200, 7, 100, 3, 99, 257, 0};
-  for (bool tied : {false, true}) {
-    for (DType kv : {DType::kF32, DType::kF16}) {
-      TinyOpts to;
-      to.tied = tied;
-      llama::LlamaOptions ref_o;
-      ref_o.kv_dtype = kv;
-      ref_o.fused_decode = false;
-      ref_o.num_threads = 2;
-      auto ref = std::move(LoadTiny(to, ref_o)).value();
-      Tensor l;
-      ASSERT_TRUE(ref->Forward(prompt, false, &l).ok());
-      std::vector<std::vector<float>> want;
-      for (int32_t id : steps) {
-        ASSERT_TRUE(ref->Forward({id}, false, &l).ok());
-        want.emplace_back(l.data<float>(), l.data<float>() + l.numel());
-      }
-      for (int threads : {1, 2, 3}) {
-        llama::LlamaOptions o;
-        o.kv_dtype = kv;
-        o.num_threads = threads;
-        auto m = std::move(LoadTiny(to, o)).value();
-        ASSERT_TRUE(m->Forward(prompt, false, &l).ok());
-        for (size_t i = 0; i < steps.size(); ++i) {
-          ASSERT_TRUE(m->Forward({steps[i]}, false, &l).ok());
-          ASSERT_EQ(l.numel(), static_cast<int64_t>(want[i].size()));
-          EXPECT_EQ(MaxDiff(l.data<float>(), want[i].data(), l.numel()), 0.0)
-              << "step " << i << ", " << threads << " threads, tied " << tied << ", kv " << DTypeName(kv);
-        }
-        EXPECT_EQ(m->CacheLength(), static_cast<int64_t>(prompt.size() + steps.size()));
-      }
-    }
-  }
-}
-
-// Across the context where the decode kernel starts splitting the keys (one
-// split up to 512 keys for the tiny model's 2 kv heads: the step runs as one
-// region with the attention as a phase of kv-head chunks; past it, as one
-// region per layer with the attention call between them), the fused step
-// still gives the op-by-op path's logits bit for bit, on 1-3 threads.
-TEST(LlamaLoader, FusedDecodeStepEqualsOpByOpAcrossTheSplitBoundary) {
-  std::vector<int32_t> prompt;
-  for (int i = 0; i < 505; ++i) prompt.push_back((i * 37 + 11) % 256);
-  const std::vector<int32_t> steps = {33, 200, 7, 100, 3, 99, 257, 0, 12, 48, 5, 250};
-  TinyOpts to;
-  to.context = 1024;
+// The tiny model's logits after `prompt`, then after each of `steps`, through
+// the fused decode step on 1-3 threads equal, bit for bit, those of the
+// op-by-op path (fused_decode = false, 2 threads); the cache length follows.
+void ExpectFusedEqualsOpByOp(const TinyOpts& to, DType kv, const std::vector<int32_t>& prompt,
+                             const std::vector<int32_t>& steps) {
   llama::LlamaOptions ref_o;
+  ref_o.kv_dtype = kv;
   ref_o.fused_decode = false;
   ref_o.num_threads = 2;
   auto ref = std::move(LoadTiny(to, ref_o)).value();
@@ -94,6 +48,7 @@ TEST(LlamaLoader, FusedDecodeStepEqualsOpByOpAcrossTheSplitBoundary) {
   }
   for (int threads : {1, 2, 3}) {
     llama::LlamaOptions o;
+    o.kv_dtype = kv;
     o.num_threads = threads;
     auto m = std::move(LoadTiny(to, o)).value();
     ASSERT_TRUE(m->Forward(prompt, false, &l).ok());
@@ -103,7 +58,37 @@ TEST(LlamaLoader, FusedDecodeStepEqualsOpByOpAcrossTheSplitBoundary) {
       EXPECT_EQ(MaxDiff(l.data<float>(), want[i].data(), l.numel()), 0.0)
           << "step " << i << " (context " << prompt.size() + i + 1 << "), " << threads << " threads";
     }
+    EXPECT_EQ(m->CacheLength(), static_cast<int64_t>(prompt.size() + steps.size()));
   }
+}
+
+// The fused decode step (matvec chunks with RoPE / SwiGLU / cache append
+// applied to each chunk, per-task norms; here one region per token) gives
+// exactly the op-by-op path's logits, step after step (so the cache it
+// writes is the same too), for 1-3 threads, both cache dtypes, tied and
+// untied heads and every weight type of the tiny model (quantised, F16, F32).
+TEST(LlamaLoader, FusedDecodeStepEqualsOpByOp) {
+  for (bool tied : {false, true}) {
+    for (DType kv : {DType::kF32, DType::kF16}) {
+      SCOPED_TRACE(std::string("tied ") + (tied ? "1" : "0") + ", kv " + DTypeName(kv));
+      TinyOpts to;
+      to.tied = tied;
+      ExpectFusedEqualsOpByOp(to, kv, {256, 72, 105}, {33, 200, 7, 100, 3, 99, 257, 0});
+    }
+  }
+}
+
+// Across the context where the decode kernel starts splitting the keys (one
+// split up to 512 keys for the tiny model's 2 kv heads: the step runs as one
+// region with the attention as a phase of kv-head chunks; past it, as one
+// region per layer with the attention call between them), the fused step
+// still gives the op-by-op path's logits bit for bit, on 1-3 threads.
+TEST(LlamaLoader, FusedDecodeStepEqualsOpByOpAcrossTheSplitBoundary) {
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 505; ++i) prompt.push_back((i * 37 + 11) % 256);
+  TinyOpts to;
+  to.context = 1024;
+  ExpectFusedEqualsOpByOp(to, DType::kF32, prompt, {33, 200, 7, 100, 3, 99, 257, 0, 12, 48, 5, 250});
 }
 
 }  // namespace

@@ -223,8 +223,8 @@ class LlamaModel : public DecoderModel {
   std::vector<ops::Q8Acts> qh_, qa_;
   std::unique_ptr<ChunkRange[]> dec_ranges_;
   std::unique_ptr<DoneCount[]> dec_done_;
-  size_t dec_phases_ = 0;  // phases dec_ranges_ / dec_done_ hold, for
-  int64_t dec_workers_ = 0;  // this many workers
+  std::vector<DecodePhase> dec_phases_;  // over dec_ranges_ / dec_done_, for
+  int64_t dec_workers_ = 0;              // this many workers
 
  public:
   ~LlamaModel() override {
@@ -687,23 +687,27 @@ Status LlamaModel::DecodeStep(int32_t id, Tensor* logits) {
   pos_.resize(1);
   const int64_t qd = H * D, kd = Hkv * D;
 
-  // The attention of layer l on the whole cache: q [1,H,1,D] over q_, k/v
-  // [1,Hkv,Lk,D] over the cache; the kv head range [h0, h0 + nh) of it
-  // (its q/out rows are the heads [h0*G, (h0+nh)*G)).
+  // The attention views of layer l for the kv heads [h0, h0 + nh): q and out
+  // [1, nh*G, 1, D] over q_ / att_ (heads [h0*G, (h0+nh)*G)), k/v
+  // [1, nh, Lk, D] over the cache.
   SdpaOptions so;
   so.causal = Causal::kBottomRight;
   const size_t kv_elem = DTypeSize(opt_.kv_dtype);
-  auto attention = [&](int64_t l, int64_t h0, int64_t nh, const KernelOptions& ko) -> Status {
-    const TensorView qv = MakeStridedView(q_.data() + h0 * G * D, DType::kF32, {1, nh * G, 1, D},
-                                          {H * D, D, H * D, 1});
-    const TensorView ov = MakeStridedView(att_.data() + h0 * G * D, DType::kF32, {1, nh * G, 1, D},
-                                          {H * D, D, H * D, 1});
+  struct AttViews {
+    TensorView q, k, v, out;
+  };
+  auto att_views = [&](int64_t l, int64_t h0, int64_t nh) {
     const size_t off = static_cast<size_t>(h0 * cap_ * D) * kv_elem;
-    const TensorView kv = MakeStridedView(KPtr(static_cast<size_t>(l)) + off, opt_.kv_dtype,
-                                          {1, nh, Lk, D}, {Hkv * cap_ * D, cap_ * D, D, 1});
-    const TensorView vv = MakeStridedView(VPtr(static_cast<size_t>(l)) + off, opt_.kv_dtype,
-                                          {1, nh, Lk, D}, {Hkv * cap_ * D, cap_ * D, D, 1});
-    Status st = Attention(ov, TensorView(), qv, kv, vv, so, ko);
+    const Shape qs = {1, nh * G, 1, D}, qst = {H * D, D, H * D, 1};
+    const Shape ks = {1, nh, Lk, D}, kst = {Hkv * cap_ * D, cap_ * D, D, 1};
+    return AttViews{MakeStridedView(q_.data() + h0 * G * D, DType::kF32, qs, qst),
+                    MakeStridedView(KPtr(static_cast<size_t>(l)) + off, opt_.kv_dtype, ks, kst),
+                    MakeStridedView(VPtr(static_cast<size_t>(l)) + off, opt_.kv_dtype, ks, kst),
+                    MakeStridedView(att_.data() + h0 * G * D, DType::kF32, qs, qst)};
+  };
+  auto attention = [&](int64_t l, int64_t h0, int64_t nh, const KernelOptions& ko) -> Status {
+    const AttViews a = att_views(l, h0, nh);
+    Status st = Attention(a.out, TensorView(), a.q, a.k, a.v, so, ko);
     if (!st.ok()) return Status(st.code(), "llama: layer " + std::to_string(l) + ": " + st.message());
     return Status::Ok();
   };
@@ -719,14 +723,9 @@ Status LlamaModel::DecodeStep(int32_t id, Tensor* logits) {
   // call of its own between two regions.
   bool one_region = false;
   {
+    const AttViews a = att_views(0, 0, Hkv);
     KernelChoice ch;
-    if (ExplainAttention(MakeStridedView(att_.data(), DType::kF32, {1, H, 1, D}, {H * D, D, H * D, 1}),
-                         TensorView(),
-                         MakeStridedView(q_.data(), DType::kF32, {1, H, 1, D}, {H * D, D, H * D, 1}),
-                         MakeStridedView(KPtr(0), opt_.kv_dtype, {1, Hkv, Lk, D}, {Hkv * cap_ * D, cap_ * D, D, 1}),
-                         MakeStridedView(VPtr(0), opt_.kv_dtype, {1, Hkv, Lk, D}, {Hkv * cap_ * D, cap_ * D, D, 1}),
-                         so, ko, &ch)
-            .ok()) {
+    if (ExplainAttention(a.out, TensorView(), a.q, a.k, a.v, so, ko, &ch).ok()) {
       one_region = ch.kernel == KernelKind::kSplitKvDecode && ch.num_splits == 1;
     }
   }
@@ -739,21 +738,19 @@ Status LlamaModel::DecodeStep(int32_t id, Tensor* logits) {
   constexpr int kPhases = 5;
   enum { kAtt = 0, kWo = 1, kGateUp = 2, kDown = 3, kNext = 4 };
   const size_t n_ph = static_cast<size_t>(kPhases * (nl + 1));
-  if (dec_phases_ != n_ph || dec_workers_ != W) {
+  if (dec_phases_.size() != n_ph || dec_workers_ != W) {
     dec_ranges_.reset(new ChunkRange[n_ph * static_cast<size_t>(W)]);
     dec_done_.reset(new DoneCount[n_ph]);
-    dec_phases_ = n_ph;
+    dec_phases_.assign(n_ph, DecodePhase{});
+    for (size_t i = 0; i < n_ph; ++i) {
+      dec_phases_[i].ranges = dec_ranges_.get() + i * static_cast<size_t>(W);
+      dec_phases_[i].done = &dec_done_[i];
+    }
     dec_workers_ = W;
   }
   auto chunks = [](int64_t rows) { return (rows + kDecodeRows - 1) / kDecodeRows; };
-  std::vector<DecodePhase> phs(n_ph);
   for (int64_t r = 0; r <= nl; ++r) {
-    DecodePhase* ph = phs.data() + r * kPhases;
-    for (int i = 0; i < kPhases; ++i) {
-      const size_t at = static_cast<size_t>(r * kPhases + i);
-      ph[i].ranges = dec_ranges_.get() + at * static_cast<size_t>(W);
-      ph[i].done = &dec_done_[at];
-    }
+    DecodePhase* ph = dec_phases_.data() + r * kPhases;
     ph[kAtt].Reset(r > 0 ? Hkv : 0, W);
     ph[kWo].Reset(r > 0 ? chunks(E) : 0, W);
     ph[kGateUp].Reset(r > 0 ? chunks(F) : 0, W);
@@ -777,13 +774,12 @@ Status LlamaModel::DecodeStep(int32_t id, Tensor* logits) {
 
   // Task w's part of region l + 1: the attention phase (one region only),
   // the rest of layer l (l >= 0), then the start of layer l + 1 or the head.
-  // Returns the first error of an attention chunk (then the region's other
+  // An attention chunk's error is kept in first_error (the region's other
   // phases still run to completion, on garbage that is discarded).
-  std::atomic<bool> failed{false};
   Status first_error;
   std::mutex err_mu;
   auto region = [&](int64_t l, int64_t w, int worker) {
-    DecodePhase* ph = phs.data() + (l + 1) * kPhases;
+    DecodePhase* ph = dec_phases_.data() + (l + 1) * kPhases;
     float* xw = xw_.data() + w * E;
     float* hw = hw_.data() + w * E;
     float* buf = scratch_.worker(worker);
@@ -806,9 +802,9 @@ Status LlamaModel::DecodeStep(int32_t id, Tensor* logits) {
       if (one_region) {
         ph[kAtt].Run(w, W, true, [&](int64_t hk) {
           Status st = attention(l, hk, 1, ko_head);
-          if (!st.ok() && !failed.exchange(true)) {
+          if (!st.ok()) {
             std::lock_guard<std::mutex> lock(err_mu);
-            first_error = st;
+            if (first_error.ok()) first_error = st;
           }
         });
       }
@@ -888,7 +884,7 @@ Status LlamaModel::DecodeStep(int32_t id, Tensor* logits) {
     pool.ParallelFor(W, [&](int64_t w, int worker) {
       for (int64_t l = -1; l < nl; ++l) region(l, w, worker);
     });
-    if (failed.load()) return first_error;
+    if (!first_error.ok()) return first_error;
   } else {
     for (int64_t l = -1; l < nl; ++l) {
       if (l >= 0) ATTNFLOW_RETURN_IF_ERROR(attention(l, 0, Hkv, ko));
