@@ -52,7 +52,19 @@ struct AttentionBenchSpec {
   // alike (the floor of a decode step): one read after every timed call
   // (interleaved, so both see the same machine load); min and median.
   bool measure_read = false;
+  // Cold caches: before every timed call and every timed read, an untimed
+  // read of a separate buffer of ColdFlushBytes() evicts K, V and the read
+  // buffer from every cache level, so both come from DRAM (as in a model
+  // step, where the other layers' weights and caches ran in between).
+  // Without it, a call and its read alternate and each finds what the other
+  // left of its data in the last-level cache: for K/V near half that cache's
+  // size the two can land in different regimes (docs/kernels.md).
+  bool cold = false;
 };
+
+// The bytes one cold-cache flush reads: max(256 MiB, 4 x the largest cache
+// of cpu0 in Linux sysfs; 256 MiB where sysfs is not there).
+int64_t ColdFlushBytes();
 
 struct AttentionBenchResult {
   KernelChoice choice;
@@ -61,6 +73,8 @@ struct AttentionBenchResult {
   double kv_bytes = 0, gbps = 0;    // K/V bytes that must be read, GB/s at the median
   double read_same_bytes_s = 0;     // min of the interleaved reads; 0 when not measured
   double read_median_s = 0;         // their median; 0 when not measured
+  int64_t flushes = 0;              // cold-cache flushes run (2 per timed call with a read)
+  double flush_bytes = 0;           // bytes each flush read; 0 when not cold
 };
 
 // Errors (invalid shapes, allocation failure) name the op and the shapes.

@@ -3,9 +3,13 @@
 //
 // Invariants: inputs depend only on the shape (Rng seed 1); FLOPs and bytes
 // come from the shared semantics (VisibleKeys), never from the kernel; the
-// kernel's choice is the one ExplainAttention reports for the same call.
+// kernel's choice is the one ExplainAttention reports for the same call;
+// with spec.cold every timed call and every timed read starts from a cache
+// evicted by an untimed read of ColdFlushBytes().
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstdio>
 #include <limits>
 #include <chrono>
 #include <string>
@@ -24,6 +28,30 @@ double Now() {
 }
 
 }  // namespace
+
+int64_t ColdFlushBytes() {
+  // The largest cache of cpu0 in sysfs (Linux; sizes like "32768K"). Not
+  // sysconf(_SC_LEVEL3_CACHE_SIZE): glibc reports the CPUID total there,
+  // e.g. 384 MiB for a 12-CCD EPYC whose cores share 32 MiB.
+  int64_t llc = 0;
+  for (int i = 0; i < 16; ++i) {
+    const std::string path =
+        "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i) + "/size";
+    std::FILE* f = std::fopen(path.c_str(), "r");
+    if (f == nullptr) continue;
+    long long v = 0;
+    char unit = 0;
+    const int n = std::fscanf(f, "%lld%c", &v, &unit);
+    std::fclose(f);
+    if (n < 1 || v <= 0) continue;
+    const int64_t scale = unit == 'K'   ? 1024
+                          : unit == 'M' ? (1 << 20)
+                          : unit == 'G' ? (1 << 30)
+                                        : 1;
+    llc = std::max<int64_t>(llc, static_cast<int64_t>(v) * scale);
+  }
+  return std::max<int64_t>(int64_t{256} << 20, 4 * llc);
+}
 
 // The mask options of a spec (causal alignment and window).
 SdpaOptions SpecOptions(const AttentionBenchSpec& s) {
@@ -90,10 +118,37 @@ Result<AttentionBenchResult> BenchAttention(const AttentionBenchSpec& s, ThreadP
       for (int64_t i = task * per; i < (task + 1) * per; ++i) rbuf[i] = 1e-3f;
     });
   }
+  // The cold-cache flush buffer (spec.cold): allocated and first touched
+  // once, read (untimed) before every timed call and every timed read.
+  const int64_t flush_n =
+      s.cold ? ColdFlushBytes() / static_cast<int64_t>(sizeof(float)) / (64 * w) * (64 * w) : 0;
+  float* fbuf = nullptr;
+  if (flush_n > 0) {
+    fbuf = static_cast<float*>(AlignedAlloc(static_cast<size_t>(flush_n) * sizeof(float)));
+    if (fbuf == nullptr) {
+      if (rbuf != nullptr) AlignedFree(rbuf);
+      return ResourceExhausted("bench: cannot allocate the cold-cache flush buffer of " +
+                               std::to_string(flush_n * 4) + " bytes");
+    }
+    const int64_t per = flush_n / w;
+    pool.ParallelFor(w, [&](int64_t task, int) {
+      for (int64_t i = task * per; i < (task + 1) * per; ++i) fbuf[i] = 1e-3f;
+    });
+    r.flush_bytes = static_cast<double>(flush_n) * sizeof(float);
+  }
   struct FreeRead {
     float* p;
-    ~FreeRead() { if (p != nullptr) AlignedFree(p); }
-  } free_read{rbuf};
+    float* f;
+    ~FreeRead() {
+      if (p != nullptr) AlignedFree(p);
+      if (f != nullptr) AlignedFree(f);
+    }
+  } free_read{rbuf, fbuf};
+  auto flush = [&] {
+    if (fbuf == nullptr) return;
+    TimePlainRead(pool, fbuf, flush_n);
+    ++r.flushes;
+  };
   const double w0 = Now();
   for (int i = 0; i < s.warmup || (s.warmup > 0 && Now() - w0 < 0.25 && i < 100000); ++i) {
     ATTNFLOW_RETURN_IF_ERROR(call());
@@ -101,10 +156,14 @@ Result<AttentionBenchResult> BenchAttention(const AttentionBenchSpec& s, ThreadP
   }
   std::vector<double> times, reads;
   for (int i = 0; i < s.repeat; ++i) {
+    flush();
     const double t0 = Now();
     ATTNFLOW_RETURN_IF_ERROR(call());
     times.push_back(Now() - t0);
-    if (rbuf != nullptr) reads.push_back(TimePlainRead(pool, rbuf, read_n));
+    if (rbuf != nullptr) {
+      flush();
+      reads.push_back(TimePlainRead(pool, rbuf, read_n));
+    }
   }
   auto median = [](std::vector<double>& x) {
     std::sort(x.begin(), x.end());

@@ -38,6 +38,35 @@ TEST(BenchAttention, CountsVisiblePairsAndKvBytesFromTheShape) {
   EXPECT_EQ(r->kv_bytes, 2.0 * 2 * 5 * 2 * 8 * 4);
 }
 
+TEST(BenchAttention, ColdCachesFlushBeforeEveryTimedCallAndRead) {
+  ThreadPool pool(2);
+  AttentionBenchSpec s;
+  s.num_heads = 2, s.num_kv_heads = 2, s.q_len = 1, s.kv_len = 64, s.head_dim = 16;
+  s.repeat = 3, s.warmup = 0;
+  s.measure_read = true;
+  Result<AttentionBenchResult> r = BenchAttention(s, pool);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->flushes, 0);  // warm by default
+  EXPECT_EQ(r->flush_bytes, 0);
+  EXPECT_GT(r->read_median_s, 0);
+  // The flush is larger than any cache this process can see, and at least
+  // 256 MiB (rounded down to whole chunks per worker: 64 floats each).
+  EXPECT_GE(ColdFlushBytes(), int64_t{256} << 20);
+  s.cold = true;
+  r = BenchAttention(s, pool);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->flushes, 2 * s.repeat);  // one before each call, one before each read
+  EXPECT_LE(r->flush_bytes, static_cast<double>(ColdFlushBytes()));
+  EXPECT_GT(r->flush_bytes, static_cast<double>(ColdFlushBytes()) - 2 * 64 * 4);
+  EXPECT_GT(r->read_median_s, 0);
+  EXPECT_EQ(r->kv_bytes, 2.0 * 64 * 2 * 16 * 4);  // the counts do not change
+  s.measure_read = false;  // prefill-style: one flush per timed call
+  r = BenchAttention(s, pool);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->flushes, s.repeat);
+  EXPECT_EQ(r->read_median_s, 0);
+}
+
 TEST(BenchAttention, BadShapesAreErrorsNamingTheShapes) {
   ThreadPool pool(1);
   AttentionBenchSpec s;

@@ -34,6 +34,7 @@ struct BenchArgs {
   bool explain = false;
   bool no_peak = false;
   bool io = false;
+  bool cold = false;
   int64_t window_left = -1, window_right = -1;
 };
 
@@ -48,6 +49,7 @@ AttentionBenchSpec SpecOf(const Config& c, const BenchArgs& a, Causal causal) {
   spec.batch = c.B;
   spec.num_heads = c.H;
   spec.num_kv_heads = c.Hkv;
+  spec.cold = a.cold;
   spec.q_len = c.Lq;
   spec.kv_len = c.Lk;
   spec.head_dim = c.D;
@@ -212,6 +214,10 @@ int RunBench(const BenchArgs& a) {
     if (decode)
       std::printf("(read_ms: a plain read of the same K/V bytes, same threads, cache state alike; "
                   "vs_read = median_ms / read_ms)\n");
+    if (a.cold)
+      std::printf("(cold caches: an untimed read of %.0f MiB before every timed call%s)\n",
+                  static_cast<double>(ColdFlushBytes()) / (1 << 20),
+                  decode ? " and every timed read" : "");
   }
   for (const Config& c : configs) {
     AttentionBenchSpec spec = SpecOf(c, a, causal);
@@ -238,13 +244,15 @@ int RunBench(const BenchArgs& a) {
           "\"gflops\":%.6g,\"gbps\":%.6g,\"peak_gflops\":%.6g,\"peak_gbps\":%.6g,"
           "\"pct_peak_gflops\":%.4g,\"pct_peak_gbps\":%.4g,\"kv_bytes\":%.0f,"
           "\"peak_rss_bytes\":%lld,\"tile_q\":%lld,\"tile_kv\":%lld,\"num_splits\":%lld,"
-          "\"read_same_bytes_s\":%.9g,\"read_median_s\":%.9g,\"median_vs_read\":%.4g,\"reason\":\"%s\"}\n",
+          "\"read_same_bytes_s\":%.9g,\"read_median_s\":%.9g,\"median_vs_read\":%.4g,"
+          "\"cold\":%s,\"flush_bytes\":%.0f,\"reason\":\"%s\"}\n",
           a.mode.c_str(), kname, choice.simd_target.c_str(), pool.NumWorkers(),
           (long long)c.B, (long long)c.H, (long long)c.Hkv, (long long)c.Lq, (long long)c.Lk,
           (long long)c.D, a.causal.c_str(), a.kv_dtype.c_str(), a.repeat, tmin, tmed, gflops,
           gbps, peak_gflops, peak_gbps, pct, pct_bw, kv_bytes, (long long)PeakRssBytes(),
           (long long)choice.tile_q, (long long)choice.tile_kv, (long long)choice.num_splits,
-          read_s, res->read_median_s, read_s > 0 ? tmed / read_s : 0.0, [&] {
+          read_s, res->read_median_s, read_s > 0 ? tmed / read_s : 0.0,
+          a.cold ? "true" : "false", res->flush_bytes, [&] {
             std::string s;
             for (char ch : choice.reason) s += (ch == '"' || ch == '\\') ? '\'' : ch;
             return s;
@@ -307,6 +315,9 @@ ATTNFLOW_REGISTER_COMMAND(
       sub.add_option("--threads", a->threads, "Worker threads (0 = all cores)")->check(InRange(0, 1024));
       sub.add_option("--repeat", a->repeat, "Timed repetitions")->check(InRange(1, 100000));
       sub.add_option("--warmup", a->warmup, "Untimed warm-up calls (and at least 0.25 s of them when > 0)")->check(InRange(0, 1000));
+      sub.add_flag("--cold", a->cold,
+                   "Evict every cache (an untimed read of max(256 MiB, 4 x LLC)) before each "
+                   "timed call and each timed read: K/V and the read both from DRAM");
       sub.add_flag("--json", a->json, "One JSON object per line per configuration");
       sub.add_flag("--explain", a->explain, "Print the kernel choice and its reason");
       sub.add_flag("--no-peak", a->no_peak, "Skip the peak measurements");
