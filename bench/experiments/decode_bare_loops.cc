@@ -6,7 +6,9 @@
 // kernel's loop without prefetch, masks or softmax) then a bare P.V pass
 // (2 keys at a time) over the same tile; after every such call, a plain read
 // with the same threads, of a separate buffer of the same size as the
-// bench does (mode 1) or of K and V themselves (mode 0). Prints min and
+// bench does (mode 1) or of K and V themselves (mode 0); mode 2 = mode 1 with
+// a 256 MiB flush read (untimed) before every call and every read, as
+// `attnflow bench decode --cold`. Prints min and
 // median of 300 calls and median(bare) / median(read).
 //
 // Not part of the build (x86 with AVX-512 only). Build and run:
@@ -58,7 +60,8 @@ __attribute__((noinline)) float Read(const float*x,size_t n){ __m512 a[8]; for(i
   return _mm512_reduce_add_ps(a[0]);
 }
 template <int D, typename T>
-int Run(int tile, bool evict_read, const char* name){
+int Run(int tile, int mode, const char* name){
+  const bool evict_read = mode != 0, cold = mode == 2;
   const int H=8, L=4096, T2=2; int reps=300;
   size_t per=(size_t)L*D; T* K=(T*)aligned_alloc(64,H*per*sizeof(T)); T* V=(T*)aligned_alloc(64,H*per*sizeof(T));
   const size_t rfloats=2*H*per*sizeof(T)/4;  // the same bytes as K and V
@@ -69,12 +72,14 @@ int Run(int tile, bool evict_read, const char* name){
     else {K[i]=static_cast<uint16_t>(0x1400+(i%7));V[i]=static_cast<uint16_t>(0x1400+(i%5));}
   }
   for(size_t i=0;i<rfloats;++i)R[i]=1e-3f;
+  const size_t fl_floats=cold?(size_t{256}<<20)/4:0; float* F=cold?(float*)aligned_alloc(64,fl_floats*4):nullptr;
+  for(size_t i=0;i<fl_floats;++i)F[i]=1e-3f;
   std::vector<double> tk, tr; std::atomic<float> sink{0};
   std::barrier bar(T2);
   auto worker=[&](int t){ alignas(64) float q[D]; for(int i=0;i<D;++i)q[i]=0.1f; std::vector<float> s(L); alignas(64) float o[D]={0};
-    for(int r=0;r<reps;++r){ bar.arrive_and_wait(); double t0=Now();
+    for(int r=0;r<reps;++r){ if(cold){ size_t n=fl_floats/T2; sink=sink+Read(F+t*n,n);} bar.arrive_and_wait(); double t0=Now();
       for(int h=t*H/T2;h<(t+1)*H/T2;++h) for(int j=0;j<L;j+=tile){ QK<D>(q,K+h*per+j*D,tile,s.data()+j); PV<D>(s.data()+j,V+h*per+j*D,tile,o);}
-      bar.arrive_and_wait(); if(t==0) tk.push_back(Now()-t0); bar.arrive_and_wait(); t0=Now();
+      bar.arrive_and_wait(); if(t==0) tk.push_back(Now()-t0); if(cold){ size_t n=fl_floats/T2; sink=sink+Read(F+t*n,n);} bar.arrive_and_wait(); t0=Now();
       if(evict_read){ size_t n=rfloats/T2; sink=sink+Read(R+t*n,n);}
       else { size_t n=H*per*sizeof(T)/4/T2; sink=sink+Read(reinterpret_cast<const float*>(K)+t*n,n)+Read(reinterpret_cast<const float*>(V)+t*n,n);}
       bar.arrive_and_wait(); if(t==0) tr.push_back(Now()-t0); } };
@@ -82,11 +87,11 @@ int Run(int tile, bool evict_read, const char* name){
   worker(0);
   for(auto& x:th) x.join();
   std::sort(tk.begin(),tk.end()); std::sort(tr.begin(),tr.end());
-  printf("%s D=%d tile %d %s: bare QK+PV min %.1f med %.1f us | read min %.1f med %.1f us | ratio med %.2f\n",name,D,tile, evict_read?"(separate read buffer, as the bench)":"(read of K/V itself)", tk[0]*1e6,tk[reps/2]*1e6,tr[0]*1e6,tr[reps/2]*1e6,tk[reps/2]/tr[reps/2]);
+  printf("%s D=%d tile %d %s: bare QK+PV min %.1f med %.1f us | read min %.1f med %.1f us | ratio med %.2f\n",name,D,tile, cold?"(cold: 256 MiB flushed before each, separate read buffer)":evict_read?"(separate read buffer, as the bench)":"(read of K/V itself)", tk[0]*1e6,tk[reps/2]*1e6,tr[0]*1e6,tr[reps/2]*1e6,tk[reps/2]/tr[reps/2]);
   return 0;
 }
 int main(int argc,char**argv){
-  const int tile=argc>1?atoi(argv[1]):256; const bool evict_read=argc>2?atoi(argv[2]):1;
+  const int tile=argc>1?atoi(argv[1]):256; const int evict_read=argc>2?atoi(argv[2]):1;
   const std::string dt=argc>3?argv[3]:"f32";
   const int d=argc>4?atoi(argv[4]):64;
   if(d!=64 && d!=128){ fprintf(stderr,"decode_bare_loops: D must be 64 or 128 (got %d)\n",d); return 1; }
