@@ -15,10 +15,14 @@ The floor (attnflow rows): one decode step reads every weight byte once
 (the tensor sizes from the GGUF header: all block matrices, the output head
 -- the token embedding when tied -- and one embedding row) plus the K/V cache
 at that context (2 x layers x kv_heads x head_dim x ctx x 4 bytes for F32,
-2 for F16). floor_ms = those bytes / the read bandwidth of a plain read of
-that many bytes with the same threads, measured by `attnflow bench decode`
-(read_same_bytes_s: kv bytes sized to the per-token bytes), once per repeat,
-interleaved with the decode runs. decode/floor = decode_ms / floor_ms.
+2 for F16; the context of the middle decode step). The decode runs pass
+those bytes to `attnflow generate --floor-bytes`, which times a plain read of
+that many bytes (a separate buffer, the model's own threads) right after
+every decode step, outside the step's time: decode/floor is the median over
+the run's steps of step_ms / read_ms, each step paired with the read
+milliseconds after it (a host whose bandwidth drifts over seconds moves
+both alike); floor_ms is the run's median read. Per repeat one such run per
+context; min and median over the repeats.
 
 Q4_K_M: the file is made from the Q4_1 one by `attnflow quantize --type q4_k_m`
 (cached next to --json, or in bench/results/), and every framework runs on it.
@@ -139,19 +143,6 @@ def bytes_per_token(path, ctx, kv_bytes_per_elem):
     return w, 2 * layers * hkv * d * ctx * kv_bytes_per_elem
 
 
-def measure_read_s(a, nbytes):
-    """Seconds for a plain read of nbytes with a.threads threads (attnflow bench decode's
-    read_same_bytes_s on a K/V cache of that size)."""
-    lk = max(1, int(round(nbytes / (2 * 128 * 4))))
-    cmd = [a.attnflow, "bench", "decode", "--heads", "1", "--kv-heads", "1", "--kv-len", str(lk),
-           "--head-dim", "128", "--threads", str(a.threads), "--repeat", "3", "--json"]
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode != 0:
-        sys.exit("attnflow bench failed: " + r.stderr)
-    j = json.loads(r.stdout.strip().splitlines()[-1])
-    return j["read_same_bytes_s"] * nbytes / j["kv_bytes"]
-
-
 def prompt_text(n):
     return "".join(WORDS[(i * 7) % len(WORDS)] for i in range(n))
 
@@ -231,30 +222,43 @@ def run_with_rusage(cmd, env=None):
 
 
 def run_attnflow(a, gguf, kv="f32", fast_dot=False):
-    """One repeat of the CLI runs (each its own process): prefill and decode metrics, peak RSS."""
+    """One repeat of the CLI runs (each its own process): prefill and decode metrics, peak RSS,
+    and each decode run's floor paired step by step (module doc)."""
     out = {"peak_rss_mb": 0.0}
     env = dict(os.environ, ATTNFLOW_NUM_THREADS=str(a.threads))
 
-    def run(n_prompt, n_gen):
+    def run(n_prompt, n_gen, floor_bytes=0):
         cmd = [a.attnflow, "generate", "--model", gguf, "--prompt", prompt_text(n_prompt),
                "--max-tokens", str(n_gen), "--threads", str(a.threads), "--ignore-eos", "--kv-dtype", kv]
         if fast_dot:
             cmd.append("--fast-dot")
+        if floor_bytes:
+            cmd += ["--floor-bytes", str(floor_bytes)]
         rc, _, err, mb = run_with_rusage(cmd, env)
         out["peak_rss_mb"] = max(out["peak_rss_mb"], mb)
         if rc != 0:
             sys.exit("attnflow failed: " + err)
         pre = re.search(r"\[prefill\] (\d+) tokens in ([\d.]+) ms: ([\d.]+) tokens/s", err)
         dec = re.search(r"\[decode\] \d+ tokens generated, (\d+) decode steps: ([\d.]+) ms/token", err)
-        return int(pre.group(1)), float(pre.group(3)), int(dec.group(1)), float(dec.group(2))
+        flo = re.search(r"\[floor\] (\d+) bytes .*read median ([\d.]+) ms.*per step: median ([\d.]+)", err)
+        if floor_bytes and not flo:
+            sys.exit("attnflow printed no [floor] line: " + err)
+        floor = (float(flo.group(2)), float(flo.group(3))) if flo else None
+        return int(pre.group(1)), float(pre.group(3)), int(dec.group(1)), float(dec.group(2)), floor
 
-    n, tps, _, _ = run(512, 1)
+    n, tps, _, _, _ = run(512, 1)
     assert n == 512, n
     out["prefill_tok_s"] = tps
+    elem = 4 if kv == "f32" else 2
     for ctx in (128, 2048):
-        n, _, steps, ms = run(ctx, DECODE_STEPS + 1)
+        # Decode steps run at contexts ctx .. ctx + DECODE_STEPS - 1: the middle one.
+        w, kvb = bytes_per_token(gguf, ctx + DECODE_STEPS // 2, elem)
+        n, _, steps, ms, (read_ms, ratio) = run(ctx, DECODE_STEPS + 1, w + kvb)
         assert n == ctx and steps == DECODE_STEPS, (n, steps)
         out[f"decode_ms_{ctx}"] = ms
+        out[f"floor_ms_{ctx}"] = read_ms
+        out[f"decode_over_floor_{ctx}"] = ratio
+        out[f"bytes_{ctx}"] = w + kvb
     return out
 
 
@@ -269,18 +273,6 @@ def run_worker(a, name, gguf):
     r = json.loads(o.strip().splitlines()[-1])
     r["peak_rss_mb"] = mb
     return r
-
-
-def run_floor(a, gguf, kv="f32"):
-    """Floor ms/token at each decode context, measured now (see the module doc)."""
-    out = {}
-    elem = 4 if kv == "f32" else 2
-    for ctx in (128, 2048):
-        # Decode steps run at contexts ctx .. ctx + DECODE_STEPS - 1: the mean.
-        w, kvb = bytes_per_token(gguf, ctx + DECODE_STEPS // 2, elem)
-        out[f"floor_ms_{ctx}"] = 1000 * measure_read_s(a, w + kvb)
-        out[f"bytes_{ctx}"] = w + kvb
-    return out
 
 
 def ensure_q4km(a, gguf):
@@ -331,13 +323,10 @@ def main():
                     continue
                 if name == "attnflow":
                     r = run_attnflow(a, g)
-                    r.update(run_floor(a, g))
                 elif name == "attnflow-fastdot":  # int8 activations in decode (inexact)
                     r = run_attnflow(a, g, fast_dot=True)
-                    r.update(run_floor(a, g))
                 elif name == "attnflow-f16kv":
                     r = run_attnflow(a, g, "f16")
-                    r.update(run_floor(a, g, "f16"))
                 else:
                     r = run_worker(a, name, g)
                     if r is None:
@@ -355,7 +344,7 @@ def main():
             s[k] = {"min_or_best": best, "median": statistics.median(v), "all": v}
         for ctx in (128, 2048):
             if f"floor_ms_{ctx}" in rs[0]:
-                ratio = [r[f"decode_ms_{ctx}"] / r[f"floor_ms_{ctx}"] for r in rs]
+                ratio = [r[f"decode_over_floor_{ctx}"] for r in rs]  # paired per step
                 s[f"floor_ms_{ctx}"] = {"min": min(r[f"floor_ms_{ctx}"] for r in rs),
                                         "median": statistics.median(r[f"floor_ms_{ctx}"] for r in rs)}
                 s[f"decode_over_floor_{ctx}"] = {"min": min(ratio), "median": statistics.median(ratio)}
@@ -375,7 +364,8 @@ def main():
         print(f"{key:<24}{cells}{s['peak_rss_mb']:>8.0f}")
     for key, s in summary.items():
         if "decode_over_floor_128" in s:
-            print(f"{key}: floor (bytes read per token / plain-read bandwidth, same run): "
+            print(f"{key}: floor (bytes read per token / a plain read after every decode step; "
+                  "decode/floor = median over the steps of step / its read): "
                   + ", ".join(f"@{c}: {s[f'bytes_{c}'] / 1e6:.1f} MB, floor {s[f'floor_ms_{c}']['median']:.2f} ms, "
                               f"decode/floor min {s[f'decode_over_floor_{c}']['min']:.2f} "
                               f"median {s[f'decode_over_floor_{c}']['median']:.2f}" for c in (128, 2048)))

@@ -21,6 +21,7 @@
 #include "attnflow/stages.h"
 #include "attnflow/status.h"
 #include "attnflow/tensor.h"
+#include "attnflow/threading.h"
 
 namespace attnflow {
 
@@ -110,6 +111,11 @@ class DecoderModel : public Model {
   virtual Result<std::string> ApplyChatTemplate(
       const std::vector<std::pair<std::string, std::string>>& messages,
       bool add_generation_prompt) const = 0;
+  // The pool Forward runs on, for a caller that interleaves its own parallel
+  // work with the model's on the same workers (`generate --floor-bytes`
+  // reads a buffer between decode steps; a second pool's spinning workers
+  // would compete with these for the cores).
+  virtual ThreadPool& Pool() { return DefaultPool(); }
 };
 
 // Load options of a decoder (GGUF) model.

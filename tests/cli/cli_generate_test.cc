@@ -102,6 +102,47 @@ TEST(CliGenerate, PromptLongerThanTheContextFailsOrIsTruncated) {
   EXPECT_EQ(j["prompt_tokens"].get<int64_t>() + 2, 8);  // kept ctx - reserve(2)
 }
 
+// --floor-bytes: a plain read after every decode step, paired with it. The
+// checks are counts and orderings (no timing is test material), and that the
+// reads between steps do not change what is generated.
+TEST(CliGenerate, FloorBytesPairsAReadWithEveryDecodeStep) {
+  REQUIRE_SMOLLM2();
+  const std::string args = "--prompt 'Once upon a time' --max-tokens 6 --ignore-eos";
+  nlohmann::json plain = GenJson(args);
+  EXPECT_FALSE(plain.contains("floor")) << plain.dump();
+  nlohmann::json j = GenJson(args + " --floor-bytes 4000000");
+  ASSERT_TRUE(j.contains("floor")) << j.dump();
+  const nlohmann::json& f = j["floor"];
+  EXPECT_EQ(f["bytes"], 4000000);
+  EXPECT_EQ(f["steps"], 5);  // 6 tokens: the first comes from the prefill's logits
+  EXPECT_GT(f["read_ms_min"].get<double>(), 0);
+  EXPECT_LE(f["read_ms_min"].get<double>(), f["read_ms_median"].get<double>());
+  EXPECT_GT(f["decode_ms_median"].get<double>(), 0);
+  const double lo = f["decode_over_floor_min"], q1 = f["decode_over_floor_q1"],
+               med = f["decode_over_floor_median"], q3 = f["decode_over_floor_q3"];
+  EXPECT_GT(lo, 0);
+  EXPECT_LE(lo, q1);
+  EXPECT_LE(q1, med);
+  EXPECT_LE(med, q3);
+  EXPECT_EQ(j["token_ids"], plain["token_ids"]);
+  CliResult r = Gen(args + " --floor-bytes 4000000");
+  ASSERT_EQ(r.code, 0) << r.text;
+  EXPECT_TRUE(Has(r.text, "[floor] 4000000 bytes read after each of 5 decode steps (same threads)"))
+      << r.text;
+  r = Gen("--prompt hi --max-tokens 1 --floor-bytes 4000000");  // no decode step
+  ASSERT_EQ(r.code, 0) << r.text;
+  EXPECT_TRUE(Has(r.text, "[floor] no decode step ran")) << r.text;
+  // Less than one 64-float chunk per worker (2 workers: 512 bytes), and 0.
+  r = Gen("--prompt hi --max-tokens 2 --floor-bytes 100");
+  EXPECT_EQ(r.code, 2) << r.text;
+  EXPECT_TRUE(Has(r.text, "attnflow generate: error: --floor-bytes 100 is less than one 512-byte chunk per worker"))
+      << r.text;
+  EXPECT_FALSE(Has(r.text, "[prefill]")) << "work started before the error";
+  r = Gen("--prompt hi --max-tokens 2 --floor-bytes 0");
+  EXPECT_EQ(r.code, 2) << r.text;
+  EXPECT_TRUE(Has(r.text, "--floor-bytes")) << r.text;
+}
+
 TEST(CliGenerate, TemperatureZeroWarnsAboutTopKAndTopP) {
   REQUIRE_SMOLLM2();
   CliResult r = Gen("--prompt hi --max-tokens 1 --top-k 5 --top-p 0.9");

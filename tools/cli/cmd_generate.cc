@@ -18,6 +18,11 @@
 // system message is kept) when the conversation nears the context limit.
 // Line editing and history come from libedit (BSD licence, Debian
 // libedit-dev) when stdin is a terminal and the build found it.
+// generate --floor-bytes N: after every decode step, outside its timing, a
+// plain read of N bytes (a separate buffer, the model's own pool) gives that
+// step's weight-streaming floor milliseconds after the step itself, so
+// decode/floor is paired step by step (a host whose bandwidth drifts moves
+// both alike); reported as `[floor]` on stderr and "floor" in --json.
 // Default --model: smollm2 (attnflow::LocateModel: every place it looks).
 // Exit codes: 0 ok, 2 usage error or unreadable/invalid model or input.
 #include <signal.h>
@@ -34,6 +39,7 @@
 #include <string>
 #include <vector>
 
+#include "attnflow/bench.h"
 #include "attnflow/model.h"
 #include "attnflow/ops.h"
 #include "attnflow/sampling.h"
@@ -76,6 +82,7 @@ struct GenArgs {
   bool stats = false;
   bool top_k_set = false, top_p_set = false;
   std::string system;
+  int64_t floor_bytes = 0;  // generate --floor-bytes (0 = off)
 };
 
 // Holds back incomplete UTF-8 sequences between tokens.
@@ -170,7 +177,85 @@ struct GenStats {
   double prefill_ms = 0, decode_ms = 0;
   int64_t decode_steps = 0;
   std::string stop;  // eos | max_tokens | context_full | interrupted
+  std::vector<double> step_ms;  // every decode step's time
 };
+
+// The plain read behind --floor-bytes: a buffer of N bytes (rounded down to
+// whole 64-float chunks per worker; the times are scaled back to N), first
+// touched by the pool's workers, read once after every decode step.
+class FloorProbe {
+ public:
+  static Result<std::unique_ptr<FloorProbe>> Make(int64_t bytes, ThreadPool& pool) {
+    const int64_t w = pool.NumWorkers();
+    const int64_t n = bytes / static_cast<int64_t>(sizeof(float)) / (64 * w) * (64 * w);
+    if (n <= 0) {
+      return InvalidArgument("--floor-bytes " + std::to_string(bytes) + " is less than one " +
+                             std::to_string(64 * w * 4) + "-byte chunk per worker (" +
+                             std::to_string(w) + " workers)");
+    }
+    auto p = std::unique_ptr<FloorProbe>(new FloorProbe(pool, bytes, n));
+    p->buf_ = static_cast<float*>(AlignedAlloc(static_cast<size_t>(n) * sizeof(float)));
+    if (p->buf_ == nullptr) {
+      return ResourceExhausted("--floor-bytes " + std::to_string(bytes) +
+                               ": cannot allocate the read buffer");
+    }
+    float* b = p->buf_;
+    const int64_t per = n / w;
+    pool.ParallelFor(w, [&](int64_t task, int) {
+      for (int64_t i = task * per; i < (task + 1) * per; ++i) b[i] = 1e-3f;
+    });
+    return p;
+  }
+  ~FloorProbe() {
+    if (buf_ != nullptr) AlignedFree(buf_);
+  }
+  void Measure() {
+    const double s = TimePlainRead(pool_, buf_, n_);
+    read_ms_.push_back(1e3 * s * static_cast<double>(bytes_) /
+                       (static_cast<double>(n_) * sizeof(float)));
+  }
+  int64_t bytes() const { return bytes_; }
+  const std::vector<double>& read_ms() const { return read_ms_; }
+
+ private:
+  FloorProbe(ThreadPool& pool, int64_t bytes, int64_t n) : pool_(pool), bytes_(bytes), n_(n) {}
+  ThreadPool& pool_;
+  int64_t bytes_, n_;
+  float* buf_ = nullptr;
+  std::vector<double> read_ms_;
+};
+
+// Quantile q of x (linear between order statistics); x non-empty.
+double Quantile(std::vector<double> x, double q) {
+  std::sort(x.begin(), x.end());
+  const double pos = q * static_cast<double>(x.size() - 1);
+  const size_t i = static_cast<size_t>(pos);
+  const double f = pos - static_cast<double>(i);
+  return i + 1 < x.size() ? x[i] * (1 - f) + x[i + 1] * f : x[i];
+}
+
+// decode/floor of the paired steps: step i's time over the read after it.
+struct FloorSummary {
+  int64_t steps = 0;
+  double read_median = 0, read_min = 0, decode_median = 0;
+  double ratio_median = 0, ratio_min = 0, ratio_q1 = 0, ratio_q3 = 0;
+};
+FloorSummary SummariseFloor(const GenStats& s, const FloorProbe& f) {
+  FloorSummary r;
+  const std::vector<double>& rd = f.read_ms();
+  r.steps = static_cast<int64_t>(std::min(rd.size(), s.step_ms.size()));
+  if (r.steps == 0) return r;
+  std::vector<double> ratio;
+  for (int64_t i = 0; i < r.steps; ++i) ratio.push_back(s.step_ms[i] / rd[i]);
+  r.read_median = Quantile(rd, 0.5);
+  r.read_min = *std::min_element(rd.begin(), rd.end());
+  r.decode_median = Quantile(s.step_ms, 0.5);
+  r.ratio_median = Quantile(ratio, 0.5);
+  r.ratio_min = *std::min_element(ratio.begin(), ratio.end());
+  r.ratio_q1 = Quantile(ratio, 0.25);
+  r.ratio_q3 = Quantile(ratio, 0.75);
+  return r;
+}
 
 const char* StopText(const std::string& s) {
   if (s == "eos") return "end of sequence (EOS)";
@@ -211,9 +296,11 @@ Status Prefill(DecoderModel& m, const std::vector<int32_t>& ids, bool progress, 
 
 // Prefills `new_ids` on top of the cache, then samples up to max_tokens,
 // streaming text. Appends every token fed to the cache to *fed.
+// floor (may be null): measured after every decode step, outside its time.
 Status Generate(Loaded& L, const std::vector<int32_t>& new_ids, int64_t max_tokens,
                 bool ignore_eos, bool progress, bool stream, Sampler& sampler,
-                std::vector<int32_t>* fed, std::vector<int32_t>* generated, GenStats* stats) {
+                std::vector<int32_t>* fed, std::vector<int32_t>* generated, GenStats* stats,
+                FloorProbe* floor = nullptr) {
   DecoderModel& m = *L.model;
   const Tokenizer& tok = *L.tok;
   Utf8Stream out(stream);
@@ -251,7 +338,9 @@ Status Generate(Loaded& L, const std::vector<int32_t>& new_ids, int64_t max_toke
     auto b = std::chrono::steady_clock::now();
     fed->push_back(id);
     stats->decode_ms += Ms(a, b);
+    stats->step_ms.push_back(Ms(a, b));
     ++stats->decode_steps;
+    if (floor != nullptr) floor->Measure();
   }
   out.Flush();
   return Status::Ok();
@@ -309,13 +398,22 @@ int RunGenerate(const GenArgs& a) {
                                  std::to_string(keep) + " so that " + std::to_string(reserve) +
                                  " new token(s) fit in the context of " + std::to_string(L.ctx) + ")");
   }
+  std::unique_ptr<FloorProbe> floor;
+  if (a.floor_bytes > 0) {
+    Result<std::unique_ptr<FloorProbe>> f = FloorProbe::Make(a.floor_bytes, L.model->Pool());
+    if (!f.ok()) {
+      PrintError("generate", f.status().message());
+      return kExitUsage;
+    }
+    floor = std::move(f).value();
+  }
   InstallSigint();
   Sampler sampler(a.sampling);
   std::vector<int32_t> fed, gen;
   GenStats stats;
   const bool progress = !a.quiet && StderrIsTerminal();
   Status st = Generate(L, *ids, a.max_tokens, a.ignore_eos, progress, !a.json, sampler, &fed,
-                       &gen, &stats);
+                       &gen, &stats, floor.get());
   if (!st.ok()) {
     PrintError("generate", st.message());
     return kExitUsage;
@@ -338,6 +436,18 @@ int RunGenerate(const GenArgs& a) {
         {"prefill_ms", stats.prefill_ms},
         {"decode_ms_per_token", stats.decode_steps > 0 ? stats.decode_ms / stats.decode_steps : 0.0},
     };
+    if (floor != nullptr) {
+      const FloorSummary f = SummariseFloor(stats, *floor);
+      j["floor"] = {{"bytes", floor->bytes()},
+                    {"steps", f.steps},
+                    {"read_ms_median", f.read_median},
+                    {"read_ms_min", f.read_min},
+                    {"decode_ms_median", f.decode_median},
+                    {"decode_over_floor_median", f.ratio_median},
+                    {"decode_over_floor_min", f.ratio_min},
+                    {"decode_over_floor_q1", f.ratio_q1},
+                    {"decode_over_floor_q3", f.ratio_q3}};
+    }
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {
     std::printf("\n");
@@ -346,6 +456,19 @@ int RunGenerate(const GenArgs& a) {
   std::fprintf(stderr, "[stop] %s after %lld tokens\n", StopText(stats.stop),
                static_cast<long long>(stats.generated));
   if (!a.quiet) ReportStats(stats);
+  if (!a.quiet && floor != nullptr) {
+    const FloorSummary f = SummariseFloor(stats, *floor);
+    if (f.steps == 0) {
+      std::fprintf(stderr, "[floor] no decode step ran: nothing to compare\n");
+    } else {
+      std::fprintf(stderr,
+                   "[floor] %lld bytes read after each of %lld decode steps (same threads): "
+                   "read median %.3f ms, min %.3f; decode/floor per step: median %.3f, min %.3f, "
+                   "quartiles %.3f-%.3f\n",
+                   static_cast<long long>(floor->bytes()), static_cast<long long>(f.steps),
+                   f.read_median, f.read_min, f.ratio_median, f.ratio_min, f.ratio_q1, f.ratio_q3);
+    }
+  }
   return kExitOk;
 }
 
@@ -579,6 +702,11 @@ ATTNFLOW_REGISTER_COMMAND(
       sub.add_option("--prompt", a->prompt, "Prompt text")->required();
       sub.add_flag("--chat", a->chat, "Wrap the prompt as a user message with the model's chat template");
       sub.add_flag("--ignore-eos", a->ignore_eos, "Do not stop at the end-of-sequence token (benchmarks)");
+      sub.add_option("--floor-bytes", a->floor_bytes,
+                     "Benchmarks: after every decode step, time a plain read of this many bytes "
+                     "(the step's weight-streaming floor) on the same threads; prints decode/floor "
+                     "per step ([floor] line, \"floor\" in --json)")
+          ->check(InRange(int64_t{1}, int64_t{1} << 40));
       sub.add_flag("--truncate", a->truncate,
                    "Drop prompt tokens from the left when the prompt does not fit the context");
       sub.add_flag("--json", a->json,

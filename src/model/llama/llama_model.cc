@@ -157,6 +157,7 @@ class LlamaModel : public DecoderModel {
   const Tokenizer& tokenizer() const override { return *tok_; }
   void Reset() override { cache_len_ = 0; }
   int64_t CacheLength() const override { return cache_len_; }
+  ThreadPool& Pool() override { return *pool_; }
   Status Forward(const std::vector<int32_t>& ids, bool all_logits, Tensor* logits,
                  const StageCapture& capture) override;
   Result<std::string> ApplyChatTemplate(
