@@ -42,7 +42,7 @@ TEST(BenchAttention, ColdCachesFlushBeforeEveryTimedCallAndRead) {
   ThreadPool pool(2);
   AttentionBenchSpec s;
   s.num_heads = 2, s.num_kv_heads = 2, s.q_len = 1, s.kv_len = 64, s.head_dim = 16;
-  s.repeat = 3, s.warmup = 0;
+  s.repeat = 2, s.warmup = 0;
   s.measure_read = true;
   Result<AttentionBenchResult> r = BenchAttention(s, pool);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
