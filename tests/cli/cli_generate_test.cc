@@ -138,6 +138,10 @@ TEST(CliGenerate, FloorBytesPairsAReadWithEveryDecodeStep) {
   EXPECT_TRUE(Has(r.text, "attnflow generate: error: --floor-bytes 100 is less than one 512-byte chunk per worker"))
       << r.text;
   EXPECT_FALSE(Has(r.text, "[prefill]")) << "work started before the error";
+  r = Gen("--prompt hi --max-tokens 2 --floor-bytes 1099511627776");  // 1 TiB
+  EXPECT_EQ(r.code, 2) << r.text;
+  EXPECT_TRUE(Has(r.text, "attnflow generate: error: --floor-bytes 1099511627776 is more than half"))
+      << r.text;
   r = Gen("--prompt hi --max-tokens 2 --floor-bytes 0");
   EXPECT_EQ(r.code, 2) << r.text;
   EXPECT_TRUE(Has(r.text, "--floor-bytes")) << r.text;

@@ -193,6 +193,16 @@ class FloorProbe {
                              std::to_string(64 * w * 4) + "-byte chunk per worker (" +
                              std::to_string(w) + " workers)");
     }
+    // Every page is touched: refuse what this machine cannot hold (an
+    // overcommitted allocation would be killed on first touch instead).
+    const double phys =
+        static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
+    if (phys > 0 && static_cast<double>(bytes) > 0.5 * phys) {
+      char msg[160];
+      std::snprintf(msg, sizeof msg, "--floor-bytes %lld is more than half of this machine's %.3g GiB",
+                    static_cast<long long>(bytes), phys / (1 << 30));
+      return InvalidArgument(msg);
+    }
     auto p = std::unique_ptr<FloorProbe>(new FloorProbe(pool, bytes, n));
     p->buf_ = static_cast<float*>(AlignedAlloc(static_cast<size_t>(n) * sizeof(float)));
     if (p->buf_ == nullptr) {
