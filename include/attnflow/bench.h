@@ -25,6 +25,32 @@ double MeasureReadGBps(ThreadPool& pool, size_t bytes, int repeats = 5);
 // `pool` as MeasureReadGBps does (n a multiple of 64 * workers); used to
 // interleave the read with the timed calls of BenchAttention.
 double TimePlainRead(ThreadPool& pool, const float* buf, int64_t n);
+
+// A buffer for plain reads of about `bytes`: PlainReadFloats(bytes, workers)
+// floats (rounded down to whole 64-float chunks per worker), first touched
+// by the worker that reads each chunk. Read() times one read of it with the
+// pool (TimePlainRead) and scales the seconds to exactly `bytes`. Behind
+// MeasureReadGBps, BenchAttention's interleaved read and cold-cache flush,
+// and `generate --floor-bytes`.
+int64_t PlainReadFloats(int64_t bytes, int workers);
+class PlainReadBuffer {
+ public:
+  // Errors: fewer bytes than one chunk per worker; allocation failure
+  // (messages start with `what`, e.g. "bench: the plain-read buffer").
+  static Result<PlainReadBuffer> Make(ThreadPool& pool, int64_t bytes, const std::string& what);
+  PlainReadBuffer(PlainReadBuffer&& o) noexcept;
+  PlainReadBuffer& operator=(PlainReadBuffer&& o) noexcept;
+  ~PlainReadBuffer();
+  double Read() const;                                        // seconds, scaled to bytes()
+  int64_t bytes() const { return bytes_; }                    // as asked
+  double buffer_bytes() const { return static_cast<double>(n_) * sizeof(float); }  // as read
+
+ private:
+  PlainReadBuffer(ThreadPool* pool, int64_t bytes, int64_t n) : pool_(pool), bytes_(bytes), n_(n) {}
+  ThreadPool* pool_;
+  int64_t bytes_, n_;
+  float* buf_ = nullptr;
+};
 // Name of the SIMD target the peak loop used (e.g. "AVX3_ZEN4").
 std::string PeakTargetName();
 

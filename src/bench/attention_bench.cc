@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <limits>
+#include <optional>
 #include <chrono>
 #include <string>
 #include <vector>
@@ -98,61 +99,39 @@ Result<AttentionBenchResult> BenchAttention(const AttentionBenchSpec& s, ThreadP
     }
   }
   auto call = [&] { return Attention(out->view(), {}, q->view(), k->view(), v->view(), opt, kopt, nullptr); };
+  // K/V bytes that must be read: every key some row sees, once.
+  const double keys = hi >= lo ? static_cast<double>(hi - lo + 1) : 0.0;
+  r.kv_bytes = static_cast<double>(B * Hkv) * keys * (2.0 * static_cast<double>(D)) *
+               static_cast<double>(DTypeSize(s.kv_dtype));
   // The plain read of the same K/V bytes (decode floor): its buffer is
-  // allocated and first touched once, then read once after every timed call.
-  const double kv_bytes_all = static_cast<double>(B * Hkv) *
-      (hi >= lo ? static_cast<double>(hi - lo + 1) : 0.0) * (2.0 * static_cast<double>(D)) *
-      static_cast<double>(DTypeSize(s.kv_dtype));
-  const int w = std::max(pool.NumWorkers(), 1);
-  const int64_t read_n = s.measure_read
-      ? static_cast<int64_t>(kv_bytes_all / sizeof(float)) / (64 * w) * (64 * w) : 0;
-  float* rbuf = nullptr;
-  if (read_n > 0) {
-    rbuf = static_cast<float*>(AlignedAlloc(static_cast<size_t>(read_n) * sizeof(float)));
-    if (rbuf == nullptr) {
-      return ResourceExhausted("bench: cannot allocate the plain-read buffer of " +
-                               std::to_string(read_n * 4) + " bytes");
-    }
-    const int64_t per = read_n / w;
-    pool.ParallelFor(w, [&](int64_t task, int) {
-      for (int64_t i = task * per; i < (task + 1) * per; ++i) rbuf[i] = 1e-3f;
-    });
+  // allocated and first touched once, then read once after every timed call
+  // (none when the K/V are less than one chunk per worker).
+  std::optional<PlainReadBuffer> rbuf;
+  const int64_t kv_bytes_i = static_cast<int64_t>(r.kv_bytes);
+  if (s.measure_read && PlainReadFloats(kv_bytes_i, pool.NumWorkers()) > 0) {
+    Result<PlainReadBuffer> b = PlainReadBuffer::Make(pool, kv_bytes_i, "bench: the plain-read buffer");
+    if (!b.ok()) return b.status();
+    rbuf.emplace(std::move(b).value());
   }
-  // The cold-cache flush buffer (spec.cold): allocated and first touched
-  // once, read (untimed) before every timed call and every timed read.
-  const int64_t flush_n =
-      s.cold ? ColdFlushBytes() / static_cast<int64_t>(sizeof(float)) / (64 * w) * (64 * w) : 0;
-  float* fbuf = nullptr;
-  if (flush_n > 0) {
-    fbuf = static_cast<float*>(AlignedAlloc(static_cast<size_t>(flush_n) * sizeof(float)));
-    if (fbuf == nullptr) {
-      if (rbuf != nullptr) AlignedFree(rbuf);
-      return ResourceExhausted("bench: cannot allocate the cold-cache flush buffer of " +
-                               std::to_string(flush_n * 4) + " bytes");
-    }
-    const int64_t per = flush_n / w;
-    pool.ParallelFor(w, [&](int64_t task, int) {
-      for (int64_t i = task * per; i < (task + 1) * per; ++i) fbuf[i] = 1e-3f;
-    });
-    r.flush_bytes = static_cast<double>(flush_n) * sizeof(float);
+  // The cold-cache flush buffer (spec.cold): read (untimed) before every
+  // timed call and every timed read.
+  std::optional<PlainReadBuffer> fbuf;
+  if (s.cold) {
+    Result<PlainReadBuffer> b =
+        PlainReadBuffer::Make(pool, ColdFlushBytes(), "bench: the cold-cache flush buffer");
+    if (!b.ok()) return b.status();
+    fbuf.emplace(std::move(b).value());
+    r.flush_bytes = fbuf->buffer_bytes();
   }
-  struct FreeRead {
-    float* p;
-    float* f;
-    ~FreeRead() {
-      if (p != nullptr) AlignedFree(p);
-      if (f != nullptr) AlignedFree(f);
-    }
-  } free_read{rbuf, fbuf};
   auto flush = [&] {
-    if (fbuf == nullptr) return;
-    TimePlainRead(pool, fbuf, flush_n);
+    if (!fbuf) return;
+    fbuf->Read();
     ++r.flushes;
   };
   const double w0 = Now();
   for (int i = 0; i < s.warmup || (s.warmup > 0 && Now() - w0 < 0.25 && i < 100000); ++i) {
     ATTNFLOW_RETURN_IF_ERROR(call());
-    if (rbuf != nullptr) TimePlainRead(pool, rbuf, read_n);
+    if (rbuf) rbuf->Read();
   }
   std::vector<double> times, reads;
   for (int i = 0; i < s.repeat; ++i) {
@@ -160,9 +139,9 @@ Result<AttentionBenchResult> BenchAttention(const AttentionBenchSpec& s, ThreadP
     const double t0 = Now();
     ATTNFLOW_RETURN_IF_ERROR(call());
     times.push_back(Now() - t0);
-    if (rbuf != nullptr) {
+    if (rbuf) {
       flush();
-      reads.push_back(TimePlainRead(pool, rbuf, read_n));
+      reads.push_back(rbuf->Read());  // scaled to exactly r.kv_bytes
     }
   }
   auto median = [](std::vector<double>& x) {
@@ -174,17 +153,10 @@ Result<AttentionBenchResult> BenchAttention(const AttentionBenchSpec& s, ThreadP
   r.min_s = times.front();
   r.flops = 2.0 * static_cast<double>(D + D) * pairs * static_cast<double>(B * H);
   r.gflops = r.flops / r.median_s * 1e-9;
-  const double keys = hi >= lo ? static_cast<double>(hi - lo + 1) : 0.0;
-  r.kv_bytes = static_cast<double>(B * Hkv) * keys * (2.0 * static_cast<double>(D)) *
-               static_cast<double>(DTypeSize(s.kv_dtype));
   r.gbps = r.kv_bytes / r.median_s * 1e-9;
-  if (!reads.empty() && r.kv_bytes > 0) {
-    // Scaled to exactly the bytes the call must read (the buffer is rounded
-    // down to whole chunks per worker).
-    const double scale = r.kv_bytes / (static_cast<double>(read_n) * sizeof(float));
-    const double med = median(reads);
-    r.read_same_bytes_s = reads.front() * scale;
-    r.read_median_s = med * scale;
+  if (!reads.empty()) {
+    r.read_median_s = median(reads);  // sorts: front() is the min
+    r.read_same_bytes_s = reads.front();
   }
   return r;
 }

@@ -69,6 +69,7 @@ HWY_AFTER_NAMESPACE();
 #include <chrono>
 #include <cstring>
 #include <vector>
+#include <string>
 
 #include "attnflow/bench.h"
 #include "attnflow/tensor.h"
@@ -110,27 +111,63 @@ double MeasurePeakGflops(ThreadPool& pool, int repeats) {
 }
 
 double MeasureReadGBps(ThreadPool& pool, size_t bytes, int repeats) {
+  Result<PlainReadBuffer> buf = PlainReadBuffer::Make(pool, static_cast<int64_t>(bytes), "read");
+  if (!buf.ok()) return 0;
+  double best = 0;
+  for (int r = 0; r < repeats; ++r) {
+    best = std::max(best, static_cast<double>(bytes) / buf->Read() * 1e-9);
+  }
+  return best;
+}
+
+int64_t PlainReadFloats(int64_t bytes, int workers) {
+  const int64_t chunk = 64 * static_cast<int64_t>(std::max(workers, 1));
+  return bytes / static_cast<int64_t>(sizeof(float)) / chunk * chunk;
+}
+
+Result<PlainReadBuffer> PlainReadBuffer::Make(ThreadPool& pool, int64_t bytes,
+                                              const std::string& what) {
   const int w = pool.NumWorkers();
-  const int64_t n = static_cast<int64_t>(bytes / sizeof(float)) / (64 * w) * (64 * w);
-  float* buf = static_cast<float*>(AlignedAlloc(static_cast<size_t>(n) * sizeof(float)));
-  if (buf == nullptr) return 0;
+  const int64_t n = PlainReadFloats(bytes, w);
+  if (n <= 0) {
+    return InvalidArgument(what + " of " + std::to_string(bytes) + " bytes is less than one " +
+                           std::to_string(64 * w * 4) + "-byte chunk per worker (" +
+                           std::to_string(w) + " workers)");
+  }
+  PlainReadBuffer b(&pool, bytes, n);
+  b.buf_ = static_cast<float*>(AlignedAlloc(static_cast<size_t>(n) * sizeof(float)));
+  if (b.buf_ == nullptr) {
+    return ResourceExhausted(what + ": cannot allocate " + std::to_string(n * 4) + " bytes");
+  }
+  float* buf = b.buf_;
   const int64_t per = n / w;
   // First touch by the worker that reads the chunk; fill with small values.
   pool.ParallelFor(w, [&](int64_t task, int) {
     for (int64_t i = task * per; i < (task + 1) * per; ++i) buf[i] = 1e-3f;
   });
-  double best = 0;
-  for (int r = 0; r < repeats; ++r) {
-    const double t0 = Now();
-    pool.ParallelFor(w, [&](int64_t task, int) {
-      g_sink.store(HWY_DYNAMIC_DISPATCH(bench_impl::ReadLoop)(buf + task * per, per),
-                   std::memory_order_relaxed);
-    });
-    const double dt = Now() - t0;
-    best = std::max(best, static_cast<double>(n) * sizeof(float) / dt * 1e-9);
+  return b;
+}
+
+PlainReadBuffer::PlainReadBuffer(PlainReadBuffer&& o) noexcept
+    : pool_(o.pool_), bytes_(o.bytes_), n_(o.n_), buf_(o.buf_) {
+  o.buf_ = nullptr;
+}
+
+PlainReadBuffer& PlainReadBuffer::operator=(PlainReadBuffer&& o) noexcept {
+  if (this != &o) {
+    if (buf_ != nullptr) AlignedFree(buf_);
+    pool_ = o.pool_, bytes_ = o.bytes_, n_ = o.n_, buf_ = o.buf_;
+    o.buf_ = nullptr;
   }
-  AlignedFree(buf);
-  return best;
+  return *this;
+}
+
+PlainReadBuffer::~PlainReadBuffer() {
+  if (buf_ != nullptr) AlignedFree(buf_);
+}
+
+double PlainReadBuffer::Read() const {
+  return TimePlainRead(*pool_, buf_, n_) * static_cast<double>(bytes_) / buffer_bytes();
 }
 
 double TimePlainRead(ThreadPool& pool, const float* buf, int64_t n) {

@@ -180,15 +180,13 @@ struct GenStats {
   std::vector<double> step_ms;  // every decode step's time
 };
 
-// The plain read behind --floor-bytes: a buffer of N bytes (rounded down to
-// whole 64-float chunks per worker; the times are scaled back to N), first
-// touched by the pool's workers, read once after every decode step.
+// The plain read behind --floor-bytes (a PlainReadBuffer of N bytes on the
+// model's pool), read once after every decode step.
 class FloorProbe {
  public:
   static Result<std::unique_ptr<FloorProbe>> Make(int64_t bytes, ThreadPool& pool) {
-    const int64_t w = pool.NumWorkers();
-    const int64_t n = bytes / static_cast<int64_t>(sizeof(float)) / (64 * w) * (64 * w);
-    if (n <= 0) {
+    const int w = pool.NumWorkers();
+    if (PlainReadFloats(bytes, w) <= 0) {
       return InvalidArgument("--floor-bytes " + std::to_string(bytes) + " is less than one " +
                              std::to_string(64 * w * 4) + "-byte chunk per worker (" +
                              std::to_string(w) + " workers)");
@@ -203,35 +201,18 @@ class FloorProbe {
                     static_cast<long long>(bytes), phys / (1 << 30));
       return InvalidArgument(msg);
     }
-    auto p = std::unique_ptr<FloorProbe>(new FloorProbe(pool, bytes, n));
-    p->buf_ = static_cast<float*>(AlignedAlloc(static_cast<size_t>(n) * sizeof(float)));
-    if (p->buf_ == nullptr) {
-      return ResourceExhausted("--floor-bytes " + std::to_string(bytes) +
-                               ": cannot allocate the read buffer");
-    }
-    float* b = p->buf_;
-    const int64_t per = n / w;
-    pool.ParallelFor(w, [&](int64_t task, int) {
-      for (int64_t i = task * per; i < (task + 1) * per; ++i) b[i] = 1e-3f;
-    });
-    return p;
+    Result<PlainReadBuffer> b =
+        PlainReadBuffer::Make(pool, bytes, "--floor-bytes " + std::to_string(bytes) + ": the read buffer");
+    if (!b.ok()) return b.status();
+    return std::unique_ptr<FloorProbe>(new FloorProbe(std::move(b).value()));
   }
-  ~FloorProbe() {
-    if (buf_ != nullptr) AlignedFree(buf_);
-  }
-  void Measure() {
-    const double s = TimePlainRead(pool_, buf_, n_);
-    read_ms_.push_back(1e3 * s * static_cast<double>(bytes_) /
-                       (static_cast<double>(n_) * sizeof(float)));
-  }
-  int64_t bytes() const { return bytes_; }
+  void Measure() { read_ms_.push_back(1e3 * buf_.Read()); }
+  int64_t bytes() const { return buf_.bytes(); }
   const std::vector<double>& read_ms() const { return read_ms_; }
 
  private:
-  FloorProbe(ThreadPool& pool, int64_t bytes, int64_t n) : pool_(pool), bytes_(bytes), n_(n) {}
-  ThreadPool& pool_;
-  int64_t bytes_, n_;
-  float* buf_ = nullptr;
+  explicit FloorProbe(PlainReadBuffer buf) : buf_(std::move(buf)) {}
+  PlainReadBuffer buf_;
   std::vector<double> read_ms_;
 };
 
