@@ -18,7 +18,17 @@
  *    buffer, no full score row); fp32 accumulation, no fast-math.
  *  - The int8 path (af_sdpa_s8) executes integer instructions only; its
  *    parameters (af_s8_params) are prepared once, on the host or at start-up,
- *    by af_s8_prepare(), which is the only function that uses floating point.
+ *    by af_s8_prepare() (and af_s8_alibi_prepare / af_s8_mask_prepare), the
+ *    only functions that use floating point.
+ *  - Masks, ALiBi and sliding windows (af_sdpa_opts) follow semantics.h too:
+ *    a bool mask (nonzero = may attend) or an additive mask broadcast to
+ *    [B,H,Lq,Lk]; windows relative to the bottom-right diagonal
+ *    d = i + Lk - Lq (FlashAttention convention, -1 = unbounded); ALiBi adds
+ *    -slope[h] * |d - j| to the scaled score after the mask. Every constraint
+ *    is ANDed. Keys outside the row's window/causal/padding range are never
+ *    read.
+ *  - Pointers to float and int32 data must be 4-byte aligned
+ *    (AF_ERR_ALIGN otherwise: Cortex-M FPU loads fault on misaligned data).
  */
 #ifndef ATTNFLOW_MICRO_H_
 #define ATTNFLOW_MICRO_H_
@@ -36,7 +46,8 @@ typedef enum {
   AF_ERR_SHAPE = 2,    /* a dimension is out of range or inconsistent */
   AF_ERR_ARENA = 3,    /* arena too small (or misaligned) */
   AF_ERR_PARAM = 4,    /* a parameter (scale, kv_lens, window) is invalid */
-  AF_ERR_FULL = 5      /* KV cache full and no sliding window */
+  AF_ERR_FULL = 5,     /* KV cache full and no sliding window */
+  AF_ERR_ALIGN = 6     /* a pointer is not aligned to its element type */
 } af_status;
 
 /* Short name of a status code ("ok", "null pointer", ...). */
@@ -65,6 +76,55 @@ typedef struct {
  * call), num_heads % num_kv_heads == 0, total element counts < 2^31. */
 af_status af_sdpa_check_shape(const af_sdpa_shape* s);
 
+/* ----------------------------------------------- masks, ALiBi, windows --- */
+
+typedef enum {
+  AF_MASK_NONE = 0,
+  AF_MASK_BOOL = 1, /* uint8_t, nonzero = may attend (f32 and int8 paths) */
+  AF_MASK_F32 = 2,  /* float, added to the scaled scores; -INFINITY hides the
+                       key (f32 paths) */
+  AF_MASK_S32 = 3   /* int32_t, added to the raw int32 q.k scores of the int8
+                       path; AF_S8_MASKED hides the key (af_s8_mask_prepare
+                       converts a float mask) */
+} af_mask_type;
+
+/* The int8 path's "masked" score value (a key that may not be attended). */
+#define AF_S8_MASKED (-2147483647 - 1)
+
+/* Optional attention options; initialise with AF_SDPA_OPTS_INIT or
+ * af_sdpa_opts_init() (a zeroed struct means window 0 on both sides, i.e.
+ * only the diagonal key: not "no window").
+ *  mask / mask_type / mask_shape: one mask, row-major with extents
+ *    mask_shape = [B or 1, H or 1, Lq or 1, Lk or 1] (numpy broadcasting of
+ *    a rank 2..4 mask, right-aligned and padded with 1s);
+ *  window_left / window_right: key j of query row i is visible only if
+ *    (window_left < 0 || j >= d - window_left) &&
+ *    (window_right < 0 || j <= d + window_right), d = i + Lk - Lq;
+ *  alibi_slopes (f32 paths): [H] floats, bias -slope[h] * |d - j| added to
+ *    the scaled score (after the mask);
+ *  alibi_s8 (int8 path): [H] slopes in Q8 raw-score units from
+ *    af_s8_alibi_prepare: bias = -((alibi_s8[h] * |d - j| + 128) >> 8)
+ *    added to the raw score (after the mask).
+ * Raw int8-path scores plus masks and ALiBi are clamped to
+ * [-2^30, 2^30 - 1] (a bias that large already gives the key weight 0 next
+ * to any visible key of ordinary score). */
+typedef struct {
+  af_mask_type mask_type;
+  const void* mask;
+  int32_t mask_shape[4];
+  int32_t window_left, window_right;
+  const float* alibi_slopes;
+  const int32_t* alibi_s8;
+} af_sdpa_opts;
+
+#define AF_SDPA_OPTS_INIT {AF_MASK_NONE, 0, {1, 1, 1, 1}, -1, -1, 0, 0}
+void af_sdpa_opts_init(af_sdpa_opts* o);
+
+/* Validates options against a shape (int8 = 1 for the int8 path, which takes
+ * AF_MASK_BOOL or AF_MASK_S32 and alibi_s8; the f32 paths take AF_MASK_BOOL
+ * or AF_MASK_F32 and alibi_slopes). NULL options are valid (none). */
+af_status af_sdpa_check_opts(const af_sdpa_opts* o, const af_sdpa_shape* s, int int8);
+
 /* ---------------------------------------------------------------- f32 --- */
 
 /* Arena bytes af_sdpa_f32 needs for shape s (0 if the shape is invalid). */
@@ -78,6 +138,24 @@ size_t af_sdpa_f32_workspace_bytes(const af_sdpa_shape* s);
 af_status af_sdpa_f32(float* out, float* lse, const float* q, const float* k,
                       const float* v, const int32_t* kv_lens, float scale,
                       const af_sdpa_shape* s, void* arena, size_t arena_bytes);
+
+/* af_sdpa_f32 with masks, ALiBi and windows (o may be NULL). */
+af_status af_sdpa_f32_ex(float* out, float* lse, const float* q, const float* k,
+                         const float* v, const int32_t* kv_lens, float scale,
+                         const af_sdpa_shape* s, const af_sdpa_opts* o, void* arena,
+                         size_t arena_bytes);
+
+/* Stage probe (golden checks on the device, docs/edge.md "Stages on the
+ * device"): the whole key row of query row i of head h, batch b, computed
+ * with the kernel's own arithmetic (the same dot product, scaling, mask and
+ * ALiBi arithmetic and exp): scores = q.k, scaled = scores * scale, masked =
+ * scaled + mask + ALiBi (-INFINITY for a key the row may not see), weights =
+ * softmax(masked) (all 0 for a row with no visible key), *lse. Every output
+ * ([kv_len] floats, lse one) may be NULL. No arena. */
+af_status af_sdpa_f32_probe(float* scores, float* scaled, float* masked, float* weights,
+                            float* lse, const float* q, const float* k, const int32_t* kv_lens,
+                            float scale, const af_sdpa_shape* s, const af_sdpa_opts* o,
+                            int32_t b, int32_t h, int32_t i);
 
 /* Decode over a ring-buffer KV cache (one sequence, f32). The cache holds at
  * most `capacity` positions per kv head: k [Hkv, capacity, D],
@@ -105,6 +183,12 @@ size_t af_decode_f32_workspace_bytes(const af_kv_cache* c, int32_t num_heads);
 af_status af_decode_f32(float* out, float* lse, const float* q,
                         const af_kv_cache* c, int32_t num_heads, float scale,
                         void* arena, size_t arena_bytes);
+/* af_decode_f32 with ALiBi: alibi_slopes [num_heads] or NULL; the bias of
+ * the key at position p is -slope[h] * (length - 1 - p). The cache struct is
+ * validated on every call (fields as af_kv_cache_init leaves them). */
+af_status af_decode_f32_ex(float* out, float* lse, const float* q, const af_kv_cache* c,
+                           int32_t num_heads, float scale, const float* alibi_slopes,
+                           void* arena, size_t arena_bytes);
 
 /* ---------------------------------------------------------------- MHA --- */
 
@@ -133,11 +217,19 @@ typedef struct {
   float *q, *k, *v, *lse, *heads_out, *concat;
 } af_mha_stages_f32;
 
+/* 0 for an invalid shape or one whose arena would not fit in size_t (the
+ * size is computed in 64 bits, so it never wraps on 32-bit targets). */
 size_t af_mha_f32_workspace_bytes(const af_mha_shape* s);
 af_status af_mha_f32(float* out, const float* x_q, const float* x_k, const float* x_v,
                      const int32_t* kv_lens, const af_mha_weights_f32* w, float scale,
                      const af_mha_shape* s, void* arena, size_t arena_bytes,
                      const af_mha_stages_f32* stages);
+/* af_mha_f32 with masks, ALiBi and windows (af_sdpa_opts on the per-head
+ * attention, shape [B,H,Lq,Lk]; o may be NULL). */
+af_status af_mha_f32_ex(float* out, const float* x_q, const float* x_k, const float* x_v,
+                        const int32_t* kv_lens, const af_mha_weights_f32* w, float scale,
+                        const af_mha_shape* s, const af_sdpa_opts* o, void* arena,
+                        size_t arena_bytes, const af_mha_stages_f32* stages);
 
 /* ------------------------------------------------------ block pieces --- */
 /* LayerNorm over n values (biased variance, as PyTorch), w/b may be NULL
@@ -149,8 +241,8 @@ af_status af_rmsnorm_f32(float* y, const float* x, const float* w, int32_t n, fl
 /* y[out] = W[out,in] . x[in] + b (b may be NULL); y must not alias x. */
 af_status af_linear_f32(float* y, const float* x, const float* w, const float* b, int32_t in,
                         int32_t out);
-void af_relu_f32(float* x, int32_t n);
-void af_add_f32(float* y, const float* x, int32_t n); /* residual: y += x */
+af_status af_relu_f32(float* x, int32_t n);
+af_status af_add_f32(float* y, const float* x, int32_t n); /* residual: y += x */
 
 /* --------------------------------------------------------------- int8 --- */
 
@@ -204,7 +296,7 @@ af_status af_linear_s8_residual(int32_t* r, const int8_t* x, const int8_t* w, co
                                 const af_qmult* m, int32_t in, int32_t out);
 af_status af_layernorm_s8(int8_t* y, const int32_t* x, const int32_t* g, const int32_t* b,
                           int32_t n, int32_t eps);
-void af_relu_s8(int8_t* x, int32_t n);
+af_status af_relu_s8(int8_t* x, int32_t n);
 
 size_t af_sdpa_s8_workspace_bytes(const af_sdpa_shape* s);
 
@@ -213,15 +305,70 @@ size_t af_sdpa_s8_workspace_bytes(const af_sdpa_shape* s);
  * online (per key tile) rescaling of the int32 accumulators; out int8 =
  * round((sum w*v / sum w) * sv/so), saturated to [-128, 127].
  * Requires kv_len <= 32768. */
+/* Largest |out8 - expected| the golden checks allow, in output LSB: the
+ * float64 reference on the dequantised inputs, rounded once, against the
+ * kernel (derivation and measurements: docs/edge.md "int8 error bounds"). */
+#define AF_S8_BOUND_LSB 2
+
 af_status af_sdpa_s8(int8_t* out, const int8_t* q, const int8_t* k,
                      const int8_t* v, const int32_t* kv_lens,
                      const af_s8_params* p, const af_sdpa_shape* s,
                      void* arena, size_t arena_bytes);
 
+/* af_sdpa_s8 with masks (AF_MASK_BOOL or AF_MASK_S32), ALiBi (alibi_s8) and
+ * windows; o may be NULL. */
+af_status af_sdpa_s8_ex(int8_t* out, const int8_t* q, const int8_t* k, const int8_t* v,
+                        const int32_t* kv_lens, const af_s8_params* p, const af_sdpa_shape* s,
+                        const af_sdpa_opts* o, void* arena, size_t arena_bytes);
+
+/* Stage probe of the int8 path (as af_sdpa_f32_probe, integer results):
+ * scores [kv_len] = q.k (int32, exact); masked [kv_len] = scores + mask +
+ * ALiBi clamped as the kernel does, AF_S8_MASKED for a key the row may not
+ * see; weights [kv_len] = the kernel's integer weights of the row against
+ * its final max (Q15 >> wshift, 0 for hidden keys); *weight_sum = their sum
+ * (0 for a row with no visible key; weights / weight_sum is the softmax).
+ * Any output may be NULL. */
+af_status af_sdpa_s8_probe(int32_t* scores, int32_t* masked, int32_t* weights,
+                           int32_t* weight_sum, const int8_t* q, const int8_t* k,
+                           const int32_t* kv_lens, const af_s8_params* p,
+                           const af_sdpa_shape* s, const af_sdpa_opts* o, int32_t b,
+                           int32_t h, int32_t i);
+
+/* ALiBi for the int8 path (float, preparing side): alibi_s8[h] =
+ * round(slopes[h] / (sq * sk * scale) * 256) for each of num_heads query
+ * heads; sq/sk as for af_s8_prepare ([n], n = 1 or num_heads).
+ * AF_ERR_PARAM for a negative or non-finite slope or one that overflows. */
+af_status af_s8_alibi_prepare(int32_t* alibi_s8, const float* slopes, int32_t num_heads,
+                              const float* sq, const float* sk, int32_t n, float scale);
+/* An additive float mask (as AF_MASK_F32) -> AF_MASK_S32 for per-tensor
+ * scales: round(mask / (sq * sk * scale)) clamped to [-2^30, 2^30], and
+ * AF_S8_MASKED for -INFINITY. AF_ERR_PARAM for NaN or +INFINITY. */
+af_status af_s8_mask_prepare(int32_t* out, const float* mask, int32_t count, float sq, float sk,
+                             float scale);
+
 /* Exposed for tests and the NumPy model: 2^(-u/256) in Q15 for u >= 0
  * (0 for u >= 256*16), and TFLite's MultiplyByQuantizedMultiplier. */
 int32_t af_s8_exp2_neg_q15(int32_t u);
 int32_t af_s8_mul_by_qmult(int32_t x, af_qmult m);
+
+/* ------------------------------------------------------- stage dumps --- */
+/* Writers of the AFDUMP text format (docs/device-dump.md), for a port that
+ * wants its stages checked on the host (`attnflow verify --compare LOG CASE`).
+ * Text goes to the caller's `write(ctx, text, n)` (a UART, semihosting,
+ * a buffer); no printf, no heap. Names are C identifiers up to 63 chars. */
+typedef void (*af_write_fn)(void* ctx, const char* text, size_t n);
+typedef enum { AF_DUMP_F32 = 0, AF_DUMP_I8 = 1, AF_DUMP_I32 = 2 } af_dump_dtype;
+
+af_status af_dump_begin(af_write_fn write, void* ctx, const char* case_name, const char* kind,
+                        const char* impl);
+/* Declares a stage (rank 0..8). */
+af_status af_dump_tensor(af_write_fn write, void* ctx, const char* stage, af_dump_dtype dtype,
+                         int32_t rank, const int32_t* dims);
+/* Elements [offset, offset + count) of a declared stage; data is float,
+ * int8_t or int32_t as the dtype says. */
+af_status af_dump_part(af_write_fn write, void* ctx, const char* stage, af_dump_dtype dtype,
+                       uint32_t offset, const void* data, uint32_t count);
+af_status af_dump_done(af_write_fn write, void* ctx, const char* case_name);
 
 #ifdef __cplusplus
 }

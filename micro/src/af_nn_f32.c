@@ -11,6 +11,8 @@ af_status af_layernorm_f32(float* y, const float* x, const float* w, const float
   float mean = 0.f, var = 0.f, inv;
   int32_t i;
   if (y == NULL || x == NULL) return AF_ERR_NULL;
+  if (!af_aligned(y, 4) || !af_aligned(x, 4) || !af_aligned(w, 4) || !af_aligned(b, 4))
+    return AF_ERR_ALIGN;
   if (n < 1) return AF_ERR_SHAPE;
   if (!(eps > 0.f)) return AF_ERR_PARAM;
   for (i = 0; i < n; ++i) mean += x[i];
@@ -29,6 +31,7 @@ af_status af_rmsnorm_f32(float* y, const float* x, const float* w, int32_t n, fl
   float ss = 0.f, inv;
   int32_t i;
   if (y == NULL || x == NULL) return AF_ERR_NULL;
+  if (!af_aligned(y, 4) || !af_aligned(x, 4) || !af_aligned(w, 4)) return AF_ERR_ALIGN;
   if (n < 1) return AF_ERR_SHAPE;
   if (!(eps > 0.f)) return AF_ERR_PARAM;
   for (i = 0; i < n; ++i) ss += x[i] * x[i];
@@ -41,6 +44,8 @@ af_status af_linear_f32(float* y, const float* x, const float* w, const float* b
                         int32_t out) {
   int32_t o, i;
   if (y == NULL || x == NULL || w == NULL) return AF_ERR_NULL;
+  if (!af_aligned(y, 4) || !af_aligned(x, 4) || !af_aligned(w, 4) || !af_aligned(b, 4))
+    return AF_ERR_ALIGN;
   if (in < 1 || out < 1 || (uint64_t)in * (uint64_t)out >= ((uint64_t)1 << 31)) return AF_ERR_SHAPE;
   if (y == x) return AF_ERR_PARAM; /* y must not alias x */
   for (o = 0; o < out; ++o) {
@@ -52,13 +57,21 @@ af_status af_linear_f32(float* y, const float* x, const float* w, const float* b
   return AF_OK;
 }
 
-void af_relu_f32(float* x, int32_t n) {
+af_status af_relu_f32(float* x, int32_t n) {
   int32_t i;
+  if (x == NULL) return AF_ERR_NULL;
+  if (!af_aligned(x, 4)) return AF_ERR_ALIGN;
+  if (n < 0) return AF_ERR_SHAPE;
   for (i = 0; i < n; ++i)
     if (x[i] < 0.f) x[i] = 0.f;
+  return AF_OK;
 }
 
-void af_add_f32(float* y, const float* x, int32_t n) {
+af_status af_add_f32(float* y, const float* x, int32_t n) {
   int32_t i;
+  if (y == NULL || x == NULL) return AF_ERR_NULL;
+  if (!af_aligned(y, 4) || !af_aligned(x, 4)) return AF_ERR_ALIGN;
+  if (n < 0) return AF_ERR_SHAPE;
   for (i = 0; i < n; ++i) y[i] += x[i];
+  return AF_OK;
 }

@@ -7,10 +7,24 @@
 #include "af_internal.h"
 
 static int8_t af_sat8(int64_t v) { return (int8_t)(v > 127 ? 127 : (v < -128 ? -128 : v)); }
+static int32_t af_sat32_64(int64_t v) {
+  return (int32_t)(v > 2147483647 ? 2147483647 : (v < -2147483647 - 1 ? -2147483647 - 1 : v));
+}
+
+/* W8[o] . x8 + b32, saturated to int32: the product sum fits int32
+ * (|sum| <= 2^14 * 65535 < 2^30), only adding the bias can overflow, so it is
+ * added in 64 bits. Equal to the plain int32 sum whenever that does not
+ * overflow. */
+static int32_t af_dot_s8_bias(const int8_t* wr, const int8_t* x, int32_t b, int32_t in) {
+  int32_t i, part = 0;
+  for (i = 0; i < in; ++i) part += (int32_t)wr[i] * x[i];
+  return af_sat32_64((int64_t)b + part);
+}
 
 static af_status af_linear_s8_check(const void* y, const int8_t* x, const int8_t* w,
                                     const af_qmult* m, int32_t in, int32_t out) {
   if (y == NULL || x == NULL || w == NULL || m == NULL) return AF_ERR_NULL;
+  if (!af_aligned(m, 4)) return AF_ERR_ALIGN;
   if (in < 1 || out < 1 || in > AF_MAX_DIM || out > AF_MAX_DIM)
     return AF_ERR_SHAPE;
   if ((uint64_t)in * (uint64_t)out >= ((uint64_t)1 << 31)) return AF_ERR_SHAPE;
@@ -20,14 +34,12 @@ static af_status af_linear_s8_check(const void* y, const int8_t* x, const int8_t
 af_status af_linear_s8(int8_t* y, const int8_t* x, const int8_t* w, const int32_t* b,
                        const af_qmult* m, int32_t in, int32_t out) {
   af_status st = af_linear_s8_check(y, x, w, m, in, out);
-  int32_t o, i;
+  int32_t o;
   if (st != AF_OK) return st;
   if ((const void*)y == (const void*)x) return AF_ERR_PARAM;
   for (o = 0; o < out; ++o) {
-    const int8_t* wr = w + (size_t)o * in;
-    int32_t acc = b ? b[o] : 0;
-    for (i = 0; i < in; ++i) acc += (int32_t)wr[i] * x[i];
-    y[o] = af_sat8(af_s8_mul_by_qmult(acc, m[o]));
+    y[o] = af_sat8(af_s8_mul_by_qmult(af_dot_s8_bias(w + (size_t)o * in, x, b ? b[o] : 0, in),
+                                      m[o]));
   }
   return AF_OK;
 }
@@ -35,18 +47,18 @@ af_status af_linear_s8(int8_t* y, const int8_t* x, const int8_t* w, const int32_
 af_status af_linear_s8_residual(int32_t* r, const int8_t* x, const int8_t* w, const int32_t* b,
                                 const af_qmult* m, int32_t in, int32_t out) {
   af_status st = af_linear_s8_check(r, x, w, m, in, out);
-  int32_t o, i;
+  int32_t o;
   if (st != AF_OK) return st;
+  if (!af_aligned(r, 4)) return AF_ERR_ALIGN;
   for (o = 0; o < out; ++o) {
-    const int8_t* wr = w + (size_t)o * in;
-    int32_t acc = b ? b[o] : 0;
-    for (i = 0; i < in; ++i) acc += (int32_t)wr[i] * x[i];
-    r[o] += af_s8_mul_by_qmult(acc, m[o]);
+    r[o] = af_sat32_64((int64_t)r[o] + af_s8_mul_by_qmult(
+                                          af_dot_s8_bias(w + (size_t)o * in, x, b ? b[o] : 0, in),
+                                          m[o]));
   }
   return AF_OK;
 }
 
-static uint32_t af_isqrt64(uint64_t x) { /* floor(sqrt(x)) */
+static uint32_t af_isqrt64(uint64_t x) { /* floor(sqrt(x)), x < 2^64 */
   uint64_t res = 0, bit = (uint64_t)1 << 62;
   while (bit > x) bit >>= 2;
   while (bit) {
@@ -67,27 +79,40 @@ static int64_t af_floor_div(int64_t a, int64_t n) { /* n > 0 */
 
 af_status af_layernorm_s8(int8_t* y, const int32_t* x, const int32_t* g, const int32_t* b,
                           int32_t n, int32_t eps) {
-  int64_t sum = 0, var = 0, mean, inv;
+  int64_t sum = 0, mean, inv;
+  uint64_t var = 0;
   uint32_t sd;
   int32_t i;
   if (y == NULL || x == NULL || g == NULL || b == NULL) return AF_ERR_NULL;
+  if (!af_aligned(x, 4) || !af_aligned(g, 4) || !af_aligned(b, 4)) return AF_ERR_ALIGN;
   if (n < 1 || n > 65536) return AF_ERR_SHAPE;
   if (eps < 1) return AF_ERR_PARAM;
   for (i = 0; i < n; ++i) sum += x[i];
   mean = af_floor_div(sum, n);
-  for (i = 0; i < n; ++i) var += (int64_t)(x[i] - mean) * (x[i] - mean);
-  var = var / n;
-  sd = af_isqrt64((uint64_t)var + (uint64_t)eps);
+  /* Sum of squares in unsigned 64 bits, saturated (|x - mean| < 2^32, so a
+   * square fits; only an extreme vector can saturate the sum, which then
+   * only flattens the output). */
+  for (i = 0; i < n; ++i) {
+    const int64_t d = x[i] - mean;
+    const uint64_t dd = (uint64_t)(d < 0 ? -d : d) * (uint64_t)(d < 0 ? -d : d);
+    var = var > ~(uint64_t)0 - dd ? ~(uint64_t)0 : var + dd;
+  }
+  var = var / (uint64_t)n;
+  sd = af_isqrt64(var > ~(uint64_t)0 - (uint64_t)eps ? ~(uint64_t)0 : var + (uint64_t)eps);
   inv = ((int64_t)1 << 32) / (int64_t)sd; /* sd >= 1 since eps >= 1 */
   for (i = 0; i < n; ++i) {
+    /* |x - mean| <= sqrt(n * var) < 256 * (sd + 1), so |d * inv| < 2^41. */
     const int64_t t = ((int64_t)(x[i] - mean) * inv) >> 16;
     y[i] = af_sat8((t * g[i] + b[i] + ((int64_t)1 << 23)) >> 24);
   }
   return AF_OK;
 }
 
-void af_relu_s8(int8_t* x, int32_t n) {
+af_status af_relu_s8(int8_t* x, int32_t n) {
   int32_t i;
+  if (x == NULL) return AF_ERR_NULL;
+  if (n < 0) return AF_ERR_SHAPE;
   for (i = 0; i < n; ++i)
     if (x[i] < 0) x[i] = 0;
+  return AF_OK;
 }

@@ -1,7 +1,9 @@
 /* af_quant.c — preparation of the int8 parameters (include/attnflow/micro.h):
- * real scales -> fixed-point multipliers. This is the ONLY micro source that
- * uses floating point; run it on the host or once at start-up. The kernels in
- * af_sdpa_s8.c consume the integer results only. */
+ * real scales -> fixed-point multipliers (exp and output multipliers), ALiBi
+ * slopes and additive float masks -> raw-score units. It is the only source
+ * of the int8 path that uses floating point; run it on the host or once at
+ * start-up. The kernels in af_sdpa_s8.c and af_nn_s8.c consume the integer
+ * results only. */
 #include <math.h>
 
 #include "af_internal.h"
@@ -63,6 +65,51 @@ af_status af_s8_prepare(af_s8_params* p, const float* sq, const float* sk,
     }
     st = af_quantize_multiplier(&p->out_mult[h], (double)sv[h] / so[h]);
     if (st != AF_OK) return st;
+  }
+  return AF_OK;
+}
+
+af_status af_s8_alibi_prepare(int32_t* alibi_s8, const float* slopes, int32_t num_heads,
+                              const float* sq, const float* sk, int32_t n, float scale) {
+  int32_t h;
+  if (alibi_s8 == NULL || slopes == NULL || sq == NULL || sk == NULL) return AF_ERR_NULL;
+  if (num_heads < 1 || num_heads > AF_MAX_DIM || !(n == 1 || n == num_heads)) return AF_ERR_PARAM;
+  if (!(scale > 0.f) || !isfinite(scale)) return AF_ERR_PARAM;
+  for (h = 0; h < num_heads; ++h) {
+    const int32_t sh = n == 1 ? 0 : h;
+    double unit, v;
+    if (!(sq[sh] > 0.f) || !(sk[sh] > 0.f) || !isfinite(sq[sh]) || !isfinite(sk[sh]))
+      return AF_ERR_PARAM;
+    if (!(slopes[h] >= 0.f) || !isfinite(slopes[h])) return AF_ERR_PARAM;
+    unit = (double)sq[sh] * sk[sh] * scale; /* one raw-score unit, in scaled-score units */
+    v = (double)slopes[h] / unit * 256.0;
+    if (!(v < 2147483647.0)) return AF_ERR_PARAM;
+    alibi_s8[h] = (int32_t)llround(v);
+  }
+  return AF_OK;
+}
+
+af_status af_s8_mask_prepare(int32_t* out, const float* mask, int32_t count, float sq, float sk,
+                             float scale) {
+  int32_t i;
+  double unit;
+  if (out == NULL || mask == NULL) return AF_ERR_NULL;
+  if (count < 0) return AF_ERR_SHAPE;
+  if (!(sq > 0.f) || !(sk > 0.f) || !(scale > 0.f) || !isfinite(sq) || !isfinite(sk) ||
+      !isfinite(scale))
+    return AF_ERR_PARAM;
+  unit = (double)sq * sk * scale;
+  for (i = 0; i < count; ++i) {
+    const float m = mask[i];
+    double v;
+    if (m == -INFINITY) {
+      out[i] = AF_S8_MASKED;
+      continue;
+    }
+    if (!(m < INFINITY)) return AF_ERR_PARAM; /* NaN or +inf */
+    v = (double)m / unit;
+    v = v < -1073741824.0 ? -1073741824.0 : (v > 1073741824.0 ? 1073741824.0 : v);
+    out[i] = (int32_t)llround(v);
   }
   return AF_OK;
 }

@@ -1,9 +1,13 @@
 /* af_sdpa_s8.c — int8 scaled dot-product attention with integer arithmetic
  * only (no float type, no float instruction: tools/edge/run_edge.sh
- * disassembles the rv32imc object and fails on any soft-float call).
+ * disassembles the rv32imc object and fails on any soft-float call), with
+ * masks, ALiBi and sliding windows (af_sdpa_opts) and a per-row stage probe.
  *
  * Scheme (docs/edge.md "int8 scheme"): symmetric int8 q, k, v; int32 scores
- * s = q.k; for a row with running max m, key weight
+ * s = q.k (|s| <= 127*128*D < 2^30 for D <= 65535); a mask (int32, in raw
+ * score units) and ALiBi (Q8 slope in raw score units) are added and the
+ * sum clamped to [-2^30, 2^30 - 1], so m - s never overflows; a hidden key
+ * is AF_S8_MASKED and gets weight 0. For a row with running max m, key weight
  *   w = exp2neg_q15(u) >> wshift,  u = round((m - s) * exp_mult)  (Q8 base-2)
  * from a 256-entry table of round(2^15 * 2^(-f/256)) (entry 0 is 32767, not
  * 32768, so every weight fits int16 for the SMLAD path); the int32 accumulators
@@ -12,7 +16,8 @@
  * scores in the arena, no full score row); out = round((acc/l) * sv/so)
  * saturated to int8. wshift keeps |acc| < 2^31: n_keys * 2^(22-wshift) < 2^31.
  * Every rounding is "add half, arithmetic shift" (round half up), so a NumPy
- * model of the same integer steps reproduces every bit. */
+ * model of the same integer steps reproduces every bit. Keys outside a row's
+ * visible range [first, last] are never read. */
 #include "af_internal.h"
 
 static const uint16_t kExp2NegQ15[256] = {
@@ -282,13 +287,58 @@ AF_INLINE int32_t af_weight(int32_t m, int32_t s, af_qmult em, int32_t hi_cut, i
 
 static int64_t af_round_shift64(int64_t p, int32_t sh);
 
-/* One tile of scores (t_n >= 1) of one row: raise the max (rescaling acc and
- * l by 2^-u in Q15, rounded), then scores -> weights in place, l += sum. */
+/* Test-only mutation hook (see af_sdpa_f32.c): inverts the bool mask. */
+#ifdef AF_TEST_PLANT_MASK_BUG
+#define AF_BOOL_HIDES(m) ((m) != 0)
+#else
+#define AF_BOOL_HIDES(m) ((m) == 0)
+#endif
+
+#define AF_S8_BIAS_MAX ((int64_t)1 << 30)
+
+/* Per-key work of a masked / ALiBi row on raw scores x[0..t_n) of keys
+ * j0 ..: hidden -> AF_S8_MASKED, else + mask + ALiBi, clamped. */
+static void af_bias_s8(int32_t* x, int32_t t_n, const af_row_bias* rb, int32_t j0) {
+  int32_t t;
+  for (t = 0; t < t_n; ++t) {
+    const int32_t j = j0 + t;
+    int64_t y = x[t];
+    if (rb->kind & AF_BIAS_BOOL) {
+      if (AF_BOOL_HIDES(((const uint8_t*)rb->mrow)[(size_t)j * rb->msj])) {
+        x[t] = AF_S8_MASKED;
+        continue;
+      }
+    } else if (rb->kind & AF_BIAS_S32) {
+      const int32_t mv = ((const int32_t*)rb->mrow)[(size_t)j * rb->msj];
+      if (mv == AF_S8_MASKED) {
+        x[t] = AF_S8_MASKED;
+        continue;
+      }
+      y += mv;
+    }
+    if (rb->kind & AF_BIAS_ALIBI)
+      y -= ((int64_t)rb->slope_s8 * AF_ABS_DIST(rb->diag, j) + 128) >> 8;
+    x[t] = (int32_t)(y < -AF_S8_BIAS_MAX ? -AF_S8_BIAS_MAX
+                                         : (y >= AF_S8_BIAS_MAX ? AF_S8_BIAS_MAX - 1 : y));
+  }
+}
+
+/* One tile of scores (t_n >= 1) of one row, keys j0 ..: bias (rb NULL:
+ * none), raise the max (rescaling acc and l by 2^-u in Q15, rounded), then
+ * scores -> weights in place, l += sum. A tile whose keys are all hidden
+ * leaves the row as it was (weights 0). */
 static void af_s8_softmax_tile(af_s8_row* r, int32_t* sbuf, int32_t t_n, af_qmult em,
-                               int32_t hi_cut, int32_t wshift, int32_t Dv) {
-  int32_t t, tmax = sbuf[0], l = r->l, m;
+                               int32_t hi_cut, int32_t wshift, int32_t Dv,
+                               const af_row_bias* rb, int32_t j0) {
+  int32_t t, tmax, l = r->l, m;
+  if (rb != NULL) af_bias_s8(sbuf, t_n, rb, j0);
+  tmax = sbuf[0];
   for (t = 1; t < t_n; ++t)
     if (sbuf[t] > tmax) tmax = sbuf[t];
+  if (tmax == AF_S8_MASKED) { /* every key of the tile hidden */
+    for (t = 0; t < t_n; ++t) sbuf[t] = 0;
+    return;
+  }
   if (!r->started) {
     r->m = tmax;
     r->started = 1;
@@ -300,37 +350,47 @@ static void af_s8_softmax_tile(af_s8_row* r, int32_t* sbuf, int32_t t_n, af_qmul
     r->m = tmax;
   }
   m = r->m;
-  for (t = 0; t < t_n; ++t) {
-    sbuf[t] = af_weight(m, sbuf[t], em, hi_cut, wshift);
-    l += sbuf[t];
+  if (rb != NULL) {
+    for (t = 0; t < t_n; ++t) {
+      sbuf[t] = sbuf[t] == AF_S8_MASKED ? 0 : af_weight(m, sbuf[t], em, hi_cut, wshift);
+      l += sbuf[t];
+    }
+  } else {
+    for (t = 0; t < t_n; ++t) {
+      sbuf[t] = af_weight(m, sbuf[t], em, hi_cut, wshift);
+      l += sbuf[t];
+    }
   }
   r->l = l;
 }
 
 /* ---------------------------------------------------------- row loops --- */
 /* One row over keys k[0..n) (a sub-range of the head, tiles from its
- * start). */
+ * start; absolute index of k[0]: j_base). */
 AF_INLINE void af_s8_keys1(af_s8_row* r, int32_t* sbuf, const int8_t* qr, const int8_t* k,
-                           const int8_t* v, int32_t n, af_qmult em, int32_t hi_cut,
-                           int32_t wshift, int32_t D, int32_t Dv) {
+                           const int8_t* v, int32_t j_base, int32_t n, af_qmult em,
+                           int32_t hi_cut, int32_t wshift, int32_t D, int32_t Dv,
+                           const af_row_bias* rb) {
   int32_t j0, t;
   for (j0 = 0; j0 < n; j0 += AF_S8_KEY_TILE) {
     const int32_t t_n = (n - j0) < AF_S8_KEY_TILE ? (n - j0) : AF_S8_KEY_TILE;
     const int8_t* kt = k + (size_t)j0 * D;
     const int8_t* vt = v + (size_t)j0 * Dv;
     for (t = 0; t < t_n; ++t) sbuf[t] = af_qk1_s8(qr, kt + (size_t)t * D, D);
-    af_s8_softmax_tile(r, sbuf, t_n, em, hi_cut, wshift, Dv);
+    af_s8_softmax_tile(r, sbuf, t_n, em, hi_cut, wshift, Dv, rb, j_base + j0);
     for (t = 0; t < t_n; ++t)
       if (sbuf[t] != 0) af_pv1_s8(r->acc, sbuf[t], vt + (size_t)t * Dv, Dv);
   }
 }
 
-/* Two rows over the same keys k[0..n). Requires q1 == q0 + D and
- * r1->acc == r0->acc + Dv (consecutive rows, adjacent accumulators). */
+/* Two rows over the same keys k[0..n) (absolute index of k[0]: j_base).
+ * Requires q1 == q0 + D and r1->acc == r0->acc + Dv (consecutive rows,
+ * adjacent accumulators). */
 AF_INLINE void af_s8_keys2(af_s8_row* r0, af_s8_row* r1, int32_t* sb0, int32_t* sb1,
                            const int8_t* q0, const int8_t* q1, const int8_t* k,
-                           const int8_t* v, int32_t n, af_qmult em, int32_t hi_cut,
-                           int32_t wshift, int32_t D, int32_t Dv) {
+                           const int8_t* v, int32_t j_base, int32_t n, af_qmult em,
+                           int32_t hi_cut, int32_t wshift, int32_t D, int32_t Dv,
+                           const af_row_bias* rb0, const af_row_bias* rb1) {
   int32_t j0, t;
   for (j0 = 0; j0 < n; j0 += AF_S8_KEY_TILE) {
     const int32_t t_n = (n - j0) < AF_S8_KEY_TILE ? (n - j0) : AF_S8_KEY_TILE;
@@ -342,8 +402,8 @@ AF_INLINE void af_s8_keys2(af_s8_row* r0, af_s8_row* r1, int32_t* sb0, int32_t* 
       sb0[t] = af_qk1_s8(q0, kt + (size_t)t * D, D);
       sb1[t] = af_qk1_s8(q1, kt + (size_t)t * D, D);
     }
-    af_s8_softmax_tile(r0, sb0, t_n, em, hi_cut, wshift, Dv);
-    af_s8_softmax_tile(r1, sb1, t_n, em, hi_cut, wshift, Dv);
+    af_s8_softmax_tile(r0, sb0, t_n, em, hi_cut, wshift, Dv, rb0, j_base + j0);
+    af_s8_softmax_tile(r1, sb1, t_n, em, hi_cut, wshift, Dv, rb1, j_base + j0);
     for (t = 0; t + 4 <= t_n; t += 4)
       af_pv2x4_s8(r0->acc, sb0 + t, sb1 + t, vt + (size_t)t * Dv, Dv);
     for (; t < t_n; ++t) {
@@ -353,40 +413,52 @@ AF_INLINE void af_s8_keys2(af_s8_row* r0, af_s8_row* r1, int32_t* sb0, int32_t* 
   }
 }
 
-/* Rows i (n0 keys) and, if q1 != NULL, i+1 (n1 keys): the common keys
- * jointly, then each row's extra keys alone (as one more key range). */
+/* One row over its keys [from, to] (nothing when from > to). */
+#define AF_S8_RANGE(r, sb, qr, from, to, rb)                                                   \
+  if ((from) <= (to))                                                                         \
+  af_s8_keys1(r, sb, qr, k + (size_t)(from) * D, v + (size_t)(from) * Dv, from,                \
+              (to) - (from) + 1, em, hi_cut, wshift, D, Dv, rb)
+
+/* Rows i (keys [f0, l0]) and, if q1 != NULL, i+1 (keys [f1, l1]): the keys
+ * both see jointly, then each row's other keys alone. */
 AF_INLINE void af_s8_pair(af_s8_row* r0, af_s8_row* r1, int32_t* sb0, int32_t* sb1,
                           const int8_t* q0, const int8_t* q1, const int8_t* k, const int8_t* v,
-                          int32_t n0, int32_t n1, af_qmult em, int32_t hi_cut, int32_t wshift,
-                          int32_t D, int32_t Dv) {
-  int32_t nc;
-  if (q1 == NULL) {
-    af_s8_keys1(r0, sb0, q0, k, v, n0, em, hi_cut, wshift, D, Dv);
-    return;
+                          int32_t f0, int32_t l0, int32_t f1, int32_t l1, af_qmult em,
+                          int32_t hi_cut, int32_t wshift, int32_t D, int32_t Dv,
+                          const af_row_bias* rb0, const af_row_bias* rb1) {
+  if (q1 != NULL) {
+    const int32_t cf = f0 > f1 ? f0 : f1, cl = l0 < l1 ? l0 : l1;
+    if (cf <= cl) {
+      af_s8_keys2(r0, r1, sb0, sb1, q0, q1, k + (size_t)cf * D, v + (size_t)cf * Dv, cf,
+                  cl - cf + 1, em, hi_cut, wshift, D, Dv, rb0, rb1);
+      AF_S8_RANGE(r0, sb0, q0, f0, cf - 1, rb0);
+      AF_S8_RANGE(r0, sb0, q0, cl + 1, l0, rb0);
+      AF_S8_RANGE(r1, sb1, q1, f1, cf - 1, rb1);
+      AF_S8_RANGE(r1, sb1, q1, cl + 1, l1, rb1);
+      return;
+    }
+    AF_S8_RANGE(r1, sb1, q1, f1, l1, rb1);
   }
-  nc = n0 < n1 ? n0 : n1;
-  if (nc < 0) nc = 0;
-  af_s8_keys2(r0, r1, sb0, sb1, q0, q1, k, v, nc, em, hi_cut, wshift, D, Dv);
-  if (n0 > nc)
-    af_s8_keys1(r0, sb0, q0, k + (size_t)nc * D, v + (size_t)nc * Dv, n0 - nc, em, hi_cut,
-                wshift, D, Dv);
-  if (n1 > nc)
-    af_s8_keys1(r1, sb1, q1, k + (size_t)nc * D, v + (size_t)nc * Dv, n1 - nc, em, hi_cut,
-                wshift, D, Dv);
+  AF_S8_RANGE(r0, sb0, q0, f0, l0, rb0);
 }
 
 /* Specialisation: head size 64 gets constant offsets; others the generic
  * copy. */
 static void af_s8_pair_d64(af_s8_row* r0, af_s8_row* r1, int32_t* sb0, int32_t* sb1,
                            const int8_t* q0, const int8_t* q1, const int8_t* k, const int8_t* v,
-                           int32_t n0, int32_t n1, af_qmult em, int32_t hi_cut, int32_t wshift) {
-  af_s8_pair(r0, r1, sb0, sb1, q0, q1, k, v, n0, n1, em, hi_cut, wshift, 64, 64);
+                           int32_t f0, int32_t l0, int32_t f1, int32_t l1, af_qmult em,
+                           int32_t hi_cut, int32_t wshift, const af_row_bias* rb0,
+                           const af_row_bias* rb1) {
+  af_s8_pair(r0, r1, sb0, sb1, q0, q1, k, v, f0, l0, f1, l1, em, hi_cut, wshift, 64, 64, rb0,
+             rb1);
 }
 static void af_s8_pair_any(af_s8_row* r0, af_s8_row* r1, int32_t* sb0, int32_t* sb1,
                            const int8_t* q0, const int8_t* q1, const int8_t* k, const int8_t* v,
-                           int32_t n0, int32_t n1, af_qmult em, int32_t hi_cut, int32_t wshift,
-                           int32_t D, int32_t Dv) {
-  af_s8_pair(r0, r1, sb0, sb1, q0, q1, k, v, n0, n1, em, hi_cut, wshift, D, Dv);
+                           int32_t f0, int32_t l0, int32_t f1, int32_t l1, af_qmult em,
+                           int32_t hi_cut, int32_t wshift, int32_t D, int32_t Dv,
+                           const af_row_bias* rb0, const af_row_bias* rb1) {
+  af_s8_pair(r0, r1, sb0, sb1, q0, q1, k, v, f0, l0, f1, l1, em, hi_cut, wshift, D, Dv, rb0,
+             rb1);
 }
 
 /* ------------------------------------------------------------- finish --- */
@@ -436,27 +508,41 @@ static void af_s8_finish(int8_t* o, const af_s8_row* r, af_qmult om, int32_t Dv)
   }
 }
 
-af_status af_sdpa_s8(int8_t* out, const int8_t* q, const int8_t* k,
-                     const int8_t* v, const int32_t* kv_lens,
-                     const af_s8_params* p, const af_sdpa_shape* s,
-                     void* arena, size_t arena_bytes) {
+/* Everything af_sdpa_s8_ex and the probe check before touching memory;
+ * *wshift gets the weight shift of the shape. */
+static af_status af_sdpa_s8_check(const int8_t* q, const int8_t* k, const int32_t* kv_lens,
+                                  const af_s8_params* p, const af_sdpa_shape* s,
+                                  const af_sdpa_opts* o, int32_t* wshift) {
   af_status st = af_sdpa_check_shape(s);
-  int32_t b, h, i, wshift = 0;
-  int32_t *sb0, *sb1, *acc0, *acc1;
+  int32_t h;
   if (st != AF_OK) return st;
-  if (out == NULL || q == NULL || k == NULL || v == NULL || p == NULL || arena == NULL)
-    return AF_ERR_NULL;
+  if (q == NULL || k == NULL || p == NULL) return AF_ERR_NULL;
+  if (!af_aligned(kv_lens, 4) || !af_aligned(p, 4)) return AF_ERR_ALIGN;
   if (s->kv_len > 32768) return AF_ERR_SHAPE;
-  for (h = 0; h < p->num_scale_heads && h < AF_S8_MAX_HEADS; ++h)
-    if (p->exp_mult[h].mult < 0 || p->exp_mult[h].shift < 0 || p->exp_mult[h].shift > 8)
-      return AF_ERR_PARAM;
   if (!(p->num_scale_heads == 1 ||
         (p->num_scale_heads == s->num_heads && s->num_heads <= AF_S8_MAX_HEADS)))
     return AF_ERR_PARAM;
+  for (h = 0; h < p->num_scale_heads; ++h)
+    if (p->exp_mult[h].mult < 0 || p->exp_mult[h].shift < 0 || p->exp_mult[h].shift > 8 ||
+        p->out_mult[h].mult < 0 || p->out_mult[h].shift < -31 || p->out_mult[h].shift > 30)
+      return AF_ERR_PARAM;
   if ((st = af_check_kv_lens(kv_lens, s)) != AF_OK) return st;
+  if ((st = af_sdpa_check_opts(o, s, 1)) != AF_OK) return st;
+  *wshift = 0;
+  while (((int64_t)s->kv_len << (22 - *wshift)) >= ((int64_t)1 << 31)) ++*wshift;
+  return AF_OK;
+}
+
+af_status af_sdpa_s8_ex(int8_t* out, const int8_t* q, const int8_t* k, const int8_t* v,
+                        const int32_t* kv_lens, const af_s8_params* p, const af_sdpa_shape* s,
+                        const af_sdpa_opts* o, void* arena, size_t arena_bytes) {
+  int32_t b, h, i, wshift = 0;
+  int32_t *sb0, *sb1, *acc0, *acc1;
+  af_status st = af_sdpa_s8_check(q, k, kv_lens, p, s, o, &wshift);
+  if (st != AF_OK) return st;
+  if (out == NULL || v == NULL || arena == NULL) return AF_ERR_NULL;
   if (arena_bytes < af_sdpa_s8_workspace_bytes(s) || ((uintptr_t)arena & 3u))
     return AF_ERR_ARENA;
-  while (((int64_t)s->kv_len << (22 - wshift)) >= ((int64_t)1 << 31)) ++wshift;
   sb0 = (int32_t*)arena;
   sb1 = sb0 + AF_S8_KEY_TILE;
   acc0 = sb1 + AF_S8_KEY_TILE;
@@ -475,11 +561,22 @@ af_status af_sdpa_s8(int8_t* out, const int8_t* q, const int8_t* k,
         for (i = 0; i < Lq; i += 2) {
           const size_t row = ((size_t)b * H + h) * Lq + i;
           const int32_t two = i + 1 < Lq;
-          const int32_t n0 = af_last_key(s, i, valid) + 1;
-          const int32_t n1 = two ? af_last_key(s, i + 1, valid) + 1 : 0;
           const int8_t* q1 = two ? q + (row + 1) * D : NULL;
+          int32_t f0, l0, f1 = 0, l1 = -1;
           af_s8_row r0, r1;
+          af_row_bias rb[2];
+          const af_row_bias *rb0 = NULL, *rb1 = NULL;
           int32_t d;
+          af_row_keys(s, o, i, valid, &f0, &l0);
+          if (two) af_row_keys(s, o, i + 1, valid, &f1, &l1);
+          if (o != NULL) {
+            af_row_bias_init(&rb[0], s, o, b, h, i);
+            af_row_bias_init(&rb[1], s, o, b, h, two ? i + 1 : i);
+            if (rb[0].kind) {
+              rb0 = &rb[0];
+              rb1 = &rb[1];
+            }
+          }
           r0.m = r1.m = 0;
           r0.l = r1.l = 0;
           r0.started = r1.started = 0;
@@ -487,16 +584,77 @@ af_status af_sdpa_s8(int8_t* out, const int8_t* q, const int8_t* k,
           r1.acc = acc1;
           for (d = 0; d < Dv; ++d) acc0[d] = acc1[d] = 0;
           if (D == 64 && Dv == 64)
-            af_s8_pair_d64(&r0, &r1, sb0, sb1, q + row * D, q1, kh, vh, n0, n1, em, hi_cut,
-                           wshift);
+            af_s8_pair_d64(&r0, &r1, sb0, sb1, q + row * D, q1, kh, vh, f0, l0, f1, l1, em,
+                           hi_cut, wshift, rb0, rb1);
           else
-            af_s8_pair_any(&r0, &r1, sb0, sb1, q + row * D, q1, kh, vh, n0, n1, em, hi_cut,
-                           wshift, D, Dv);
+            af_s8_pair_any(&r0, &r1, sb0, sb1, q + row * D, q1, kh, vh, f0, l0, f1, l1, em,
+                           hi_cut, wshift, D, Dv, rb0, rb1);
           af_s8_finish(out + row * Dv, &r0, om, Dv);
           if (two) af_s8_finish(out + (row + 1) * Dv, &r1, om, Dv);
         }
       }
     }
   }
+  return AF_OK;
+}
+
+af_status af_sdpa_s8(int8_t* out, const int8_t* q, const int8_t* k,
+                     const int8_t* v, const int32_t* kv_lens,
+                     const af_s8_params* p, const af_sdpa_shape* s,
+                     void* arena, size_t arena_bytes) {
+  return af_sdpa_s8_ex(out, q, k, v, kv_lens, p, s, NULL, arena, arena_bytes);
+}
+
+/* ------------------------------------------------------------- probe --- */
+
+/* Raw and masked score of key j (the kernel's dot product and bias;
+ * AF_S8_MASKED outside [f, l]). */
+static int32_t af_s8_probe_key(int32_t* raw, const int8_t* qr, const int8_t* kh, int32_t j,
+                               int32_t D, int32_t f, int32_t l, const af_row_bias* rb) {
+  int32_t x = af_qk1_s8(qr, kh + (size_t)j * D, D);
+  if (raw) *raw = x;
+  if (j < f || j > l) return AF_S8_MASKED;
+  if (rb->kind) af_bias_s8(&x, 1, rb, j);
+  return x;
+}
+
+af_status af_sdpa_s8_probe(int32_t* scores, int32_t* masked, int32_t* weights,
+                           int32_t* weight_sum, const int8_t* q, const int8_t* k,
+                           const int32_t* kv_lens, const af_s8_params* p,
+                           const af_sdpa_shape* s, const af_sdpa_opts* o, int32_t b,
+                           int32_t h, int32_t i) {
+  int32_t wshift = 0, f, l, j, m = AF_S8_MASKED, sum = 0;
+  af_row_bias rb;
+  af_qmult em;
+  int32_t hi_cut;
+  const int8_t *qr, *kh;
+  af_status st = af_sdpa_s8_check(q, k, kv_lens, p, s, o, &wshift);
+  if (st != AF_OK) return st;
+  if (b < 0 || b >= s->batch || h < 0 || h >= s->num_heads || i < 0 || i >= s->q_len)
+    return AF_ERR_PARAM;
+  if (!af_aligned(scores, 4) || !af_aligned(masked, 4) || !af_aligned(weights, 4) ||
+      !af_aligned(weight_sum, 4))
+    return AF_ERR_ALIGN;
+  em = p->exp_mult[p->num_scale_heads == 1 ? 0 : h];
+  hi_cut = (16 * 256) >> em.shift;
+  qr = q + (((size_t)b * s->num_heads + h) * s->q_len + i) * s->head_dim;
+  kh = k + ((size_t)b * s->num_kv_heads + h / (s->num_heads / s->num_kv_heads)) * s->kv_len *
+               s->head_dim;
+  af_row_keys(s, o, i, kv_lens ? kv_lens[b] : s->kv_len, &f, &l);
+  af_row_bias_init(&rb, s, o, b, h, i);
+  for (j = 0; j < s->kv_len; ++j) {
+    const int32_t x = af_s8_probe_key(scores ? scores + j : NULL, qr, kh, j, s->head_dim, f, l, &rb);
+    if (masked) masked[j] = x;
+    if (x > m) m = x;
+  }
+  for (j = 0; j < s->kv_len; ++j) {
+    const int32_t x = af_s8_probe_key(NULL, qr, kh, j, s->head_dim, f, l, &rb);
+    const int32_t w = (m == AF_S8_MASKED || x == AF_S8_MASKED)
+                          ? 0
+                          : af_weight(m, x, em, hi_cut, wshift);
+    if (weights) weights[j] = w;
+    sum += w;
+  }
+  if (weight_sum) *weight_sum = sum;
   return AF_OK;
 }

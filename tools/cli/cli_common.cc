@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -268,6 +269,34 @@ int Main(int argc, char** argv) {
     }
   }
   return kExitUsage;
+}
+
+}  // namespace attnflow::cli
+
+namespace attnflow::cli {
+
+Result<int64_t> ParseByteSize(const std::string& option, const std::string& text) {
+  size_t pos = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &pos);
+  } catch (...) {
+    pos = 0;
+  }
+  std::string unit = text.substr(pos);
+  for (char& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  const std::pair<const char*, double> units[] = {
+      {"", 1},           {"b", 1},           {"k", 1024.0},     {"kib", 1024.0},
+      {"kb", 1e3},       {"m", 1048576.0},   {"mib", 1048576.0}, {"mb", 1e6},
+      {"g", 1073741824.0}, {"gib", 1073741824.0}, {"gb", 1e9},  {"t", 1099511627776.0},
+      {"tib", 1099511627776.0}, {"tb", 1e12}};
+  for (const auto& [u, mult] : units) {
+    if (pos > 0 && unit == u && std::isfinite(v) && v > 0 && v * mult < 9.2e18) {
+      return static_cast<int64_t>(v * mult);
+    }
+  }
+  return InvalidArgument(option + " '" + text +
+                         "' is not a positive size (e.g. 512KiB, 24GiB, 1.5GB or bytes)");
 }
 
 }  // namespace attnflow::cli

@@ -13,9 +13,12 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <string_view>
+
+#include "attnflow/status.h"
 
 namespace attnflow::cli {
 
@@ -53,6 +56,11 @@ CLI::Validator Finite();
 bool ResolveModel(const std::string& cmd, const std::string& value,
                   const std::string& default_key, std::string* path,
                   std::string* display);
+
+// A byte size: "320KiB", "4MiB", "1.5GB", "4096" (bytes); binary (KiB, MiB,
+// GiB, TiB) and decimal (KB, MB, GB, TB) units, case-insensitive, optional
+// "B". Errors name `option`.
+Result<int64_t> ParseByteSize(const std::string& option, const std::string& text);
 
 // True when stderr is a terminal (progress lines are drawn only then).
 bool StderrIsTerminal();

@@ -38,32 +38,6 @@ struct BudgetArgs {
   int64_t n = 512, d = 512, k = 3, r = 64;
 };
 
-// "24GiB", "512KiB", "1.5GB", "4096" (bytes); binary (KiB, MiB, GiB, TiB) and
-// decimal (KB, MB, GB, TB) units, case-insensitive, optional "B".
-Result<int64_t> ParseByteSize(const std::string& text) {
-  size_t pos = 0;
-  double v = 0;
-  try {
-    v = std::stod(text, &pos);
-  } catch (...) {
-    pos = 0;
-  }
-  std::string unit = text.substr(pos);
-  for (char& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  const std::pair<const char*, double> units[] = {
-      {"", 1},           {"b", 1},           {"k", 1024.0},     {"kib", 1024.0},
-      {"kb", 1e3},       {"m", 1048576.0},   {"mib", 1048576.0}, {"mb", 1e6},
-      {"g", 1073741824.0}, {"gib", 1073741824.0}, {"gb", 1e9},  {"t", 1099511627776.0},
-      {"tib", 1099511627776.0}, {"tb", 1e12}};
-  for (const auto& [u, mult] : units) {
-    if (pos > 0 && unit == u && std::isfinite(v) && v > 0 && v * mult < 9.2e18) {
-      return static_cast<int64_t>(v * mult);
-    }
-  }
-  return InvalidArgument("--ram '" + text +
-                         "' is not a positive size (e.g. 512KiB, 24GiB, 1.5GB or bytes)");
-}
-
 nlohmann::json Parts(const nn::PartCounts& p) {
   return {{"qkv", p.qkv}, {"scores", p.scores}, {"aggregate", p.aggregate}, {"out", p.out},
           {"ffn", p.ffn}, {"norms", p.norms}, {"total", p.total()}};
@@ -93,7 +67,7 @@ int RunBudget(const BudgetArgs& a) {
   if (a.compare) return RunCompare(a);
   int64_t ram = 0;
   if (!a.ram.empty()) {
-    Result<int64_t> r = ParseByteSize(a.ram);
+    Result<int64_t> r = ParseByteSize("--ram", a.ram);
     if (!r.ok()) {
       PrintError("budget", r.status().message());
       return kExitUsage;
