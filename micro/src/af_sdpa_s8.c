@@ -276,13 +276,20 @@ AF_INLINE int32_t af_exp2_neg(int32_t u, int32_t extra) {
   return ((int32_t)kExp2NegQ15[u & 255] + ((1 << e) >> 1)) >> e;
 }
 
-/* Weight of a key with score s when the row max is m: u = ((m-s)*M >> 32)
- * << p (exp_mult = {M, p}); hi_cut: any high part at or above it gives
- * u >= 16*256, weight 0 (and keeps the shift by p from overflowing). */
+/* Weight of a key with score s when the row max is m: the Q8 base-2
+ * exponent u = floor((m-s) * M / 2^(32-p)) (exp_mult = {M, p}), truncated
+ * once whatever p is: the high word of the product shifted left by p, with
+ * the top p bits of the low word below it (p = 0: the high word alone, one
+ * high multiply). hi_cut: a high word at or above it gives u >= 16*256,
+ * weight 0 (and keeps the shift by p from overflowing). */
 AF_INLINE int32_t af_weight(int32_t m, int32_t s, af_qmult em, int32_t hi_cut, int32_t wshift) {
-  const int32_t hi = (int32_t)(((int64_t)(m - s) * em.mult) >> 32);
+  const int64_t prod = (int64_t)(m - s) * em.mult;
+  const int32_t hi = (int32_t)(prod >> 32);
+  int32_t u;
   if (hi >= hi_cut) return 0;
-  return af_exp2_neg(hi << em.shift, wshift);
+  u = hi << em.shift;
+  if (em.shift > 0) u |= (int32_t)((uint32_t)prod >> (32 - em.shift));
+  return af_exp2_neg(u, wshift);
 }
 
 static int64_t af_round_shift64(int64_t p, int32_t sh);

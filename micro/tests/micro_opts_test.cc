@@ -19,7 +19,10 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <limits>
+#include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -879,6 +882,39 @@ TEST(MicroSafety, Int8PiecesAtExtremeValuesHaveNoOverflow) {
                           arena.data(), arena.size() * 4),
             AF_OK);
   for (int8_t e : o) EXPECT_EQ(e, -128);  // every visible value is -128
+}
+
+// ------------------------------------------------------ one source list --
+
+std::string ReadText(const fs::path& p) {
+  std::ifstream f(p);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+TEST(MicroSources, OneListForEveryBuild) {
+  const fs::path root(ATTNFLOW_SOURCE_DIR);
+  std::set<std::string> listed, present;
+  std::istringstream in(ReadText(root / "micro/sources.txt"));
+  for (std::string line; std::getline(in, line);) {
+    line = line.substr(0, line.find('#'));
+    line.erase(std::remove_if(line.begin(), line.end(), ::isspace), line.end());
+    if (line.empty()) continue;
+    EXPECT_TRUE(fs::exists(root / "micro" / line)) << line;
+    EXPECT_TRUE(listed.insert(line).second) << "listed twice: " << line;
+  }
+  for (const auto& e : fs::directory_iterator(root / "micro/src"))
+    if (e.path().extension() == ".c") present.insert("src/" + e.path().filename().string());
+  EXPECT_EQ(listed, present) << "micro/sources.txt must list exactly micro/src/*.c";
+  // Every build of the library reads that list and globs nothing itself.
+  for (const char* build : {"cmake/micro.cmake", "tools/edge/run_edge.sh", "tools/edge/bench.sh",
+                            "micro/esp-idf/attnflow_micro/CMakeLists.txt"}) {
+    const std::string text = ReadText(root / build);
+    EXPECT_NE(text.find("sources"), std::string::npos) << build << " does not read the list";
+    EXPECT_EQ(text.find("src/*.c"), std::string::npos) << build << " globs the sources itself";
+    EXPECT_EQ(text.find("af_common.c"), std::string::npos) << build << " names a source itself";
+  }
 }
 
 }  // namespace

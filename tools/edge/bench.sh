@@ -15,6 +15,7 @@ OUT=$BUILD/edge/bench
 source "$ROOT/tools/edge/targets.sh"
 mkdir -p "$OUT"
 INC="-I$ROOT/include -I$ROOT/micro/src"
+mapfile -t SRCS < <(micro_sources "$ROOT")
 
 mhz() { case $1 in rv32imc) echo 160 ;; *) echo 168 ;; esac; }
 {
@@ -23,7 +24,7 @@ echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
 for t in "${EDGE_TARGETS[@]}"; do
   cc=$(edge_cc "$t")
   $cc $(edge_cflags "$t") -O2 -std=c99 $INC $(edge_ldflags "$t") -o "$OUT/$t.elf" \
-    "$ROOT/micro/bench/bench_main.c" "$ROOT"/micro/src/*.c -lm
+    "$ROOT/micro/bench/bench_main.c" "${SRCS[@]}" -lm
   for f in af_sdpa_f32 af_sdpa_s8; do
     $cc $(edge_cflags "$t") -O2 --specs=picolibc.specs -std=c99 $INC -c "$ROOT/micro/src/$f.c" -o "$OUT/${t}_$f.o"
   done
@@ -60,6 +61,6 @@ int main(void) {
   return 0;
 }
 C
-gcc -O2 -std=c99 $INC -o "$OUT/arena" "$OUT/arena.c" "$ROOT"/micro/src/*.c -lm
+gcc -O2 -std=c99 $INC -o "$OUT/arena" "$OUT/arena.c" "${SRCS[@]}" -lm
 "$OUT/arena"
 } | tee "$OUT/../bench.md"
