@@ -105,7 +105,8 @@ typedef enum {
  *  alibi_s8 (int8 path): [H] slopes in Q8 raw-score units from
  *    af_s8_alibi_prepare: bias = -((alibi_s8[h] * |d - j| + 128) >> 8)
  *    added to the raw score (after the mask).
- * Raw int8-path scores plus masks and ALiBi are clamped to
+ * int8 path: an AF_MASK_S32 value is clamped to [-2^30, 2^30] (other than
+ * AF_S8_MASKED), then the raw score plus mask plus ALiBi is clamped to
  * [-2^30, 2^30 - 1] (a bias that large already gives the key weight 0 next
  * to any visible key of ordinary score). */
 typedef struct {

@@ -137,6 +137,7 @@ void af_row_bias_init(af_row_bias* rb, const af_sdpa_shape* s, const af_sdpa_opt
   rb->diag = i + s->kv_len - s->q_len;
   rb->slope = 0.f;
   rb->slope_s8 = 0;
+  rb->alibi32 = 0;
   if (o == NULL) return;
   if (o->mask_type != AF_MASK_NONE) {
     const int32_t* ms = o->mask_shape;
@@ -167,5 +168,7 @@ void af_row_bias_init(af_row_bias* rb, const af_sdpa_shape* s, const af_sdpa_opt
   } else if (o->alibi_s8 != NULL) {
     rb->kind |= AF_BIAS_ALIBI;
     rb->slope_s8 = o->alibi_s8[h];
+    rb->alibi32 = rb->slope_s8 >= 0 &&
+                  (int64_t)rb->slope_s8 * ((int64_t)s->q_len + s->kv_len) + 128 < 2147483647;
   }
 }

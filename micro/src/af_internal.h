@@ -33,6 +33,7 @@ typedef struct {
   int32_t diag;
   float slope;      /* f32 paths */
   int32_t slope_s8; /* int8 path, Q8 raw-score units */
+  int32_t alibi32;  /* int8: slope_s8 * (Lq + Lk) + 128 < 2^31, 32-bit ALiBi */
 } af_row_bias;
 
 /* Fills rb for row i of head h, batch b (diag = i + Lk - Lq). */

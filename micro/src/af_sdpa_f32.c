@@ -309,33 +309,38 @@ AF_INLINE void af_rows2_update_impl(af_row_state* s0, af_row_state* s1, const fl
   }
 }
 
-/* One row over its keys [from, to] (nothing when from > to). */
-#define AF_ROW_RANGE(st, qr, from, to, sb, rb)                                                 \
-  if ((from) <= (to))                                                                         \
-  af_row_update_impl(st, qr, k + (size_t)(from) * D, v + (size_t)(from) * Dv, from,            \
-                     (to) - (from) + 1, D, Dv, scale, sb, rb)
-
 /* Rows i (keys [f0, l0]) and, when `two`, i+1 (keys [f1, l1]): the keys both
  * see jointly (every K/V element loaded once serves two rows), then each
- * row's other keys alone. rb0/rb1: the rows' per-key work or NULL. */
+ * row's other keys alone (at most two segments per row, visited by one loop
+ * so the single-row code exists once). rb0/rb1: the rows' per-key work or
+ * NULL. */
 AF_INLINE void af_pair_impl(af_row_state* s0, af_row_state* s1, const float* q, const float* k,
                             const float* v, int32_t f0, int32_t l0, int32_t f1, int32_t l1,
                             int32_t two, int32_t D, int32_t Dv, float scale, float* sb0,
                             float* sb1, const af_row_bias* rb0, const af_row_bias* rb1) {
+  int32_t from[4], to[4], rowsel[4], n = 0, x;
   if (two) {
     const int32_t cf = f0 > f1 ? f0 : f1, cl = l0 < l1 ? l0 : l1;
     if (cf <= cl) {
       af_rows2_update_impl(s0, s1, q, k + (size_t)cf * D, v + (size_t)cf * Dv, cf, cl - cf + 1,
                            D, Dv, scale, sb0, sb1, rb0, rb1);
-      AF_ROW_RANGE(s1, q + D, f1, cf - 1, sb1, rb1);
-      AF_ROW_RANGE(s1, q + D, cl + 1, l1, sb1, rb1);
-      AF_ROW_RANGE(s0, q, f0, cf - 1, sb0, rb0);
-      AF_ROW_RANGE(s0, q, cl + 1, l0, sb0, rb0);
-      return;
+      from[n] = f1, to[n] = cf - 1, rowsel[n++] = 1;
+      from[n] = cl + 1, to[n] = l1, rowsel[n++] = 1;
+      from[n] = f0, to[n] = cf - 1, rowsel[n++] = 0;
+      from[n] = cl + 1, to[n] = l0, rowsel[n++] = 0;
+    } else {
+      from[n] = f1, to[n] = l1, rowsel[n++] = 1;
+      from[n] = f0, to[n] = l0, rowsel[n++] = 0;
     }
-    AF_ROW_RANGE(s1, q + D, f1, l1, sb1, rb1);
+  } else {
+    from[n] = f0, to[n] = l0, rowsel[n++] = 0;
   }
-  AF_ROW_RANGE(s0, q, f0, l0, sb0, rb0);
+  for (x = 0; x < n; ++x) {
+    if (from[x] > to[x]) continue;
+    af_row_update_impl(rowsel[x] ? s1 : s0, rowsel[x] ? q + D : q, k + (size_t)from[x] * D,
+                       v + (size_t)from[x] * Dv, from[x], to[x] - from[x] + 1, D, Dv, scale,
+                       rowsel[x] ? sb1 : sb0, rowsel[x] ? rb1 : rb0);
+  }
 }
 
 static void af_pair_d64(af_row_state* s0, af_row_state* s1, const float* q, const float* k,
@@ -627,6 +632,7 @@ af_status af_decode_f32_ex(float* out, float* lse, const float* q, const af_kv_c
       rb.diag = c->length - 1;
       rb.slope = alibi_slopes[h];
       rb.slope_s8 = 0;
+      rb.alibi32 = 0;
       rbp = &rb;
     }
     /* The ring holds positions in slot order; visit them oldest first, as

@@ -301,32 +301,51 @@ static int64_t af_round_shift64(int64_t p, int32_t sh);
 #define AF_BOOL_HIDES(m) ((m) == 0)
 #endif
 
-#define AF_S8_BIAS_MAX ((int64_t)1 << 30)
+#define AF_S8_BIAS_MAX 1073741824 /* 2^30 */
 
 /* Per-key work of a masked / ALiBi row on raw scores x[0..t_n) of keys
- * j0 ..: hidden -> AF_S8_MASKED, else + mask + ALiBi, clamped. */
+ * j0 ..: hidden -> AF_S8_MASKED, else + mask (clamped to +-2^30 first) +
+ * ALiBi, clamped to [-2^30, 2^30 - 1]. |x| < 2^30 on entry, so the int32 sum
+ * of the score and a clamped mask cannot overflow; ALiBi is computed in 32
+ * bits when slope * max distance fits (alibi32), else in 64. A bool mask
+ * alone only hides keys (its own loop: the common case). */
 static void af_bias_s8(int32_t* x, int32_t t_n, const af_row_bias* rb, int32_t j0) {
+  const int32_t kind = rb->kind;
   int32_t t;
+  if (kind == AF_BIAS_BOOL) {
+    const uint8_t* m = (const uint8_t*)rb->mrow + (size_t)j0 * rb->msj;
+    for (t = 0; t < t_n; ++t, m += rb->msj)
+      if (AF_BOOL_HIDES(*m)) x[t] = AF_S8_MASKED;
+    return;
+  }
   for (t = 0; t < t_n; ++t) {
     const int32_t j = j0 + t;
-    int64_t y = x[t];
-    if (rb->kind & AF_BIAS_BOOL) {
+    int32_t y = x[t];
+    if (kind & AF_BIAS_BOOL) {
       if (AF_BOOL_HIDES(((const uint8_t*)rb->mrow)[(size_t)j * rb->msj])) {
         x[t] = AF_S8_MASKED;
         continue;
       }
-    } else if (rb->kind & AF_BIAS_S32) {
-      const int32_t mv = ((const int32_t*)rb->mrow)[(size_t)j * rb->msj];
+    } else if (kind & AF_BIAS_S32) {
+      int32_t mv = ((const int32_t*)rb->mrow)[(size_t)j * rb->msj];
       if (mv == AF_S8_MASKED) {
         x[t] = AF_S8_MASKED;
         continue;
       }
+      mv = mv < -AF_S8_BIAS_MAX ? -AF_S8_BIAS_MAX : (mv > AF_S8_BIAS_MAX ? AF_S8_BIAS_MAX : mv);
       y += mv;
     }
-    if (rb->kind & AF_BIAS_ALIBI)
-      y -= ((int64_t)rb->slope_s8 * AF_ABS_DIST(rb->diag, j) + 128) >> 8;
-    x[t] = (int32_t)(y < -AF_S8_BIAS_MAX ? -AF_S8_BIAS_MAX
-                                         : (y >= AF_S8_BIAS_MAX ? AF_S8_BIAS_MAX - 1 : y));
+    if (kind & AF_BIAS_ALIBI) {
+      const uint32_t dist = (uint32_t)AF_ABS_DIST(rb->diag, j);
+      if (rb->alibi32) {
+        y -= (int32_t)(((uint32_t)rb->slope_s8 * dist + 128u) >> 8);
+      } else {
+        const int64_t z = (int64_t)y - (((int64_t)rb->slope_s8 * dist + 128) >> 8);
+        y = (int32_t)(z < -AF_S8_BIAS_MAX ? -AF_S8_BIAS_MAX
+                                          : (z > AF_S8_BIAS_MAX ? AF_S8_BIAS_MAX : z));
+      }
+    }
+    x[t] = y < -AF_S8_BIAS_MAX ? -AF_S8_BIAS_MAX : (y >= AF_S8_BIAS_MAX ? AF_S8_BIAS_MAX - 1 : y);
   }
 }
 
@@ -360,6 +379,12 @@ static void af_s8_softmax_tile(af_s8_row* r, int32_t* sbuf, int32_t t_n, af_qmul
   if (rb != NULL) {
     for (t = 0; t < t_n; ++t) {
       sbuf[t] = sbuf[t] == AF_S8_MASKED ? 0 : af_weight(m, sbuf[t], em, hi_cut, wshift);
+      l += sbuf[t];
+    }
+  } else if (em.shift == 0) { /* the usual case: u is the high word, one multiply */
+    for (t = 0; t < t_n; ++t) {
+      const int32_t hi = (int32_t)(((int64_t)(m - sbuf[t]) * em.mult) >> 32);
+      sbuf[t] = hi >= hi_cut ? 0 : af_exp2_neg(hi, wshift);
       l += sbuf[t];
     }
   } else {
@@ -420,33 +445,38 @@ AF_INLINE void af_s8_keys2(af_s8_row* r0, af_s8_row* r1, int32_t* sb0, int32_t* 
   }
 }
 
-/* One row over its keys [from, to] (nothing when from > to). */
-#define AF_S8_RANGE(r, sb, qr, from, to, rb)                                                   \
-  if ((from) <= (to))                                                                         \
-  af_s8_keys1(r, sb, qr, k + (size_t)(from) * D, v + (size_t)(from) * Dv, from,                \
-              (to) - (from) + 1, em, hi_cut, wshift, D, Dv, rb)
-
 /* Rows i (keys [f0, l0]) and, if q1 != NULL, i+1 (keys [f1, l1]): the keys
- * both see jointly, then each row's other keys alone. */
+ * both see jointly, then each row's other keys alone (at most two segments
+ * per row, visited by one loop so the single-row code exists once). */
 AF_INLINE void af_s8_pair(af_s8_row* r0, af_s8_row* r1, int32_t* sb0, int32_t* sb1,
                           const int8_t* q0, const int8_t* q1, const int8_t* k, const int8_t* v,
                           int32_t f0, int32_t l0, int32_t f1, int32_t l1, af_qmult em,
                           int32_t hi_cut, int32_t wshift, int32_t D, int32_t Dv,
                           const af_row_bias* rb0, const af_row_bias* rb1) {
+  int32_t from[4], to[4], n = 0, x;
+  int32_t rowsel[4];
   if (q1 != NULL) {
     const int32_t cf = f0 > f1 ? f0 : f1, cl = l0 < l1 ? l0 : l1;
     if (cf <= cl) {
       af_s8_keys2(r0, r1, sb0, sb1, q0, q1, k + (size_t)cf * D, v + (size_t)cf * Dv, cf,
                   cl - cf + 1, em, hi_cut, wshift, D, Dv, rb0, rb1);
-      AF_S8_RANGE(r0, sb0, q0, f0, cf - 1, rb0);
-      AF_S8_RANGE(r0, sb0, q0, cl + 1, l0, rb0);
-      AF_S8_RANGE(r1, sb1, q1, f1, cf - 1, rb1);
-      AF_S8_RANGE(r1, sb1, q1, cl + 1, l1, rb1);
-      return;
+      from[n] = f0, to[n] = cf - 1, rowsel[n++] = 0;
+      from[n] = cl + 1, to[n] = l0, rowsel[n++] = 0;
+      from[n] = f1, to[n] = cf - 1, rowsel[n++] = 1;
+      from[n] = cl + 1, to[n] = l1, rowsel[n++] = 1;
+    } else {
+      from[n] = f0, to[n] = l0, rowsel[n++] = 0;
+      from[n] = f1, to[n] = l1, rowsel[n++] = 1;
     }
-    AF_S8_RANGE(r1, sb1, q1, f1, l1, rb1);
+  } else {
+    from[n] = f0, to[n] = l0, rowsel[n++] = 0;
   }
-  AF_S8_RANGE(r0, sb0, q0, f0, l0, rb0);
+  for (x = 0; x < n; ++x) {
+    if (from[x] > to[x]) continue;
+    af_s8_keys1(rowsel[x] ? r1 : r0, rowsel[x] ? sb1 : sb0, rowsel[x] ? q1 : q0,
+                k + (size_t)from[x] * D, v + (size_t)from[x] * Dv, from[x], to[x] - from[x] + 1,
+                em, hi_cut, wshift, D, Dv, rowsel[x] ? rb1 : rb0);
+  }
 }
 
 /* Specialisation: head size 64 gets constant offsets; others the generic

@@ -42,6 +42,18 @@ for t in "${EDGE_TARGETS[@]}"; do
   done
 done
 echo
+echo "Option paths on the same problem (instr/MAC over the useful MACs: a window of 64 keys has fewer):"
+echo
+echo "| target | path | plain | all-true bool mask [L,L] | ALiBi | window_left 63 |"
+echo "|---|---|---:|---:|---:|---:|"
+for t in "${EDGE_TARGETS[@]}"; do
+  for path in f32 s8; do
+    awk -v t="$t" -v p="$path" '$1=="BENCH" {ipm[$2] = $4 / $6}
+      END { k = "kit_" p; printf "| %s | %s | %.2f | %.2f | %.2f | %.2f |\n", t, (p == "s8" ? "int8" : "f32"),
+            ipm[k], ipm[k "_mask"], ipm[k "_alibi"], ipm[k "_win"] }' "$OUT/$t.txt"
+  done
+done
+echo
 echo "MACs per call: 2 x D x H x L(L+1)/2 = $(awk '$1=="BENCH"{print $6; exit}' "$OUT/rv32imc.txt") (causal top_left, B=1, H=Hkv=4, L=128, D=Dv=64)."
 echo
 # Arena bytes over the grid (host; the same functions run on the device).
