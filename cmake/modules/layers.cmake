@@ -18,15 +18,20 @@ set(ATTNFLOW_DEPS_kernels core reference)
 set(ATTNFLOW_DEPS_ops core io)
 set(ATTNFLOW_DEPS_nn core io reference kernels)
 set(ATTNFLOW_DEPS_model core io reference kernels ops)
-set(ATTNFLOW_DEPS_golden core io reference kernels nn)
+set(ATTNFLOW_DEPS_golden core io reference kernels nn micro)
 set(ATTNFLOW_DEPS_trace core io reference kernels ops nn model golden)
 set(ATTNFLOW_DEPS_bench core reference kernels)
 
 # Layers with a build of their own (cmake/<feature>.cmake), checked the same
-# way: dist (MPI, cmake/dist.cmake).
-set(ATTNFLOW_EXTRA_LAYERS dist)
+# way: dist (MPI, cmake/dist.cmake), micro (C99, cmake/micro.cmake).
+set(ATTNFLOW_EXTRA_LAYERS dist micro)
 set(ATTNFLOW_DEPS_dist core reference kernels)
 set(ATTNFLOW_HEADERS_dist dist)
+# micro: the heap-free C99 library of micro/ (cmake/micro.cmake), used by the
+# golden layer's device export (export-c checks cases with the library's own
+# validation and int8 preparation).
+set(ATTNFLOW_DEPS_micro "")
+set(ATTNFLOW_HEADERS_micro micro)
 
 # Which layer owns each public header include/attnflow/<name>.h.
 set(ATTNFLOW_HEADERS_core status tensor semantics stages threading attention rng compare)
@@ -36,7 +41,7 @@ set(ATTNFLOW_HEADERS_kernels kernels)
 set(ATTNFLOW_HEADERS_ops ops)
 set(ATTNFLOW_HEADERS_nn nn nn_align nn_budget nn_golden nn_transfo_xl nn_vit)
 set(ATTNFLOW_HEADERS_model model sampling)
-set(ATTNFLOW_HEADERS_golden golden)
+set(ATTNFLOW_HEADERS_golden golden device_export)
 set(ATTNFLOW_HEADERS_trace trace)
 set(ATTNFLOW_HEADERS_bench bench)
 

@@ -26,6 +26,12 @@
 #if __has_include("../fuzz/targets/safetensors.h")
 #include "../fuzz/targets/safetensors.h"
 #endif
+#if __has_include("../fuzz/targets/export_c.h")
+#include "../fuzz/targets/export_c.h"
+#endif
+#if __has_include("../fuzz/targets/micro.h")
+#include "../fuzz/targets/micro.h"
+#endif
 #if __has_include("../fuzz/targets/golden.h")
 #include "../fuzz/targets/golden.h"
 #endif
