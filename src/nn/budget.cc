@@ -492,7 +492,7 @@ DeviceParts DeviceBytes(const ModelShape& s, const Budget& b, DeviceWeights w, D
                                  lin(E, a.Mul({H, Dh}), s.out_bias),
                                  a.Mul({up_mats, lin(F, E, s.ffn_bias)}), lin(E, F, s.ffn_bias), 16});
     add(p.flash, "layers",
-        "L*(norms + q,k,v,o + ffn: out*in + out*4 (bias) + out*8 (multiplier) each + 16)",
+        "L*(norms + q,k,v,o,ffn: out*in + out*4 if biased + out*8 multipliers + 16)",
         a.Mul({L, layer}));
     add(p.flash, "final norm", ln ? "2*E*4" : "E*4", s.final_norm ? norm : 0);
     add(p.flash, "lm head (untied)", "V*E + V*8",
