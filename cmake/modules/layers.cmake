@@ -35,7 +35,7 @@ set(ATTNFLOW_HEADERS_micro micro)
 
 # Which layer owns each public header include/attnflow/<name>.h.
 set(ATTNFLOW_HEADERS_core status tensor semantics stages threading attention rng compare)
-set(ATTNFLOW_HEADERS_io file_util gguf npy safetensors)
+set(ATTNFLOW_HEADERS_io device_dump file_util gguf npy safetensors)
 set(ATTNFLOW_HEADERS_reference reference)
 set(ATTNFLOW_HEADERS_kernels kernels)
 set(ATTNFLOW_HEADERS_ops ops)

@@ -68,6 +68,9 @@
 #if __has_include("../fuzz/targets/npy.h")
 #include "../fuzz/targets/npy.h"
 #endif
+#if __has_include("../fuzz/targets/device_dump.h")
+#include "../fuzz/targets/device_dump.h"
+#endif
 
 namespace {
 

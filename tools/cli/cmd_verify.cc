@@ -2,12 +2,16 @@
 //
 //   attnflow verify CASE.safetensors...            run the reference (or
 //                                                  --impl kernels) on each case
-//   attnflow verify --compare GOT.st EXPECTED.st   compare a port's dumped
-//                                                  stages with expected ones
+//   attnflow verify --compare GOT EXPECTED.st      compare a port's dumped
+//                                                  stages with expected ones;
+//                                                  GOT: safetensors, a device
+//                                                  dump (AFDUMP log), STAGE.npy
+//                                                  or a directory of them
 // Exit: 0 all match, 1 any stage differs, 2 unreadable/invalid file or usage.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <memory>
 #include <string>
@@ -26,6 +30,7 @@ struct VerifyArgs {
   double atol = -1, rtol = -1;
   bool quiet = false;
   bool json = false;
+  std::string dump_case, device_impl;  // --compare with a device dump: the block
 };
 
 // --json (schema attnflow-verify/1, docs/cli.md): one document at the end.
@@ -108,7 +113,7 @@ int RunVerify(const VerifyArgs& a) {
                                std::to_string(a.files.size()) + ")");
       return kExitUsage;
     }
-    Result<SafetensorsFile> got = SafetensorsFile::Open(a.files[0]);
+    Result<GotStages> got = LoadGotStages(a.files[0], a.dump_case, a.device_impl);
     if (!got.ok()) {
       PrintError("verify", got.status().message());
       return kExitUsage;
@@ -118,25 +123,53 @@ int RunVerify(const VerifyArgs& a) {
       PrintError("verify", exp.status().message());
       return kExitUsage;
     }
-    Result<CaseReport> r = CompareFiles(got.value(), exp.value(), a.atol, a.rtol);
+    Result<CaseReport> r = CompareStages(got.value(), exp.value(), a.atol, a.rtol);
     if (!r.ok()) {
       PrintError("verify", r.status().message());
       return kExitUsage;
     }
     const size_t compared = std::count_if(r->stages.begin(), r->stages.end(),
                                           [](const StageReport& s) { return s.compared; });
-    if (!a.json) std::printf("compare %s against %s\n", a.files[0].c_str(), a.files[1].c_str());
-    PrintReport(r.value(), a.atol >= 0 ? a.atol : kGoldenDefaultTol,
-                a.rtol >= 0 ? a.rtol : kGoldenDefaultTol, a.quiet, a.json);
-    if (a.json)
-      std::printf("%s\n", nlohmann::json({{"schema", "attnflow-verify/1"},
-                                          {"cases", g_json_cases},
-                                          {"compared_stages", compared}})
-                              .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
-                              .c_str());
+    const GotStages& g = got.value();
+    const bool dump = g.source == "device-dump";
+    if (!a.json) {
+      std::printf("compare %s against %s\n", a.files[0].c_str(), a.files[1].c_str());
+      if (dump) {
+        std::printf("  device dump block case=%s kind=%s impl=%s (line %lld), %zu stage(s)\n",
+                    g.block_case.c_str(), g.kind.c_str(), g.implementation.c_str(),
+                    static_cast<long long>(g.block_line), g.stages.size());
+      }
+    }
+    // The tolerances CompareStages used: the flags, else EXPECTED's metadata
+    // (validated there), else the default.
+    auto tol = [&](double flag, const char* key) {
+      if (flag >= 0) return flag;
+      const auto meta = exp->metadata();
+      auto it = meta.find(key);
+      return it == meta.end() ? kGoldenDefaultTol : std::strtod(it->second.c_str(), nullptr);
+    };
+    PrintReport(r.value(), tol(a.atol, "atol"), tol(a.rtol, "rtol"), a.quiet, a.json);
+    if (a.json) {
+      nlohmann::json doc = {{"schema", "attnflow-verify/1"},
+                            {"cases", g_json_cases},
+                            {"compared_stages", compared},
+                            {"got_source", g.source}};
+      if (dump) {
+        doc["got_block"] = {{"case", g.block_case}, {"kind", g.kind},
+                            {"impl", g.implementation}, {"line", g.block_line}};
+      }
+      std::printf("%s\n",
+                  doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    }
     if (compared == 0) {
       PrintError("verify", "no stage of " + a.files[0] + " has a same-named tensor in " +
-                               a.files[1]);
+                               a.files[1] + " (GOT's stages: " + [&] {
+                                 std::string n;
+                                 for (size_t i = 0; i < g.stages.size() && i < 16; ++i)
+                                   n += (i ? ", " : "") + g.stages[i].name;
+                                 if (g.stages.size() > 16) n += ", ...";
+                                 return n.empty() ? std::string("none") : n;
+                               }() + ")");
       return kExitCheckFailed;
     }
     return r->ok() ? kExitOk : kExitCheckFailed;
@@ -210,7 +243,14 @@ ATTNFLOW_REGISTER_COMMAND(
       sub.add_option("files", a->files, "Case files (or GOT EXPECTED with --compare)")
           ->required();
       sub.add_flag("--compare", a->compare,
-                   "Compare the stages in GOT with the same-named tensors in EXPECTED");
+                   "Compare the stages in GOT with the same-named tensors in EXPECTED. GOT: a "
+                   "safetensors file, a device dump (AFDUMP text log, docs/device-dump.md), a "
+                   "STAGE.npy file or a directory of STAGE.npy files");
+      sub.add_option("--case", a->dump_case,
+                     "--compare with a device dump: the block of this case (default: the only one)");
+      sub.add_option("--device-impl", a->device_impl,
+                     "--compare with a device dump: the block of this implementation, e.g. "
+                     "micro-f32 or micro-s8 (default: the only one)");
       sub.add_option("--impl", a->impl, "reference (float64 oracle) or kernels (fast path)")
           ->check(CLI::IsMember({"reference", "kernels"}));
       sub.add_option("--atol", a->atol, "Absolute tolerance (default: the case's, else 1e-4)")
