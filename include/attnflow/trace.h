@@ -49,8 +49,14 @@ constexpr int64_t kDefaultPageTokens = 128;
 
 struct TraceToken {
   int32_t id = 0;
-  std::string text;
+  std::string text;   // the vocabulary string (byte-level BPE spells " cat" as "Ġcat")
+  std::string bytes;  // what it spells (Tokenizer::TokenBytes); empty: the same as text
 };
+// A token as people read it (the CLI's summaries): its bytes (text when
+// empty), a space shown as ␣, a newline as ↵, a tab as ⇥ (the page's
+// convention), control bytes and invalid UTF-8 (a partial byte-level piece)
+// as \xNN.
+std::string ShownToken(const TraceToken& t);
 
 struct NamedTensor {
   std::string name;

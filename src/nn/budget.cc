@@ -279,6 +279,38 @@ Result<ModelShape> ParseModelShapeJson(const std::string& text) {
   return s;
 }
 
+namespace {
+// Text formatting of the budget tables: exact integers grouped by thousands
+// ("8,030,261,248"), next to a short decimal form ("8.03 G"); bytes in
+// binary units ("1.00 GiB"). --json keeps the plain integers.
+std::string Grouped(int64_t v) {
+  std::string digits = std::to_string(v < 0 ? -v : v), out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return v < 0 ? "-" + out : out;
+}
+
+std::string Short(double v) {
+  const char* u[] = {"", " k", " M", " G", " T", " P", " E"};
+  int i = 0;
+  while (v >= 1000.0 && i < 6) v /= 1000.0, ++i;
+  char h[32];
+  std::snprintf(h, sizeof(h), i == 0 ? "%.0f%s" : "%.2f%s", v, u[i]);
+  return h;
+}
+
+std::string Bytes(double v) {
+  const char* u[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  int i = 0;
+  while (v >= 1024.0 && i < 6) v /= 1024.0, ++i;
+  char h[48];
+  std::snprintf(h, sizeof(h), i == 0 ? "%.0f %s" : "%.2f %s", v, u[i]);
+  return h;
+}
+}  // namespace
+
 std::string FormatBudget(const Budget& b) {
   const ModelShape& s = b.shape;
   std::string o;
@@ -287,13 +319,9 @@ std::string FormatBudget(const Budget& b) {
     std::snprintf(buf, sizeof(buf), fmt, args...);
     o += buf;
   };
-  auto human = [](double v) {
-    char h[32];
-    const char* u[] = {"", "K", "M", "G", "T", "P", "E"};
-    int i = 0;
-    while (v >= 1000.0 && i < 6) v /= 1000.0, ++i;
-    std::snprintf(h, sizeof(h), "%.2f%s", v, u[i]);
-    return std::string(h);
+  // "25,165,824 (25.17 M)": the exact count and its short form.
+  auto count = [](int64_t v) {
+    return v < 1000 ? Grouped(v) : Grouped(v) + " (" + Short(static_cast<double>(v)) + ")";
   };
   line("config %s: layers=%" PRId64 " d_model=%" PRId64 " heads=%" PRId64 " kv_heads=%" PRId64
        " head_dim=%" PRId64 " ffn=%" PRId64 " act=%s norm=%s vocab=%" PRId64 "\n",
@@ -301,7 +329,7 @@ std::string FormatBudget(const Budget& b) {
        ActivationName(s.act), NormKindName(s.norm), s.vocab_size);
   line("seq_len=%" PRId64 " context=%" PRId64 " (FLOPs: matmuls only, 2 per multiply-add, dense scores)\n",
        b.seq_len, b.context);
-  line("\nper layer            %16s %16s\n", "params", "FLOPs");
+  line("\nper layer            %26s %30s\n", "params", "FLOPs");
   const std::pair<const char*, std::pair<int64_t, int64_t>> rows[] = {
       {"qkv_projection", {b.layer_params.qkv, b.layer_flops.qkv}},
       {"scores (q.kT)", {0, b.layer_flops.scores}},
@@ -309,18 +337,19 @@ std::string FormatBudget(const Budget& b) {
       {"out_projection", {b.layer_params.out, b.layer_flops.out}},
       {"ffn", {b.layer_params.ffn, b.layer_flops.ffn}},
       {"norms", {b.layer_params.norms, 0}},
+      {"layer total", {b.layer_params.total(), b.layer_flops.total()}},
   };
   for (const auto& [name, pf] : rows)
-    line("  %-18s %16" PRId64 " %16" PRId64 "\n", name, pf.first, pf.second);
-  line("  %-18s %16" PRId64 " %16" PRId64 "\n", "layer total", b.layer_params.total(), b.layer_flops.total());
+    line("  %-18s %26s %30s\n", name, count(pf.first).c_str(), count(pf.second).c_str());
   line("\nmodel\n");
-  line("  %-24s %16" PRId64 "\n", "embedding params", b.embedding_params);
-  line("  %-24s %16" PRId64 "\n", "layer params (all)", b.layer_params.total() * s.num_layers);
-  line("  %-24s %16" PRId64 "\n", "head params", b.head_params);
-  line("  %-24s %16" PRId64 "  (%s)\n", "total params", b.total_params, human(double(b.total_params)).c_str());
-  line("  %-24s %16" PRId64 "\n", "lm head FLOPs", b.lm_head_flops);
-  line("  %-24s %16" PRId64 "  (%s)\n", "total FLOPs", b.total_flops, human(double(b.total_flops)).c_str());
-  line("  %-24s %16" PRId64 "  (%" PRId64 " bytes/element)\n", "K/V bytes per token", b.kv_bytes_per_token,
+  line("  %-24s %30s\n", "embedding params", count(b.embedding_params).c_str());
+  line("  %-24s %30s\n", "layer params (all)", count(b.layer_params.total() * s.num_layers).c_str());
+  line("  %-24s %30s\n", "head params", count(b.head_params).c_str());
+  line("  %-24s %30s\n", "total params", count(b.total_params).c_str());
+  line("  %-24s %30s\n", "lm head FLOPs", count(b.lm_head_flops).c_str());
+  line("  %-24s %30s\n", "total FLOPs", count(b.total_flops).c_str());
+  line("  %-24s %30s  (%" PRId64 " bytes/element)\n", "K/V bytes per token",
+       (Grouped(b.kv_bytes_per_token) + " (" + Bytes(static_cast<double>(b.kv_bytes_per_token)) + ")").c_str(),
        s.kv_bytes_per_element);
   return o;
 }
@@ -354,38 +383,25 @@ Result<MemoryBudget> ComputeMemory(const Budget& b, int64_t ram_bytes) {
   return m;
 }
 
-namespace {
-std::string Bytes(double v) {
-  const char* u[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
-  int i = 0;
-  while (v >= 1024.0 && i < 6) v /= 1024.0, ++i;
-  char h[48];
-  std::snprintf(h, sizeof(h), i == 0 ? "%.0f %s" : "%.2f %s", v, u[i]);
-  return h;
-}
-}  // namespace
-
 std::string FormatMemory(const MemoryBudget& m) {
   std::string o;
   char buf[256];
-  std::snprintf(buf, sizeof(buf), "\nmemory at context %" PRId64 " (one sequence)\n", m.context);
+  std::snprintf(buf, sizeof(buf), "\nmemory at context %s (one sequence)\n", Grouped(m.context).c_str());
   o += buf;
-  std::snprintf(buf, sizeof(buf), "  %-34s %14" PRId64 "  (%s)\n", "K/V cache bytes", m.kv_bytes,
-                Bytes(double(m.kv_bytes)).c_str());
+  std::snprintf(buf, sizeof(buf), "  %-34s %26s\n", "K/V cache bytes",
+                (Grouped(m.kv_bytes) + " (" + Bytes(double(m.kv_bytes)) + ")").c_str());
   o += buf;
-  std::snprintf(buf, sizeof(buf), "  %-34s %14" PRId64 "  (%s; FlashAttention never writes it)\n",
-                "materialised LxL scores, 1 layer", m.score_matrix_bytes,
-                Bytes(double(m.score_matrix_bytes)).c_str());
+  std::snprintf(buf, sizeof(buf), "  %-34s %26s  FlashAttention never writes it\n",
+                "materialised LxL scores, 1 layer",
+                (Grouped(m.score_matrix_bytes) + " (" + Bytes(double(m.score_matrix_bytes)) + ")").c_str());
   o += buf;
-  std::snprintf(buf, sizeof(buf), "  %-10s %16s %18s %16s\n", "weights", "weight bytes",
+  std::snprintf(buf, sizeof(buf), "  %-10s %14s %18s %18s\n", "weights", "weight bytes",
                 "decode step reads", m.ram_bytes > 0 ? "max context" : "");
   o += buf;
   for (const MemoryRow& r : m.rows) {
     std::string mc;
-    if (m.ram_bytes > 0) {
-      mc = r.max_context > 0 ? std::to_string(r.max_context) : "weights do not fit";
-    }
-    std::snprintf(buf, sizeof(buf), "  %-10s %16s %18s %16s\n", r.dtype.c_str(),
+    if (m.ram_bytes > 0) mc = r.max_context > 0 ? Grouped(r.max_context) + " tokens" : "does not fit";
+    std::snprintf(buf, sizeof(buf), "  %-10s %14s %18s %18s\n", r.dtype.c_str(),
                   Bytes(double(r.weight_bytes)).c_str(), Bytes(double(r.decode_read_bytes)).c_str(),
                   mc.c_str());
     o += buf;
@@ -720,12 +736,17 @@ std::string FormatLayerComparison(const std::vector<LayerTypeRow>& rows, int64_t
                 " r=%" PRId64 "\n",
                 n, d, k, r);
   o += buf;
-  std::snprintf(buf, sizeof(buf), "  %-28s %-8s %14s %12s %12s\n", "layer", "ops", "multiply-adds",
+  std::snprintf(buf, sizeof(buf), "  %-28s %-8s %24s %12s %12s\n", "layer", "ops", "multiply-adds",
                 "sequential", "max path");
   o += buf;
   for (const LayerTypeRow& x : rows) {
-    std::snprintf(buf, sizeof(buf), "  %-28s %-8s %14.4g %12.0f %12.0f\n", x.layer, x.ops_formula,
-                  x.ops, x.sequential, x.max_path);
+    // Exact (grouped) while the count is an integer a double holds exactly.
+    const std::string ops = x.ops < 9.0e15 && x.ops == std::floor(x.ops)
+                                ? Grouped(static_cast<int64_t>(x.ops)) + " (" + Short(x.ops) + ")"
+                                : Short(x.ops);
+    std::snprintf(buf, sizeof(buf), "  %-28s %-8s %24s %12s %12s\n", x.layer, x.ops_formula,
+                  ops.c_str(), Grouped(static_cast<int64_t>(x.sequential)).c_str(),
+                  Grouped(static_cast<int64_t>(x.max_path)).c_str());
     o += buf;
   }
   o += "  sequential = steps that must run one after another within the layer; max path =\n"

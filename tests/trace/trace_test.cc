@@ -1042,15 +1042,32 @@ TEST(TraceCli, ProgressOnATerminalQuietAndPipesSilenceIt) {
                   "--json", json, "--quiet"}, &code);
   EXPECT_EQ(code, 0) << out;
   EXPECT_EQ(out.find("[trace]"), std::string::npos) << out;
+  // stderr a pipe: no progress line even when asked to draw at once (the
+  // environment is set before `timeout`; the summary shows the CLI ran).
   attnflow::testing::CliOptions o;
+  o.env = "ATTNFLOW_PROGRESS_AFTER_MS=0";
   o.deadline_s = 300;
   attnflow::testing::CliResult r = attnflow::testing::RunShell(
-      "ATTNFLOW_PROGRESS_AFTER_MS=0 " + std::string(ATTNFLOW_CLI) + " trace --model '" + gguf +
+      std::string(ATTNFLOW_CLI) + " trace --model '" + gguf +
           "' --text 'The cat sat on the mat.' --decode-steps 4 --json '" + json + "' 2>&1 | cat",
       o);
   EXPECT_EQ(r.code, 0) << r.text;
+  EXPECT_NE(r.text.find("attnflow trace: "), std::string::npos) << r.text;
   EXPECT_EQ(r.text.find("[trace]"), std::string::npos) << r.text;
+  // The summary prints what the tokens spell, not byte-level BPE symbols.
+  EXPECT_NE(r.text.find(" \u2423cat \u2423sat"), std::string::npos) << r.text;
+  EXPECT_EQ(r.text.find("\u0120"), std::string::npos) << r.text;  // Ġ
   fs::remove(json);
+}
+
+TEST(TraceTokens, ShownTokenSpellsTheBytes) {
+  EXPECT_EQ(trace::ShownToken({7, "\u0120cat", " cat"}), "\u2423cat");
+  EXPECT_EQ(trace::ShownToken({7, "\u010a", "\n"}), "\u21b5");
+  EXPECT_EQ(trace::ShownToken({7, "##s", ""}), "##s");  // WordPiece: the text itself
+  EXPECT_EQ(trace::ShownToken({7, "caf\u00c3\u00a9", "caf\xc3\xa9"}), "caf\u00e9");
+  // Half of a two-byte character (a partial byte-level piece), a control byte.
+  EXPECT_EQ(trace::ShownToken({7, "\u00c3", "\xc3"}), "\\xc3");
+  EXPECT_EQ(trace::ShownToken({7, "x", "a\x01"}), "a\\x01");
 }
 
 

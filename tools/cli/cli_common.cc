@@ -46,7 +46,8 @@ const std::map<std::string, std::string>& Examples() {
                    "--max-tokens 16"},
       {"golden", "attnflow golden --kind sdpa --q-len 4 --kv-len 4 --head-dim 8 --out case.safetensors"},
       {"models", "attnflow models"},
-      {"ring", "mpirun -n 2 attnflow ring prefill --q-len 1024"},
+      {"quantize", "attnflow quantize model-f16.gguf model-q4_k_m.gguf --type q4_k_m"},
+      {"ring", "mpirun -n 2 attnflow ring verify prefill --q-len 1024"},
       {"trace", "attnflow trace --model minilm --text \"The cat sat.\" --html page.html"},
       {"verify", "attnflow verify tests/data/golden/*.safetensors"},
   };

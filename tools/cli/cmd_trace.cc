@@ -319,7 +319,8 @@ int WriteBatch(const TraceArgs& a, const std::vector<trace::Trace>& traces) {
                 real, t.pad_keys.size());
     if (!a.quiet) {
       std::printf(" ·");
-      for (size_t i = 0; i < std::min<size_t>(real, 16); ++i) std::printf(" %s", t.tokens[i].text.c_str());
+      for (size_t i = 0; i < std::min<size_t>(real, 16); ++i)
+        std::printf(" %s", trace::ShownToken(t.tokens[i]).c_str());
       if (real > 16) std::printf(" …");
     }
     std::printf("\n");
@@ -488,9 +489,9 @@ int RunTrace(TraceArgs a) {
               t.tokens.size(), static_cast<long long>(t.info.num_heads),
               static_cast<long long>(t.info.head_dim), CausalName(t.causal), t.decode.size());
   if (!a.quiet) {
-    std::printf("  tokens:");
+    std::printf("  tokens (␣ = space):");
     const size_t show = std::min<size_t>(t.tokens.size(), 24);
-    for (size_t i = 0; i < show; ++i) std::printf(" %s", t.tokens[i].text.c_str());
+    for (size_t i = 0; i < show; ++i) std::printf(" %s", trace::ShownToken(t.tokens[i]).c_str());
     if (show < t.tokens.size()) std::printf(" … (+%zu)", t.tokens.size() - show);
     std::printf("\n  stages:");
     for (const auto& st : t.stages) std::printf(" %s", st.name.c_str());
@@ -498,7 +499,7 @@ int RunTrace(TraceArgs a) {
     PrintKernel("fast path, prefill", t.kernel, false);
     for (size_t i = 0; i < t.decode.size(); ++i) {
       const std::string what = "decode step " + std::to_string(i + 1) + " ('" +
-                               t.decode[i].token.text + "', cache " +
+                               trace::ShownToken(t.decode[i].token) + "', cache " +
                                std::to_string(t.decode[i].position + 1) + " keys)";
       PrintKernel(what.c_str(), t.decode[i].kernel, true);
     }
@@ -596,7 +597,7 @@ ATTNFLOW_REGISTER_COMMAND(
       sub.add_option("--causal", a->causal, "Toy mask: none, top_left (default), bottom_right")
           ->check(CLI::IsMember({"none", "top_left", "bottom_right"}));
       sub.add_option("--max-page-tokens", a->max_page_tokens,
-                     "Above this length the page pools its views (default 256; exports stay full)")
+                     "Above this length the page pools its views (exports stay full)")
           ->check(InRange(8, 4096));
       sub.add_option("--json", a->json, "Write the page JSON (format attnflow-trace/1)");
       sub.add_option("--html", a->html, "Write the self-contained player page");
