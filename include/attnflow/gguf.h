@@ -234,10 +234,12 @@ struct QuantizeStats {
 // to 32). Refused before anything is written: `out` naming the same file as
 // `in` (CheckOutputIsNotInput). Refused while converting, naming the tensor,
 // the row and the value (nothing is written): a row that the target type
-// cannot hold, i.e. whose quantised form does not dequantise to finite values
-// (every quantised type stores its scales as float16, so e.g. Q8_0 overflows
-// above about 8.3e6 and Q4_0 above about 5.2e5; F16 above 65504) or that holds
-// NaN or an infinity. llama.cpp's quantize refuses the same rows ("quantized
+// cannot hold (every quantised type stores its scales as float16, so e.g.
+// Q8_0 overflows above about 8.3e6 and Q4_0 above about 5.2e5; F16 above
+// 65504) or that holds NaN or an infinity. A row with a weight beyond half
+// the float16 range (the only rows whose scales can overflow) is read back
+// and kept only if every value is finite and within half its largest
+// weight. llama.cpp's quantize refuses the same rows ("quantized
 // data validation failed": ggml_validate_row_data finds the inf/NaN scale).
 Status QuantizeGguf(const std::string& in, const std::string& out, QuantMix mix, int threads,
                     QuantizeStats* stats);

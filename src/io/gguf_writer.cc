@@ -127,15 +127,25 @@ bool UseMoreBits(int i, int n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 
 
 const char* TypeName(GgmlType t) { return GgmlTypeName(static_cast<uint32_t>(t)); }
 
-// A quantised row is kept only if it reads back as finite numbers
-// (llama.cpp's ggml_validate_row_data checks the same: no inf/NaN scale) and,
-// when its weights exceed the float16 range (the only case in which a
-// float16 scale can overflow inside the quantiser's search), within half
-// its largest weight (a K-quant search that overflowed can return a zeroed
-// row, finite but not the weights). `x` is the source row (finite:
-// QuantizeRow refuses NaN/inf), `back` its quantised form read back.
+// Every scale of these formats (Q8_0 Q4_0 Q5_0: max|x|/levels; Q4_1 Q5_1 and
+// the K-quants: range/levels and the minimum; Q6_K: max|x|/32, then /128) is
+// at most the row's range 2*max|x|, and F16 stores x itself: a row whose
+// weights stay within half the float16 range cannot overflow a float16
+// scale, and needs no read-back check.
+constexpr double kF16Max = 65504.0;
+bool MayOverflowF16(const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    if (std::fabs(x[i]) > kF16Max / 2) return true;
+  return false;
+}
+
+// A quantised row that may overflow is kept only if it reads back as finite
+// numbers (llama.cpp's ggml_validate_row_data checks the same: no inf/NaN
+// scale) within half its largest weight (a K-quant search whose float16
+// scale overflowed can return a zeroed row, finite but not the weights).
+// `x` is the source row (finite: QuantizeRow refuses NaN/inf), `back` its
+// quantised form read back.
 Status CheckRepresentable(const float* x, const float* back, int64_t n, GgmlType to) {
-  constexpr double kF16Max = 65504.0;
   int64_t worst = 0, bad = -1;
   double err = 0;
   for (int64_t i = 0; i < n; ++i) {
@@ -147,7 +157,7 @@ Status CheckRepresentable(const float* x, const float* back, int64_t n, GgmlType
     err = std::max(err, std::fabs(static_cast<double>(back[i]) - x[i]));
   }
   const double amax = std::fabs(static_cast<double>(x[worst]));
-  if (bad < 0 && !(amax > kF16Max && err > 0.5 * amax)) return Status::Ok();
+  if (bad < 0 && err <= 0.5 * amax) return Status::Ok();
   std::string what = bad >= 0 ? "element " + std::to_string(bad) + " would read back as " +
                                     FormatFloat(back[bad])
                               : "it would read back up to " + FormatFloat(static_cast<float>(err)) +
@@ -383,8 +393,10 @@ Status QuantizeGguf(const std::string& in, const std::string& out, QuantMix mix,
           float* back = x + cols;
           Status s = DequantizeRow(x, f.TensorData(t) + r * in_row, t.type, cols);
           if (s.ok()) s = QuantizeRow(dst + r * out_row, x, to, cols);
-          if (s.ok()) s = DequantizeRow(back, dst + r * out_row, to, cols);
-          if (s.ok()) s = CheckRepresentable(x, back, cols, to);
+          if (s.ok() && MayOverflowF16(x, cols)) {
+            s = DequantizeRow(back, dst + r * out_row, to, cols);
+            if (s.ok()) s = CheckRepresentable(x, back, cols, to);
+          }
           if (!s.ok()) {
             std::lock_guard<std::mutex> lock(mu);
             if (r < first_row.load()) {
