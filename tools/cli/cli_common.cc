@@ -52,7 +52,7 @@ const std::map<std::string, std::string>& Examples() {
       {"golden", "attnflow golden --kind sdpa --q-len 4 --kv-len 4 --head-dim 8 --out case.safetensors"},
       {"models", "attnflow models"},
       {"quantize", "attnflow quantize model-f16.gguf model-q4_k_m.gguf --type q4_k_m"},
-      {"ring", "mpirun -n 2 attnflow ring verify prefill --q-len 1024; mpirun -n 3 attnflow ring verify CASE.safetensors"},
+      {"ring", "mpirun -n 3 attnflow ring verify tests/data/golden/sdpa_basic.safetensors"},
       {"trace", "attnflow trace --model minilm --text \"The cat sat.\" --html page.html"},
       {"verify", "attnflow verify tests/data/golden/*.safetensors"},
   };
