@@ -22,6 +22,8 @@
  *                               lines (docs/device-dump.md)
  *   -DAF_HARNESS_TAMPER         perturb one output per case (CI proves a
  *                               mismatch is caught and named)
+ *   -DAF_HARNESS_V_COLS         run the int8 path with V in the column
+ *                               layout (AF_V_COLS; same bits expected)
  *   -DAF_HARNESS_DATA_DIR="d"   directory of --data files (default ".") */
 #include <math.h>
 #include <stdio.h>
@@ -369,6 +371,20 @@ static int run_sdpa(const af_golden_case* c, int s8) {
           o.alibi_slopes = sl;
         }
       }
+#ifdef AF_HARNESS_V_COLS
+      /* int8 with V in the column layout (AF_V_COLS, the int8 cache's): the
+       * same integer sums, so the same bits as the row layout. */
+      if (s8 && v != NULL) {
+        int8_t* vt = (int8_t*)take((size_t)Lk * Dv + 4);
+        int32_t jj, dd;
+        if (vt != NULL) {
+          for (jj = 0; jj < Lk; ++jj)
+            for (dd = 0; dd < Dv; ++dd) vt[(size_t)dd * Lk + jj] = ((const int8_t*)v)[(size_t)jj * Dv + dd];
+          v = vt;
+          o.v_layout = AF_V_COLS;
+        }
+      }
+#endif
       ws = s8 ? af_sdpa_s8_workspace_bytes(&cs) : af_sdpa_f32_workspace_bytes(&cs);
       arena = take(ws);
       if (s8) {

@@ -76,6 +76,7 @@ void af_sdpa_opts_init(af_sdpa_opts* o) {
   o->window_left = o->window_right = -1;
   o->alibi_slopes = NULL;
   o->alibi_s8 = NULL;
+  o->v_layout = AF_V_ROWS;
 }
 
 af_status af_sdpa_check_opts(const af_sdpa_opts* o, const af_sdpa_shape* s, int int8) {
@@ -83,6 +84,7 @@ af_status af_sdpa_check_opts(const af_sdpa_opts* o, const af_sdpa_shape* s, int 
   if (s == NULL) return AF_ERR_NULL;
   if (o == NULL) return AF_OK;
   if (o->window_left < -1 || o->window_right < -1) return AF_ERR_PARAM;
+  if (o->v_layout != AF_V_ROWS && (!int8 || o->v_layout != AF_V_COLS)) return AF_ERR_PARAM;
   if (o->mask_type != AF_MASK_NONE) {
     const int32_t target[4] = {s->batch, s->num_heads, s->q_len, s->kv_len};
     uint64_t n = 1;

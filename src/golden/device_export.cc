@@ -359,6 +359,7 @@ int Exporter::Sdpa() {
     cs.num_kv_heads = 1;
     u += Take(s8 ? af_sdpa_s8_workspace_bytes(&cs) : af_sdpa_f32_workspace_bytes(&cs));
     if (s8) {
+      u += Take(uint64_t(Lk) * Dv + 4);  // the AF_V_COLS copy (-DAF_HARNESS_V_COLS)
       u += Take(cout + 4) + Take(cout * 4) + Take(cout * 4);
       fetch(cout);
     } else {

@@ -143,7 +143,20 @@ for t in "${EDGE_TARGETS[@]}"; do
   grep 'int8 checksum' "$OUT/golden_$t.txt" | diff -q - "$OUT/checksums_host.txt" > /dev/null ||
     fail "int8 outputs on $t differ from the host: $(grep 'int8 checksum' "$OUT/golden_$t.txt" | diff - "$OUT/checksums_host.txt" | head -4)"
 done
-log "int8 outputs bit-identical on host, ${EDGE_TARGETS[*]} ($n_sdpa cases)"
+# The column value layout (AF_V_COLS: the DSP SMLAD kernels on the Cortex-M,
+# the C loops on rv32imc) must give the same bits.
+for t in rv32imc m4f; do
+  build_harness "$t" "$OUT/$t" "$OUT/cases" "$OUT/$t/golden_cols.elf" -DAF_HARNESS_V_COLS
+  set +e
+  (cd "$OUT/cases" && edge_qemu "$t" "$OUT/$t/golden_cols.elf") > "$OUT/golden_cols_$t.txt" 2>&1
+  rc=$?
+  set -e
+  grep -q "$summary" "$OUT/golden_cols_$t.txt" && ((rc == 0)) ||
+    fail "golden harness with AF_V_COLS on $t (exit $rc), log $OUT/golden_cols_$t.txt"
+  grep 'int8 checksum' "$OUT/golden_cols_$t.txt" | diff -q - "$OUT/checksums_host.txt" > /dev/null ||
+    fail "int8 outputs with AF_V_COLS on $t differ from the row layout's"
+done
+log "int8 outputs bit-identical on host, ${EDGE_TARGETS[*]} ($n_sdpa cases), and with AF_V_COLS on rv32imc and m4f"
 
 # 3. Planted bugs, named at their stage by the harness on rv32imc. Two cases
 # (a plain one and a bool-mask one) keep these builds small.
@@ -304,6 +317,26 @@ int main(void) {
   r |= af_relu_s8(ibuf + 600, 8);
   r |= af_dump_begin(sink, 0, "c", "sdpa", "micro-f32") | af_dump_tensor(sink, 0, "out", AF_DUMP_F32, 2, dims);
   r |= af_dump_part(sink, 0, "out", AF_DUMP_F32, 0, fbuf, 8) | af_dump_done(sink, 0, "c");
+  {
+    af_kv_cache_s8 c8;
+    static int8_t k8s[2 * 16 * 8], v8s[2 * 8 * 16];
+    static int16_t c15[4], s15[4];
+    static int8_t table[256];
+    r |= af_kv_cache_s8_init(&c8, k8s, v8s, 1, 8, 8, 16, 0);
+    r |= af_kv_cache_s8_append(&c8, ibuf, ibuf);
+    r |= af_decode_s8(ibuf + 700, ibuf, &c8, 2, &p, 0, arena, af_decode_s8_workspace_bytes(&c8, 2));
+    r |= af_rope_table_f32(fbuf + 3800, fbuf + 3804, 3, 8, 10000.0);
+    r |= af_rope_f32(fbuf + 3810, 1, 8, fbuf + 3800, fbuf + 3804, AF_ROPE_HALF);
+    r |= af_rope_table_s8(c15, s15, 3, 8, 10000.0);
+    r |= af_rope_s8(ibuf + 720, 1, 8, c15, s15, AF_ROPE_INTERLEAVED);
+    r |= af_silu_f32(fbuf + 3820, 8) | af_gelu_f32(fbuf + 3830, 8);
+    r |= af_swiglu_f32(fbuf + 3840, fbuf, fbuf + 8, 8);
+    r |= af_rmsnorm_s8_fold(i32buf + 32, &wsum, fbuf, 8, 1.f / 4096, 0.02f, 1e-5f);
+    r |= af_rmsnorm_s8(ibuf + 740, i32buf, i32buf + 32, 8, 1);
+    r |= af_act_table_s8(table, AF_ACT_SILU, 0.05f, 0.04f);
+    r |= af_act_s8(ibuf + 760, 8, table);
+    r |= af_swiglu_s8(ibuf + 780, ibuf, ibuf + 8, 8, table, qm[0]);
+  }
   r += af_s8_exp2_neg_q15(3) == 0;
   r += af_s8_mul_by_qmult(5, qm[0]) == 12345;
   return r + (af_status_name((af_status)r)[0] == 0);
