@@ -396,6 +396,32 @@ af_status af_sdpa_s8_probe(int32_t* scores, int32_t* masked, int32_t* weights,
                            const af_sdpa_shape* s, const af_sdpa_opts* o, int32_t b,
                            int32_t h, int32_t i);
 
+/* ----------------------------------------------------------- int8 MHA --- */
+/* Multi-head attention with int8 projections (torch.nn.MultiheadAttention
+ * semantics as af_mha_f32, GQA/MQA, batch first), integer only:
+ *   q8 = sat8(mulq(x8_q . w8_q[row] + b_q[row], m_q[row])) split into H heads
+ *   (likewise k8, v8 into Hkv heads), heads_out8 = af_sdpa_s8_ex(q8, k8, v8)
+ *   with p (the scales of q, k, v and heads_out), concat, out8 =
+ *   sat8(mulq(concat8 . w8_o[row] + b_o[row], m_o[row])).
+ * Weights int8 with one scale per output row folded into the multipliers
+ * m_* = s_in * s_w[row] / s_out; biases int32 in accumulator units
+ * (s_in * s_w[row]) or NULL. Stages (any pointer NULL): q [B,H,Lq,Dh],
+ * k/v [B,Hkv,Lk,Dh], heads_out [B,H,Lq,Dh], concat [B,Lq,E], all int8. */
+typedef struct {
+  const int8_t *w_q, *w_k, *w_v, *w_o;
+  const int32_t *b_q, *b_k, *b_v, *b_o; /* each may be NULL */
+  const af_qmult *m_q, *m_k, *m_v, *m_o;
+} af_mha_weights_s8;
+typedef struct {
+  int8_t *q, *k, *v, *heads_out, *concat;
+} af_mha_stages_s8;
+/* 0 for an invalid shape (as af_mha_f32_workspace_bytes). */
+size_t af_mha_s8_workspace_bytes(const af_mha_shape* s);
+af_status af_mha_s8(int8_t* out, const int8_t* x_q, const int8_t* x_k, const int8_t* x_v,
+                    const int32_t* kv_lens, const af_mha_weights_s8* w, const af_s8_params* p,
+                    const af_mha_shape* s, const af_sdpa_opts* o, void* arena, size_t arena_bytes,
+                    const af_mha_stages_s8* stages);
+
 /* ---------------------------------------------------- int8 KV cache --- */
 /* Ring buffer of int8 K and V (one sequence), the int8 twin of af_kv_cache:
  *   k [Hkv, capacity, D]   (a position's key row adjacent),

@@ -44,6 +44,16 @@ void af_row_bias_init(af_row_bias* rb, const af_sdpa_shape* s, const af_sdpa_opt
 
 #define AF_ALIGN4(n) (((n) + 3u) & ~(size_t)3u)
 
+/* A small fixed-size copy (a 4-byte load or a float's bits) that stays one
+ * instruction: GCC/clang's builtin, which -ffreestanding / -fno-builtin do
+ * not turn into a call to the C library's memcpy. */
+#if defined(__GNUC__)
+#define AF_COPY(d, s, n) __builtin_memcpy((d), (s), (n))
+#else
+#include <string.h>
+#define AF_COPY(d, s, n) memcpy((d), (s), (n))
+#endif
+
 /* The kernels' small helpers: inlined always (GCC), so a compile-time head
  * dimension reaches them as an immediate. */
 #if defined(__GNUC__)

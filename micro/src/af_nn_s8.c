@@ -16,10 +16,42 @@ static int32_t af_sat32_64(int64_t v) {
  * (|sum| <= 2^14 * 65535 < 2^30), only adding the bias can overflow, so it is
  * added in 64 bits. Equal to the plain int32 sum whenever that does not
  * overflow. */
+#if defined(__ARM_FEATURE_DSP)
+/* Cortex-M DSP: 4 MACs per LDR pair, SXTB16 x 4, SMLAD x 2 (integer sums:
+ * the same bits as the C loop). Unaligned LDR is legal on M4/M33. */
+#include <arm_acle.h>
+#include <string.h>
+static uint32_t af_sxtb16_odd(uint32_t x) { /* SXTB16 with its ROR #8: bytes 1 and 3 */
+  uint32_t r;
+  __asm__("sxtb16 %0, %1, ror #8" : "=r"(r) : "r"(x));
+  return r;
+}
+static int32_t af_dot_s8(const int8_t* w, const int8_t* x, int32_t n) {
+  int32_t i, acc = 0;
+  for (i = 0; i + 4 <= n; i += 4) {
+    uint32_t a, b;
+    AF_COPY(&a, w + i, 4);
+    AF_COPY(&b, x + i, 4);
+    acc = __smlad((int32_t)__sxtb16(a), (int32_t)__sxtb16(b), acc);
+    acc = __smlad((int32_t)af_sxtb16_odd(a), (int32_t)af_sxtb16_odd(b), acc);
+  }
+  for (; i < n; ++i) acc += (int32_t)w[i] * x[i];
+  return acc;
+}
+#else
+static int32_t af_dot_s8(const int8_t* w, const int8_t* x, int32_t n) {
+  int32_t i, a0 = 0, a1 = 0;
+  for (i = 0; i + 2 <= n; i += 2) {
+    a0 += (int32_t)w[i] * x[i];
+    a1 += (int32_t)w[i + 1] * x[i + 1];
+  }
+  if (i < n) a0 += (int32_t)w[i] * x[i];
+  return a0 + a1;
+}
+#endif
+
 static int32_t af_dot_s8_bias(const int8_t* wr, const int8_t* x, int32_t b, int32_t in) {
-  int32_t i, part = 0;
-  for (i = 0; i < in; ++i) part += (int32_t)wr[i] * x[i];
-  return af_sat32_64((int64_t)b + part);
+  return af_sat32_64((int64_t)b + af_dot_s8(wr, x, in));
 }
 
 static af_status af_linear_s8_check(const void* y, const int8_t* x, const int8_t* w,

@@ -334,5 +334,94 @@ TEST(MicroActivations, Int8TablesAndSwiGluWithinOneLsb) {
   }
 }
 
+// --------------------------------------------------------------- int8 MHA --
+
+TEST(MicroMhaS8, EveryStageWithinItsBoundOfFloat64TeacherForced) {
+  // Each stage against float64 computed from the library's own previous
+  // stage: projections and the output projection within 1 LSB (one rounding
+  // through a 31-bit multiplier), heads_out within the SDPA bound.
+  Rng rng(44);
+  for (int it = 0; it < 30; ++it) {
+    const int32_t B = 1 + it % 2, H = it % 2 ? 4 : 2, Hkv = it % 3 == 0 ? 1 : H, dh = 4 + it % 5,
+                  E = H * dh, Lq = 1 + int32_t(rng.Below(9)), Lk = 1 + int32_t(rng.Below(12));
+    af_mha_shape ms{B, Lq, Lk, E, H, Hkv, af_causal(it % 3)};
+    const auto xq = RandS8(rng, size_t(B) * Lq * E), xk = RandS8(rng, size_t(B) * Lk * E),
+               xv = RandS8(rng, size_t(B) * Lk * E);
+    const auto wq = RandS8(rng, size_t(E) * E), wk = RandS8(rng, size_t(Hkv) * dh * E),
+               wv = RandS8(rng, size_t(Hkv) * dh * E), wo = RandS8(rng, size_t(E) * E);
+    // Scales: x 1/64, weights 1/128 per tensor (the per-row multipliers
+    // carry them), q/k/v/heads_out/out chosen so values use the int8 range.
+    const double sx = 1.0 / 64, sw = 1.0 / 128;
+    const double sq = sx * sw * 127 * std::sqrt(double(E)) / 100, sk = sq, sv = sq, so_h = sv,
+                 s_out = so_h * sw * 127 * std::sqrt(double(E)) / 100;
+    auto mult = [](double real, int32_t n) {
+      std::vector<af_qmult> m(n);
+      for (auto& x : m) EXPECT_EQ(af_quantize_multiplier(&x, real), AF_OK);
+      return m;
+    };
+    const auto mq = mult(sx * sw / sq, E), mk = mult(sx * sw / sk, Hkv * dh),
+               mv = mult(sx * sw / sv, Hkv * dh), mo = mult(so_h * sw / s_out, E);
+    af_mha_weights_s8 w = {wq.data(), wk.data(), wv.data(), wo.data(), nullptr, nullptr, nullptr,
+                           nullptr, mq.data(), mk.data(), mv.data(), mo.data()};
+    af_s8_params p;
+    const float fq = float(sq), fk = float(sk), fv = float(sv), fo = float(so_h);
+    ASSERT_EQ(af_s8_prepare(&p, &fq, &fk, &fv, &fo, 1, float(1 / std::sqrt(double(dh)))), AF_OK);
+    std::vector<int8_t> out(size_t(B) * Lq * E), q8(size_t(B) * H * Lq * dh),
+        k8(size_t(B) * Hkv * Lk * dh), v8(k8.size()), ho(q8.size()), cat(out.size());
+    af_mha_stages_s8 st = {q8.data(), k8.data(), v8.data(), ho.data(), cat.data()};
+    const size_t ws = af_mha_s8_workspace_bytes(&ms);
+    ASSERT_GT(ws, 0u);
+    std::vector<uint32_t> arena(ws / 4 + 8, 0xA5A5A5A5u);
+    ASSERT_EQ(af_mha_s8(out.data(), xq.data(), xk.data(), xv.data(), nullptr, &w, &p, &ms, nullptr,
+                        arena.data(), ws, &st),
+              AF_OK);
+    for (size_t i = ws / 4; i < arena.size(); ++i) ASSERT_EQ(arena[i], 0xA5A5A5A5u);
+    auto proj = [&](const std::vector<int8_t>& x, const std::vector<int8_t>& wt, int32_t L,
+                    int32_t rows, double sy, const std::vector<int8_t>& got, int32_t b) {
+      for (int32_t i = 0; i < L; ++i)
+        for (int32_t f = 0; f < rows; ++f) {
+          double acc = 0;
+          for (int32_t e = 0; e < E; ++e) acc += double(x[(size_t(b) * L + i) * E + e]) * wt[size_t(f) * E + e];
+          const double want = std::clamp(std::nearbyint(acc * sx * sw / sy), -128.0, 127.0);
+          const int8_t g = got[((size_t(b) * (rows / dh) + f / dh) * L + i) * dh + f % dh];
+          ASSERT_LE(std::fabs(g - want), 1.0) << "projection, case " << it;
+        }
+    };
+    for (int32_t b = 0; b < B; ++b) {
+      proj(xq, wq, Lq, E, sq, q8, b);
+      proj(xk, wk, Lk, Hkv * dh, sk, k8, b);
+      proj(xv, wv, Lk, Hkv * dh, sv, v8, b);
+    }
+    // heads_out: float64 SDPA on the dequantised q8, k8, v8.
+    std::vector<double> dq(q8.size()), dk(k8.size()), dv(v8.size()), ref(ho.size());
+    for (size_t i = 0; i < dq.size(); ++i) dq[i] = q8[i] * sq;
+    for (size_t i = 0; i < dk.size(); ++i) dk[i] = k8[i] * sk, dv[i] = v8[i] * sv;
+    SdpaOptions opt;
+    opt.causal = ms.causal == AF_CAUSAL_TOP_LEFT       ? Causal::kTopLeft
+                 : ms.causal == AF_CAUSAL_BOTTOM_RIGHT ? Causal::kBottomRight
+                                                       : Causal::kNone;
+    opt.scale = 1 / std::sqrt(double(dh));
+    ASSERT_TRUE(reference::Sdpa(MakeView(ref.data(), DType::kF64, {B, H, Lq, dh}), TensorView{},
+                                MakeView(dq.data(), DType::kF64, {B, H, Lq, dh}),
+                                MakeView(dk.data(), DType::kF64, {B, Hkv, Lk, dh}),
+                                MakeView(dv.data(), DType::kF64, {B, Hkv, Lk, dh}), opt)
+                    .ok());
+    for (size_t i = 0; i < ref.size(); ++i)
+      ASSERT_LE(std::fabs(ho[i] - std::clamp(std::nearbyint(ref[i] / so_h), -128.0, 127.0)),
+                double(AF_S8_BOUND_LSB))
+          << "heads_out, case " << it;
+    // concat and out from the library's own heads_out.
+    for (int32_t b = 0; b < B; ++b)
+      for (int32_t i = 0; i < Lq; ++i)
+        for (int32_t f = 0; f < E; ++f) {
+          ASSERT_EQ(cat[(size_t(b) * Lq + i) * E + f], ho[((size_t(b) * H + f / dh) * Lq + i) * dh + f % dh]);
+          double acc = 0;
+          for (int32_t e = 0; e < E; ++e) acc += double(cat[(size_t(b) * Lq + i) * E + e]) * wo[size_t(f) * E + e];
+          const double want = std::clamp(std::nearbyint(acc * so_h * sw / s_out), -128.0, 127.0);
+          ASSERT_LE(std::fabs(out[(size_t(b) * Lq + i) * E + f] - want), 1.0) << "out, case " << it;
+        }
+  }
+}
+
 }  // namespace
 }  // namespace attnflow

@@ -234,6 +234,26 @@ tiny_on_devices tiny_s8 tiny_s8_main.c \
 riscv64-unknown-elf-gcc $(edge_cflags rv32imc) -O2 --specs=picolibc.specs -std=c99 $INC -c \
   "$ROOT/micro/tiny/tiny_s8_main.c" -o "$OUT/rv32imc/tiny_s8_main.o"
 
+# 4c. The tiny Llama-style decoder (RMSNorm, RoPE, GQA, SwiGLU): f32 tokens
+# against PyTorch's; int8 (int8 weights and int8 KV cache, af_decode_s8)
+# logits against its NumPy integer model, every step, bit for bit.
+python3 "$ROOT/tools/edge/tiny_llama/export_header.py" "$OUT/cases/tiny_llama_weights.h"
+gcc -O2 -std=c99 -Wall -Wextra -Werror $INC -o "$OUT/host_tiny_llama" "$ROOT/micro/tiny/tiny_llama_main.c" "${SRCS[@]}" -lm
+"$OUT/host_tiny_llama" > "$OUT/tiny_llama_host.txt" 2>&1 && grep -q "TINY LLAMA f32: 64/64 tokens identical to PyTorch" "$OUT/tiny_llama_host.txt" ||
+  fail "tiny Llama decoder on the host: $(cat "$OUT/tiny_llama_host.txt")"
+log "host: $(grep 'tokens identical' "$OUT/tiny_llama_host.txt")"
+tiny_on_devices tiny_llama tiny_llama_main.c "TINY LLAMA f32: 64/64 tokens identical to PyTorch" \
+  "tiny Llama decoder" 'tokens identical'
+python3 "$ROOT/tools/edge/tiny_llama/export_s8_header.py" "$OUT/cases/tiny_llama_s8_weights.h"
+gcc -O2 -std=c99 -Wall -Wextra -Werror $INC -o "$OUT/host_tiny_llama_s8" "$ROOT/micro/tiny/tiny_llama_s8_main.c" "${SRCS[@]}" -lm
+"$OUT/host_tiny_llama_s8" > "$OUT/tiny_llama_s8_host.txt" 2>&1 && grep -q "TINY LLAMA int8: 64/64 steps with logits bit-identical" "$OUT/tiny_llama_s8_host.txt" ||
+  fail "int8 tiny Llama decoder on the host: $(cat "$OUT/tiny_llama_s8_host.txt")"
+tiny_on_devices tiny_llama_s8 tiny_llama_s8_main.c \
+  "TINY LLAMA int8: 64/64 steps with logits bit-identical to the NumPy model, 64/64 tokens equal" \
+  "int8 tiny Llama decoder" 'TINY LLAMA int8: 64'
+riscv64-unknown-elf-gcc $(edge_cflags rv32imc) -O2 --specs=picolibc.specs -std=c99 $INC -c \
+  "$ROOT/micro/tiny/tiny_llama_s8_main.c" -o "$OUT/rv32imc/tiny_llama_s8_main.o"
+
 # 5. The ESP-IDF component, built as ESP-IDF builds it (its own CMakeLists.txt
 # and source list) through the mock, linked into golden_app and run.
 IDF=$OUT/idf
@@ -337,6 +357,12 @@ int main(void) {
     r |= af_act_s8(ibuf + 760, 8, table);
     r |= af_swiglu_s8(ibuf + 780, ibuf, ibuf + 8, 8, table, qm[0]);
   }
+  {
+    af_mha_shape ms8 = {1, 2, 2, 8, 2, 1, AF_CAUSAL_NONE};
+    af_mha_weights_s8 w8 = {ibuf, ibuf + 64, ibuf + 64, ibuf + 128, 0, 0, 0, 0, qm, qm, qm, qm};
+    r |= af_mha_s8(ibuf + 800, ibuf, ibuf, ibuf, 0, &w8, &p, &ms8, 0, arena,
+                   af_mha_s8_workspace_bytes(&ms8), 0);
+  }
   r += af_s8_exp2_neg_q15(3) == 0;
   r += af_s8_mul_by_qmult(5, qm[0]) == 12345;
   return r + (af_status_name((af_status)r)[0] == 0);
@@ -420,13 +446,14 @@ for t in "${EDGE_TARGETS[@]}"; do
 done
 # 7b. No soft-float call in the rv32imc int8 kernel objects.
 SOFTFLOAT='__(add|sub|mul|div|neg|cmp|eq|ne|lt|le|gt|ge|unord|fix|fixuns|float|floatun|extend|trunc)[a-z]*[sdt]f[0-9]?$'
-sf=$(riscv64-unknown-elf-nm -u "$OUT/rv32imc/af_sdpa_s8.o" "$OUT/rv32imc/af_nn_s8.o" "$OUT/rv32imc/tiny_s8_main.o" | grep -E "$SOFTFLOAT" || true)
+S8_OBJS=("$OUT/rv32imc/af_sdpa_s8.o" "$OUT/rv32imc/af_nn_s8.o" "$OUT/rv32imc/af_mha_s8.o" "$OUT/rv32imc/tiny_s8_main.o" "$OUT/rv32imc/tiny_llama_s8_main.o")
+sf=$(riscv64-unknown-elf-nm -u "${S8_OBJS[@]}" | grep -E "$SOFTFLOAT" || true)
 [[ -z $sf ]] || fail "soft-float calls in the rv32imc int8 objects: $sf"
 # Float instructions (F extension mnemonics start with f: flw, fadd.s, fcvt...):
 # none in the int8 objects; the same count finds them in an rv32imfc build of
 # the f32 kernel, so it is not blind.
 float_insns() { riscv64-unknown-elf-objdump -d "$@" | awk -F'\t' 'NF >= 3 && $3 ~ /^f/ {n++} END {print n + 0}'; }
-fi_s8=$(float_insns "$OUT/rv32imc/af_sdpa_s8.o" "$OUT/rv32imc/af_nn_s8.o" "$OUT/rv32imc/tiny_s8_main.o")
+fi_s8=$(float_insns "${S8_OBJS[@]}")
 ((fi_s8 == 0)) || fail "$fi_s8 float instructions in the rv32imc int8 objects"
 riscv64-unknown-elf-gcc -march=rv32imfc -mabi=ilp32f -O2 --specs=picolibc.specs -std=c99 $INC \
   -c "$ROOT/micro/src/af_sdpa_f32.c" -o "$OUT/rv32imc/f32_hardfloat_probe.o"
@@ -434,5 +461,5 @@ fi_probe=$(float_insns "$OUT/rv32imc/f32_hardfloat_probe.o")
 ((fi_probe > 0)) || fail "float-instruction check is blind: none found in an rv32imfc f32 build"
 (($(riscv64-unknown-elf-nm -u "$OUT/rv32imc/af_sdpa_f32.o" | grep -cE "$SOFTFLOAT" || true) > 0)) ||
   fail "soft-float check is blind: found no soft-float call in the f32 object either"
-log "rv32imc af_sdpa_s8.o, af_nn_s8.o, tiny_s8_main.o: no soft-float calls and no float instructions (the same checks find $(riscv64-unknown-elf-nm -u "$OUT/rv32imc/af_sdpa_f32.o" | grep -cE "$SOFTFLOAT") soft-float calls in af_sdpa_f32.o and $fi_probe float instructions in its rv32imfc build)"
+log "rv32imc af_sdpa_s8.o, af_nn_s8.o, af_mha_s8.o, both int8 tiny decoders: no soft-float calls and no float instructions (the same checks find $(riscv64-unknown-elf-nm -u "$OUT/rv32imc/af_sdpa_f32.o" | grep -cE "$SOFTFLOAT") soft-float calls in af_sdpa_f32.o and $fi_probe float instructions in its rv32imfc build)"
 log "all edge checks passed ($(( $(date +%s) - t0 ))s)"
