@@ -17,6 +17,10 @@
 //    AVX-512) value dimensions at once, a dot product over the tile's keys
 //    per (row, dimension), reduced by Sum4; o = o * alpha + that sum. The
 //    value scale is applied by the merge.
+// No software prefetch: the tile is long (up to 4096 keys) so that each V
+// column of a tile is one long stream for the hardware prefetchers; a
+// prefetch of the tile's V columns during Q.K and of the next tile's K rows
+// during P.V made a DRAM-resident call 10-40% slower (docs/kernels.md).
 // Keys past the tile end inside a vector (at most lanes - 1) have weight 0
 // and their V bytes come from a zeroed copy, so nothing outside the cache is
 // read. When D is not a multiple of the lanes, each K tile is first copied
@@ -61,19 +65,6 @@ HWY_INLINE VF LoadS8(DF df, const int8_t* HWY_RESTRICT p) {
   const hn::Rebind<int8_t, DF> d8;
   const hn::RebindToSigned<DF> di;
   return hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(d8, p)));
-}
-
-// Prefetches [p, p + bytes) towards L2 (hint only, never faults).
-HWY_INLINE void PrefetchS8(const int8_t* p, size_t bytes) {
-#if defined(__GNUC__) || defined(__clang__)
-  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
-  for (uintptr_t b = a & ~uintptr_t{63}; b < a + bytes; b += 64) {
-    __builtin_prefetch(reinterpret_cast<const void*>(b), 0, 2);
-  }
-#else
-  (void)p;
-  (void)bytes;
-#endif
 }
 
 // Scores of R rows (qd, pitch dp) against keys j0..j0+3 (K rows at k, pitch

@@ -34,8 +34,8 @@ struct ProblemS8 {
 struct PlanS8 {
   int64_t lanes = 1;
   int64_t dp = 0;         // D rounded up to the lanes
-  int64_t tkv = 0;        // keys per tile (a multiple of the lanes)
-  int64_t split_len = 0;  // keys per split (a multiple of tkv)
+  int64_t tkv = 0;        // keys per tile (a multiple of the lanes, <= split_len)
+  int64_t split_len = 0;  // keys per split (a multiple of the lanes)
   int64_t n_splits = 0, num_tasks = 0;
   bool pack_k = false;        // D % lanes != 0: K tiles are copied zero padded
   size_t worker_bytes = 0;    // scratch bytes per worker (64-byte multiple)
