@@ -470,7 +470,11 @@ TEST(DecodeS8, BadInputNamesTheOpAndTheShapes) {
 // af_kv_cache_s8_append, as a device writes it) is read by the host decode;
 // the result equals the float64 reference on the int8 values the test
 // appended (positions in order, dequantised here), so the host and the
-// device agree on the cache's bytes and layout.
+// device agree on the cache's bytes and layout. Then the device's own
+// integer decode (af_decode_s8) on the same cache and the same int8 query is
+// compared with the host's fp32 result, as a port compares its device with
+// the host (docs/kernels.md): within the int8 path's bound of
+// AF_S8_BOUND_LSB output LSB.
 TEST(DecodeS8, CacheWrittenByTheMicroLibrary) {
   for (auto [cap, window, steps, G] : std::vector<std::tuple<int, int, int, int>>{
            {48, 0, 48, 2}, {48, 32, 100, 4}, {64, 64, 64 * 3 + 5, 1}}) {
@@ -497,7 +501,12 @@ TEST(DecodeS8, CacheWrittenByTheMicroLibrary) {
     seq.length = cache.length;
     const KvCacheS8Layout layout{cache.num_kv_heads, cache.head_dim, cache.v_dim, cache.capacity,
                                  cache.window};
-    Tensor q = testing::Random({1, H, 1, D}, 77 + cap);
+    // The query as a device holds it (int8, scale sq) and its real value.
+    const float sq = 1.0f / 40;
+    std::vector<int8_t> q8(static_cast<size_t>(H * D));
+    for (auto& x : q8) x = static_cast<int8_t>(static_cast<int64_t>(rng.Below(255)) - 127);
+    Tensor q = testing::Zeros(DType::kF32, {1, H, 1, D});
+    for (int i = 0; i < H * D; ++i) q.data<float>()[i] = sq * q8[static_cast<size_t>(i)];
     Outputs got{testing::Zeros(DType::kF32, {1, H, 1, Dv}), testing::Zeros(DType::kF32, {1, H, 1})};
     ASSERT_TRUE(DecodeKvS8(got.out.view(), got.lse.view(), q.view(), std::span(&seq, 1), layout).ok());
     // The oracle from the appended values, positions in order.
@@ -524,9 +533,35 @@ TEST(DecodeS8, CacheWrittenByTheMicroLibrary) {
     in.q = in.q_store.view();
     in.k = in.k_store.view();
     in.v = in.v_store.view();
-    CheckOutputs(got, NaiveF32(in), Reference(in),
-                 "micro cache cap=" + std::to_string(cap) + " window=" + std::to_string(window) +
-                     " steps=" + std::to_string(steps));
+    const std::string name = "micro cache cap=" + std::to_string(cap) + " window=" +
+                             std::to_string(window) + " steps=" + std::to_string(steps);
+    CheckOutputs(got, NaiveF32(in), Reference(in), name);
+    // The device's integer decode of the same bytes: per query head h the
+    // scales of its kv head, the output scale so = sv.
+    std::vector<float> sqh(static_cast<size_t>(H), sq), skh(static_cast<size_t>(H)),
+        svh(static_cast<size_t>(H));
+    for (int h = 0; h < H; ++h) {
+      skh[static_cast<size_t>(h)] = ks[static_cast<size_t>(h / G)];
+      svh[static_cast<size_t>(h)] = vs[static_cast<size_t>(h / G)];
+    }
+    af_s8_params p;
+    ASSERT_EQ(af_s8_prepare(&p, sqh.data(), skh.data(), svh.data(), svh.data(), H,
+                            static_cast<float>(1.0 / std::sqrt(double{D}))),
+              AF_OK);
+    std::vector<uint32_t> arena(af_decode_s8_workspace_bytes(&cache, H) / 4 + 1);
+    std::vector<int8_t> dev(static_cast<size_t>(H * Dv));
+    ASSERT_EQ(af_decode_s8(dev.data(), q8.data(), &cache, H, &p, nullptr, arena.data(),
+                           arena.size() * 4),
+              AF_OK);
+    int worst = 0;
+    for (int h = 0; h < H; ++h) {
+      for (int e = 0; e < Dv; ++e) {
+        const double host = got.out.data<float>()[h * Dv + e] / double{svh[static_cast<size_t>(h)]};
+        const double want = std::clamp(std::nearbyint(host), -128.0, 127.0);
+        worst = std::max(worst, static_cast<int>(std::fabs(dev[static_cast<size_t>(h * Dv + e)] - want)));
+      }
+    }
+    EXPECT_LE(worst, AF_S8_BOUND_LSB) << name;
   }
 }
 
