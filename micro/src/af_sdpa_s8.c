@@ -295,6 +295,26 @@ AF_INLINE void af_qk2x4_s8_dsp(int32_t* s0, int32_t* s1, const int8_t* q, const 
   af_qk2x2_s8_dsp(s0 + 2, s1 + 2, q, k + 2 * D, D);
 }
 
+/* Two query rows x 1 key (a tile's odd last key). */
+AF_INLINE void af_qk2x1_s8_dsp(int32_t* s0, int32_t* s1, const int8_t* q, const int8_t* k,
+                               int32_t D) {
+  int32_t a = 0, b = 0, d;
+  for (d = 0; d + 4 <= D; d += 4) {
+    const uint32_t kw = af_ld32(k + d), xw = af_ld32(q + d), yw = af_ld32(q + D + d);
+    const int32_t e = (int32_t)__sxtb16(kw), o = (int32_t)af_sxtb16_ror8(kw);
+    a = __smlad((int32_t)__sxtb16(xw), e, a);
+    a = __smlad((int32_t)af_sxtb16_ror8(xw), o, a);
+    b = __smlad((int32_t)__sxtb16(yw), e, b);
+    b = __smlad((int32_t)af_sxtb16_ror8(yw), o, b);
+  }
+  for (; d < D; ++d) {
+    a += (int32_t)q[d] * k[d];
+    b += (int32_t)q[D + d] * k[d];
+  }
+  *s0 = a;
+  *s1 = b;
+}
+
 /* AF_V_COLS with SMLAD. The weights of n4 groups of 4 keys are first packed
  * in place as int16 pairs in SXTB16 lane order, P[2g] = w[4g] | w[4g+2] << 16,
  * P[2g+1] = w[4g+1] | w[4g+3] << 16 (weights are <= 32767); a word of 4 value
@@ -431,6 +451,194 @@ AF_INLINE void af_pv2x4_s8_dsp(int32_t* acc, const int32_t* w, const int32_t* u,
     acc[Dv] += u[0] * a + u[1] * b + u[2] * c + u[3] * e;
   }
 }
+#if defined(__thumb2__) && !defined(AF_S8_NO_ASM)
+/* Head size 64 (the D = Dv = 64 specialisation): the two inner loops in
+ * Thumb-2 assembly, every register placed by hand (GCC spills in both).
+ * They rely on the arena's layout (af_sdpa_s8_ex): the second row's scores
+ * and weights at +AF_S8_KEY_TILE words, its accumulators at +64 words. */
+#define AF_S8_ASM_D64 1
+typedef char af_s8_asm_tile_is_24[AF_S8_KEY_TILE == 24 ? 1 : -1];
+
+/* acc += a * b, two 16-bit lanes (the first step of a sum starts it). */
+#define AF_SMUAD(c, a, b) "smuad " #c ", " #a ", " #b "\n\t"
+#define AF_SMLAD(c, a, b) "smlad " #c ", " #a ", " #b ", " #c "\n\t"
+
+/* Q.K of two query rows (q0, q0 + 64) x npairs >= 1 key pairs (k, k + 64;
+ * then k + 128, ...): sb[2p], sb[2p+1] get row 0's scores of pair p,
+ * sb[24+2p], sb[24+2p+1] row 1's. Per 4 d (16 MACs): 4 LDR, 8 SXTB16,
+ * 8 SMLAD; the 16 steps over d unrolled with immediate offsets. Registers:
+ * r0-r3 the four sums, r4/r5 and r6/r7 the two key words unpacked, r8/r9 a
+ * q word unpacked, r10 q0, r11 the key pair, r12 sb, lr the pairs left. */
+#define AF_QK_STEP(MAC, o, p)         \
+  "ldr.w r5, [r11, #" #o "]\n\t"      \
+  "ldr.w r7, [r11, #" #p "]\n\t"      \
+  "ldr.w r9, [r10, #" #o "]\n\t"      \
+  "sxtb16 r4, r5\n\t"                 \
+  "sxtb16 r5, r5, ror #8\n\t"         \
+  "sxtb16 r6, r7\n\t"                 \
+  "sxtb16 r7, r7, ror #8\n\t"         \
+  "sxtb16 r8, r9\n\t"                 \
+  "sxtb16 r9, r9, ror #8\n\t"         \
+  MAC(r0, r8, r4) AF_SMLAD(r0, r9, r5) \
+  MAC(r1, r8, r6) AF_SMLAD(r1, r9, r7) \
+  "ldr.w r9, [r10, #" #p "]\n\t"      \
+  "sxtb16 r8, r9\n\t"                 \
+  "sxtb16 r9, r9, ror #8\n\t"         \
+  MAC(r2, r8, r4) AF_SMLAD(r2, r9, r5) \
+  MAC(r3, r8, r6) AF_SMLAD(r3, r9, r7)
+#define AF_ARG __attribute__((unused)) /* naked: the asm reads r0-r3 and the stack */
+__attribute__((naked, noinline)) static void af_qk2_d64_asm(AF_ARG int32_t* sb, AF_ARG const int8_t* q0,
+                                                           AF_ARG const int8_t* k,
+                                                           AF_ARG int32_t npairs) {
+  __asm__ volatile(
+      "push {r4-r11, lr}\n\t"
+      "mov r12, r0\n\t"
+      "mov r10, r1\n\t"
+      "mov r11, r2\n\t"
+      "mov lr, r3\n"
+      "1:\n\t"
+      AF_QK_STEP(AF_SMUAD, 0, 64) AF_QK_STEP(AF_SMLAD, 4, 68)
+      AF_QK_STEP(AF_SMLAD, 8, 72) AF_QK_STEP(AF_SMLAD, 12, 76)
+      AF_QK_STEP(AF_SMLAD, 16, 80) AF_QK_STEP(AF_SMLAD, 20, 84)
+      AF_QK_STEP(AF_SMLAD, 24, 88) AF_QK_STEP(AF_SMLAD, 28, 92)
+      AF_QK_STEP(AF_SMLAD, 32, 96) AF_QK_STEP(AF_SMLAD, 36, 100)
+      AF_QK_STEP(AF_SMLAD, 40, 104) AF_QK_STEP(AF_SMLAD, 44, 108)
+      AF_QK_STEP(AF_SMLAD, 48, 112) AF_QK_STEP(AF_SMLAD, 52, 116)
+      AF_QK_STEP(AF_SMLAD, 56, 120) AF_QK_STEP(AF_SMLAD, 60, 124)
+      "strd r2, r3, [r12, #96]\n\t"
+      "strd r0, r1, [r12], #8\n\t"
+      "add r11, r11, #128\n\t"
+      "subs lr, lr, #1\n\t"
+      "bne 1b\n\t"
+      "pop {r4-r11, pc}\n\t");
+}
+#undef AF_QK_STEP
+
+/* Column-layout P.V of two rows over one tile of n (1..24) keys, D = 64:
+ * acc[d] += sum_t w[t] vt[d*ldv + t], acc[64 + d] += sum_t u[t] ...,
+ * u = w + 24, with the weights packed by af_pack_tile16. Per pass: two
+ * value dimensions d, d+1 (the four sums in r0-r3), n/4 groups of 4 keys
+ * (one value word per dimension, two SMLAD per word and row: 16 MACs in
+ * 16 instructions), then the n % 4 last keys. The 6 group bodies are
+ * unrolled with immediate offsets and entered at group 6 - n/4 (each
+ * body is 64 bytes of 32-bit instructions; the pointers start 6 - n/4
+ * groups early), the tail through a table: no loop over keys. Registers:
+ * r4-r7 the weight pairs of a group (row 0, row 1), r8/r9 a value word
+ * unpacked, r10 w, r11/r12 the two dimensions' value pointers, lr acc.
+ * Stack: [0] entry address, [4] tail address, [8] 2 ldv, [12] acc end. */
+#define AF_PV_GROUP(w, w2, v)              \
+  "ldrd r4, r5, [r10, #" #w "]\n\t"        \
+  "ldrd r6, r7, [r10, #" #w2 "]\n\t"       \
+  "ldr.w r8, [r11, #" #v "]\n\t"           \
+  "sxtb16 r9, r8\n\t"                      \
+  "sxtb16 r8, r8, ror #8\n\t"              \
+  AF_SMLAD(r0, r4, r9) AF_SMLAD(r0, r5, r8) \
+  AF_SMLAD(r2, r6, r9) AF_SMLAD(r2, r7, r8) \
+  "ldr.w r8, [r12, #" #v "]\n\t"           \
+  "sxtb16 r9, r8\n\t"                      \
+  "sxtb16 r8, r8, ror #8\n\t"              \
+  AF_SMLAD(r1, r4, r9) AF_SMLAD(r1, r5, r8) \
+  AF_SMLAD(r3, r6, r9) AF_SMLAD(r3, r7, r8)
+/* One tail key at value offset v, weights at w (row 0) and w + 96. */
+#define AF_PV_ONE(v, w, w2)                \
+  "ldrsb.w r8, [r11, #" #v "]\n\t"         \
+  "ldrsb.w r9, [r12, #" #v "]\n\t"         \
+  "ldr.w r4, [r10, #" #w "]\n\t"           \
+  "ldr.w r6, [r10, #" #w2 "]\n\t"          \
+  "mla r0, r4, r8, r0\n\t"                 \
+  "mla r1, r4, r9, r1\n\t"                 \
+  "mla r2, r6, r8, r2\n\t"                 \
+  "mla r3, r6, r9, r3\n\t"
+__attribute__((naked, noinline)) static void af_pvt2_d64_asm(AF_ARG int32_t* acc,
+                                                            AF_ARG const int32_t* w,
+                                                            AF_ARG const int8_t* vt,
+                                                            AF_ARG int32_t ldv, AF_ARG int32_t n) {
+  __asm__ volatile(
+      "push {r4-r11, lr}\n\t"
+      "ldr r4, [sp, #36]\n\t"      /* n */
+      "sub sp, sp, #16\n\t"
+      "add r5, r0, #256\n\t"
+      "str r5, [sp, #12]\n\t"      /* acc end */
+      "lsl r5, r3, #1\n\t"
+      "str r5, [sp, #8]\n\t"       /* 2 ldv */
+      "lsr r5, r4, #2\n\t"
+      "rsb r6, r5, #6\n\t"         /* groups skipped: 6 - n/4 */
+      "sub r10, r1, r6, lsl #3\n\t"
+      "sub r11, r2, r6, lsl #2\n\t"
+      "add r12, r11, r3\n\t"
+      "adr r7, 2f\n\t"
+      "add r7, r7, r6, lsl #6\n\t"
+      "orr r7, r7, #1\n\t"
+      "str r7, [sp, #0]\n\t"       /* entry: group 6 - n/4 */
+      "and r4, r4, #3\n\t"
+      "adr r7, 9f\n\t"
+      "ldrb r8, [r7, r4]\n\t"
+      "adr r7, 3f\n\t"
+      "add r7, r7, r8\n\t"
+      "orr r7, r7, #1\n\t"
+      "str r7, [sp, #4]\n\t"       /* tail: n % 4 keys */
+      "mov lr, r0\n"
+      "1:\n\t"
+      "ldrd r0, r1, [lr]\n\t"
+      "ldrd r2, r3, [lr, #256]\n\t"
+      "ldr.w pc, [sp, #0]\n"
+      "2:\n\t"
+      AF_PV_GROUP(0, 96, 0) AF_PV_GROUP(8, 104, 4) AF_PV_GROUP(16, 112, 8)
+      AF_PV_GROUP(24, 120, 12) AF_PV_GROUP(32, 128, 16) AF_PV_GROUP(40, 136, 20)
+      "ldr.w pc, [sp, #4]\n"
+      "3:\n\t"                     /* 1 key */
+      AF_PV_ONE(24, 48, 144)
+      "b 6f\n"
+      "4:\n\t"                     /* 3 keys: the third, then the pair */
+      AF_PV_ONE(26, 52, 148)
+      "5:\n\t"                     /* 2 keys: bytes b0 | b1 << 16, one SMLAD */
+      "ldrh.w r8, [r11, #24]\n\t"
+      "ldrh.w r9, [r12, #24]\n\t"
+      "orr r8, r8, r8, lsl #8\n\t"
+      "orr r9, r9, r9, lsl #8\n\t"
+      "sxtb16 r8, r8\n\t"
+      "sxtb16 r9, r9\n\t"
+      "ldr.w r4, [r10, #48]\n\t"
+      "ldr.w r6, [r10, #144]\n\t"
+      AF_SMLAD(r0, r4, r8) AF_SMLAD(r1, r4, r9)
+      AF_SMLAD(r2, r6, r8) AF_SMLAD(r3, r6, r9)
+      "6:\n\t"
+      "strd r2, r3, [lr, #256]\n\t"
+      "strd r0, r1, [lr], #8\n\t"
+      "ldr r8, [sp, #8]\n\t"
+      "add r11, r11, r8\n\t"
+      "add r12, r12, r8\n\t"
+      "ldr r9, [sp, #12]\n\t"
+      "cmp lr, r9\n\t"
+      "bne 1b\n\t"
+      "add sp, sp, #16\n\t"
+      "pop {r4-r11, pc}\n\t"
+      "9:\n\t" /* tail entry by n % 4, as offsets from label 3 (no relocation) */
+      ".byte 6b - 3b, 0, 5b - 3b, 4b - 3b\n\t"
+      ".p2align 1\n\t");
+}
+#undef AF_PV_GROUP
+#undef AF_PV_ONE
+#undef AF_ARG
+
+/* Packs a tile's n weights (each <= 32767) in place for af_pvt2_d64_asm:
+ * the n/4 groups as af_pack_w16 does, then the n % 4 last ones from word
+ * 2(n/4): one key w; two keys w0 | w1 << 16; three keys that pair and w2. */
+AF_INLINE void af_pack_tile16(int32_t* w, int32_t n) {
+  const int32_t n4 = n >> 2, r = n & 3;
+  int32_t* t = w + 4 * n4;
+  af_pack_w16(w, n4);
+  if (r == 1) {
+    w[2 * n4] = t[0];
+  } else if (r > 1) {
+    const int32_t w2 = t[2];
+    w[2 * n4] = (int32_t)(((uint32_t)t[0] & 0xFFFFu) | ((uint32_t)t[1] << 16));
+    if (r == 3) w[2 * n4 + 1] = w2;
+  }
+}
+#endif /* __thumb2__ */
+#undef AF_SMUAD
+#undef AF_SMLAD
 #define af_qk2x4_s8 af_qk2x4_s8_dsp
 #define af_pv2x4_s8 af_pv2x4_s8_dsp
 /* Column-layout P.V of a tile of n keys (weights w/u int32; clobbered:
@@ -632,15 +840,31 @@ AF_INLINE void af_s8_keys2(af_s8_row* r0, af_s8_row* r1, int32_t* sb0, int32_t* 
     const int32_t t_n = (n - j0) < AF_S8_KEY_TILE ? (n - j0) : AF_S8_KEY_TILE;
     const int8_t* kt = k + (size_t)j0 * D;
     const int8_t* vt = AF_VAT(v, j0, ldv, Dv);
-    for (t = 0; t + 4 <= t_n; t += 4)
-      af_qk2x4_s8(sb0 + t, sb1 + t, q0, kt + (size_t)t * D, D);
-    for (; t < t_n; ++t) {
-      sb0[t] = af_qk1_s8(q0, kt + (size_t)t * D, D);
-      sb1[t] = af_qk1_s8(q1, kt + (size_t)t * D, D);
+#if defined(AF_S8_ASM_D64)
+    if (D == 64 && Dv == 64) {
+      if (t_n >= 2) af_qk2_d64_asm(sb0, q0, kt, t_n >> 1);
+      if (t_n & 1) af_qk2x1_s8_dsp(sb0 + t_n - 1, sb1 + t_n - 1, q0, kt + (size_t)(t_n - 1) * D, D);
+    } else
+#endif
+    {
+      for (t = 0; t + 4 <= t_n; t += 4)
+        af_qk2x4_s8(sb0 + t, sb1 + t, q0, kt + (size_t)t * D, D);
+      for (; t < t_n; ++t) {
+        sb0[t] = af_qk1_s8(q0, kt + (size_t)t * D, D);
+        sb1[t] = af_qk1_s8(q1, kt + (size_t)t * D, D);
+      }
     }
     af_s8_softmax_tile(r0, sb0, t_n, em, hi_cut, wshift, Dv, rb0, j_base + j0);
     af_s8_softmax_tile(r1, sb1, t_n, em, hi_cut, wshift, Dv, rb1, j_base + j0);
     if (ldv) {
+#if defined(AF_S8_ASM_D64)
+      if (D == 64 && Dv == 64) {
+        af_pack_tile16(sb0, t_n);
+        af_pack_tile16(sb1, t_n);
+        af_pvt2_d64_asm(r0->acc, sb0, vt, ldv, t_n);
+        continue;
+      }
+#endif
       af_pvt2_s8(r0->acc, sb0, sb1, vt, ldv, t_n, Dv);
       continue;
     }
