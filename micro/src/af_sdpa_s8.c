@@ -456,7 +456,7 @@ AF_INLINE void af_pv2x4_s8_dsp(int32_t* acc, const int32_t* w, const int32_t* u,
  * Thumb-2 assembly, every register placed by hand (GCC spills in both).
  * They rely on the arena's layout (af_sdpa_s8_ex): the second row's scores
  * and weights at +AF_S8_KEY_TILE words, its accumulators at +64 words. */
-#define AF_S8_ASM_D64 1
+#define AF_S8_ASM 1
 typedef char af_s8_asm_tile_is_24[AF_S8_KEY_TILE == 24 ? 1 : -1];
 
 /* acc += a * b, two 16-bit lanes (the first step of a sum starts it). */
@@ -654,6 +654,31 @@ AF_INLINE void af_pvt2_s8(int32_t* acc, int32_t* w, int32_t* u, const int8_t* vt
   }
   if (n > 4 * n4) af_pvt2_s8_c(acc, w + 4 * n4, u + 4 * n4, vt + 4 * n4, ldv, n - 4 * n4, Dv);
 }
+/* One row, the r = 1..3 keys after the groups (weights w[0..r)): a key
+ * pair is one unaligned halfword b0 | b1 << 8, spread to b0 | b1 << 16 for
+ * SXTB16, against the weights packed w0 | w1 << 16: one SMLAD. */
+AF_INLINE int32_t af_ld16_pair(const int8_t* p) {
+  uint16_t h;
+  memcpy(&h, p, 2); /* one LDRH */
+  return (int32_t)__sxtb16((uint32_t)h | ((uint32_t)h << 8));
+}
+AF_INLINE void af_pvt1_tail_dsp(int32_t* acc, const int32_t* w, const int8_t* vt, int32_t ldv,
+                                int32_t r, int32_t Dv) {
+  int32_t d;
+  if (r == 1) {
+    const int32_t w0 = w[0];
+    for (d = 0; d < Dv; ++d, vt += ldv) acc[d] += w0 * vt[0];
+  } else {
+    const int32_t W = (int32_t)(((uint32_t)w[0] & 0xFFFFu) | ((uint32_t)w[1] << 16));
+    if (r == 2) {
+      for (d = 0; d < Dv; ++d, vt += ldv) acc[d] = __smlad(W, af_ld16_pair(vt), acc[d]);
+    } else {
+      const int32_t w2 = w[2];
+      for (d = 0; d < Dv; ++d, vt += ldv)
+        acc[d] = __smlad(W, af_ld16_pair(vt), acc[d] + w2 * vt[2]);
+    }
+  }
+}
 AF_INLINE void af_pvt1_s8(int32_t* acc, int32_t* w, const int8_t* vt, int32_t ldv, int32_t n,
                           int32_t Dv) {
   const int32_t n4 = n / 4;
@@ -661,13 +686,52 @@ AF_INLINE void af_pvt1_s8(int32_t* acc, int32_t* w, const int8_t* vt, int32_t ld
     af_pack_w16(w, n4);
     af_pvt1_s8_dsp(acc, w, vt, ldv, n4, Dv);
   }
-  if (n > 4 * n4) af_pvt1_s8_c(acc, w + 4 * n4, vt + 4 * n4, ldv, n - 4 * n4, Dv);
+  if (n > 4 * n4) af_pvt1_tail_dsp(acc, w + 4 * n4, vt + 4 * n4, ldv, n - 4 * n4, Dv);
+}
+/* One row x one key of the row layout: acc[d] += w v[d] with SMLABB/SMLATB
+ * on the unpacked value word (w <= 32767 is its own low half). */
+AF_INLINE void af_pv1_s8_dsp(int32_t* acc, int32_t w, const int8_t* v, int32_t Dv) {
+  int32_t d;
+  for (d = 0; d + 4 <= Dv; d += 4) {
+    const uint32_t x = af_ld32(v + d);
+    const int32_t e = (int32_t)__sxtb16(x), o = (int32_t)af_sxtb16_ror8(x);
+    const int32_t a0 = __smlabb(e, w, acc[d]), a1 = __smlabb(o, w, acc[d + 1]);
+    const int32_t a2 = __smlatb(e, w, acc[d + 2]), a3 = __smlatb(o, w, acc[d + 3]);
+    acc[d] = a0;
+    acc[d + 1] = a1;
+    acc[d + 2] = a2;
+    acc[d + 3] = a3;
+  }
+  for (; d < Dv; ++d) acc[d] += w * v[d];
+}
+#define af_pv1_s8 af_pv1_s8_dsp
+/* One row's scores of n keys: four at a time, then one at a time. */
+AF_INLINE int32_t af_qk1_s8_dsp(const int8_t* q, const int8_t* k, int32_t D) {
+  int32_t a = 0, d;
+  for (d = 0; d + 4 <= D; d += 4) {
+    const uint32_t xw = af_ld32(q + d), kw = af_ld32(k + d);
+    a = __smlad((int32_t)__sxtb16(xw), (int32_t)__sxtb16(kw), a);
+    a = __smlad((int32_t)af_sxtb16_ror8(xw), (int32_t)af_sxtb16_ror8(kw), a);
+  }
+  for (; d < D; ++d) a += (int32_t)q[d] * k[d];
+  return a;
+}
+AF_INLINE void af_qk1_tile_s8(int32_t* s, const int8_t* q, const int8_t* k, int32_t n,
+                              int32_t D) {
+  int32_t t;
+  for (t = 0; t + 4 <= n; t += 4) af_qk1x4_s8_dsp(s + t, q, k + (size_t)t * D, D);
+  for (; t < n; ++t) s[t] = af_qk1_s8_dsp(q, k + (size_t)t * D, D);
 }
 #else
 #define af_qk2x4_s8 af_qk2x4_s8_c
 #define af_pv2x4_s8 af_pv2x4_s8_c
 #define af_pvt2_s8 af_pvt2_s8_c
 #define af_pvt1_s8 af_pvt1_s8_c
+AF_INLINE void af_qk1_tile_s8(int32_t* s, const int8_t* q, const int8_t* k, int32_t n,
+                              int32_t D) {
+  int32_t t;
+  for (t = 0; t < n; ++t) s[t] = af_qk1_s8(q, k + (size_t)t * D, D);
+}
 #endif
 
 /* ------------------------------------------------------------ softmax --- */
@@ -696,6 +760,44 @@ AF_INLINE int32_t af_weight(int32_t m, int32_t s, af_qmult em, int32_t hi_cut, i
 }
 
 static int64_t af_round_shift64(int64_t p, int32_t sh);
+
+#if defined(AF_S8_ASM)
+/* af_exp2_neg(hi, wshift) for 0 <= hi < 4096 and 0 for hi >= 4096 (the
+ * weight of a key when exp_mult.shift == 0, hi_cut = 4096), hi = the high
+ * word of (m - s) * M, without a branch: e = min(hi >> 8, 31) + wshift; LSRS
+ * by e leaves in C the last bit shifted out, so t >> e plus C is
+ * (t + 2^(e-1)) >> e (e = 0: the ADDS cleared C); e >= 16 gives 0 since
+ * t < 2^15. */
+AF_INLINE int32_t af_weight_sh0_dsp(int32_t m_minus_s, int32_t mult, int32_t wshift) {
+  int32_t hi, t, e;
+  __asm__(
+      "smmul %[hi], %[d], %[m]\n\t"
+      "uxtb %[t], %[hi]\n\t"
+      "usat %[e], #5, %[hi], asr #8\n\t"
+      "adds %[e], %[e], %[w]\n\t"
+      "ldrh %[t], [%[tab], %[t], lsl #1]\n\t"
+      "lsrs %[t], %[t], %[e]\n\t"
+      "adc %[t], %[t], #0"
+      : [hi] "=&r"(hi), [t] "=&r"(t), [e] "=&r"(e)
+      : [d] "r"(m_minus_s), [m] "r"(mult), [w] "r"(wshift), [tab] "r"(kExp2NegQ15)
+      : "cc");
+  return t;
+}
+/* round(x * f / 2^15), half up, for 0 <= f <= 32767, in one SMMLAR/SMMULR:
+ * F = f << 17 as int32 is f * 2^17 - 2^32 when f >= 2^14, so
+ * (x << 32) + x * F + 2^31 = x * f * 2^17 + 2^31 there (and x * F + 2^31
+ * below), whose high word is the rounded product. */
+AF_INLINE int32_t af_mul_q15_dsp(int32_t x, int32_t f) {
+  const int32_t F = (int32_t)((uint32_t)f << 17);
+  int32_t r;
+  if (f >= 16384) {
+    __asm__("smmlar %0, %1, %2, %1" : "=r"(r) : "r"(x), "r"(F));
+  } else {
+    __asm__("smmulr %0, %1, %2" : "=r"(r) : "r"(x), "r"(F));
+  }
+  return r;
+}
+#endif
 
 /* Test-only mutation hook (see af_sdpa_f32.c): inverts the bool mask. */
 #ifdef AF_TEST_PLANT_MASK_BUG
@@ -774,11 +876,49 @@ static void af_s8_softmax_tile(af_s8_row* r, int32_t* sbuf, int32_t t_n, af_qmul
   } else if (tmax > r->m) {
     const int32_t f = af_weight(tmax, r->m, em, hi_cut, 0);
     int32_t d;
-    for (d = 0; d < Dv; ++d) r->acc[d] = (int32_t)af_round_shift64((int64_t)r->acc[d] * f, 15);
+    int32_t* acc = r->acc;
+#if defined(AF_S8_ASM)
+    for (d = 0; d + 2 <= Dv; d += 2) {
+      const int32_t a0 = af_mul_q15_dsp(acc[d], f), a1 = af_mul_q15_dsp(acc[d + 1], f);
+      acc[d] = a0;
+      acc[d + 1] = a1;
+    }
+    if (d < Dv) acc[d] = af_mul_q15_dsp(acc[d], f);
+    l = af_mul_q15_dsp(l, f);
+#else
+    for (d = 0; d < Dv; ++d) acc[d] = (int32_t)af_round_shift64((int64_t)acc[d] * f, 15);
     l = (int32_t)af_round_shift64((int64_t)l * f, 15);
+#endif
     r->m = tmax;
   }
   m = r->m;
+#if defined(AF_S8_ASM)
+  if (em.shift == 0) { /* hi_cut = 4096: the branch-free weight */
+    const int32_t M = em.mult;
+    if (rb != NULL) {
+      for (t = 0; t < t_n; ++t) {
+        const int32_t x = sbuf[t];
+        const int32_t w = x == AF_S8_MASKED ? 0 : af_weight_sh0_dsp(m - x, M, wshift);
+        sbuf[t] = w;
+        l += w;
+      }
+    } else {
+      for (t = 0; t + 2 <= t_n; t += 2) {
+        const int32_t w0 = af_weight_sh0_dsp(m - sbuf[t], M, wshift);
+        const int32_t w1 = af_weight_sh0_dsp(m - sbuf[t + 1], M, wshift);
+        sbuf[t] = w0;
+        sbuf[t + 1] = w1;
+        l += w0 + w1;
+      }
+      if (t < t_n) {
+        sbuf[t] = af_weight_sh0_dsp(m - sbuf[t], M, wshift);
+        l += sbuf[t];
+      }
+    }
+    r->l = l;
+    return;
+  }
+#endif
   if (rb != NULL) {
     for (t = 0; t < t_n; ++t) {
       sbuf[t] = sbuf[t] == AF_S8_MASKED ? 0 : af_weight(m, sbuf[t], em, hi_cut, wshift);
@@ -816,7 +956,7 @@ AF_INLINE void af_s8_keys1(af_s8_row* r, int32_t* sbuf, const int8_t* qr, const 
     const int32_t t_n = (n - j0) < AF_S8_KEY_TILE ? (n - j0) : AF_S8_KEY_TILE;
     const int8_t* kt = k + (size_t)j0 * D;
     const int8_t* vt = AF_VAT(v, j0, ldv, Dv);
-    for (t = 0; t < t_n; ++t) sbuf[t] = af_qk1_s8(qr, kt + (size_t)t * D, D);
+    af_qk1_tile_s8(sbuf, qr, kt, t_n, D);
     af_s8_softmax_tile(r, sbuf, t_n, em, hi_cut, wshift, Dv, rb, j_base + j0);
     if (ldv) {
       af_pvt1_s8(r->acc, sbuf, vt, ldv, t_n, Dv);
@@ -840,7 +980,7 @@ AF_INLINE void af_s8_keys2(af_s8_row* r0, af_s8_row* r1, int32_t* sb0, int32_t* 
     const int32_t t_n = (n - j0) < AF_S8_KEY_TILE ? (n - j0) : AF_S8_KEY_TILE;
     const int8_t* kt = k + (size_t)j0 * D;
     const int8_t* vt = AF_VAT(v, j0, ldv, Dv);
-#if defined(AF_S8_ASM_D64)
+#if defined(AF_S8_ASM)
     if (D == 64 && Dv == 64) {
       if (t_n >= 2) af_qk2_d64_asm(sb0, q0, kt, t_n >> 1);
       if (t_n & 1) af_qk2x1_s8_dsp(sb0 + t_n - 1, sb1 + t_n - 1, q0, kt + (size_t)(t_n - 1) * D, D);
@@ -857,7 +997,7 @@ AF_INLINE void af_s8_keys2(af_s8_row* r0, af_s8_row* r1, int32_t* sb0, int32_t* 
     af_s8_softmax_tile(r0, sb0, t_n, em, hi_cut, wshift, Dv, rb0, j_base + j0);
     af_s8_softmax_tile(r1, sb1, t_n, em, hi_cut, wshift, Dv, rb1, j_base + j0);
     if (ldv) {
-#if defined(AF_S8_ASM_D64)
+#if defined(AF_S8_ASM)
       if (D == 64 && Dv == 64) {
         af_pack_tile16(sb0, t_n);
         af_pack_tile16(sb1, t_n);
@@ -969,11 +1109,29 @@ static void af_s8_finish(int8_t* o, const af_s8_row* r, af_qmult om, int32_t Dv)
       /* c' = c << z in [2^30, 2^31): y = (hi(acc * c') + half) >> (sh+z-32),
        * one high multiply per element. */
       const int32_t c2 = c << z, s2 = sh + z - 32, half = 1 << (s2 - 1);
+#if defined(AF_S8_ASM)
+      for (d = 0; d + 2 <= Dv; d += 2) { /* SMMUL (the high word), SSAT */
+        int32_t y0, y1;
+        __asm__("smmul %0, %1, %2" : "=r"(y0) : "r"(acc[d]), "r"(c2));
+        __asm__("smmul %0, %1, %2" : "=r"(y1) : "r"(acc[d + 1]), "r"(c2));
+        acc[d] = 0;
+        acc[d + 1] = 0;
+        o[d] = (int8_t)__ssat((y0 + half) >> s2, 8);
+        o[d + 1] = (int8_t)__ssat((y1 + half) >> s2, 8);
+      }
+      if (d < Dv) {
+        int32_t y0;
+        __asm__("smmul %0, %1, %2" : "=r"(y0) : "r"(acc[d]), "r"(c2));
+        acc[d] = 0;
+        o[d] = (int8_t)__ssat((y0 + half) >> s2, 8);
+      }
+#else
       for (d = 0; d < Dv; ++d) {
         const int32_t y = ((int32_t)(((int64_t)acc[d] * c2) >> 32) + half) >> s2;
         acc[d] = 0;
         o[d] = (int8_t)(y > 127 ? 127 : (y < -128 ? -128 : y));
       }
+#endif
     } else {
       for (d = 0; d < Dv; ++d) {
         const int64_t y = af_round_shift64((int64_t)acc[d] * c, sh);
