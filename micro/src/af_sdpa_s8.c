@@ -619,7 +619,6 @@ __attribute__((naked, noinline)) static void af_pvt2_d64_asm(AF_ARG int32_t* acc
 }
 #undef AF_PV_GROUP
 #undef AF_PV_ONE
-#undef AF_ARG
 
 /* Packs a tile's n weights (each <= 32767) in place for af_pvt2_d64_asm:
  * the n/4 groups as af_pack_w16 does, then the n % 4 last ones from word
@@ -636,6 +635,99 @@ AF_INLINE void af_pack_tile16(int32_t* w, int32_t n) {
     if (r == 3) w[2 * n4 + 1] = w2;
   }
 }
+
+/* Row-layout P.V of two rows over one tile of n (1..24) keys, Dv = 64:
+ * acc[d] += sum_t w[t] v[t*64 + d], acc[64 + d] += sum_t u[t] v[...],
+ * with the weights of key pair p interleaved by af_pack_pairs16 (w[2p] =
+ * w_2p | w_2p+1 << 16, w[2p+1] = the same of u). Per pass: two value
+ * dimensions d, d+1 (the four sums in r0-r3); per key pair, the two keys'
+ * halfwords (v[2p][d..d+1], v[2p+1][d..d+1]) joined by PKHBT give, after
+ * SXTB16, the (key 2p, key 2p+1) lanes of d and of d+1: 10 instructions per
+ * 8 MACs. The 12 pair bodies (40 bytes each) are entered at pair
+ * 12 - n/2 as in af_pvt2_d64_asm; an odd last key is one halfword and
+ * SMLABB/SMLATB. Registers: r4/r5 the pair's weights (row 0, row 1),
+ * r8/r9 value lanes, r10 w, r11 v, r12 acc end, lr acc. Stack: [0] entry,
+ * [4] tail (odd key or end of pass). */
+#define AF_PVR_PAIR(v, v2, w)              \
+  "ldrh.w r8, [r11, #" #v "]\n\t"          \
+  "ldrh.w r9, [r11, #" #v2 "]\n\t"         \
+  "pkhbt r8, r8, r9, lsl #16\n\t"          \
+  "ldrd r4, r5, [r10, #" #w "]\n\t"        \
+  "sxtb16 r9, r8\n\t"                      \
+  "sxtb16 r8, r8, ror #8\n\t"              \
+  AF_SMLAD(r0, r4, r9) AF_SMLAD(r1, r4, r8) \
+  AF_SMLAD(r2, r5, r9) AF_SMLAD(r3, r5, r8)
+__attribute__((naked, noinline)) static void af_pv2_rows_d64_asm(AF_ARG int32_t* acc,
+                                                                AF_ARG const int32_t* w,
+                                                                AF_ARG const int8_t* v,
+                                                                AF_ARG int32_t n) {
+  __asm__ volatile(
+      "push {r4-r11, lr}\n\t"
+      "sub sp, sp, #8\n\t"
+      "lsr r4, r3, #1\n\t"
+      "rsb r5, r4, #12\n\t"        /* pairs skipped: 12 - n/2 */
+      "sub r10, r1, r5, lsl #3\n\t"
+      "sub r11, r2, r5, lsl #7\n\t"
+      "adr r6, 2f\n\t"
+      "add r6, r6, r5, lsl #5\n\t"
+      "add r6, r6, r5, lsl #3\n\t"
+      "orr r6, r6, #1\n\t"
+      "str r6, [sp, #0]\n\t"       /* entry: pair 12 - n/2 */
+      "adr r6, 4f\n\t"
+      "adr r7, 3f\n\t"
+      "tst r3, #1\n\t"
+      "it ne\n\t"
+      "movne r6, r7\n\t"
+      "orr r6, r6, #1\n\t"
+      "str r6, [sp, #4]\n\t"       /* tail: the odd key, or none */
+      "mov lr, r0\n\t"
+      "add r12, r0, #256\n"
+      "1:\n\t"
+      "ldrd r0, r1, [lr]\n\t"
+      "ldrd r2, r3, [lr, #256]\n\t"
+      "ldr.w pc, [sp, #0]\n"
+      "2:\n\t"
+      AF_PVR_PAIR(0, 64, 0) AF_PVR_PAIR(128, 192, 8) AF_PVR_PAIR(256, 320, 16)
+      AF_PVR_PAIR(384, 448, 24) AF_PVR_PAIR(512, 576, 32) AF_PVR_PAIR(640, 704, 40)
+      AF_PVR_PAIR(768, 832, 48) AF_PVR_PAIR(896, 960, 56) AF_PVR_PAIR(1024, 1088, 64)
+      AF_PVR_PAIR(1152, 1216, 72) AF_PVR_PAIR(1280, 1344, 80) AF_PVR_PAIR(1408, 1472, 88)
+      "ldr.w pc, [sp, #4]\n"
+      "3:\n\t"                     /* odd key: v[d] | v[d+1] << 16, w and u raw */
+      "ldrh.w r8, [r11, #1536]\n\t"
+      "orr r8, r8, r8, lsl #8\n\t"
+      "sxtb16 r8, r8\n\t"
+      "ldr.w r4, [r10, #96]\n\t"
+      "ldr.w r5, [r10, #192]\n\t"
+      "smlabb r0, r8, r4, r0\n\t"
+      "smlatb r1, r8, r4, r1\n\t"
+      "smlabb r2, r8, r5, r2\n\t"
+      "smlatb r3, r8, r5, r3\n"
+      "4:\n\t"
+      "strd r2, r3, [lr, #256]\n\t"
+      "strd r0, r1, [lr], #8\n\t"
+      "add r11, r11, #2\n\t"
+      "cmp lr, r12\n\t"
+      "bne 1b\n\t"
+      "add sp, sp, #8\n\t"
+      "pop {r4-r11, pc}\n\t");
+}
+#undef AF_PVR_PAIR
+
+/* Interleaves the weights of two rows' tiles (u = w + 24) for
+ * af_pv2_rows_d64_asm: for each of the np key pairs, w[2p] = w_2p |
+ * w_2p+1 << 16 and w[2p+1] = u_2p | u_2p+1 << 16 (an odd last key's w and
+ * u stay where they are, raw). */
+AF_INLINE void af_pack_pairs16(int32_t* w, int32_t np) {
+  int32_t p;
+  const int32_t* u = w + AF_S8_KEY_TILE;
+  for (p = 0; p < np; ++p) {
+    const uint32_t a = (uint32_t)w[2 * p], b = (uint32_t)w[2 * p + 1];
+    const uint32_t c = (uint32_t)u[2 * p], e = (uint32_t)u[2 * p + 1];
+    w[2 * p] = (int32_t)((a & 0xFFFFu) | (b << 16));
+    w[2 * p + 1] = (int32_t)((c & 0xFFFFu) | (e << 16));
+  }
+}
+#undef AF_ARG
 #endif /* __thumb2__ */
 #undef AF_SMUAD
 #undef AF_SMLAD
@@ -1008,6 +1100,13 @@ AF_INLINE void af_s8_keys2(af_s8_row* r0, af_s8_row* r1, int32_t* sb0, int32_t* 
       af_pvt2_s8(r0->acc, sb0, sb1, vt, ldv, t_n, Dv);
       continue;
     }
+#if defined(AF_S8_ASM)
+    if (D == 64 && Dv == 64) {
+      af_pack_pairs16(sb0, t_n >> 1);
+      af_pv2_rows_d64_asm(r0->acc, sb0, vt, t_n);
+      continue;
+    }
+#endif
     for (t = 0; t + 4 <= t_n; t += 4)
       af_pv2x4_s8(r0->acc, sb0 + t, sb1 + t, vt + (size_t)t * Dv, Dv);
     for (; t < t_n; ++t) {
