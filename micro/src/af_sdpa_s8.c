@@ -1031,6 +1031,92 @@ static void af_s8_softmax_tile(af_s8_row* r, int32_t* sbuf, int32_t t_n, af_qmul
   r->l = l;
 }
 
+#if defined(AF_S8_ASM)
+/* The tile of a row without mask or ALiBi when exp_mult.shift == 0 (every
+ * score a real one): af_s8_softmax_tile's arithmetic, inlined, the weights
+ * written to `out` in the layout the next P.V kernel reads (out may be the
+ * scores' own buffer: each weight is written after the scores it needs):
+ *  AF_W_PLAIN  out[t] = w_t;
+ *  AF_W_COLS   af_pack_tile16's layout (af_pvt2_d64_asm);
+ *  AF_W_PAIRS  out[2p] = w_2p | w_2p+1 << 16 (row 0: out = sb0; row 1:
+ *              out = sb0 + 1), an odd last key's raw weight in sc[t_n-1]
+ *              (af_pack_pairs16's layout, af_pv2_rows_d64_asm). */
+enum { AF_W_PLAIN = 0, AF_W_COLS = 1, AF_W_PAIRS = 2 };
+#define AF_PACK16(lo, hi) ((int32_t)(((uint32_t)(lo) & 0xFFFFu) | ((uint32_t)(hi) << 16)))
+AF_INLINE void af_s8_softmax_fast(af_s8_row* r, int32_t* sc, int32_t* out, int32_t t_n,
+                                  int32_t M, int32_t wshift, int32_t Dv, int32_t mode) {
+  int32_t t, m, l = r->l, tmax = sc[0];
+  for (t = 1; t < t_n; ++t)
+    if (sc[t] > tmax) tmax = sc[t];
+  if (!r->started) {
+    r->m = tmax;
+    r->started = 1;
+  } else if (tmax > r->m) { /* f = af_weight(tmax, m, em, hi_cut, 0) */
+    const int32_t f = af_weight_sh0_dsp(tmax - r->m, M, 0);
+    int32_t* acc = r->acc;
+    int32_t d;
+    for (d = 0; d + 2 <= Dv; d += 2) {
+      const int32_t a0 = af_mul_q15_dsp(acc[d], f), a1 = af_mul_q15_dsp(acc[d + 1], f);
+      acc[d] = a0;
+      acc[d + 1] = a1;
+    }
+    if (d < Dv) acc[d] = af_mul_q15_dsp(acc[d], f);
+    l = af_mul_q15_dsp(l, f);
+    r->m = tmax;
+  }
+  m = r->m;
+#define AF_W(x) af_weight_sh0_dsp(m - (x), M, wshift)
+  if (mode == AF_W_COLS) {
+    for (t = 0; t + 4 <= t_n; t += 4) {
+      const int32_t w0 = AF_W(sc[t]), w1 = AF_W(sc[t + 1]), w2 = AF_W(sc[t + 2]),
+                    w3 = AF_W(sc[t + 3]);
+      l += w0 + w1 + w2 + w3;
+      out[t / 2] = AF_PACK16(w0, w2);
+      out[t / 2 + 1] = AF_PACK16(w1, w3);
+    }
+    if (t < t_n) {
+      const int32_t w0 = AF_W(sc[t]);
+      l += w0;
+      if (t + 1 == t_n) {
+        out[t / 2] = w0;
+      } else {
+        const int32_t w1 = AF_W(sc[t + 1]);
+        l += w1;
+        if (t + 3 == t_n) {
+          const int32_t w2 = AF_W(sc[t + 2]);
+          l += w2;
+          out[t / 2 + 1] = w2;
+        }
+        out[t / 2] = AF_PACK16(w0, w1);
+      }
+    }
+  } else if (mode == AF_W_PAIRS) {
+    for (t = 0; t + 2 <= t_n; t += 2) {
+      const int32_t w0 = AF_W(sc[t]), w1 = AF_W(sc[t + 1]);
+      l += w0 + w1;
+      out[t] = AF_PACK16(w0, w1);
+    }
+    if (t < t_n) {
+      sc[t] = AF_W(sc[t]);
+      l += sc[t];
+    }
+  } else {
+    for (t = 0; t + 2 <= t_n; t += 2) {
+      const int32_t w0 = AF_W(sc[t]), w1 = AF_W(sc[t + 1]);
+      l += w0 + w1;
+      out[t] = w0;
+      out[t + 1] = w1;
+    }
+    if (t < t_n) {
+      out[t] = AF_W(sc[t]);
+      l += out[t];
+    }
+  }
+#undef AF_W
+  r->l = l;
+}
+#endif
+
 /* ---------------------------------------------------------- row loops --- */
 /* v is either row layout (ldv == 0: key t's values at v + t*Dv) or column
  * layout (ldv > 0, AF_V_COLS: value dimension d of key t at v + d*ldv + t);
@@ -1066,47 +1152,50 @@ AF_INLINE void af_s8_keys2(af_s8_row* r0, af_s8_row* r1, int32_t* sb0, int32_t* 
                            const int8_t* q0, const int8_t* q1, const int8_t* k,
                            const int8_t* v, int32_t ldv, int32_t j_base, int32_t n, af_qmult em,
                            int32_t hi_cut, int32_t wshift, int32_t D, int32_t Dv,
-                           const af_row_bias* rb0, const af_row_bias* rb1) {
+                           const af_row_bias* rb0, const af_row_bias* rb1, int32_t d64) {
   int32_t j0, t;
+  (void)d64;
   for (j0 = 0; j0 < n; j0 += AF_S8_KEY_TILE) {
     const int32_t t_n = (n - j0) < AF_S8_KEY_TILE ? (n - j0) : AF_S8_KEY_TILE;
     const int8_t* kt = k + (size_t)j0 * D;
     const int8_t* vt = AF_VAT(v, j0, ldv, Dv);
 #if defined(AF_S8_ASM)
-    if (D == 64 && Dv == 64) {
+    if (d64) { /* D = Dv = 64: the assembly kernels (sb1 = sb0 + AF_S8_KEY_TILE) */
       if (t_n >= 2) af_qk2_d64_asm(sb0, q0, kt, t_n >> 1);
       if (t_n & 1) af_qk2x1_s8_dsp(sb0 + t_n - 1, sb1 + t_n - 1, q0, kt + (size_t)(t_n - 1) * D, D);
-    } else
-#endif
-    {
-      for (t = 0; t + 4 <= t_n; t += 4)
-        af_qk2x4_s8(sb0 + t, sb1 + t, q0, kt + (size_t)t * D, D);
-      for (; t < t_n; ++t) {
-        sb0[t] = af_qk1_s8(q0, kt + (size_t)t * D, D);
-        sb1[t] = af_qk1_s8(q1, kt + (size_t)t * D, D);
+      if (rb0 == NULL && em.shift == 0) { /* weights written packed */
+        const int32_t mode = ldv ? AF_W_COLS : AF_W_PAIRS;
+        af_s8_softmax_fast(r0, sb0, sb0, t_n, em.mult, wshift, Dv, mode);
+        af_s8_softmax_fast(r1, sb1, ldv ? sb1 : sb0 + 1, t_n, em.mult, wshift, Dv, mode);
+      } else {
+        af_s8_softmax_tile(r0, sb0, t_n, em, hi_cut, wshift, Dv, rb0, j_base + j0);
+        af_s8_softmax_tile(r1, sb1, t_n, em, hi_cut, wshift, Dv, rb1, j_base + j0);
+        if (ldv) {
+          af_pack_tile16(sb0, t_n);
+          af_pack_tile16(sb1, t_n);
+        } else {
+          af_pack_pairs16(sb0, t_n >> 1);
+        }
       }
+      if (ldv)
+        af_pvt2_d64_asm(r0->acc, sb0, vt, ldv, t_n);
+      else
+        af_pv2_rows_d64_asm(r0->acc, sb0, vt, t_n);
+      continue;
+    }
+#endif
+    for (t = 0; t + 4 <= t_n; t += 4)
+      af_qk2x4_s8(sb0 + t, sb1 + t, q0, kt + (size_t)t * D, D);
+    for (; t < t_n; ++t) {
+      sb0[t] = af_qk1_s8(q0, kt + (size_t)t * D, D);
+      sb1[t] = af_qk1_s8(q1, kt + (size_t)t * D, D);
     }
     af_s8_softmax_tile(r0, sb0, t_n, em, hi_cut, wshift, Dv, rb0, j_base + j0);
     af_s8_softmax_tile(r1, sb1, t_n, em, hi_cut, wshift, Dv, rb1, j_base + j0);
     if (ldv) {
-#if defined(AF_S8_ASM)
-      if (D == 64 && Dv == 64) {
-        af_pack_tile16(sb0, t_n);
-        af_pack_tile16(sb1, t_n);
-        af_pvt2_d64_asm(r0->acc, sb0, vt, ldv, t_n);
-        continue;
-      }
-#endif
       af_pvt2_s8(r0->acc, sb0, sb1, vt, ldv, t_n, Dv);
       continue;
     }
-#if defined(AF_S8_ASM)
-    if (D == 64 && Dv == 64) {
-      af_pack_pairs16(sb0, t_n >> 1);
-      af_pv2_rows_d64_asm(r0->acc, sb0, vt, t_n);
-      continue;
-    }
-#endif
     for (t = 0; t + 4 <= t_n; t += 4)
       af_pv2x4_s8(r0->acc, sb0 + t, sb1 + t, vt + (size_t)t * Dv, Dv);
     for (; t < t_n; ++t) {
@@ -1123,14 +1212,14 @@ AF_INLINE void af_s8_pair(af_s8_row* r0, af_s8_row* r1, int32_t* sb0, int32_t* s
                           const int8_t* q0, const int8_t* q1, const int8_t* k, const int8_t* v,
                           int32_t ldv, int32_t f0, int32_t l0, int32_t f1, int32_t l1,
                           af_qmult em, int32_t hi_cut, int32_t wshift, int32_t D, int32_t Dv,
-                          const af_row_bias* rb0, const af_row_bias* rb1) {
+                          const af_row_bias* rb0, const af_row_bias* rb1, int32_t d64) {
   int32_t from[4], to[4], n = 0, x;
   int32_t rowsel[4];
   if (q1 != NULL) {
     const int32_t cf = f0 > f1 ? f0 : f1, cl = l0 < l1 ? l0 : l1;
     if (cf <= cl) {
       af_s8_keys2(r0, r1, sb0, sb1, q0, q1, k + (size_t)cf * D, AF_VAT(v, cf, ldv, Dv), ldv,
-                  cf, cl - cf + 1, em, hi_cut, wshift, D, Dv, rb0, rb1);
+                  cf, cl - cf + 1, em, hi_cut, wshift, D, Dv, rb0, rb1, d64);
       from[n] = f0, to[n] = cf - 1, rowsel[n++] = 0;
       from[n] = cl + 1, to[n] = l0, rowsel[n++] = 0;
       from[n] = f1, to[n] = cf - 1, rowsel[n++] = 1;
@@ -1158,7 +1247,7 @@ static void af_s8_pair_d64(af_s8_row* r0, af_s8_row* r1, int32_t* sb0, int32_t* 
                            af_qmult em, int32_t hi_cut, int32_t wshift, const af_row_bias* rb0,
                            const af_row_bias* rb1) {
   af_s8_pair(r0, r1, sb0, sb1, q0, q1, k, v, ldv, f0, l0, f1, l1, em, hi_cut, wshift, 64, 64,
-             rb0, rb1);
+             rb0, rb1, 1);
 }
 static void af_s8_pair_any(af_s8_row* r0, af_s8_row* r1, int32_t* sb0, int32_t* sb1,
                            const int8_t* q0, const int8_t* q1, const int8_t* k, const int8_t* v,
@@ -1166,7 +1255,7 @@ static void af_s8_pair_any(af_s8_row* r0, af_s8_row* r1, int32_t* sb0, int32_t* 
                            af_qmult em, int32_t hi_cut, int32_t wshift, int32_t D, int32_t Dv,
                            const af_row_bias* rb0, const af_row_bias* rb1) {
   af_s8_pair(r0, r1, sb0, sb1, q0, q1, k, v, ldv, f0, l0, f1, l1, em, hi_cut, wshift, D, Dv,
-             rb0, rb1);
+             rb0, rb1, 0);
 }
 
 /* ------------------------------------------------------------- finish --- */
