@@ -463,31 +463,30 @@ typedef char af_s8_asm_tile_is_24[AF_S8_KEY_TILE == 24 ? 1 : -1];
 #define AF_SMUAD(c, a, b) "smuad " #c ", " #a ", " #b "\n\t"
 #define AF_SMLAD(c, a, b) "smlad " #c ", " #a ", " #b ", " #c "\n\t"
 
-/* Q.K of two query rows (q0, q0 + 64) x npairs >= 1 key pairs (k, k + 64;
- * then k + 128, ...): sb[2p], sb[2p+1] get row 0's scores of pair p,
- * sb[24+2p], sb[24+2p+1] row 1's. Per 4 d (16 MACs): 4 LDR, 8 SXTB16,
- * 8 SMLAD; the 16 steps over d unrolled with immediate offsets. Registers:
- * r0-r3 the four sums, r4/r5 and r6/r7 the two key words unpacked, r8/r9 a
- * q word unpacked, r10 q0, r11 the key pair, r12 sb, lr the pairs left. */
-#define AF_QK_STEP(MAC, o, p)         \
-  "ldr.w r5, [r11, #" #o "]\n\t"      \
-  "ldr.w r7, [r11, #" #p "]\n\t"      \
-  "ldr.w r9, [r10, #" #o "]\n\t"      \
-  "sxtb16 r4, r5\n\t"                 \
-  "sxtb16 r5, r5, ror #8\n\t"         \
-  "sxtb16 r6, r7\n\t"                 \
-  "sxtb16 r7, r7, ror #8\n\t"         \
-  "sxtb16 r8, r9\n\t"                 \
-  "sxtb16 r9, r9, ror #8\n\t"         \
-  MAC(r0, r8, r4) AF_SMLAD(r0, r9, r5) \
-  MAC(r1, r8, r6) AF_SMLAD(r1, r9, r7) \
-  "ldr.w r9, [r10, #" #p "]\n\t"      \
-  "sxtb16 r8, r9\n\t"                 \
-  "sxtb16 r9, r9, ror #8\n\t"         \
-  MAC(r2, r8, r4) AF_SMLAD(r2, r9, r5) \
+/* Q.K of two query rows x npairs >= 1 key pairs (k, k + 64; then k + 128,
+ * ...), the rows given unpacked by af_unpack_q2 (qx): sb[2p], sb[2p+1] get
+ * row 0's scores of pair p, sb[24+2p], sb[24+2p+1] row 1's. Per 4 d (16
+ * MACs): 2 LDR and 4 SXTB16 for the key words, 2 LDRD for the two rows'
+ * lanes, 8 SMLAD; the 16 steps over d unrolled with immediate offsets.
+ * Registers: r0-r3 the four sums, r4/r5 and r6/r7 the two key words
+ * unpacked, r8/r9 a row's lanes, r10 qx, r11 the key pair, r12 sb, lr the
+ * pairs left. */
+#define AF_QK_STEP(MAC, o, p, x, y)      \
+  "ldr.w r5, [r11, #" #o "]\n\t"         \
+  "ldr.w r7, [r11, #" #p "]\n\t"         \
+  "ldrd r8, r9, [r10, #" #x "]\n\t"      \
+  "sxtb16 r4, r5\n\t"                    \
+  "sxtb16 r5, r5, ror #8\n\t"            \
+  "sxtb16 r6, r7\n\t"                    \
+  "sxtb16 r7, r7, ror #8\n\t"            \
+  MAC(r0, r8, r4) AF_SMLAD(r0, r9, r5)    \
+  MAC(r1, r8, r6) AF_SMLAD(r1, r9, r7)    \
+  "ldrd r8, r9, [r10, #" #y "]\n\t"      \
+  MAC(r2, r8, r4) AF_SMLAD(r2, r9, r5)    \
   MAC(r3, r8, r6) AF_SMLAD(r3, r9, r7)
 #define AF_ARG __attribute__((unused)) /* naked: the asm reads r0-r3 and the stack */
-__attribute__((naked, noinline)) static void af_qk2_d64_asm(AF_ARG int32_t* sb, AF_ARG const int8_t* q0,
+__attribute__((naked, noinline)) static void af_qk2_d64_asm(AF_ARG int32_t* sb,
+                                                           AF_ARG const int32_t* qx,
                                                            AF_ARG const int8_t* k,
                                                            AF_ARG int32_t npairs) {
   __asm__ volatile(
@@ -497,14 +496,14 @@ __attribute__((naked, noinline)) static void af_qk2_d64_asm(AF_ARG int32_t* sb, 
       "mov r11, r2\n\t"
       "mov lr, r3\n"
       "1:\n\t"
-      AF_QK_STEP(AF_SMUAD, 0, 64) AF_QK_STEP(AF_SMLAD, 4, 68)
-      AF_QK_STEP(AF_SMLAD, 8, 72) AF_QK_STEP(AF_SMLAD, 12, 76)
-      AF_QK_STEP(AF_SMLAD, 16, 80) AF_QK_STEP(AF_SMLAD, 20, 84)
-      AF_QK_STEP(AF_SMLAD, 24, 88) AF_QK_STEP(AF_SMLAD, 28, 92)
-      AF_QK_STEP(AF_SMLAD, 32, 96) AF_QK_STEP(AF_SMLAD, 36, 100)
-      AF_QK_STEP(AF_SMLAD, 40, 104) AF_QK_STEP(AF_SMLAD, 44, 108)
-      AF_QK_STEP(AF_SMLAD, 48, 112) AF_QK_STEP(AF_SMLAD, 52, 116)
-      AF_QK_STEP(AF_SMLAD, 56, 120) AF_QK_STEP(AF_SMLAD, 60, 124)
+      AF_QK_STEP(AF_SMUAD, 0, 64, 0, 8) AF_QK_STEP(AF_SMLAD, 4, 68, 16, 24)
+      AF_QK_STEP(AF_SMLAD, 8, 72, 32, 40) AF_QK_STEP(AF_SMLAD, 12, 76, 48, 56)
+      AF_QK_STEP(AF_SMLAD, 16, 80, 64, 72) AF_QK_STEP(AF_SMLAD, 20, 84, 80, 88)
+      AF_QK_STEP(AF_SMLAD, 24, 88, 96, 104) AF_QK_STEP(AF_SMLAD, 28, 92, 112, 120)
+      AF_QK_STEP(AF_SMLAD, 32, 96, 128, 136) AF_QK_STEP(AF_SMLAD, 36, 100, 144, 152)
+      AF_QK_STEP(AF_SMLAD, 40, 104, 160, 168) AF_QK_STEP(AF_SMLAD, 44, 108, 176, 184)
+      AF_QK_STEP(AF_SMLAD, 48, 112, 192, 200) AF_QK_STEP(AF_SMLAD, 52, 116, 208, 216)
+      AF_QK_STEP(AF_SMLAD, 56, 120, 224, 232) AF_QK_STEP(AF_SMLAD, 60, 124, 240, 248)
       "strd r2, r3, [r12, #96]\n\t"
       "strd r0, r1, [r12], #8\n\t"
       "add r11, r11, #128\n\t"
@@ -513,6 +512,18 @@ __attribute__((naked, noinline)) static void af_qk2_d64_asm(AF_ARG int32_t* sb, 
       "pop {r4-r11, pc}\n\t");
 }
 #undef AF_QK_STEP
+/* Two consecutive query rows of 64 int8 (q, q + 64) as SXTB16 lanes, per
+ * 4 d: x02, x13 of row 0, then y02, y13 of row 1 (64 words). */
+AF_INLINE void af_unpack_q2(int32_t* qx, const int8_t* q) {
+  int32_t s;
+  for (s = 0; s < 16; ++s) {
+    const uint32_t x = af_ld32(q + 4 * s), y = af_ld32(q + 64 + 4 * s);
+    qx[4 * s] = (int32_t)__sxtb16(x);
+    qx[4 * s + 1] = (int32_t)af_sxtb16_ror8(x);
+    qx[4 * s + 2] = (int32_t)__sxtb16(y);
+    qx[4 * s + 3] = (int32_t)af_sxtb16_ror8(y);
+  }
+}
 
 /* Column-layout P.V of two rows over one tile of n (1..24) keys, D = 64:
  * acc[d] += sum_t w[t] vt[d*ldv + t], acc[64 + d] += sum_t u[t] ...,
@@ -1152,16 +1163,18 @@ AF_INLINE void af_s8_keys2(af_s8_row* r0, af_s8_row* r1, int32_t* sb0, int32_t* 
                            const int8_t* q0, const int8_t* q1, const int8_t* k,
                            const int8_t* v, int32_t ldv, int32_t j_base, int32_t n, af_qmult em,
                            int32_t hi_cut, int32_t wshift, int32_t D, int32_t Dv,
-                           const af_row_bias* rb0, const af_row_bias* rb1, int32_t d64) {
+                           const af_row_bias* rb0, const af_row_bias* rb1, int32_t d64,
+                           const int32_t* qx) {
   int32_t j0, t;
   (void)d64;
+  (void)qx;
   for (j0 = 0; j0 < n; j0 += AF_S8_KEY_TILE) {
     const int32_t t_n = (n - j0) < AF_S8_KEY_TILE ? (n - j0) : AF_S8_KEY_TILE;
     const int8_t* kt = k + (size_t)j0 * D;
     const int8_t* vt = AF_VAT(v, j0, ldv, Dv);
 #if defined(AF_S8_ASM)
     if (d64) { /* D = Dv = 64: the assembly kernels (sb1 = sb0 + AF_S8_KEY_TILE) */
-      if (t_n >= 2) af_qk2_d64_asm(sb0, q0, kt, t_n >> 1);
+      if (t_n >= 2) af_qk2_d64_asm(sb0, qx, kt, t_n >> 1);
       if (t_n & 1) af_qk2x1_s8_dsp(sb0 + t_n - 1, sb1 + t_n - 1, q0, kt + (size_t)(t_n - 1) * D, D);
       if (rb0 == NULL && em.shift == 0) { /* weights written packed */
         const int32_t mode = ldv ? AF_W_COLS : AF_W_PAIRS;
@@ -1212,14 +1225,15 @@ AF_INLINE void af_s8_pair(af_s8_row* r0, af_s8_row* r1, int32_t* sb0, int32_t* s
                           const int8_t* q0, const int8_t* q1, const int8_t* k, const int8_t* v,
                           int32_t ldv, int32_t f0, int32_t l0, int32_t f1, int32_t l1,
                           af_qmult em, int32_t hi_cut, int32_t wshift, int32_t D, int32_t Dv,
-                          const af_row_bias* rb0, const af_row_bias* rb1, int32_t d64) {
+                          const af_row_bias* rb0, const af_row_bias* rb1, int32_t d64,
+                          const int32_t* qx) {
   int32_t from[4], to[4], n = 0, x;
   int32_t rowsel[4];
   if (q1 != NULL) {
     const int32_t cf = f0 > f1 ? f0 : f1, cl = l0 < l1 ? l0 : l1;
     if (cf <= cl) {
       af_s8_keys2(r0, r1, sb0, sb1, q0, q1, k + (size_t)cf * D, AF_VAT(v, cf, ldv, Dv), ldv,
-                  cf, cl - cf + 1, em, hi_cut, wshift, D, Dv, rb0, rb1, d64);
+                  cf, cl - cf + 1, em, hi_cut, wshift, D, Dv, rb0, rb1, d64, qx);
       from[n] = f0, to[n] = cf - 1, rowsel[n++] = 0;
       from[n] = cl + 1, to[n] = l0, rowsel[n++] = 0;
       from[n] = f1, to[n] = cf - 1, rowsel[n++] = 1;
@@ -1246,8 +1260,15 @@ static void af_s8_pair_d64(af_s8_row* r0, af_s8_row* r1, int32_t* sb0, int32_t* 
                            int32_t ldv, int32_t f0, int32_t l0, int32_t f1, int32_t l1,
                            af_qmult em, int32_t hi_cut, int32_t wshift, const af_row_bias* rb0,
                            const af_row_bias* rb1) {
+#if defined(AF_S8_ASM)
+  int32_t qx[64]; /* the two rows unpacked once for af_qk2_d64_asm (256 B of stack) */
+  if (q1 != NULL) af_unpack_q2(qx, q0);
   af_s8_pair(r0, r1, sb0, sb1, q0, q1, k, v, ldv, f0, l0, f1, l1, em, hi_cut, wshift, 64, 64,
-             rb0, rb1, 1);
+             rb0, rb1, 1, qx);
+#else
+  af_s8_pair(r0, r1, sb0, sb1, q0, q1, k, v, ldv, f0, l0, f1, l1, em, hi_cut, wshift, 64, 64,
+             rb0, rb1, 1, NULL);
+#endif
 }
 static void af_s8_pair_any(af_s8_row* r0, af_s8_row* r1, int32_t* sb0, int32_t* sb1,
                            const int8_t* q0, const int8_t* q1, const int8_t* k, const int8_t* v,
@@ -1255,7 +1276,7 @@ static void af_s8_pair_any(af_s8_row* r0, af_s8_row* r1, int32_t* sb0, int32_t* 
                            af_qmult em, int32_t hi_cut, int32_t wshift, int32_t D, int32_t Dv,
                            const af_row_bias* rb0, const af_row_bias* rb1) {
   af_s8_pair(r0, r1, sb0, sb1, q0, q1, k, v, ldv, f0, l0, f1, l1, em, hi_cut, wshift, D, Dv,
-             rb0, rb1, 0);
+             rb0, rb1, 0, NULL);
 }
 
 /* ------------------------------------------------------------- finish --- */
