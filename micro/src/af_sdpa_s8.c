@@ -1043,48 +1043,116 @@ static void af_s8_softmax_tile(af_s8_row* r, int32_t* sbuf, int32_t t_n, af_qmul
 }
 
 #if defined(AF_S8_ASM)
-/* The tile of a row without mask or ALiBi when exp_mult.shift == 0 (every
- * score a real one): af_s8_softmax_tile's arithmetic, inlined, the weights
- * written to `out` in the layout the next P.V kernel reads (out may be the
- * scores' own buffer: each weight is written after the scores it needs):
- *  AF_W_PLAIN  out[t] = w_t;
- *  AF_W_COLS   af_pack_tile16's layout (af_pvt2_d64_asm);
+/* The weights of full key groups of a tile (every score a real one,
+ * exp_mult.shift == 0), af_weight_sh0_dsp's 9 instructions per key with
+ * everything in registers: c = {m, M, wshift, l, table}; c->l += the sum.
+ *  af_w_cols_asm:  n4 groups of 4 keys -> out[2g] = w0 | w2 << 16,
+ *                  out[2g+1] = w1 | w3 << 16 (af_pack_w16's layout);
+ *  af_w_pairs_asm: np key pairs -> out[2p] = w0 | w1 << 16 (every other
+ *                  word: af_pack_pairs16's layout).
+ * out may be sc: each store follows the loads of its scores. */
+typedef struct {
+  int32_t m, mult, wshift, l;
+  const uint16_t* table;
+} af_wctx;
+#define AF_ARG __attribute__((unused))
+/* key score in S -> weight in T (S is clobbered): r4 m, r5 M, r6 wshift,
+ * r7 l, r8 the table */
+#define AF_WKEY(S, T)                      \
+  "sub " #S ", r4, " #S "\n\t"             \
+  "smmul " #S ", " #S ", r5\n\t"           \
+  "uxtb " #T ", " #S "\n\t"                \
+  "usat " #S ", #5, " #S ", asr #8\n\t"    \
+  "adds " #S ", " #S ", r6\n\t"            \
+  "ldrh " #T ", [r8, " #T ", lsl #1]\n\t"  \
+  "lsrs " #T ", " #T ", " #S "\n\t"        \
+  "adc " #T ", " #T ", #0\n\t"             \
+  "add r7, r7, " #T "\n\t"
+__attribute__((naked, noinline)) static void af_w_cols_asm(AF_ARG const int32_t* sc,
+                                                          AF_ARG int32_t* out,
+                                                          AF_ARG int32_t n4,
+                                                          AF_ARG af_wctx* c) {
+  __asm__ volatile(
+      "push {r4-r11, lr}\n\t"
+      "ldm r3, {r4-r8}\n"
+      "1:\n\t"
+      "ldrd r9, r10, [r0], #8\n\t"
+      "ldrd r11, r12, [r0], #8\n\t"
+      AF_WKEY(r9, lr) AF_WKEY(r10, r9) AF_WKEY(r11, r10) AF_WKEY(r12, r11)
+      "pkhbt lr, lr, r10, lsl #16\n\t"
+      "pkhbt r9, r9, r11, lsl #16\n\t"
+      "strd lr, r9, [r1], #8\n\t"
+      "subs r2, r2, #1\n\t"
+      "bne 1b\n\t"
+      "str r7, [r3, #12]\n\t"
+      "pop {r4-r11, pc}\n\t");
+}
+__attribute__((naked, noinline)) static void af_w_pairs_asm(AF_ARG const int32_t* sc,
+                                                           AF_ARG int32_t* out,
+                                                           AF_ARG int32_t np,
+                                                           AF_ARG af_wctx* c) {
+  __asm__ volatile(
+      "push {r4-r11, lr}\n\t"
+      "ldm r3, {r4-r8}\n"
+      "1:\n\t"
+      "ldrd r9, r10, [r0], #8\n\t"
+      AF_WKEY(r9, lr) AF_WKEY(r10, r9)
+      "pkhbt lr, lr, r9, lsl #16\n\t"
+      "str lr, [r1], #8\n\t"
+      "subs r2, r2, #1\n\t"
+      "bne 1b\n\t"
+      "str r7, [r3, #12]\n\t"
+      "pop {r4-r11, pc}\n\t");
+}
+#undef AF_WKEY
+#undef AF_ARG
+
+/* The tile of a row without mask or ALiBi when exp_mult.shift == 0:
+ * af_s8_softmax_tile's arithmetic, the weights written to `out` in the
+ * layout the next P.V kernel reads:
+ *  AF_W_COLS   af_pack_tile16's layout (af_pvt2_d64_asm), out = sc;
  *  AF_W_PAIRS  out[2p] = w_2p | w_2p+1 << 16 (row 0: out = sb0; row 1:
  *              out = sb0 + 1), an odd last key's raw weight in sc[t_n-1]
  *              (af_pack_pairs16's layout, af_pv2_rows_d64_asm). */
-enum { AF_W_PLAIN = 0, AF_W_COLS = 1, AF_W_PAIRS = 2 };
+enum { AF_W_COLS = 1, AF_W_PAIRS = 2 };
 #define AF_PACK16(lo, hi) ((int32_t)(((uint32_t)(lo) & 0xFFFFu) | ((uint32_t)(hi) << 16)))
-AF_INLINE void af_s8_softmax_fast(af_s8_row* r, int32_t* sc, int32_t* out, int32_t t_n,
-                                  int32_t M, int32_t wshift, int32_t Dv, int32_t mode) {
-  int32_t t, m, l = r->l, tmax = sc[0];
-  for (t = 1; t < t_n; ++t)
+static void af_s8_softmax_fast(af_s8_row* r, int32_t* sc, int32_t* out, int32_t t_n,
+                               int32_t M, int32_t wshift, int32_t Dv, int32_t mode) {
+  int32_t t, m, l = r->l, tmax = sc[0], tmax2 = sc[0];
+  af_wctx c;
+  for (t = 1; t + 2 <= t_n; t += 2) {
     if (sc[t] > tmax) tmax = sc[t];
+    if (sc[t + 1] > tmax2) tmax2 = sc[t + 1];
+  }
+  if (t < t_n && sc[t] > tmax) tmax = sc[t];
+  if (tmax2 > tmax) tmax = tmax2;
   if (!r->started) {
     r->m = tmax;
     r->started = 1;
   } else if (tmax > r->m) { /* f = af_weight(tmax, m, em, hi_cut, 0) */
     const int32_t f = af_weight_sh0_dsp(tmax - r->m, M, 0);
+    const int32_t F = (int32_t)((uint32_t)f << 17);
     int32_t* acc = r->acc;
     int32_t d;
-    for (d = 0; d + 2 <= Dv; d += 2) {
-      const int32_t a0 = af_mul_q15_dsp(acc[d], f), a1 = af_mul_q15_dsp(acc[d + 1], f);
-      acc[d] = a0;
-      acc[d + 1] = a1;
+    if (f >= 16384) { /* af_mul_q15_dsp's two cases, one loop each */
+      for (d = 0; d < Dv; ++d) __asm__("smmlar %0, %1, %2, %1" : "=r"(acc[d]) : "r"(acc[d]), "r"(F));
+    } else {
+      for (d = 0; d < Dv; ++d) __asm__("smmulr %0, %1, %2" : "=r"(acc[d]) : "r"(acc[d]), "r"(F));
     }
-    if (d < Dv) acc[d] = af_mul_q15_dsp(acc[d], f);
     l = af_mul_q15_dsp(l, f);
     r->m = tmax;
   }
   m = r->m;
+  c.m = m;
+  c.mult = M;
+  c.wshift = wshift;
+  c.l = l;
+  c.table = kExp2NegQ15;
 #define AF_W(x) af_weight_sh0_dsp(m - (x), M, wshift)
   if (mode == AF_W_COLS) {
-    for (t = 0; t + 4 <= t_n; t += 4) {
-      const int32_t w0 = AF_W(sc[t]), w1 = AF_W(sc[t + 1]), w2 = AF_W(sc[t + 2]),
-                    w3 = AF_W(sc[t + 3]);
-      l += w0 + w1 + w2 + w3;
-      out[t / 2] = AF_PACK16(w0, w2);
-      out[t / 2 + 1] = AF_PACK16(w1, w3);
-    }
+    t = t_n & ~3;
+    if (t > 0) af_w_cols_asm(sc, out, t >> 2, &c);
+    l = c.l;
     if (t < t_n) {
       const int32_t w0 = AF_W(sc[t]);
       l += w0;
@@ -1101,26 +1169,13 @@ AF_INLINE void af_s8_softmax_fast(af_s8_row* r, int32_t* sc, int32_t* out, int32
         out[t / 2] = AF_PACK16(w0, w1);
       }
     }
-  } else if (mode == AF_W_PAIRS) {
-    for (t = 0; t + 2 <= t_n; t += 2) {
-      const int32_t w0 = AF_W(sc[t]), w1 = AF_W(sc[t + 1]);
-      l += w0 + w1;
-      out[t] = AF_PACK16(w0, w1);
-    }
+  } else {
+    t = t_n & ~1;
+    if (t > 0) af_w_pairs_asm(sc, out, t >> 1, &c);
+    l = c.l;
     if (t < t_n) {
       sc[t] = AF_W(sc[t]);
       l += sc[t];
-    }
-  } else {
-    for (t = 0; t + 2 <= t_n; t += 2) {
-      const int32_t w0 = AF_W(sc[t]), w1 = AF_W(sc[t + 1]);
-      l += w0 + w1;
-      out[t] = w0;
-      out[t + 1] = w1;
-    }
-    if (t < t_n) {
-      out[t] = AF_W(sc[t]);
-      l += out[t];
     }
   }
 #undef AF_W
