@@ -768,9 +768,14 @@ AF_INLINE int32_t af_ld16_pair(const int8_t* p) {
 AF_INLINE void af_pvt1_tail_dsp(int32_t* acc, const int32_t* w, const int8_t* vt, int32_t ldv,
                                 int32_t r, int32_t Dv) {
   int32_t d;
-  if (r == 1) {
+  if (r == 1) { /* two dimensions per iteration: one LDRD/STRD of acc */
     const int32_t w0 = w[0];
-    for (d = 0; d < Dv; ++d, vt += ldv) acc[d] += w0 * vt[0];
+    for (d = 0; d + 2 <= Dv; d += 2, vt += 2 * ldv) {
+      const int32_t a0 = acc[d] + w0 * vt[0], a1 = acc[d + 1] + w0 * vt[ldv];
+      acc[d] = a0;
+      acc[d + 1] = a1;
+    }
+    if (d < Dv) acc[d] += w0 * vt[0];
   } else {
     const int32_t W = (int32_t)(((uint32_t)w[0] & 0xFFFFu) | ((uint32_t)w[1] << 16));
     if (r == 2) {
@@ -1105,6 +1110,30 @@ __attribute__((naked, noinline)) static void af_w_pairs_asm(AF_ARG const int32_t
       "pop {r4-r11, pc}\n\t");
 }
 #undef AF_WKEY
+/* acc[0 .. 2 np) = af_mul_q15_dsp(acc, f) with F = f << 17 and big =
+ * (f >= 2^14): SMMLAR or SMMULR, two sums per LDRD/STRD, np >= 1. */
+__attribute__((naked, noinline)) static void af_rescale_asm(AF_ARG int32_t* acc,
+                                                           AF_ARG int32_t np, AF_ARG int32_t F,
+                                                           AF_ARG int32_t big) {
+  __asm__ volatile(
+      "cbz r3, 2f\n"
+      "1:\n\t"
+      "ldrd r3, r12, [r0]\n\t"
+      "smmlar r3, r3, r2, r3\n\t"
+      "smmlar r12, r12, r2, r12\n\t"
+      "strd r3, r12, [r0], #8\n\t"
+      "subs r1, r1, #1\n\t"
+      "bne 1b\n\t"
+      "bx lr\n"
+      "2:\n\t"
+      "ldrd r3, r12, [r0]\n\t"
+      "smmulr r3, r3, r2\n\t"
+      "smmulr r12, r12, r2\n\t"
+      "strd r3, r12, [r0], #8\n\t"
+      "subs r1, r1, #1\n\t"
+      "bne 2b\n\t"
+      "bx lr\n\t");
+}
 #undef AF_ARG
 
 /* The tile of a row without mask or ALiBi when exp_mult.shift == 0:
@@ -1133,12 +1162,8 @@ static void af_s8_softmax_fast(af_s8_row* r, int32_t* sc, int32_t* out, int32_t 
     const int32_t f = af_weight_sh0_dsp(tmax - r->m, M, 0);
     const int32_t F = (int32_t)((uint32_t)f << 17);
     int32_t* acc = r->acc;
-    int32_t d;
-    if (f >= 16384) { /* af_mul_q15_dsp's two cases, one loop each */
-      for (d = 0; d < Dv; ++d) __asm__("smmlar %0, %1, %2, %1" : "=r"(acc[d]) : "r"(acc[d]), "r"(F));
-    } else {
-      for (d = 0; d < Dv; ++d) __asm__("smmulr %0, %1, %2" : "=r"(acc[d]) : "r"(acc[d]), "r"(F));
-    }
+    af_rescale_asm(acc, Dv >> 1, F, f >= 16384);
+    if (Dv & 1) acc[Dv - 1] = af_mul_q15_dsp(acc[Dv - 1], f);
     l = af_mul_q15_dsp(l, f);
     r->m = tmax;
   }
@@ -1336,13 +1361,48 @@ static void af_s8_pair_any(af_s8_row* r0, af_s8_row* r1, int32_t* sb0, int32_t* 
 
 /* ------------------------------------------------------------- finish --- */
 static int32_t af_bitlen(uint32_t x) {
+#if defined(AF_S8_ASM)
+  return x ? 32 - __builtin_clz(x) : 0; /* CLZ */
+#else
   int32_t n = 0;
   while (x) {
     ++n;
     x >>= 1;
   }
   return n;
+#endif
 }
+
+#if defined(AF_S8_ASM)
+/* af_s8_finish's loop for np >= 1 pairs of outputs: o[d] = ssat8((hi(acc[d]
+ * * c2) + half) >> s2), acc[d] = 0; k = {c2, s2, half}. 7 instructions per
+ * output (LDRD, SMMUL, ADD, ASR, SSAT, STRB, STRD of zeros). */
+__attribute__((naked, noinline)) static void af_finish_asm(
+    __attribute__((unused)) int8_t* o, __attribute__((unused)) int32_t* acc,
+    __attribute__((unused)) int32_t np, __attribute__((unused)) const int32_t* k) {
+  __asm__ volatile(
+      "push {r4-r8, lr}\n\t"
+      "ldm r3, {r4-r6}\n\t"
+      "movs r7, #0\n\t"
+      "movs r8, #0\n"
+      "1:\n\t"
+      "ldrd r3, r12, [r1]\n\t"
+      "smmul r3, r3, r4\n\t"
+      "smmul r12, r12, r4\n\t"
+      "add r3, r3, r6\n\t"
+      "add r12, r12, r6\n\t"
+      "asr r3, r3, r5\n\t"
+      "asr r12, r12, r5\n\t"
+      "ssat r3, #8, r3\n\t"
+      "ssat r12, #8, r12\n\t"
+      "strb r3, [r0], #1\n\t"
+      "strb r12, [r0], #1\n\t"
+      "strd r7, r8, [r1], #8\n\t"
+      "subs r2, r2, #1\n\t"
+      "bne 1b\n\t"
+      "pop {r4-r8, pc}\n\t");
+}
+#endif
 
 /* out = round((acc / l) * sv/so), saturated; zeros for a dead row. */
 /* Also resets the row's accumulators to 0 for the next row (the zeroing
@@ -1374,15 +1434,9 @@ static void af_s8_finish(int8_t* o, const af_s8_row* r, af_qmult om, int32_t Dv)
        * one high multiply per element. */
       const int32_t c2 = c << z, s2 = sh + z - 32, half = 1 << (s2 - 1);
 #if defined(AF_S8_ASM)
-      for (d = 0; d + 2 <= Dv; d += 2) { /* SMMUL (the high word), SSAT */
-        int32_t y0, y1;
-        __asm__("smmul %0, %1, %2" : "=r"(y0) : "r"(acc[d]), "r"(c2));
-        __asm__("smmul %0, %1, %2" : "=r"(y1) : "r"(acc[d + 1]), "r"(c2));
-        acc[d] = 0;
-        acc[d + 1] = 0;
-        o[d] = (int8_t)__ssat((y0 + half) >> s2, 8);
-        o[d + 1] = (int8_t)__ssat((y1 + half) >> s2, 8);
-      }
+      const int32_t kk[3] = {c2, s2, half};
+      d = Dv & ~1;
+      if (d > 0) af_finish_asm(o, acc, d >> 1, kk);
       if (d < Dv) {
         int32_t y0;
         __asm__("smmul %0, %1, %2" : "=r"(y0) : "r"(acc[d]), "r"(c2));
