@@ -787,7 +787,7 @@ AF_INLINE void af_pvt1_tail_dsp(int32_t* acc, const int32_t* w, const int8_t* vt
     }
   }
 }
-AF_INLINE void af_pvt1_s8(int32_t* acc, int32_t* w, const int8_t* vt, int32_t ldv, int32_t n,
+static __attribute__((noinline)) void af_pvt1_s8(int32_t* acc, int32_t* w, const int8_t* vt, int32_t ldv, int32_t n,
                           int32_t Dv) {
   const int32_t n4 = n / 4;
   if (n4 > 0) {
@@ -798,7 +798,7 @@ AF_INLINE void af_pvt1_s8(int32_t* acc, int32_t* w, const int8_t* vt, int32_t ld
 }
 /* One row x one key of the row layout: acc[d] += w v[d] with SMLABB/SMLATB
  * on the unpacked value word (w <= 32767 is its own low half). */
-AF_INLINE void af_pv1_s8_dsp(int32_t* acc, int32_t w, const int8_t* v, int32_t Dv) {
+static __attribute__((noinline)) void af_pv1_s8_dsp(int32_t* acc, int32_t w, const int8_t* v, int32_t Dv) {
   int32_t d;
   for (d = 0; d + 4 <= Dv; d += 4) {
     const uint32_t x = af_ld32(v + d);
@@ -824,7 +824,7 @@ AF_INLINE int32_t af_qk1_s8_dsp(const int8_t* q, const int8_t* k, int32_t D) {
   for (; d < D; ++d) a += (int32_t)q[d] * k[d];
   return a;
 }
-AF_INLINE void af_qk1_tile_s8(int32_t* s, const int8_t* q, const int8_t* k, int32_t n,
+static __attribute__((noinline)) void af_qk1_tile_s8(int32_t* s, const int8_t* q, const int8_t* k, int32_t n,
                               int32_t D) {
   int32_t t;
   for (t = 0; t + 4 <= n; t += 4) af_qk1x4_s8_dsp(s + t, q, k + (size_t)t * D, D);
