@@ -180,7 +180,8 @@ AF_INLINE void af_pvt2_s8_c(int32_t* acc, const int32_t* w, const int32_t* u, co
 #if defined(__ARM_FEATURE_DSP)
 /* Cortex-M DSP extension (M4, M33, M7): SXTB16 unpacks int8 pairs, SMLAD
  * does two 16x16 MACs into an int32. Integer sums are exact, so results are
- * bit-identical to the C kernels above (which other cores use). */
+ * bit-identical to the C kernels above (which other cores use); the
+ * Thumb-2 assembly below (AF_S8_ASM) likewise. */
 #include <arm_acle.h>
 #include <string.h>
 
@@ -452,10 +453,17 @@ AF_INLINE void af_pv2x4_s8_dsp(int32_t* acc, const int32_t* w, const int32_t* u,
   }
 }
 #if defined(__thumb2__) && !defined(AF_S8_NO_ASM)
-/* Head size 64 (the D = Dv = 64 specialisation): the two inner loops in
- * Thumb-2 assembly, every register placed by hand (GCC spills in both).
- * They rely on the arena's layout (af_sdpa_s8_ex): the second row's scores
- * and weights at +AF_S8_KEY_TILE words, its accumulators at +64 words. */
+/* Thumb-2 assembly (AF_S8_ASM; -DAF_S8_NO_ASM keeps the intrinsics above):
+ * the Q.K and P.V loops of the D = Dv = 64 specialisation, the per-key
+ * weights, rescales and the output requantisation (further down), every
+ * register placed by hand where GCC spills. Naked functions called with
+ * the AAPCS arguments; they compute the same integers as the C kernels
+ * (exact int32 sums; the rounding steps are derived where they stand).
+ * The D = 64 kernels rely on the arena's layout (af_sdpa_s8_ex): the
+ * second row's scores and weights at +AF_S8_KEY_TILE words, its
+ * accumulators at +64 words; LDRD/STRD touch only 4-byte aligned arena or
+ * stack words (the arena is checked 4-aligned), LDR/LDRH of q, k and v may
+ * be unaligned (legal on ARMv7-M/ARMv8-M). */
 #define AF_S8_ASM 1
 typedef char af_s8_asm_tile_is_24[AF_S8_KEY_TILE == 24 ? 1 : -1];
 
@@ -787,8 +795,9 @@ AF_INLINE void af_pvt1_tail_dsp(int32_t* acc, const int32_t* w, const int8_t* vt
     }
   }
 }
-static __attribute__((noinline)) void af_pvt1_s8(int32_t* acc, int32_t* w, const int8_t* vt, int32_t ldv, int32_t n,
-                          int32_t Dv) {
+/* (Out of line: one copy serves the row-pair loops and af_decode_s8.) */
+static __attribute__((noinline)) void af_pvt1_s8(int32_t* acc, int32_t* w, const int8_t* vt,
+                                                 int32_t ldv, int32_t n, int32_t Dv) {
   const int32_t n4 = n / 4;
   if (n4 > 0) {
     af_pack_w16(w, n4);
@@ -798,7 +807,8 @@ static __attribute__((noinline)) void af_pvt1_s8(int32_t* acc, int32_t* w, const
 }
 /* One row x one key of the row layout: acc[d] += w v[d] with SMLABB/SMLATB
  * on the unpacked value word (w <= 32767 is its own low half). */
-static __attribute__((noinline)) void af_pv1_s8_dsp(int32_t* acc, int32_t w, const int8_t* v, int32_t Dv) {
+static __attribute__((noinline)) void af_pv1_s8_dsp(int32_t* acc, int32_t w, const int8_t* v,
+                                                    int32_t Dv) {
   int32_t d;
   for (d = 0; d + 4 <= Dv; d += 4) {
     const uint32_t x = af_ld32(v + d);
@@ -824,8 +834,8 @@ AF_INLINE int32_t af_qk1_s8_dsp(const int8_t* q, const int8_t* k, int32_t D) {
   for (; d < D; ++d) a += (int32_t)q[d] * k[d];
   return a;
 }
-static __attribute__((noinline)) void af_qk1_tile_s8(int32_t* s, const int8_t* q, const int8_t* k, int32_t n,
-                              int32_t D) {
+static __attribute__((noinline)) void af_qk1_tile_s8(int32_t* s, const int8_t* q,
+                                                     const int8_t* k, int32_t n, int32_t D) {
   int32_t t;
   for (t = 0; t + 4 <= n; t += 4) af_qk1x4_s8_dsp(s + t, q, k + (size_t)t * D, D);
   for (; t < n; ++t) s[t] = af_qk1_s8_dsp(q, k + (size_t)t * D, D);
@@ -1255,7 +1265,8 @@ AF_INLINE void af_s8_keys2(af_s8_row* r0, af_s8_row* r1, int32_t* sb0, int32_t* 
 #if defined(AF_S8_ASM)
     if (d64) { /* D = Dv = 64: the assembly kernels (sb1 = sb0 + AF_S8_KEY_TILE) */
       if (t_n >= 2) af_qk2_d64_asm(sb0, qx, kt, t_n >> 1);
-      if (t_n & 1) af_qk2x1_s8_dsp(sb0 + t_n - 1, sb1 + t_n - 1, q0, kt + (size_t)(t_n - 1) * D, D);
+      if (t_n & 1)
+        af_qk2x1_s8_dsp(sb0 + t_n - 1, sb1 + t_n - 1, q0, kt + (size_t)(t_n - 1) * D, D);
       if (rb0 == NULL && em.shift == 0) { /* weights written packed */
         const int32_t mode = ldv ? AF_W_COLS : AF_W_PAIRS;
         af_s8_softmax_fast(r0, sb0, sb0, t_n, em.mult, wshift, Dv, mode);
