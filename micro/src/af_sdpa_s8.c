@@ -845,11 +845,6 @@ static __attribute__((noinline)) void af_qk1_tile_s8(int32_t* s, const int8_t* q
 #define af_pv2x4_s8 af_pv2x4_s8_c
 #define af_pvt2_s8 af_pvt2_s8_c
 #define af_pvt1_s8 af_pvt1_s8_c
-AF_INLINE void af_qk1_tile_s8(int32_t* s, const int8_t* q, const int8_t* k, int32_t n,
-                              int32_t D) {
-  int32_t t;
-  for (t = 0; t < n; ++t) s[t] = af_qk1_s8(q, k + (size_t)t * D, D);
-}
 #endif
 
 /* ------------------------------------------------------------ softmax --- */
@@ -994,8 +989,8 @@ static void af_s8_softmax_tile(af_s8_row* r, int32_t* sbuf, int32_t t_n, af_qmul
   } else if (tmax > r->m) {
     const int32_t f = af_weight(tmax, r->m, em, hi_cut, 0);
     int32_t d;
-    int32_t* acc = r->acc;
 #if defined(AF_S8_ASM)
+    int32_t* acc = r->acc;
     for (d = 0; d + 2 <= Dv; d += 2) {
       const int32_t a0 = af_mul_q15_dsp(acc[d], f), a1 = af_mul_q15_dsp(acc[d + 1], f);
       acc[d] = a0;
@@ -1004,7 +999,7 @@ static void af_s8_softmax_tile(af_s8_row* r, int32_t* sbuf, int32_t t_n, af_qmul
     if (d < Dv) acc[d] = af_mul_q15_dsp(acc[d], f);
     l = af_mul_q15_dsp(l, f);
 #else
-    for (d = 0; d < Dv; ++d) acc[d] = (int32_t)af_round_shift64((int64_t)acc[d] * f, 15);
+    for (d = 0; d < Dv; ++d) r->acc[d] = (int32_t)af_round_shift64((int64_t)r->acc[d] * f, 15);
     l = (int32_t)af_round_shift64((int64_t)l * f, 15);
 #endif
     r->m = tmax;
@@ -1235,7 +1230,11 @@ AF_INLINE void af_s8_keys1(af_s8_row* r, int32_t* sbuf, const int8_t* qr, const 
     const int32_t t_n = (n - j0) < AF_S8_KEY_TILE ? (n - j0) : AF_S8_KEY_TILE;
     const int8_t* kt = k + (size_t)j0 * D;
     const int8_t* vt = AF_VAT(v, j0, ldv, Dv);
+#if defined(__ARM_FEATURE_DSP)
     af_qk1_tile_s8(sbuf, qr, kt, t_n, D);
+#else
+    for (t = 0; t < t_n; ++t) sbuf[t] = af_qk1_s8(qr, kt + (size_t)t * D, D);
+#endif
     af_s8_softmax_tile(r, sbuf, t_n, em, hi_cut, wshift, Dv, rb, j_base + j0);
     if (ldv) {
       af_pvt1_s8(r->acc, sbuf, vt, ldv, t_n, Dv);
