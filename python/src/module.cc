@@ -36,16 +36,17 @@
 
 #include "attnflow/attention.h"
 #include "attnflow/compare.h"
+#include "attnflow/file_util.h"
 #include "attnflow/golden.h"
 #include "attnflow/kernels.h"
 #include "attnflow/model.h"
 #include "attnflow/ops.h"
+#include "attnflow/player.h"
 #include "attnflow/reference.h"
 #include "attnflow/sampling.h"
 #include "attnflow/stages.h"
 #include "attnflow/status.h"
 #include "attnflow/tensor.h"
-#include "attnflow/trace.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -628,7 +629,7 @@ nb::dict RunTrace(nb::handle model, const std::string& text, int64_t layer,
   af::trace::ModelTraceOptions mo;
   mo.layer = layer;
   mo.decode_steps = decode_steps;
-  af::trace::PageOptions po;
+  af::player::PageOptions po;
   po.max_tokens = max_tokens;
   po.heads = heads;
   af::Result<std::vector<af::trace::Trace>> traces = af::Status();
@@ -638,7 +639,7 @@ nb::dict RunTrace(nb::handle model, const std::string& text, int64_t layer,
     nb::gil_scoped_release release;
     if (!sentences.empty()) {
       traces = af::trace::TraceEncoderBatch(*enc->m, sentences, mo);
-      if (traces.ok()) json = af::trace::BatchToJson(*traces, po);
+      if (traces.ok()) json = af::player::BatchToJson(*traces, po);
     } else {
       af::Result<af::trace::Trace> tr = af::Status();
       if (enc != nullptr) {
@@ -656,15 +657,15 @@ nb::dict RunTrace(nb::handle model, const std::string& text, int64_t layer,
       if (tr.ok()) {
         traces = std::vector<af::trace::Trace>();
         traces->push_back(std::move(tr).value());
-        json = af::trace::TraceToJson(traces->front(), po);
+        json = af::player::TraceToJson(traces->front(), po);
       } else {
         traces = tr.status();
       }
     }
     if (json.ok() && !html_path.empty()) {
-      html = af::trace::RenderPlayerHtml(*json);
+      html = af::player::RenderPlayerHtml(*json);
       if (html.ok()) {
-        af::Status st = af::trace::WriteTextFile(html_path, *html);
+        af::Status st = af::WriteFileAtomic(html_path, *html);
         if (!st.ok()) html = st;
       }
     }
