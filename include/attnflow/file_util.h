@@ -55,6 +55,16 @@ Status WriteDirectoryAtomic(const std::string& dir, const std::string& ext,
 // Convenience: atomically writes exactly `bytes`.
 Status WriteFileAtomic(const std::string& path, std::string_view bytes);
 
+// kInvalidArgument "<op>: the output '<output>' is the input file '<input>'
+// (same device and inode); write to another path" when `output` names the
+// same file as `input` (compared by device and inode after following
+// symlinks: also through a symlink, a hard link or another spelling of the
+// path); Ok when it does not or when either path does not exist. A command
+// that reads `input` while it writes `output` calls this before writing, so
+// that it never replaces its own input.
+Status CheckOutputIsNotInput(const std::string& op, const std::string& input,
+                             const std::string& output);
+
 // Reads a whole regular file. kIoError if it cannot be opened or read, or is a
 // directory.
 Result<std::vector<uint8_t>> ReadFileBytes(const std::string& path);
@@ -71,8 +81,9 @@ Result<std::string> ReadFileString(const std::string& path);
 // is mapped (a re-download, `cp` over it, a full disk), touching the lost
 // pages would kill the process with SIGBUS (exit 135, no message); instead
 // the handler writes "attnflow: error: '<path>': the file was truncated while
-// in use (read fault at byte N of M) ..." to stderr and ends the process with
-// exit code kMappedFileChangedExit. A fault outside every guarded mapping is
+// in use (read fault at byte N of M) ..." to stderr, removes the temporary of
+// every output still being written (WriteFileAtomic, WriteDirectoryAtomic)
+// and ends the process with exit code kMappedFileChangedExit. A fault outside every guarded mapping is
 // passed on to the previous handler (or the default action). Bytes rewritten
 // in place without a size change are not detected (docs/errors.md, row H1).
 // MAP_POPULATE reads the whole file in at Map time.

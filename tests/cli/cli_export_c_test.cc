@@ -135,7 +135,7 @@ TEST_F(ExportC, OutputNamingTheInputIsRefusedAndTheInputKept) {
   const std::string before = ReadText(in);
   auto r = RunCli("export-c " + in.string() + " --out " + in.string());
   EXPECT_EQ(r.code, 2) << r.text;
-  EXPECT_NE(r.text.find("is the input case"), std::string::npos) << r.text;
+  EXPECT_NE(r.text.find("is the input file"), std::string::npos) << r.text;
   // Through a symlink, and as --data.
   fs::create_symlink(in, dir_ / "link.h");
   r = RunCli("export-c " + in.string() + " --out " + (dir_ / "link.h").string());

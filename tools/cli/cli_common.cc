@@ -8,19 +8,24 @@
 //  * An unknown command is named and the commands are listed.
 //  * Every option's default is in its help; every command's help ends with an
 //    example (kExamples, unless the command set its own footer).
+//  * Text the CLI did not write itself is printed through EscapeText /
+//    EscapeLine (control characters as \xNN).
 #include "cli_common.h"
 
 #include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
+#include <csignal>
 #include <cmath>
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <vector>
 
 #include "attnflow/model.h"
+#include "attnflow/threading.h"
 
 namespace attnflow::cli {
 namespace {
@@ -47,7 +52,7 @@ const std::map<std::string, std::string>& Examples() {
       {"golden", "attnflow golden --kind sdpa --q-len 4 --kv-len 4 --head-dim 8 --out case.safetensors"},
       {"models", "attnflow models"},
       {"quantize", "attnflow quantize model-f16.gguf model-q4_k_m.gguf --type q4_k_m"},
-      {"ring", "mpirun -n 2 attnflow ring verify prefill --q-len 1024"},
+      {"ring", "mpirun -n 3 attnflow ring verify tests/data/golden/sdpa_basic.safetensors"},
       {"trace", "attnflow trace --model minilm --text \"The cat sat.\" --html page.html"},
       {"verify", "attnflow verify tests/data/golden/*.safetensors"},
   };
@@ -85,7 +90,8 @@ bool RegisterCommand(const char* name, const char* description,
   return true;
 }
 
-std::string EscapeText(std::string_view s) {
+namespace {
+std::string Escape(std::string_view s, bool keep_newlines) {
   std::string out;
   out.reserve(s.size());
   auto hex = [&](unsigned char c) {
@@ -97,7 +103,8 @@ std::string EscapeText(std::string_view s) {
   while (i < s.size()) {
     const unsigned char c = static_cast<unsigned char>(s[i]);
     if (c < 0x80) {
-      if ((c < 0x20 && c != '\n' && c != '\t') || c == 0x7f) hex(c);
+      const bool kept = keep_newlines && (c == '\n' || c == '\t');
+      if ((c < 0x20 && !kept) || c == 0x7f) hex(c);
       else out += static_cast<char>(c);
       ++i;
       continue;
@@ -115,8 +122,13 @@ std::string EscapeText(std::string_view s) {
       cp = (cp << 6) | (d & 0x3F);
     }
     if (ok && (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))) ok = false;
-    if (ok) {
+    const bool control = ok && ((cp >= 0x80 && cp <= 0x9F) || (cp >= 0x202A && cp <= 0x202E) ||
+                                (cp >= 0x2066 && cp <= 0x2069));
+    if (ok && !control) {
       out.append(s.substr(i, n));
+      i += n;
+    } else if (control) {
+      for (size_t k = 0; k < n; ++k) hex(static_cast<unsigned char>(s[i + k]));
       i += n;
     } else {
       hex(c);
@@ -124,6 +136,19 @@ std::string EscapeText(std::string_view s) {
     }
   }
   return out;
+}
+
+// The command being run, for warnings raised below it (thread start-up).
+std::string g_current_command;
+
+void ThreadWarning(const std::string& message) { PrintWarning(g_current_command, message); }
+}  // namespace
+
+std::string EscapeText(std::string_view s) { return Escape(s, true); }
+std::string EscapeLine(std::string_view s) { return Escape(s, false); }
+
+std::string DumpJson(const nlohmann::json& j, int indent) {
+  return j.dump(indent, ' ', true, nlohmann::json::error_handler_t::replace);
 }
 
 void PrintError(const std::string& cmd, const std::string& msg) {
@@ -202,6 +227,12 @@ bool ResolveModel(const std::string& cmd, const std::string& value,
 bool StderrIsTerminal() { return ::isatty(STDERR_FILENO) == 1; }
 
 int Main(int argc, char** argv) {
+  // A pool that cannot start all its threads says so once, as a warning of
+  // the command being run.
+  SetThreadWarningHandler(&ThreadWarning);
+  // Past `ulimit -f` a write fails with EFBIG (a clear error, the temporary
+  // output removed) instead of killing the process with SIGXFSZ.
+  std::signal(SIGXFSZ, SIG_IGN);
   CLI::App app{
       "attnflow — attention as an explicit, verifiable, fast dataflow.\n"
       "Exit codes: 0 ok, 1 a check failed, 2 usage error or invalid input.",
@@ -261,6 +292,7 @@ int Main(int argc, char** argv) {
   }
   for (auto& [sub, name] : subs) {
     if (sub->parsed()) {
+      g_current_command = name;
       try {
         return actions[name]();
       } catch (const std::exception& e) {  // last-resort guard: never crash

@@ -61,7 +61,7 @@ int RunCompare(const BudgetArgs& a) {
       j["layers"].push_back({{"layer", x.layer}, {"ops_formula", x.ops_formula}, {"ops", x.ops},
                              {"sequential", x.sequential}, {"max_path", x.max_path}});
     }
-    std::printf("%s\n", j.dump().c_str());
+    std::printf("%s\n", DumpJson(j).c_str());
     return kExitOk;
   }
   std::fputs(nn::FormatLayerComparison(rows.value(), a.n, a.d, a.k, a.r).c_str(), stdout);
@@ -260,11 +260,12 @@ int RunBudget(const BudgetArgs& a) {
     j["memory"] = {{"context", m.context}, {"kv_bytes", m.kv_bytes},
                    {"score_matrix_bytes", m.score_matrix_bytes}, {"ram_bytes", m.ram_bytes},
                    {"weights", rows}};
-    std::printf("%s\n", j.dump().c_str());
+    std::printf("%s\n", DumpJson(j).c_str());
     return kExitOk;
   }
-  std::fputs(nn::FormatBudget(b.value()).c_str(), stdout);
-  std::fputs(nn::FormatMemory(mem.value()).c_str(), stdout);
+  // The config's name comes from the --config file: escaped.
+  std::fputs(EscapeText(nn::FormatBudget(b.value())).c_str(), stdout);
+  std::fputs(EscapeText(nn::FormatMemory(mem.value())).c_str(), stdout);
   return kExitOk;
 }
 

@@ -68,30 +68,13 @@ bool EndsWith(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-// The first `max_bytes` of `s` for a terminal: valid UTF-8 printable text as
-// is, control bytes (ESC, ...) and invalid UTF-8 as \xNN, "..." when cut.
+// The first `max_bytes` of `s` (cut at a UTF-8 boundary, "..." when cut),
+// escaped for a terminal as one line (EscapeLine).
 std::string Escaped(const std::string& s, size_t max_bytes = 48) {
-  std::string o;
-  size_t i = 0;
-  for (; i < s.size() && i < max_bytes;) {
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    const int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-    if (len > 1 && i + len <= s.size() && IsValidUtf8(std::string_view(s).substr(i, len))) {
-      o.append(s, i, len);
-      i += len;
-      continue;
-    }
-    if (len == 1 && c >= 0x20 && c != 0x7f) {
-      o += static_cast<char>(c);
-    } else {
-      char b[8];
-      std::snprintf(b, sizeof(b), "\\x%02x", c);
-      o += b;
-    }
-    ++i;
-  }
-  if (i < s.size()) o += "...";
-  return o;
+  if (s.size() <= max_bytes) return EscapeLine(s);
+  size_t cut = max_bytes;
+  while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;
+  return EscapeLine(std::string_view(s).substr(0, cut)) + "...";
 }
 
 // One input: where it came from ("notes.txt:12", "argument 3") and its text.
@@ -340,11 +323,7 @@ class JsonSink : public Sink {
   }
 
  private:
-  static std::string Dump(const nlohmann::json& j) {
-    // Input that reaches here was valid UTF-8 (the tokenizer checked it);
-    // replace keeps dump() from throwing regardless.
-    return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  }
+  static std::string Dump(const nlohmann::json& j) { return DumpJson(j); }
   Status Put(const std::string& s) {
     if (std::fwrite(s.data(), 1, s.size(), f_) != s.size()) return IoError("short write");
     return Status::Ok();
@@ -380,7 +359,7 @@ Status Stream(const EmbedArgs& a, EncoderModel& model, InputReader& reader, Sink
         break;
       }
       if (in.text.empty()) {
-        std::fprintf(stderr, "attnflow embed: warning: %s: empty input; skipped\n", in.where.c_str());
+        PrintWarning("embed", in.where + ": empty input; skipped");
         continue;
       }
       int64_t cut = 0, rest = 0;
@@ -393,11 +372,13 @@ Status Stream(const EmbedArgs& a, EncoderModel& model, InputReader& reader, Sink
         continue;
       }
       if (cut > 0) {
-        std::fprintf(stderr,
-                     "attnflow embed: warning: %s: truncated to %lld tokens; %s%lld tokens cut%s\n",
-                     in.where.c_str(), static_cast<long long>(model.MaxSequenceLength()), rest > 0 ? "at least " : "",
-                     static_cast<long long>(cut),
-                     rest > 0 ? (" (the last " + std::to_string(rest) + " bytes were not tokenised)").c_str() : "");
+        PrintWarning("embed", in.where + ": truncated to " +
+                                  std::to_string(model.MaxSequenceLength()) + " tokens; " +
+                                  (rest > 0 ? "at least " : "") + std::to_string(cut) +
+                                  " tokens cut" +
+                                  (rest > 0 ? " (the last " + std::to_string(rest) +
+                                                  " bytes were not tokenised)"
+                                            : ""));
       }
       inputs.push_back(std::move(in));
       ids.push_back(std::move(r).value());
@@ -482,6 +463,12 @@ int RunEmbed(EmbedArgs& a) {
     PrintError("embed", "--out must end in .npy or .json, got " + a.out);
     return kExitUsage;
   }
+  if (!a.out.empty() && !a.file.empty() && a.file != "-") {
+    if (Status st = CheckOutputIsNotInput("embed", a.file, a.out); !st.ok()) {
+      PrintError("embed", st.message());
+      return kExitUsage;
+    }
+  }
   if (!a.out.empty() && a.json) {
     PrintError("embed", "--json prints to stdout; with --out use a .json file instead");
     return kExitUsage;
@@ -522,7 +509,8 @@ int RunEmbed(EmbedArgs& a) {
       return Stream(a, model, reader, sink, &counts);
     });
     if (st.ok()) {
-      std::printf("wrote %s: %lld x %lld float32 (%s, mean pooling, L2-normalised)\n", a.out.c_str(),
+      std::printf("wrote %s: %lld x %lld float32 (%s, mean pooling, L2-normalised)\n",
+                  EscapeLine(a.out).c_str(),
                   static_cast<long long>(counts.rows), static_cast<long long>(E),
                   Escaped(model.info().name, 200).c_str());
     }

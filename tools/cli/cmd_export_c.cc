@@ -26,12 +26,6 @@ struct ExportArgs {
   std::string flash = "1MiB", ram = "320KiB";
 };
 
-bool SameFile(const std::string& a, const std::string& b) {
-  std::error_code ec;
-  return std::filesystem::exists(a, ec) && std::filesystem::exists(b, ec) &&
-         std::filesystem::equivalent(a, b, ec);
-}
-
 int RunExport(const ExportArgs& a) {
   DeviceExportOptions opt;
   Result<int64_t> fl = ParseByteSize("--flash-bytes", a.flash);
@@ -44,17 +38,23 @@ int RunExport(const ExportArgs& a) {
     PrintError("export-c", "--stages must be auto, all or none, got '" + a.stages + "'");
     return kExitUsage;
   }
-  for (const std::string* o : {&a.out, &a.data, &a.s8_expected})
-    if (!o->empty() && SameFile(*o, a.file)) {
-      PrintError("export-c", "output " + *o + " is the input case " + a.file +
-                                 ": refusing to overwrite it");
+  // No output may name the input case or another output (same file by
+  // device and inode: other spellings, symlinks, hard links).
+  for (const std::string* o : {&a.out, &a.data, &a.s8_expected}) {
+    if (o->empty()) continue;
+    if (Status s = CheckOutputIsNotInput("export-c", a.file, *o); !s.ok()) {
+      PrintError("export-c", s.message());
       return kExitUsage;
     }
-  if ((!a.data.empty() && (a.data == a.out || SameFile(a.data, a.out))) ||
-      (!a.s8_expected.empty() &&
-       (a.s8_expected == a.out || a.s8_expected == a.data || SameFile(a.s8_expected, a.out)))) {
-    PrintError("export-c", "--out, --data and --s8-expected must name different files");
-    return kExitUsage;
+  }
+  const std::pair<const std::string*, const std::string*> pairs[] = {
+      {&a.out, &a.data}, {&a.out, &a.s8_expected}, {&a.data, &a.s8_expected}};
+  for (const auto& [x, y] : pairs) {
+    if (x->empty() || y->empty()) continue;
+    if (*x == *y || !CheckOutputIsNotInput("export-c", *x, *y).ok()) {
+      PrintError("export-c", "--out, --data and --s8-expected must name different files");
+      return kExitUsage;
+    }
   }
   Result<GoldenCase> c = LoadGoldenCase(a.file);
   if (!c.ok()) {

@@ -65,8 +65,8 @@ const char* StateName(player::CheckState s) {
 void PrintChecks(const player::TraceSummary& s) {
   std::printf("checks (the page's check panel runs the same):\n");
   for (const auto& c : s.checks)
-    std::printf("  %s  %s%s%s\n", StateName(c.state), c.name.c_str(), c.detail.empty() ? "" : ": ",
-                c.detail.c_str());
+    std::printf("  %s  %s%s%s\n", StateName(c.state), EscapeLine(c.name).c_str(),
+                c.detail.empty() ? "" : ": ", EscapeLine(c.detail).c_str());
   std::printf("  => %s\n", s.all_pass() ? "all checks pass" : "A CHECK FAILED: this trace is broken");
 }
 
@@ -85,7 +85,12 @@ class TraceProgress {
     if (const char* e = std::getenv("ATTNFLOW_PROGRESS_AFTER_MS"); e != nullptr && *e != 0)
       after_s_ = std::atof(e) / 1000.0;
     t0_ = std::chrono::steady_clock::now();
-    thread_ = std::thread([this] { Run(); });
+    try {
+      thread_ = std::thread([this] { Run(); });
+    } catch (const std::exception&) {
+      // No thread to spare (a process limit): the line is then drawn only at
+      // each decode step, from Update().
+    }
   }
   ~TraceProgress() { Stop(); }
   void Update(int64_t done, int64_t total) {
@@ -107,7 +112,7 @@ class TraceProgress {
       stop_ = true;
     }
     cv_.notify_all();
-    thread_.join();
+    if (thread_.joinable()) thread_.join();
     if (shown_) {
       std::fprintf(stderr, "\r\033[K");
       std::fflush(stderr);
@@ -168,7 +173,8 @@ int WriteHtml(const std::string& path, const std::string& json) {
     PrintError("trace", st.ToString());
     return kExitUsage;
   }
-  std::printf("wrote %s (player page, %s, self-contained)\n", path.c_str(), KiB(page->size()).c_str());
+  std::printf("wrote %s (player page, %s, self-contained)\n", EscapeLine(path).c_str(),
+              KiB(page->size()).c_str());
   return kExitOk;
 }
 
@@ -201,11 +207,13 @@ int RunFrom(const TraceArgs& a) {
     PrintError("trace", s.status().message());
     return kExitUsage;
   }
+  // Everything below comes from the JSON file: escaped (EscapeLine).
   std::printf("trace %s: %s · %s · %lld tokens · %lld heads shown · %lld decode steps\n",
-              a.from.c_str(), s->source.c_str(), s->model.c_str(),
+              EscapeLine(a.from).c_str(), EscapeLine(s->source).c_str(),
+              EscapeLine(s->model).c_str(),
               static_cast<long long>(s->num_tokens), static_cast<long long>(s->num_heads_shown),
               static_cast<long long>(s->decode_steps));
-  if (!s->note.empty()) std::printf("view: %s\n", s->note.c_str());
+  if (!s->note.empty()) std::printf("view: %s\n", EscapeLine(s->note).c_str());
   if (!a.html.empty()) {
     const int rc = WriteHtml(a.html, text.value());
     if (rc != kExitOk) return rc;
@@ -225,13 +233,13 @@ int RunFrom(const TraceArgs& a) {
 // its reason).
 void PrintKernel(const char* what, const trace::KernelCheck& k, bool brief) {
   if (!k.ran) {
-    std::printf("  %s: fast kernel not run (%s)\n", what, k.note.c_str());
+    std::printf("  %s: fast kernel not run (%s)\n", what, EscapeLine(k.note).c_str());
     return;
   }
   const std::string name = brief ? k.kernel.substr(0, k.kernel.find(':')) : k.kernel;
   std::printf("  %s: %s\n      |out - reference| %.2e, |lse - reference| %.2e, weights rebuilt "
               "from its lse %.2e\n",
-              what, name.c_str(), k.max_abs_out, k.max_abs_lse, k.max_abs_weights);
+              what, EscapeLine(name).c_str(), k.max_abs_out, k.max_abs_lse, k.max_abs_weights);
 }
 
 // Prints a failed step of `trace` and returns the usage exit code.
@@ -280,7 +288,7 @@ int WritePageFiles(const TraceArgs& a, const PageSerializer& to_json, const Page
   if (!a.json.empty()) {
     Status st = WriteFileAtomic(a.json, page.json);
     if (!st.ok()) return TraceFailed(st);
-    std::printf("wrote %s (page JSON, %s%s)\n", a.json.c_str(), KiB(page.json.size()).c_str(),
+    std::printf("wrote %s (page JSON, %s%s)\n", EscapeLine(a.json).c_str(), KiB(page.json.size()).c_str(),
                 json_note.c_str());
   }
   if (!a.html.empty()) {
@@ -310,7 +318,7 @@ int WriteBatch(const TraceArgs& a, const std::vector<trace::Trace>& traces) {
   const trace::Trace& t0 = traces.front();
   std::printf("attnflow trace: %s (encoder batch) · layer %lld · %zu sentences padded to %zu tokens"
               " · %lld heads × d_k %lld · mask kv_lens\n",
-              t0.info.name.c_str(), static_cast<long long>(t0.layer), traces.size(),
+              EscapeLine(t0.info.name).c_str(), static_cast<long long>(t0.layer), traces.size(),
               t0.tokens.size(), static_cast<long long>(t0.info.num_heads),
               static_cast<long long>(t0.info.head_dim));
   for (const auto& t : traces) {
@@ -320,7 +328,7 @@ int WriteBatch(const TraceArgs& a, const std::vector<trace::Trace>& traces) {
     if (!a.quiet) {
       std::printf(" ·");
       for (size_t i = 0; i < std::min<size_t>(real, 16); ++i)
-        std::printf(" %s", trace::ShownToken(t.tokens[i]).c_str());
+        std::printf(" %s", EscapeLine(trace::ShownToken(t.tokens[i])).c_str());
       if (real > 16) std::printf(" …");
     }
     std::printf("\n");
@@ -333,7 +341,24 @@ int WriteBatch(const TraceArgs& a, const std::vector<trace::Trace>& traces) {
   return s.all_pass() ? kExitOk : kExitCheckFailed;
 }
 
+// An output file naming an input file (--from, --vit, a --model file, also
+// through a link) would replace what is being read: refused.
+bool OutputsAreNotInputs(const TraceArgs& a) {
+  for (const std::string* in : {&a.from, &a.vit, &a.model}) {
+    if (in->empty()) continue;
+    for (const std::string* out : {&a.json, &a.html, &a.safetensors}) {
+      if (out->empty()) continue;
+      if (Status st = CheckOutputIsNotInput("trace", *in, *out); !st.ok()) {
+        PrintError("trace", st.message());
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
 int RunTrace(TraceArgs a) {
+  if (!OutputsAreNotInputs(a)) return kExitUsage;
   if (!a.from.empty()) return RunFrom(a);
   if (a.json.empty() && a.html.empty() && FirstExportFlag(a) == nullptr) {
     PrintError("trace", "nothing to write: pass at least one of --html FILE, --json FILE, "
@@ -485,33 +510,34 @@ int RunTrace(TraceArgs a) {
   const player::TraceSummary& s = page.summary;
   std::printf("attnflow trace: %s (%s) · layer %lld · %zu tokens · %lld heads × d_k %lld · mask %s"
               " · %zu decode steps\n",
-              t.info.name.c_str(), t.source.c_str(), static_cast<long long>(t.layer),
+              EscapeLine(t.info.name).c_str(), EscapeLine(t.source).c_str(),
+              static_cast<long long>(t.layer),
               t.tokens.size(), static_cast<long long>(t.info.num_heads),
               static_cast<long long>(t.info.head_dim), CausalName(t.causal), t.decode.size());
   if (!a.quiet) {
     std::printf("  tokens (␣ = space):");
     const size_t show = std::min<size_t>(t.tokens.size(), 24);
-    for (size_t i = 0; i < show; ++i) std::printf(" %s", trace::ShownToken(t.tokens[i]).c_str());
+    for (size_t i = 0; i < show; ++i) std::printf(" %s", EscapeLine(trace::ShownToken(t.tokens[i])).c_str());
     if (show < t.tokens.size()) std::printf(" … (+%zu)", t.tokens.size() - show);
     std::printf("\n  stages:");
-    for (const auto& st : t.stages) std::printf(" %s", st.name.c_str());
+    for (const auto& st : t.stages) std::printf(" %s", EscapeLine(st.name).c_str());
     std::printf("\n");
     PrintKernel("fast path, prefill", t.kernel, false);
     for (size_t i = 0; i < t.decode.size(); ++i) {
       const std::string what = "decode step " + std::to_string(i + 1) + " ('" +
-                               trace::ShownToken(t.decode[i].token) + "', cache " +
+                               EscapeLine(trace::ShownToken(t.decode[i].token)) + "', cache " +
                                std::to_string(t.decode[i].position + 1) + " keys)";
       PrintKernel(what.c_str(), t.decode[i].kernel, true);
     }
   }
   for (const auto& v : s.views)
-    std::printf("  view %s (%s): %lld layer(s) × %lld head(s) × %lld × %lld%s\n", v.id.c_str(),
-                v.kind.c_str(), static_cast<long long>(v.num_layers),
+    std::printf("  view %s (%s): %lld layer(s) × %lld head(s) × %lld × %lld%s\n",
+                EscapeLine(v.id).c_str(), EscapeLine(v.kind).c_str(), static_cast<long long>(v.num_layers),
                 static_cast<long long>(v.num_heads), static_cast<long long>(v.rows),
                 static_cast<long long>(v.cols),
                 v.pool > 1 ? (" (pooled " + std::to_string(v.pool) + "×" + std::to_string(v.pool) + " on the page)").c_str() : "");
-  if (!t.banner.empty()) std::printf("note: %s\n", t.banner.c_str());
-  if (!s.note.empty()) std::printf("view: %s\n", s.note.c_str());
+  if (!t.banner.empty()) std::printf("note: %s\n", EscapeLine(t.banner).c_str());
+  if (!s.note.empty()) std::printf("view: %s\n", EscapeLine(s.note).c_str());
   else std::printf("view: full resolution (%zu tokens <= %lld)\n", t.tokens.size(),
                    static_cast<long long>(page.options.max_tokens));
 
@@ -521,20 +547,20 @@ int RunTrace(TraceArgs a) {
     Status st = player::WriteTraceSafetensors(a.safetensors, t);
     if (!st.ok()) return TraceFailed(st);
     std::printf("wrote %s (every stage, full precision, golden-format names%s)\n",
-                a.safetensors.c_str(),
+                EscapeLine(a.safetensors).c_str(),
                 t.inputs.empty() ? "" : "; a valid golden case: attnflow verify FILE");
   }
   std::vector<std::string> files;
   if (!a.npy.empty()) {
     Status st = player::WriteTraceNpy(a.npy, t, &files);
     if (!st.ok()) return TraceFailed(st);
-    std::printf("wrote %zu .npy files to %s\n", files.size(), a.npy.c_str());
+    std::printf("wrote %zu .npy files to %s\n", files.size(), EscapeLine(a.npy).c_str());
   }
   if (!a.csv.empty()) {
     files.clear();
     Status st = player::WriteTraceCsv(a.csv, t, a.heads, &files);
     if (!st.ok()) return TraceFailed(st);
-    std::printf("wrote %zu CSV files to %s\n", files.size(), a.csv.c_str());
+    std::printf("wrote %zu CSV files to %s\n", files.size(), EscapeLine(a.csv).c_str());
   }
   for (const auto& [dir, fmt] : {std::pair<const std::string*, player::ImageFormat>{&a.png, player::ImageFormat::kPng},
                                  {&a.svg, player::ImageFormat::kSvg}}) {
@@ -543,7 +569,7 @@ int RunTrace(TraceArgs a) {
     Status st = player::WriteTraceHeatmaps(*dir, t, a.heads, fmt, &files);
     if (!st.ok()) return TraceFailed(st);
     std::printf("wrote %zu %s heatmaps to %s\n", files.size(),
-                fmt == player::ImageFormat::kPng ? "PNG" : "SVG", dir->c_str());
+                fmt == player::ImageFormat::kPng ? "PNG" : "SVG", EscapeLine(*dir).c_str());
   }
   PrintChecks(s);
   return s.all_pass() ? kExitOk : kExitCheckFailed;
