@@ -93,6 +93,25 @@ void Check(const af::Status& s) {
   throw nb::python_error();
 }
 
+// The enums the package passes as integers: their codes are the C++ enum
+// values, published by name as _attnflow.CAUSAL and _attnflow.KERNELS (the
+// names of CausalName / KernelKindName), so the Python side keeps no table.
+constexpr af::Causal kCausals[] = {af::Causal::kNone, af::Causal::kTopLeft,
+                                   af::Causal::kBottomRight};
+constexpr af::KernelKind kKernels[] = {af::KernelKind::kAuto, af::KernelKind::kReference,
+                                       af::KernelKind::kTiledPrefill,
+                                       af::KernelKind::kSplitKvDecode};
+af::Causal CausalOfCode(int code) {
+  for (af::Causal c : kCausals)
+    if (static_cast<int>(c) == code) return c;
+  RaiseValue("attnflow: " + std::to_string(code) + " is not a causal code of _attnflow.CAUSAL");
+}
+af::KernelKind KernelOfCode(int code) {
+  for (af::KernelKind k : kKernels)
+    if (static_cast<int>(k) == code) return k;
+  RaiseValue("attnflow: " + std::to_string(code) + " is not a kernel code of _attnflow.KERNELS");
+}
+
 bool ToDType(nb::dlpack::dtype t, af::DType* out) {
   using C = nb::dlpack::dtype_code;
   if (t.lanes != 1) return false;
@@ -251,7 +270,7 @@ void ParseSdpaArgs(const char* op, nb::handle out, nb::handle lse, nb::handle q,
   a->q = ViewOfHandle(q, op, "query", &a->arrays);
   a->k = ViewOfHandle(k, op, "key", &a->arrays);
   a->v = ViewOfHandle(v, op, "value", &a->arrays);
-  a->opt.causal = static_cast<af::Causal>(causal);
+  a->opt.causal = CausalOfCode(causal);
   a->opt.scale = scale;
   a->opt.attn_mask = ViewOfHandle(mask, op, "attn_mask", &a->arrays);
   a->opt.kv_lens = ViewOfHandle(kv_lens, op, "kv_lens", &a->arrays);
@@ -303,22 +322,22 @@ class DictSink : public af::StageSink {
 
 // ---- attention ---------------------------------------------------------------
 
-// out/lse are caller-allocated; kernel 0 auto, 1 reference, 2 tiled, 3 decode.
+// out/lse are caller-allocated; kernel: a code of _attnflow.KERNELS.
 void Sdpa(nb::handle out, nb::handle lse, nb::handle q, nb::handle k, nb::handle v,
           nb::handle mask, nb::handle kv_lens, nb::handle alibi, int causal, double scale,
           int64_t window_left, int64_t window_right, int kernel) {
   SdpaArgs a;
   ParseSdpaArgs("attnflow.scaled_dot_product_attention", out, lse, q, k, v, mask, kv_lens,
                 alibi, causal, scale, window_left, window_right, &a);
+  const af::KernelKind kind = KernelOfCode(kernel);
   af::Status st;
   {
     nb::gil_scoped_release release;
-    if (kernel == 1 || a.q.dtype == af::DType::kF64) {
+    if (kind == af::KernelKind::kReference || a.q.dtype == af::DType::kF64) {
       st = af::reference::Sdpa(a.out, a.lse, a.q, a.k, a.v, a.opt);
     } else {
       af::KernelOptions ko;
-      if (kernel == 2) ko.force = af::KernelKind::kTiledPrefill;
-      if (kernel == 3) ko.force = af::KernelKind::kSplitKvDecode;
+      ko.force = kind;  // kAuto: the dispatcher chooses
       st = af::Attention(a.out, a.lse, a.q, a.k, a.v, a.opt, ko);
     }
   }
@@ -459,7 +478,7 @@ void GoldenWrite(const std::string& path, const std::string& kind, int64_t batch
   s.kv_len = kv_len;
   s.head_dim = head_dim;
   s.v_dim = v_dim;
-  s.causal = static_cast<af::Causal>(causal);
+  s.causal = CausalOfCode(causal);
   s.scale = scale;
   s.mask = mask;
   s.mask_shape = mask_shape;
@@ -693,6 +712,11 @@ nb::dict RunTrace(nb::handle model, const std::string& text, int64_t layer,
 
 NB_MODULE(_attnflow, m) {
   m.doc() = "attnflow compiled core (see the attnflow package for the public API)";
+  nb::dict causal_codes, kernel_codes;
+  for (af::Causal c : kCausals) causal_codes[af::CausalName(c)] = static_cast<int>(c);
+  for (af::KernelKind k : kKernels) kernel_codes[af::KernelKindName(k)] = static_cast<int>(k);
+  m.attr("CAUSAL") = causal_codes;
+  m.attr("KERNELS") = kernel_codes;
 
   m.def("sdpa", &Sdpa, "out"_a, "lse"_a.none(), "query"_a, "key"_a, "value"_a,
         "attn_mask"_a.none(), "kv_lens"_a.none(), "alibi_slopes"_a.none(), "causal"_a,
