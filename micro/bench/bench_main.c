@@ -25,7 +25,7 @@ static float qf[H * L * D], kf[H * L * D], vf[H * L * D], of[H * L * D];
 static uint8_t mask_all[L * L];
 static float slopes[H] = {0.25f, 0.0625f, 0.015625f, 0.00390625f};
 static int32_t slopes8[H];
-static int8_t q8[H * L * D], k8[H * L * D], v8[H * L * D], o8[H * L * D];
+static int8_t q8[H * L * D], k8[H * L * D], v8[H * L * D], o8[H * L * D], v8t[H * L * D];
 static uint32_t arena[4096];
 
 #if defined(__riscv)
@@ -208,6 +208,19 @@ int main(void) {
 #endif
     ao.alibi_slopes = 0;
     ao.alibi_s8 = slopes8;
+    {
+      /* V in the column layout (AF_V_COLS: [H, D, L]), the int8 cache's. */
+      af_sdpa_opts co = AF_SDPA_OPTS_INIT;
+      int hh, jj, dd;
+      for (hh = 0; hh < H; ++hh)
+        for (jj = 0; jj < L; ++jj)
+          for (dd = 0; dd < D; ++dd) v8t[(hh * D + dd) * L + jj] = v8[(hh * L + jj) * D + dd];
+      co.v_layout = AF_V_COLS;
+      c0 = counter();
+      if (af_sdpa_s8_ex(o8, q8, k8, v8t, 0, &p, &s, &co, arena, sizeof arena) != AF_OK) return 11;
+      c1 = counter();
+      report("kit_s8_cols", INSTR(c0, c1), (uint32_t)af_sdpa_s8_workspace_bytes(&s));
+    }
     c0 = counter();
     if (af_sdpa_s8_ex(o8, q8, k8, v8, 0, &p, &s, &mo, arena, sizeof arena) != AF_OK) return 8;
     c1 = counter();

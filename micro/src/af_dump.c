@@ -144,9 +144,9 @@ af_status af_dump_part(af_write_fn write, void* ctx, const char* stage, af_dump_
       h = af_fnv(h, (uint8_t)v);
     } else {
       if (dtype == AF_DUMP_F32)
-        memcpy(&bits, (const float*)data + i, 4);
+        AF_COPY(&bits, (const float*)data + i, 4);
       else
-        memcpy(&bits, (const int32_t*)data + i, 4);
+        AF_COPY(&bits, (const int32_t*)data + i, 4);
       if (dtype == AF_DUMP_F32)
         af_put_hex8(&l, bits);
       else

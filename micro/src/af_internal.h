@@ -18,6 +18,14 @@ void af_row_keys(const af_sdpa_shape* s, const af_sdpa_opts* o, int32_t i, int32
                  int32_t* first, int32_t* last);
 /* AF_ERR_PARAM if any kv_lens[b] is outside [0, kv_len]. */
 af_status af_check_kv_lens(const int32_t* kv_lens, const af_sdpa_shape* s);
+/* mha (af_mha_f32 / af_mha_s8): validates the shape and fills the attention
+ * of one sequence (batch 1, H heads of embed / H). */
+af_status af_mha_check_shape(const af_mha_shape* s, af_sdpa_shape* per_seq);
+/* kv_lens in [0, kv_len] and the options against the whole batch. */
+af_status af_mha_check_call(const af_mha_shape* s, const af_sdpa_shape* per_seq,
+                            const int32_t* kv_lens, const af_sdpa_opts* o, int int8);
+/* Options of sequence b: its slice of the mask (batch extent 1). */
+void af_mha_seq_opts(af_sdpa_opts* ob, const af_sdpa_opts* o, int32_t b);
 /* 1 if p is aligned to `align` bytes (NULL counts as aligned). */
 int af_aligned(const void* p, uintptr_t align);
 
@@ -43,6 +51,16 @@ void af_row_bias_init(af_row_bias* rb, const af_sdpa_shape* s, const af_sdpa_opt
 #define AF_ABS_DIST(d, j) ((d) >= (j) ? (d) - (j) : (j) - (d))
 
 #define AF_ALIGN4(n) (((n) + 3u) & ~(size_t)3u)
+
+/* A small fixed-size copy (a 4-byte load or a float's bits) that stays one
+ * instruction: GCC/clang's builtin, which -ffreestanding / -fno-builtin do
+ * not turn into a call to the C library's memcpy. */
+#if defined(__GNUC__)
+#define AF_COPY(d, s, n) __builtin_memcpy((d), (s), (n))
+#else
+#include <string.h>
+#define AF_COPY(d, s, n) memcpy((d), (s), (n))
+#endif
 
 /* The kernels' small helpers: inlined always (GCC), so a compile-time head
  * dimension reaches them as an immediate. */

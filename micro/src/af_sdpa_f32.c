@@ -58,7 +58,7 @@ static float af_exp_neg(float x) {
   p = AF_FMA(p, r, 1.f);
   p = AF_FMA(p, r, 1.f);
   bits = (uint32_t)(n + 127) << 23; /* n >= -126 here */
-  memcpy(&scale, &bits, sizeof scale);
+  AF_COPY(&scale, &bits, sizeof scale);
   return p * scale;
 }
 

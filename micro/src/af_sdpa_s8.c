@@ -151,6 +151,32 @@ AF_INLINE void af_pv1_s8(int32_t* acc, int32_t w, const int8_t* v, int32_t Dv) {
   for (d = 0; d < Dv; ++d) acc[d] += w * v[d];
 }
 
+/* AF_V_COLS: value dimension d of keys t = 0..n-1 is vt[d * ldv + t]; P.V is
+ * a dot product over the keys. One row / two rows (acc, acc + Dv). */
+AF_INLINE void af_pvt1_s8_c(int32_t* acc, const int32_t* w, const int8_t* vt, int32_t ldv,
+                            int32_t n, int32_t Dv) {
+  int32_t d, t;
+  for (d = 0; d < Dv; ++d, vt += ldv) {
+    int32_t a = acc[d];
+    for (t = 0; t < n; ++t) a += w[t] * vt[t];
+    acc[d] = a;
+  }
+}
+AF_INLINE void af_pvt2_s8_c(int32_t* acc, const int32_t* w, const int32_t* u, const int8_t* vt,
+                            int32_t ldv, int32_t n, int32_t Dv) {
+  int32_t d, t;
+  for (d = 0; d < Dv; ++d, vt += ldv) {
+    int32_t a = acc[d], b = acc[Dv + d];
+    for (t = 0; t < n; ++t) {
+      const int32_t x = vt[t];
+      a += w[t] * x;
+      b += u[t] * x;
+    }
+    acc[d] = a;
+    acc[Dv + d] = b;
+  }
+}
+
 #if defined(__ARM_FEATURE_DSP)
 /* Cortex-M DSP extension (M4, M33, M7): SXTB16 unpacks int8 pairs, SMLAD
  * does two 16x16 MACs into an int32. Integer sums are exact, so results are
@@ -213,10 +239,155 @@ AF_INLINE void af_qk1x4_s8_dsp(int32_t* s, const int8_t* q, const int8_t* k, int
   s[3] = a3;
 }
 
+/* Two query rows x 2 keys: each row's q word unpacked once per 4 d serves
+ * both keys, each key word unpacked once serves both rows: 20 instructions
+ * per 16 MACs with 13 live registers (no spills). */
+AF_INLINE void af_qk2x2_s8_dsp(int32_t* s0, int32_t* s1, const int8_t* q, const int8_t* k,
+                               int32_t D) {
+  int32_t a0 = 0, a1 = 0, b0 = 0, b1 = 0, d;
+  const int8_t* q1 = q + D;
+  /* 4 d: 2 q words + 2 k words, 6 SXTB16, 8 SMLAD; two steps per iteration
+   * so the loop's own compare and branch count once per 32 MACs. */
+#define AF_QK22_STEP(o)                                                       \
+  {                                                                           \
+    const uint32_t xw = af_ld32(q + d + (o)), yw = af_ld32(q1 + d + (o));     \
+    const int32_t x02 = (int32_t)__sxtb16(xw), x13 = (int32_t)af_sxtb16_ror8(xw); \
+    const int32_t y02 = (int32_t)__sxtb16(yw), y13 = (int32_t)af_sxtb16_ror8(yw); \
+    uint32_t kw = af_ld32(k + d + (o));                                       \
+    int32_t e = (int32_t)__sxtb16(kw), od = (int32_t)af_sxtb16_ror8(kw);      \
+    a0 = __smlad(x02, e, a0);                                                 \
+    a0 = __smlad(x13, od, a0);                                                \
+    b0 = __smlad(y02, e, b0);                                                 \
+    b0 = __smlad(y13, od, b0);                                                \
+    kw = af_ld32(k + D + d + (o));                                            \
+    e = (int32_t)__sxtb16(kw);                                                \
+    od = (int32_t)af_sxtb16_ror8(kw);                                         \
+    a1 = __smlad(x02, e, a1);                                                 \
+    a1 = __smlad(x13, od, a1);                                                \
+    b1 = __smlad(y02, e, b1);                                                 \
+    b1 = __smlad(y13, od, b1);                                                \
+  }
+  for (d = 0; d + 8 <= D; d += 8) {
+    AF_QK22_STEP(0)
+    AF_QK22_STEP(4)
+  }
+  if (d + 4 <= D) {
+    AF_QK22_STEP(0)
+    d += 4;
+  }
+#undef AF_QK22_STEP
+  for (; d < D; ++d) {
+    const int32_t x = q[d], y = q1[d], k0 = k[d], k1 = k[D + d];
+    a0 += x * k0;
+    a1 += x * k1;
+    b0 += y * k0;
+    b1 += y * k1;
+  }
+  s0[0] = a0;
+  s0[1] = a1;
+  s1[0] = b0;
+  s1[1] = b1;
+}
+
 AF_INLINE void af_qk2x4_s8_dsp(int32_t* s0, int32_t* s1, const int8_t* q, const int8_t* k,
                                int32_t D) {
-  af_qk1x4_s8_dsp(s0, q, k, D);
-  af_qk1x4_s8_dsp(s1, q + D, k, D);
+  af_qk2x2_s8_dsp(s0, s1, q, k, D);
+  af_qk2x2_s8_dsp(s0 + 2, s1 + 2, q, k + 2 * D, D);
+}
+
+/* AF_V_COLS with SMLAD. The weights of n4 groups of 4 keys are first packed
+ * in place as int16 pairs in SXTB16 lane order, P[2g] = w[4g] | w[4g+2] << 16,
+ * P[2g+1] = w[4g+1] | w[4g+3] << 16 (weights are <= 32767); a word of 4 value
+ * bytes then gives two SMLADs per row. Two value dimensions per pass keep
+ * both rows' accumulators in registers: 18 instructions per 16 MACs. */
+AF_INLINE void af_pack_w16(int32_t* w, int32_t n4) {
+  int32_t g;
+  for (g = 0; g < n4; ++g) {
+    const uint32_t w0 = (uint32_t)w[4 * g], w1 = (uint32_t)w[4 * g + 1],
+                   w2 = (uint32_t)w[4 * g + 2], w3 = (uint32_t)w[4 * g + 3];
+    w[2 * g] = (int32_t)((w0 & 0xFFFFu) | (w2 << 16));
+    w[2 * g + 1] = (int32_t)((w1 & 0xFFFFu) | (w3 << 16));
+  }
+}
+AF_INLINE void af_pvt2_s8_dsp(int32_t* acc, const int32_t* P0, const int32_t* P1,
+                              const int8_t* vt, int32_t ldv, int32_t n4, int32_t Dv) {
+  int32_t d, g;
+  for (d = 0; d + 2 <= Dv; d += 2) {
+    const int8_t* v0 = vt + (size_t)d * ldv;
+    const int8_t* v1 = v0 + ldv;
+    int32_t a0 = acc[d], a1 = acc[d + 1], b0 = acc[Dv + d], b1 = acc[Dv + d + 1];
+#define AF_PVT2_GROUP(gg)                                                            \
+  {                                                                                  \
+    const int32_t pe = P0[2 * (gg)], po = P0[2 * (gg) + 1], qe = P1[2 * (gg)],       \
+                  qo = P1[2 * (gg) + 1];                                             \
+    uint32_t x = af_ld32(v0 + 4 * (gg));                                             \
+    int32_t e = (int32_t)__sxtb16(x), o = (int32_t)af_sxtb16_ror8(x);                \
+    a0 = __smlad(pe, e, a0);                                                         \
+    a0 = __smlad(po, o, a0);                                                         \
+    b0 = __smlad(qe, e, b0);                                                         \
+    b0 = __smlad(qo, o, b0);                                                         \
+    x = af_ld32(v1 + 4 * (gg));                                                      \
+    e = (int32_t)__sxtb16(x);                                                        \
+    o = (int32_t)af_sxtb16_ror8(x);                                                  \
+    a1 = __smlad(pe, e, a1);                                                         \
+    a1 = __smlad(po, o, a1);                                                         \
+    b1 = __smlad(qe, e, b1);                                                         \
+    b1 = __smlad(qo, o, b1);                                                         \
+  }
+    for (g = 0; g + 2 <= n4; g += 2) {
+      AF_PVT2_GROUP(g)
+      AF_PVT2_GROUP(g + 1)
+    }
+    if (g < n4) AF_PVT2_GROUP(g)
+#undef AF_PVT2_GROUP
+    acc[d] = a0;
+    acc[d + 1] = a1;
+    acc[Dv + d] = b0;
+    acc[Dv + d + 1] = b1;
+  }
+  if (d < Dv) {
+    const int8_t* v0 = vt + (size_t)d * ldv;
+    int32_t a0 = acc[d], b0 = acc[Dv + d];
+    for (g = 0; g < n4; ++g) {
+      const uint32_t x = af_ld32(v0 + 4 * g);
+      const int32_t e = (int32_t)__sxtb16(x), o = (int32_t)af_sxtb16_ror8(x);
+      a0 = __smlad(P0[2 * g + 1], o, __smlad(P0[2 * g], e, a0));
+      b0 = __smlad(P1[2 * g + 1], o, __smlad(P1[2 * g], e, b0));
+    }
+    acc[d] = a0;
+    acc[Dv + d] = b0;
+  }
+}
+/* One row: four value dimensions per pass (12 instructions per 8 MACs per
+ * group, the weights loaded once per group and pass). */
+AF_INLINE void af_pvt1_s8_dsp(int32_t* acc, const int32_t* P, const int8_t* vt, int32_t ldv,
+                              int32_t n4, int32_t Dv) {
+  int32_t d, g;
+  for (d = 0; d + 2 <= Dv; d += 2) {
+    const int8_t* v0 = vt + (size_t)d * ldv;
+    const int8_t* v1 = v0 + ldv;
+    int32_t a0 = acc[d], a1 = acc[d + 1];
+    for (g = 0; g < n4; ++g) {
+      const int32_t pe = P[2 * g], po = P[2 * g + 1];
+      uint32_t x = af_ld32(v0 + 4 * g);
+      a0 = __smlad(pe, (int32_t)__sxtb16(x), a0);
+      a0 = __smlad(po, (int32_t)af_sxtb16_ror8(x), a0);
+      x = af_ld32(v1 + 4 * g);
+      a1 = __smlad(pe, (int32_t)__sxtb16(x), a1);
+      a1 = __smlad(po, (int32_t)af_sxtb16_ror8(x), a1);
+    }
+    acc[d] = a0;
+    acc[d + 1] = a1;
+  }
+  if (d < Dv) {
+    const int8_t* v0 = vt + (size_t)d * ldv;
+    int32_t a0 = acc[d];
+    for (g = 0; g < n4; ++g) {
+      const uint32_t x = af_ld32(v0 + 4 * g);
+      a0 = __smlad(P[2 * g + 1], (int32_t)af_sxtb16_ror8(x), __smlad(P[2 * g], (int32_t)__sxtb16(x), a0));
+    }
+    acc[d] = a0;
+  }
 }
 
 /* Weights are <= 32767 (the table's entry 0), so they pack as int16 pairs
@@ -262,9 +433,33 @@ AF_INLINE void af_pv2x4_s8_dsp(int32_t* acc, const int32_t* w, const int32_t* u,
 }
 #define af_qk2x4_s8 af_qk2x4_s8_dsp
 #define af_pv2x4_s8 af_pv2x4_s8_dsp
+/* Column-layout P.V of a tile of n keys (weights w/u int32; clobbered:
+ * the first 4*(n/4) are packed in place); the n % 4 last keys by the C
+ * loop. */
+AF_INLINE void af_pvt2_s8(int32_t* acc, int32_t* w, int32_t* u, const int8_t* vt, int32_t ldv,
+                          int32_t n, int32_t Dv) {
+  const int32_t n4 = n / 4;
+  if (n4 > 0) {
+    af_pack_w16(w, n4);
+    af_pack_w16(u, n4);
+    af_pvt2_s8_dsp(acc, w, u, vt, ldv, n4, Dv);
+  }
+  if (n > 4 * n4) af_pvt2_s8_c(acc, w + 4 * n4, u + 4 * n4, vt + 4 * n4, ldv, n - 4 * n4, Dv);
+}
+AF_INLINE void af_pvt1_s8(int32_t* acc, int32_t* w, const int8_t* vt, int32_t ldv, int32_t n,
+                          int32_t Dv) {
+  const int32_t n4 = n / 4;
+  if (n4 > 0) {
+    af_pack_w16(w, n4);
+    af_pvt1_s8_dsp(acc, w, vt, ldv, n4, Dv);
+  }
+  if (n > 4 * n4) af_pvt1_s8_c(acc, w + 4 * n4, vt + 4 * n4, ldv, n - 4 * n4, Dv);
+}
 #else
 #define af_qk2x4_s8 af_qk2x4_s8_c
 #define af_pv2x4_s8 af_pv2x4_s8_c
+#define af_pvt2_s8 af_pvt2_s8_c
+#define af_pvt1_s8 af_pvt1_s8_c
 #endif
 
 /* ------------------------------------------------------------ softmax --- */
@@ -397,21 +592,30 @@ static void af_s8_softmax_tile(af_s8_row* r, int32_t* sbuf, int32_t t_n, af_qmul
 }
 
 /* ---------------------------------------------------------- row loops --- */
+/* v is either row layout (ldv == 0: key t's values at v + t*Dv) or column
+ * layout (ldv > 0, AF_V_COLS: value dimension d of key t at v + d*ldv + t);
+ * AF_VAT moves a value pointer to key j. */
+#define AF_VAT(v, j, ldv, Dv) ((ldv) ? (v) + (j) : (v) + (size_t)(j) * (Dv))
+
 /* One row over keys k[0..n) (a sub-range of the head, tiles from its
  * start; absolute index of k[0]: j_base). */
 AF_INLINE void af_s8_keys1(af_s8_row* r, int32_t* sbuf, const int8_t* qr, const int8_t* k,
-                           const int8_t* v, int32_t j_base, int32_t n, af_qmult em,
+                           const int8_t* v, int32_t ldv, int32_t j_base, int32_t n, af_qmult em,
                            int32_t hi_cut, int32_t wshift, int32_t D, int32_t Dv,
                            const af_row_bias* rb) {
   int32_t j0, t;
   for (j0 = 0; j0 < n; j0 += AF_S8_KEY_TILE) {
     const int32_t t_n = (n - j0) < AF_S8_KEY_TILE ? (n - j0) : AF_S8_KEY_TILE;
     const int8_t* kt = k + (size_t)j0 * D;
-    const int8_t* vt = v + (size_t)j0 * Dv;
+    const int8_t* vt = AF_VAT(v, j0, ldv, Dv);
     for (t = 0; t < t_n; ++t) sbuf[t] = af_qk1_s8(qr, kt + (size_t)t * D, D);
     af_s8_softmax_tile(r, sbuf, t_n, em, hi_cut, wshift, Dv, rb, j_base + j0);
-    for (t = 0; t < t_n; ++t)
-      if (sbuf[t] != 0) af_pv1_s8(r->acc, sbuf[t], vt + (size_t)t * Dv, Dv);
+    if (ldv) {
+      af_pvt1_s8(r->acc, sbuf, vt, ldv, t_n, Dv);
+    } else {
+      for (t = 0; t < t_n; ++t)
+        if (sbuf[t] != 0) af_pv1_s8(r->acc, sbuf[t], vt + (size_t)t * Dv, Dv);
+    }
   }
 }
 
@@ -420,14 +624,14 @@ AF_INLINE void af_s8_keys1(af_s8_row* r, int32_t* sbuf, const int8_t* qr, const 
  * adjacent accumulators). */
 AF_INLINE void af_s8_keys2(af_s8_row* r0, af_s8_row* r1, int32_t* sb0, int32_t* sb1,
                            const int8_t* q0, const int8_t* q1, const int8_t* k,
-                           const int8_t* v, int32_t j_base, int32_t n, af_qmult em,
+                           const int8_t* v, int32_t ldv, int32_t j_base, int32_t n, af_qmult em,
                            int32_t hi_cut, int32_t wshift, int32_t D, int32_t Dv,
                            const af_row_bias* rb0, const af_row_bias* rb1) {
   int32_t j0, t;
   for (j0 = 0; j0 < n; j0 += AF_S8_KEY_TILE) {
     const int32_t t_n = (n - j0) < AF_S8_KEY_TILE ? (n - j0) : AF_S8_KEY_TILE;
     const int8_t* kt = k + (size_t)j0 * D;
-    const int8_t* vt = v + (size_t)j0 * Dv;
+    const int8_t* vt = AF_VAT(v, j0, ldv, Dv);
     for (t = 0; t + 4 <= t_n; t += 4)
       af_qk2x4_s8(sb0 + t, sb1 + t, q0, kt + (size_t)t * D, D);
     for (; t < t_n; ++t) {
@@ -436,6 +640,10 @@ AF_INLINE void af_s8_keys2(af_s8_row* r0, af_s8_row* r1, int32_t* sb0, int32_t* 
     }
     af_s8_softmax_tile(r0, sb0, t_n, em, hi_cut, wshift, Dv, rb0, j_base + j0);
     af_s8_softmax_tile(r1, sb1, t_n, em, hi_cut, wshift, Dv, rb1, j_base + j0);
+    if (ldv) {
+      af_pvt2_s8(r0->acc, sb0, sb1, vt, ldv, t_n, Dv);
+      continue;
+    }
     for (t = 0; t + 4 <= t_n; t += 4)
       af_pv2x4_s8(r0->acc, sb0 + t, sb1 + t, vt + (size_t)t * Dv, Dv);
     for (; t < t_n; ++t) {
@@ -450,16 +658,16 @@ AF_INLINE void af_s8_keys2(af_s8_row* r0, af_s8_row* r1, int32_t* sb0, int32_t* 
  * per row, visited by one loop so the single-row code exists once). */
 AF_INLINE void af_s8_pair(af_s8_row* r0, af_s8_row* r1, int32_t* sb0, int32_t* sb1,
                           const int8_t* q0, const int8_t* q1, const int8_t* k, const int8_t* v,
-                          int32_t f0, int32_t l0, int32_t f1, int32_t l1, af_qmult em,
-                          int32_t hi_cut, int32_t wshift, int32_t D, int32_t Dv,
+                          int32_t ldv, int32_t f0, int32_t l0, int32_t f1, int32_t l1,
+                          af_qmult em, int32_t hi_cut, int32_t wshift, int32_t D, int32_t Dv,
                           const af_row_bias* rb0, const af_row_bias* rb1) {
   int32_t from[4], to[4], n = 0, x;
   int32_t rowsel[4];
   if (q1 != NULL) {
     const int32_t cf = f0 > f1 ? f0 : f1, cl = l0 < l1 ? l0 : l1;
     if (cf <= cl) {
-      af_s8_keys2(r0, r1, sb0, sb1, q0, q1, k + (size_t)cf * D, v + (size_t)cf * Dv, cf,
-                  cl - cf + 1, em, hi_cut, wshift, D, Dv, rb0, rb1);
+      af_s8_keys2(r0, r1, sb0, sb1, q0, q1, k + (size_t)cf * D, AF_VAT(v, cf, ldv, Dv), ldv,
+                  cf, cl - cf + 1, em, hi_cut, wshift, D, Dv, rb0, rb1);
       from[n] = f0, to[n] = cf - 1, rowsel[n++] = 0;
       from[n] = cl + 1, to[n] = l0, rowsel[n++] = 0;
       from[n] = f1, to[n] = cf - 1, rowsel[n++] = 1;
@@ -474,8 +682,8 @@ AF_INLINE void af_s8_pair(af_s8_row* r0, af_s8_row* r1, int32_t* sb0, int32_t* s
   for (x = 0; x < n; ++x) {
     if (from[x] > to[x]) continue;
     af_s8_keys1(rowsel[x] ? r1 : r0, rowsel[x] ? sb1 : sb0, rowsel[x] ? q1 : q0,
-                k + (size_t)from[x] * D, v + (size_t)from[x] * Dv, from[x], to[x] - from[x] + 1,
-                em, hi_cut, wshift, D, Dv, rowsel[x] ? rb1 : rb0);
+                k + (size_t)from[x] * D, AF_VAT(v, from[x], ldv, Dv), ldv, from[x],
+                to[x] - from[x] + 1, em, hi_cut, wshift, D, Dv, rowsel[x] ? rb1 : rb0);
   }
 }
 
@@ -483,19 +691,19 @@ AF_INLINE void af_s8_pair(af_s8_row* r0, af_s8_row* r1, int32_t* sb0, int32_t* s
  * copy. */
 static void af_s8_pair_d64(af_s8_row* r0, af_s8_row* r1, int32_t* sb0, int32_t* sb1,
                            const int8_t* q0, const int8_t* q1, const int8_t* k, const int8_t* v,
-                           int32_t f0, int32_t l0, int32_t f1, int32_t l1, af_qmult em,
-                           int32_t hi_cut, int32_t wshift, const af_row_bias* rb0,
+                           int32_t ldv, int32_t f0, int32_t l0, int32_t f1, int32_t l1,
+                           af_qmult em, int32_t hi_cut, int32_t wshift, const af_row_bias* rb0,
                            const af_row_bias* rb1) {
-  af_s8_pair(r0, r1, sb0, sb1, q0, q1, k, v, f0, l0, f1, l1, em, hi_cut, wshift, 64, 64, rb0,
-             rb1);
+  af_s8_pair(r0, r1, sb0, sb1, q0, q1, k, v, ldv, f0, l0, f1, l1, em, hi_cut, wshift, 64, 64,
+             rb0, rb1);
 }
 static void af_s8_pair_any(af_s8_row* r0, af_s8_row* r1, int32_t* sb0, int32_t* sb1,
                            const int8_t* q0, const int8_t* q1, const int8_t* k, const int8_t* v,
-                           int32_t f0, int32_t l0, int32_t f1, int32_t l1, af_qmult em,
-                           int32_t hi_cut, int32_t wshift, int32_t D, int32_t Dv,
+                           int32_t ldv, int32_t f0, int32_t l0, int32_t f1, int32_t l1,
+                           af_qmult em, int32_t hi_cut, int32_t wshift, int32_t D, int32_t Dv,
                            const af_row_bias* rb0, const af_row_bias* rb1) {
-  af_s8_pair(r0, r1, sb0, sb1, q0, q1, k, v, f0, l0, f1, l1, em, hi_cut, wshift, D, Dv, rb0,
-             rb1);
+  af_s8_pair(r0, r1, sb0, sb1, q0, q1, k, v, ldv, f0, l0, f1, l1, em, hi_cut, wshift, D, Dv,
+             rb0, rb1);
 }
 
 /* ------------------------------------------------------------- finish --- */
@@ -509,11 +717,17 @@ static int32_t af_bitlen(uint32_t x) {
 }
 
 /* out = round((acc / l) * sv/so), saturated; zeros for a dead row. */
+/* Also resets the row's accumulators to 0 for the next row (the zeroing
+ * rides on the loop that reads them: no memset per row). */
 static void af_s8_finish(int8_t* o, const af_s8_row* r, af_qmult om, int32_t Dv) {
   int32_t d;
   const int32_t l = r->l;
+  int32_t* acc = r->acc;
   if (!r->started || l <= 0) { /* dead row (the max key has weight > 0) */
-    for (d = 0; d < Dv; ++d) o[d] = 0;
+    for (d = 0; d < Dv; ++d) {
+      o[d] = 0;
+      acc[d] = 0;
+    }
     return;
   }
   {
@@ -527,18 +741,19 @@ static void af_s8_finish(int8_t* o, const af_s8_row* r, af_qmult om, int32_t Dv)
     const int32_t c = (int32_t)((cm + 0x80000000u) >> 32); /* < 2^22 */
     const int32_t sh = 30 + ex - om.shift;
     const int32_t z = c > 0 ? 31 - af_bitlen((uint32_t)c) : 0;
-    const int32_t* acc = r->acc;
     if (c > 0 && sh + z >= 33 && sh + z <= 62) {
       /* c' = c << z in [2^30, 2^31): y = (hi(acc * c') + half) >> (sh+z-32),
        * one high multiply per element. */
       const int32_t c2 = c << z, s2 = sh + z - 32, half = 1 << (s2 - 1);
       for (d = 0; d < Dv; ++d) {
         const int32_t y = ((int32_t)(((int64_t)acc[d] * c2) >> 32) + half) >> s2;
+        acc[d] = 0;
         o[d] = (int8_t)(y > 127 ? 127 : (y < -128 ? -128 : y));
       }
     } else {
       for (d = 0; d < Dv; ++d) {
         const int64_t y = af_round_shift64((int64_t)acc[d] * c, sh);
+        acc[d] = 0;
         o[d] = (int8_t)(y > 127 ? 127 : (y < -128 ? -128 : y));
       }
     }
@@ -584,8 +799,11 @@ af_status af_sdpa_s8_ex(int8_t* out, const int8_t* q, const int8_t* k, const int
   sb1 = sb0 + AF_S8_KEY_TILE;
   acc0 = sb1 + AF_S8_KEY_TILE;
   acc1 = acc0 + s->v_dim;
+  for (i = 0; i < 2 * s->v_dim; ++i) acc0[i] = 0;
   {
     const int32_t H = s->num_heads, G = s->num_heads / s->num_kv_heads;
+    /* AF_V_COLS: v [B, Hkv, Dv, Lk] (the head's stride is the same). */
+    const int32_t ldv = o != NULL && o->v_layout == AF_V_COLS ? s->kv_len : 0;
     const int32_t Lq = s->q_len, Lk = s->kv_len, D = s->head_dim, Dv = s->v_dim;
     for (b = 0; b < s->batch; ++b) {
       const int32_t valid = kv_lens ? kv_lens[b] : Lk;
@@ -603,7 +821,6 @@ af_status af_sdpa_s8_ex(int8_t* out, const int8_t* q, const int8_t* k, const int
           af_s8_row r0, r1;
           af_row_bias rb[2];
           const af_row_bias *rb0 = NULL, *rb1 = NULL;
-          int32_t d;
           af_row_keys(s, o, i, valid, &f0, &l0);
           if (two) af_row_keys(s, o, i + 1, valid, &f1, &l1);
           if (o != NULL) {
@@ -617,14 +834,13 @@ af_status af_sdpa_s8_ex(int8_t* out, const int8_t* q, const int8_t* k, const int
           r0.m = r1.m = 0;
           r0.l = r1.l = 0;
           r0.started = r1.started = 0;
-          r0.acc = acc0;
+          r0.acc = acc0; /* zero: before the first row, then af_s8_finish */
           r1.acc = acc1;
-          for (d = 0; d < Dv; ++d) acc0[d] = acc1[d] = 0;
           if (D == 64 && Dv == 64)
-            af_s8_pair_d64(&r0, &r1, sb0, sb1, q + row * D, q1, kh, vh, f0, l0, f1, l1, em,
+            af_s8_pair_d64(&r0, &r1, sb0, sb1, q + row * D, q1, kh, vh, ldv, f0, l0, f1, l1, em,
                            hi_cut, wshift, rb0, rb1);
           else
-            af_s8_pair_any(&r0, &r1, sb0, sb1, q + row * D, q1, kh, vh, f0, l0, f1, l1, em,
+            af_s8_pair_any(&r0, &r1, sb0, sb1, q + row * D, q1, kh, vh, ldv, f0, l0, f1, l1, em,
                            hi_cut, wshift, D, Dv, rb0, rb1);
           af_s8_finish(out + row * Dv, &r0, om, Dv);
           if (two) af_s8_finish(out + (row + 1) * Dv, &r1, om, Dv);
@@ -640,6 +856,136 @@ af_status af_sdpa_s8(int8_t* out, const int8_t* q, const int8_t* k,
                      const af_s8_params* p, const af_sdpa_shape* s,
                      void* arena, size_t arena_bytes) {
   return af_sdpa_s8_ex(out, q, k, v, kv_lens, p, s, NULL, arena, arena_bytes);
+}
+
+/* ------------------------------------------------------ int8 KV cache --- */
+
+af_status af_kv_cache_s8_init(af_kv_cache_s8* c, int8_t* k_storage, int8_t* v_storage,
+                              int32_t num_kv_heads, int32_t head_dim, int32_t v_dim,
+                              int32_t capacity, int32_t window) {
+  if (c == NULL || k_storage == NULL || v_storage == NULL) return AF_ERR_NULL;
+  if (num_kv_heads < 1 || head_dim < 1 || v_dim < 1 || capacity < 1 ||
+      num_kv_heads > AF_MAX_DIM || head_dim > AF_MAX_DIM || v_dim > AF_MAX_DIM ||
+      capacity > 32768 ||
+      (uint64_t)num_kv_heads * (uint64_t)capacity *
+              (uint64_t)(head_dim > v_dim ? head_dim : v_dim) >= ((uint64_t)1 << 31))
+    return AF_ERR_SHAPE;
+  if (window < 0 || window > capacity) return AF_ERR_PARAM;
+  c->k = k_storage;
+  c->v = v_storage;
+  c->num_kv_heads = num_kv_heads;
+  c->head_dim = head_dim;
+  c->v_dim = v_dim;
+  c->capacity = capacity;
+  c->window = window;
+  c->length = 0;
+  return AF_OK;
+}
+
+/* The struct is the caller's: re-checked before it indexes anything. */
+static af_status af_kv_cache_s8_check(const af_kv_cache_s8* c) {
+  if (c == NULL || c->k == NULL || c->v == NULL) return AF_ERR_NULL;
+  if (c->num_kv_heads < 1 || c->head_dim < 1 || c->v_dim < 1 || c->capacity < 1 ||
+      c->num_kv_heads > AF_MAX_DIM || c->head_dim > AF_MAX_DIM || c->v_dim > AF_MAX_DIM ||
+      c->capacity > 32768 ||
+      (uint64_t)c->num_kv_heads * (uint64_t)c->capacity *
+              (uint64_t)(c->head_dim > c->v_dim ? c->head_dim : c->v_dim) >=
+          ((uint64_t)1 << 31))
+    return AF_ERR_SHAPE;
+  if (c->window < 0 || c->window > c->capacity || c->length < 0 ||
+      (c->window == 0 && c->length > c->capacity))
+    return AF_ERR_PARAM;
+  return AF_OK;
+}
+
+af_status af_kv_cache_s8_append(af_kv_cache_s8* c, const int8_t* k_new, const int8_t* v_new) {
+  int32_t g, d, slot;
+  af_status st = af_kv_cache_s8_check(c);
+  if (st != AF_OK) return st;
+  if (k_new == NULL || v_new == NULL) return AF_ERR_NULL;
+  if (c->window == 0 && c->length >= c->capacity) return AF_ERR_FULL;
+  if (c->length == 0x7fffffff) return AF_ERR_FULL;
+  slot = c->length % c->capacity;
+  for (g = 0; g < c->num_kv_heads; ++g) {
+    int8_t* kr = c->k + ((size_t)g * c->capacity + slot) * c->head_dim;
+    int8_t* vc = c->v + (size_t)g * c->v_dim * c->capacity + slot;
+    for (d = 0; d < c->head_dim; ++d) kr[d] = k_new[(size_t)g * c->head_dim + d];
+    for (d = 0; d < c->v_dim; ++d) vc[(size_t)d * c->capacity] = v_new[(size_t)g * c->v_dim + d];
+  }
+  c->length++;
+  return AF_OK;
+}
+
+size_t af_decode_s8_workspace_bytes(const af_kv_cache_s8* c, int32_t num_heads) {
+  if (c == NULL || num_heads < 1 || c->v_dim < 1 || c->v_dim > AF_MAX_DIM) return 0;
+  return (size_t)(AF_S8_KEY_TILE + c->v_dim) * sizeof(int32_t);
+}
+
+af_status af_decode_s8(int8_t* out, const int8_t* q, const af_kv_cache_s8* c, int32_t num_heads,
+                       const af_s8_params* p, const int32_t* alibi_s8, void* arena,
+                       size_t arena_bytes) {
+  int32_t h, n, first, wshift = 0;
+  int32_t *sbuf, *acc;
+  af_status st = af_kv_cache_s8_check(c);
+  if (st != AF_OK) return st;
+  if (out == NULL || q == NULL || p == NULL || arena == NULL) return AF_ERR_NULL;
+  if (!af_aligned(p, 4) || !af_aligned(alibi_s8, 4)) return AF_ERR_ALIGN;
+  if (num_heads < 1 || num_heads > AF_MAX_DIM || num_heads % c->num_kv_heads != 0)
+    return AF_ERR_SHAPE;
+  if (!(p->num_scale_heads == 1 ||
+        (p->num_scale_heads == num_heads && num_heads <= AF_S8_MAX_HEADS)))
+    return AF_ERR_PARAM;
+  for (h = 0; h < p->num_scale_heads; ++h)
+    if (p->exp_mult[h].mult < 0 || p->exp_mult[h].shift < 0 || p->exp_mult[h].shift > 8 ||
+        p->out_mult[h].mult < 0 || p->out_mult[h].shift < -31 || p->out_mult[h].shift > 30)
+      return AF_ERR_PARAM;
+  if (arena_bytes < af_decode_s8_workspace_bytes(c, num_heads) || ((uintptr_t)arena & 3u))
+    return AF_ERR_ARENA;
+  sbuf = (int32_t*)arena;
+  acc = sbuf + AF_S8_KEY_TILE;
+  /* Visible positions [first, length): the last `window` ones, or all. */
+  n = c->length;
+  if (c->window > 0 && n > c->window) n = c->window;
+  first = c->length - n;
+  while (((int64_t)n << (22 - wshift)) >= ((int64_t)1 << 31)) ++wshift;
+  for (h = 0; h < c->v_dim; ++h) acc[h] = 0;
+  for (h = 0; h < num_heads; ++h) {
+    const int32_t g = h / (num_heads / c->num_kv_heads), ph = p->num_scale_heads == 1 ? 0 : h;
+    const af_qmult em = p->exp_mult[ph], om = p->out_mult[ph];
+    const int32_t hi_cut = (16 * 256) >> em.shift, D = c->head_dim, Dv = c->v_dim;
+    const int8_t* kh = c->k + (size_t)g * c->capacity * D;
+    const int8_t* vh = c->v + (size_t)g * Dv * c->capacity;
+    const int32_t s0 = first % c->capacity;
+    const int32_t seg = c->capacity - s0 < n ? c->capacity - s0 : n;
+    af_s8_row r;
+    af_row_bias rb;
+    const af_row_bias* rbp = NULL;
+    r.m = 0;
+    r.l = 0;
+    r.started = 0;
+    r.acc = acc; /* zero: before the first head, then af_s8_finish */
+    if (alibi_s8 != NULL) { /* key at position pos: -((slope * (length-1-pos) + 128) >> 8) */
+      rb.kind = AF_BIAS_ALIBI;
+      rb.mrow = NULL;
+      rb.msj = 0;
+      rb.diag = c->length - 1;
+      rb.slope = 0.f;
+      rb.slope_s8 = alibi_s8[h];
+      rb.alibi32 = rb.slope_s8 >= 0 && (int64_t)rb.slope_s8 * c->capacity + 128 < 2147483647 &&
+                   (int64_t)rb.slope_s8 * ((int64_t)c->length) + 128 < 2147483647;
+      rbp = &rb;
+    }
+    /* The ring holds positions in slot order; oldest first, as at most two
+     * contiguous segments, each tiled from its start. */
+    if (seg > 0)
+      af_s8_keys1(&r, sbuf, q + (size_t)h * D, kh + (size_t)s0 * D, vh + s0, c->capacity, first,
+                  seg, em, hi_cut, wshift, D, Dv, rbp);
+    if (n - seg > 0)
+      af_s8_keys1(&r, sbuf, q + (size_t)h * D, kh, vh, c->capacity, first + seg, n - seg, em,
+                  hi_cut, wshift, D, Dv, rbp);
+    af_s8_finish(out + (size_t)h * Dv, &r, om, Dv);
+  }
+  return AF_OK;
 }
 
 /* ------------------------------------------------------------- probe --- */

@@ -118,7 +118,7 @@ for t in "${EDGE_TARGETS[@]}"; do
   if ((${#pids[@]} >= 2)); then wait "${pids[0]}" || fail "build: $(cat "$OUT"/build_*.log)"; pids=("${pids[@]:1}"); fi
 done
 for p in "${pids[@]}"; do wait "$p" || fail "build: $(cat "$OUT"/build_*.log)"; done
-summary="SUMMARY: $n_sdpa sdpa cases ($n_sdpa int8), $n_mha mha cases, 0 mismatching"
+summary="SUMMARY: $n_sdpa sdpa cases ($n_sdpa int8), $n_mha mha cases ($n_mha int8), 0 mismatching"
 for t in "${EDGE_TARGETS[@]}"; do
   set +e
   (cd "$OUT/cases" && edge_qemu "$t" "$OUT/$t/golden.elf") > "$OUT/golden_$t.txt" 2>&1
@@ -138,12 +138,25 @@ gcc -O2 -std=c99 -Wall -Wextra -Werror $INC -o "$OUT/host_golden" "$ROOT/micro/h
 (cd "$OUT/cases" && "$OUT/host_golden") > "$OUT/golden_host.txt" ||
   fail "golden harness on the host: $(grep -m1 'FIRST MISMATCH' "$OUT/golden_host.txt")"
 grep 'int8 checksum' "$OUT/golden_host.txt" > "$OUT/checksums_host.txt"
-[[ $(wc -l < "$OUT/checksums_host.txt") -eq $n_sdpa ]] || fail "host harness printed $(wc -l < "$OUT/checksums_host.txt") int8 checksums for $n_sdpa sdpa cases"
+[[ $(wc -l < "$OUT/checksums_host.txt") -eq $((n_sdpa + n_mha)) ]] || fail "host harness printed $(wc -l < "$OUT/checksums_host.txt") int8 checksums for $n_sdpa sdpa and $n_mha mha cases"
 for t in "${EDGE_TARGETS[@]}"; do
   grep 'int8 checksum' "$OUT/golden_$t.txt" | diff -q - "$OUT/checksums_host.txt" > /dev/null ||
     fail "int8 outputs on $t differ from the host: $(grep 'int8 checksum' "$OUT/golden_$t.txt" | diff - "$OUT/checksums_host.txt" | head -4)"
 done
-log "int8 outputs bit-identical on host, ${EDGE_TARGETS[*]} ($n_sdpa cases)"
+# The column value layout (AF_V_COLS: the DSP SMLAD kernels on the Cortex-M,
+# the C loops on rv32imc) must give the same bits.
+for t in rv32imc m4f; do
+  build_harness "$t" "$OUT/$t" "$OUT/cases" "$OUT/$t/golden_cols.elf" -DAF_HARNESS_V_COLS
+  set +e
+  (cd "$OUT/cases" && edge_qemu "$t" "$OUT/$t/golden_cols.elf") > "$OUT/golden_cols_$t.txt" 2>&1
+  rc=$?
+  set -e
+  grep -q "$summary" "$OUT/golden_cols_$t.txt" && ((rc == 0)) ||
+    fail "golden harness with AF_V_COLS on $t (exit $rc), log $OUT/golden_cols_$t.txt"
+  grep 'int8 checksum' "$OUT/golden_cols_$t.txt" | diff -q - "$OUT/checksums_host.txt" > /dev/null ||
+    fail "int8 outputs with AF_V_COLS on $t differ from the row layout's"
+done
+log "int8 outputs bit-identical on host, ${EDGE_TARGETS[*]} ($n_sdpa sdpa + $n_mha mha cases), and with AF_V_COLS on rv32imc and m4f"
 
 # 3. Planted bugs, named at their stage by the harness on rv32imc. Two cases
 # (a plain one and a bool-mask one) keep these builds small.
@@ -153,7 +166,9 @@ cp "$OUT/cases/sdpa_basic.h" "$OUT/cases/sdpa_boolmask_2d.h" "$OUT/cases/mha_sel
 plant_pool=$(printf '%s\n' "${pools[sdpa_basic]}" "${pools[sdpa_boolmask_2d]}" "${pools[mha_self_e16_h4]}" | sort -n | tail -1)
 write_cases_h "$OUT/plant/cases.h" "$plant_pool" sdpa_basic sdpa_boolmask_2d mha_self_e16_h4
 expect_stage() {  # log case impl stage what
-  awk -v c="case $2  kind=sdpa  impl=$3" 'index($0, c) == 1 {on = 1; next} /^case / {on = 0} on' "$1" |
+  local kind=sdpa
+  [[ $2 == mha_* ]] && kind=mha
+  awk -v c="case $2  kind=$kind  impl=$3" 'index($0, c) == 1 {on = 1; next} /^case / {on = 0} on' "$1" |
     grep -q "=> FIRST MISMATCH: stage '$4'" || fail "$5: the harness did not name stage '$4' for $2 ($3); log $1"
 }
 build_harness $t "$OUT/$t" "$OUT/plant" "$OUT/plant/tamper.elf" -DAF_HARNESS_TAMPER
@@ -164,6 +179,10 @@ set -e
 ((rc != 0)) || fail "tampered harness exited 0"
 expect_stage "$OUT/plant/tamper.txt" sdpa_basic micro-f32 out "a tampered output"
 expect_stage "$OUT/plant/tamper.txt" sdpa_basic micro-s8 out "a tampered int8 output"
+expect_stage "$OUT/plant/tamper.txt" mha_self_e16_h4 micro-f32 out "a tampered mha output"
+expect_stage "$OUT/plant/tamper.txt" mha_self_e16_h4 micro-s8 out "a tampered int8 mha output"
+grep -q "heads_out judged teacher-forced" "$OUT/plant/tamper.txt" ||
+  fail "a q off by a rounding did not switch the int8 mha heads_out check to teacher-forced"
 for bug in SCALE MASK; do
   build_lib $t "$OUT/plant/lib_$bug" -DAF_TEST_PLANT_${bug}_BUG
   build_harness $t "$OUT/plant/lib_$bug" "$OUT/plant" "$OUT/plant/$bug.elf"
@@ -220,6 +239,26 @@ tiny_on_devices tiny_s8 tiny_s8_main.c \
   "int8 tiny decoder" 'TINY int8: 64'
 riscv64-unknown-elf-gcc $(edge_cflags rv32imc) -O2 --specs=picolibc.specs -std=c99 $INC -c \
   "$ROOT/micro/tiny/tiny_s8_main.c" -o "$OUT/rv32imc/tiny_s8_main.o"
+
+# 4c. The tiny Llama-style decoder (RMSNorm, RoPE, GQA, SwiGLU): f32 tokens
+# against PyTorch's; int8 (int8 weights and int8 KV cache, af_decode_s8)
+# logits against its NumPy integer model, every step, bit for bit.
+python3 "$ROOT/tools/edge/tiny_llama/export_header.py" "$OUT/cases/tiny_llama_weights.h"
+gcc -O2 -std=c99 -Wall -Wextra -Werror $INC -o "$OUT/host_tiny_llama" "$ROOT/micro/tiny/tiny_llama_main.c" "${SRCS[@]}" -lm
+"$OUT/host_tiny_llama" > "$OUT/tiny_llama_host.txt" 2>&1 && grep -q "TINY LLAMA f32: 64/64 tokens identical to PyTorch" "$OUT/tiny_llama_host.txt" ||
+  fail "tiny Llama decoder on the host: $(cat "$OUT/tiny_llama_host.txt")"
+log "host: $(grep 'tokens identical' "$OUT/tiny_llama_host.txt")"
+tiny_on_devices tiny_llama tiny_llama_main.c "TINY LLAMA f32: 64/64 tokens identical to PyTorch" \
+  "tiny Llama decoder" 'tokens identical'
+python3 "$ROOT/tools/edge/tiny_llama/export_s8_header.py" "$OUT/cases/tiny_llama_s8_weights.h"
+gcc -O2 -std=c99 -Wall -Wextra -Werror $INC -o "$OUT/host_tiny_llama_s8" "$ROOT/micro/tiny/tiny_llama_s8_main.c" "${SRCS[@]}" -lm
+"$OUT/host_tiny_llama_s8" > "$OUT/tiny_llama_s8_host.txt" 2>&1 && grep -q "TINY LLAMA int8: 64/64 steps with logits bit-identical" "$OUT/tiny_llama_s8_host.txt" ||
+  fail "int8 tiny Llama decoder on the host: $(cat "$OUT/tiny_llama_s8_host.txt")"
+tiny_on_devices tiny_llama_s8 tiny_llama_s8_main.c \
+  "TINY LLAMA int8: 64/64 steps with logits bit-identical to the NumPy model, 64/64 tokens equal" \
+  "int8 tiny Llama decoder" 'TINY LLAMA int8: 64'
+riscv64-unknown-elf-gcc $(edge_cflags rv32imc) -O2 --specs=picolibc.specs -std=c99 $INC -c \
+  "$ROOT/micro/tiny/tiny_llama_s8_main.c" -o "$OUT/rv32imc/tiny_llama_s8_main.o"
 
 # 5. The ESP-IDF component, built as ESP-IDF builds it (its own CMakeLists.txt
 # and source list) through the mock, linked into golden_app and run.
@@ -304,6 +343,32 @@ int main(void) {
   r |= af_relu_s8(ibuf + 600, 8);
   r |= af_dump_begin(sink, 0, "c", "sdpa", "micro-f32") | af_dump_tensor(sink, 0, "out", AF_DUMP_F32, 2, dims);
   r |= af_dump_part(sink, 0, "out", AF_DUMP_F32, 0, fbuf, 8) | af_dump_done(sink, 0, "c");
+  {
+    af_kv_cache_s8 c8;
+    static int8_t k8s[2 * 16 * 8], v8s[2 * 8 * 16];
+    static int16_t c15[4], s15[4];
+    static int8_t table[256];
+    r |= af_kv_cache_s8_init(&c8, k8s, v8s, 1, 8, 8, 16, 0);
+    r |= af_kv_cache_s8_append(&c8, ibuf, ibuf);
+    r |= af_decode_s8(ibuf + 700, ibuf, &c8, 2, &p, 0, arena, af_decode_s8_workspace_bytes(&c8, 2));
+    r |= af_rope_table_f32(fbuf + 3800, fbuf + 3804, 3, 8, 10000.0);
+    r |= af_rope_f32(fbuf + 3810, 1, 8, fbuf + 3800, fbuf + 3804, AF_ROPE_HALF);
+    r |= af_rope_table_s8(c15, s15, 3, 8, 10000.0);
+    r |= af_rope_s8(ibuf + 720, 1, 8, c15, s15, AF_ROPE_INTERLEAVED);
+    r |= af_silu_f32(fbuf + 3820, 8) | af_gelu_f32(fbuf + 3830, 8);
+    r |= af_swiglu_f32(fbuf + 3840, fbuf, fbuf + 8, 8);
+    r |= af_rmsnorm_s8_fold(i32buf + 32, &wsum, fbuf, 8, 1.f / 4096, 0.02f, 1e-5f);
+    r |= af_rmsnorm_s8(ibuf + 740, i32buf, i32buf + 32, 8, 1);
+    r |= af_act_table_s8(table, AF_ACT_SILU, 0.05f, 0.04f);
+    r |= af_act_s8(ibuf + 760, 8, table);
+    r |= af_swiglu_s8(ibuf + 780, ibuf, ibuf + 8, 8, table, qm[0]);
+  }
+  {
+    af_mha_shape ms8 = {1, 2, 2, 8, 2, 1, AF_CAUSAL_NONE};
+    af_mha_weights_s8 w8 = {ibuf, ibuf + 64, ibuf + 64, ibuf + 128, 0, 0, 0, 0, qm, qm, qm, qm};
+    r |= af_mha_s8(ibuf + 800, ibuf, ibuf, ibuf, 0, &w8, &p, &ms8, 0, arena,
+                   af_mha_s8_workspace_bytes(&ms8), 0);
+  }
   r += af_s8_exp2_neg_q15(3) == 0;
   r += af_s8_mul_by_qmult(5, qm[0]) == 12345;
   return r + (af_status_name((af_status)r)[0] == 0);
@@ -387,13 +452,14 @@ for t in "${EDGE_TARGETS[@]}"; do
 done
 # 7b. No soft-float call in the rv32imc int8 kernel objects.
 SOFTFLOAT='__(add|sub|mul|div|neg|cmp|eq|ne|lt|le|gt|ge|unord|fix|fixuns|float|floatun|extend|trunc)[a-z]*[sdt]f[0-9]?$'
-sf=$(riscv64-unknown-elf-nm -u "$OUT/rv32imc/af_sdpa_s8.o" "$OUT/rv32imc/af_nn_s8.o" "$OUT/rv32imc/tiny_s8_main.o" | grep -E "$SOFTFLOAT" || true)
+S8_OBJS=("$OUT/rv32imc/af_sdpa_s8.o" "$OUT/rv32imc/af_nn_s8.o" "$OUT/rv32imc/af_mha_s8.o" "$OUT/rv32imc/tiny_s8_main.o" "$OUT/rv32imc/tiny_llama_s8_main.o")
+sf=$(riscv64-unknown-elf-nm -u "${S8_OBJS[@]}" | grep -E "$SOFTFLOAT" || true)
 [[ -z $sf ]] || fail "soft-float calls in the rv32imc int8 objects: $sf"
 # Float instructions (F extension mnemonics start with f: flw, fadd.s, fcvt...):
 # none in the int8 objects; the same count finds them in an rv32imfc build of
 # the f32 kernel, so it is not blind.
 float_insns() { riscv64-unknown-elf-objdump -d "$@" | awk -F'\t' 'NF >= 3 && $3 ~ /^f/ {n++} END {print n + 0}'; }
-fi_s8=$(float_insns "$OUT/rv32imc/af_sdpa_s8.o" "$OUT/rv32imc/af_nn_s8.o" "$OUT/rv32imc/tiny_s8_main.o")
+fi_s8=$(float_insns "${S8_OBJS[@]}")
 ((fi_s8 == 0)) || fail "$fi_s8 float instructions in the rv32imc int8 objects"
 riscv64-unknown-elf-gcc -march=rv32imfc -mabi=ilp32f -O2 --specs=picolibc.specs -std=c99 $INC \
   -c "$ROOT/micro/src/af_sdpa_f32.c" -o "$OUT/rv32imc/f32_hardfloat_probe.o"
@@ -401,5 +467,5 @@ fi_probe=$(float_insns "$OUT/rv32imc/f32_hardfloat_probe.o")
 ((fi_probe > 0)) || fail "float-instruction check is blind: none found in an rv32imfc f32 build"
 (($(riscv64-unknown-elf-nm -u "$OUT/rv32imc/af_sdpa_f32.o" | grep -cE "$SOFTFLOAT" || true) > 0)) ||
   fail "soft-float check is blind: found no soft-float call in the f32 object either"
-log "rv32imc af_sdpa_s8.o, af_nn_s8.o, tiny_s8_main.o: no soft-float calls and no float instructions (the same checks find $(riscv64-unknown-elf-nm -u "$OUT/rv32imc/af_sdpa_f32.o" | grep -cE "$SOFTFLOAT") soft-float calls in af_sdpa_f32.o and $fi_probe float instructions in its rv32imfc build)"
+log "rv32imc af_sdpa_s8.o, af_nn_s8.o, af_mha_s8.o, both int8 tiny decoders: no soft-float calls and no float instructions (the same checks find $(riscv64-unknown-elf-nm -u "$OUT/rv32imc/af_sdpa_f32.o" | grep -cE "$SOFTFLOAT") soft-float calls in af_sdpa_f32.o and $fi_probe float instructions in its rv32imfc build)"
 log "all edge checks passed ($(( $(date +%s) - t0 ))s)"
