@@ -183,7 +183,6 @@ AF_INLINE void af_pvt2_s8_c(int32_t* acc, const int32_t* w, const int32_t* u, co
  * bit-identical to the C kernels above (which other cores use); the
  * Thumb-2 assembly below (AF_S8_ASM) likewise. */
 #include <arm_acle.h>
-#include <string.h>
 
 /* PKHBT lo(a) | lo(b) << 16 and PKHTB hi(b) << 16 | hi(a), one each. */
 AF_INLINE uint32_t af_pkhbt(uint32_t a, uint32_t b) {
@@ -205,7 +204,7 @@ AF_INLINE uint32_t af_sxtb16_ror8(uint32_t x) {
 
 AF_INLINE uint32_t af_ld32(const int8_t* p) {
   uint32_t w;
-  memcpy(&w, p, 4); /* one LDR; unaligned access is legal on M4/M33 */
+  AF_COPY(&w, p, 4); /* one LDR; unaligned access is legal on M4/M33 */
   return w;
 }
 
@@ -770,7 +769,7 @@ AF_INLINE void af_pvt2_s8(int32_t* acc, int32_t* w, int32_t* u, const int8_t* vt
  * SXTB16, against the weights packed w0 | w1 << 16: one SMLAD. */
 AF_INLINE int32_t af_ld16_pair(const int8_t* p) {
   uint16_t h;
-  memcpy(&h, p, 2); /* one LDRH */
+  AF_COPY(&h, p, 2); /* one LDRH */
   return (int32_t)__sxtb16((uint32_t)h | ((uint32_t)h << 8));
 }
 AF_INLINE void af_pvt1_tail_dsp(int32_t* acc, const int32_t* w, const int8_t* vt, int32_t ldv,

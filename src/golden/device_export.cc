@@ -641,8 +641,9 @@ int Exporter::MhaS8(int64_t B, int64_t Lq, int64_t Lk, int64_t E, int64_t H, int
         pr->w8.push_back(int8_t(std::lrint(std::clamp(wf[r * cols + c] / sw, -127.f, 127.f))));
       if (!bf.empty()) {
         const double b = std::nearbyint(double(bf[r]) / (double(s_in) * sw));
-        if (!(std::fabs(b) < 1073741824.0)) bad = "a bias too large for int32 accumulator units";
-        pr->b32.push_back(int32_t(b));
+        const bool fits = std::fabs(b) < 1073741824.0;  // false for NaN too
+        if (!fits) bad = "a bias too large for int32 accumulator units";
+        pr->b32.push_back(fits ? int32_t(b) : 0);
       }
       const double real = double(s_in) * sw / s_o;
       af_qmult m;

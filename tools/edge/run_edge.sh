@@ -68,6 +68,18 @@ n_committed=${#names[@]}
   fail "attnflow golden could not write the decode case"
 export_case "$OUT/gen/decode_b2h4_lk1000_d128.safetensors" decode_b2h4_lk1000_d128 \
   --data "$OUT/cases/decode_b2h4_lk1000_d128.bin" --ram-bytes 1536KiB
+# head_dim 64 (a multiple of 4 with a 4-wide tail) runs the Cortex-M
+# assembly's unrolled paths end to end: GQA with causal, and batch 2 with a
+# boolean mask, ALiBi and padding.
+"$CLI" golden --kind sdpa --batch 1 --heads 2 --kv-heads 1 --q-len 67 --kv-len 67 \
+  --head-dim 64 --causal top_left --seed 31 --out "$OUT/gen/sdpa_d64_causal.safetensors" \
+  > /dev/null || fail "attnflow golden could not write the d64 causal case"
+export_case "$OUT/gen/sdpa_d64_causal.safetensors" sdpa_d64_causal
+"$CLI" golden --kind sdpa --batch 2 --heads 2 --q-len 29 --kv-len 53 --head-dim 64 \
+  --causal bottom_right --mask bool --alibi --kv-lens 53 40 --seed 32 \
+  --out "$OUT/gen/sdpa_d64_mask_alibi.safetensors" > /dev/null ||
+  fail "attnflow golden could not write the d64 masked case"
+export_case "$OUT/gen/sdpa_d64_mask_alibi.safetensors" sdpa_d64_mask_alibi
 write_cases_h() {  # FILE POOL NAME...
   local file=$1 pool=$2 nm
   shift 2
