@@ -266,9 +266,6 @@ function headIndexFor(st) {
   if (st.axes[0] === "kv_head") return Math.floor(T.heads[hi] / (T.model.num_heads / (T.model.num_kv_heads || T.model.num_heads)));
   return hi;
 }
-const PRIMARY = { embed: ["embed", "layer_in", "tok_embed", "pos", "norm"], qkv: ["q", "k", "v"], weighted: ["heads_out"],
-                  concat: ["concat"], wo: ["out"], norm1: ["norm", "residual", "ffn_norm"], ffn: ["ffn", "ffn_hidden"],
-                  norm2: ["block_out", "residual2"] };
 function currentData() {
   const T = P.trace, s = P.steps[P.step], hi = P.state.head;
   const out = { stages: {}, primary: null };
@@ -277,7 +274,7 @@ function currentData() {
     if (!D.length) return out;
     const k = Math.min(P.state.dstep, D.length - 1), d = D[k];
     out.decode = { index: k, position: d.position, kv_len: d.kv_len, token: d.token };
-    for (const n of ["scores", "scaled", "masked", "weights"]) {
+    for (const n of P.mapStages) {
       const st = d.stages[n]; if (!st) continue;
       out.stages[n] = { axes: st.axes, shape: st.shape.slice(3 - st.rank), pool: st.pool.slice(3 - st.rank),
                         head: T.heads[hi], rows: stageMatrix(st, hi), st };
@@ -292,7 +289,7 @@ function currentData() {
                       head: st.rank === 3 ? (st.axes[0] === "kv_head" ? a : T.heads[hi]) : null, rows: stageMatrix(st, a), st };
   }
   if (s.map && out.stages[s.map]) out.primary = s.map;
-  else out.primary = (PRIMARY[s.id] || []).find((n) => out.stages[n]) || names[0] || null;
+  else out.primary = s.primary.find((n) => out.stages[n]) || names[0] || null;
   return out;
 }
 function stem() {

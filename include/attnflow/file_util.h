@@ -1,6 +1,6 @@
 // attnflow/file_util.h — whole-file reads, guarded read-only mappings
-// (FileBytes), atomic (all-or-nothing) writes, and UTF-8 validation of file
-// contents.
+// (FileBytes), atomic (all-or-nothing) writes of files and export
+// directories, path joining, and UTF-8 validation of file contents.
 //
 // Invariants:
 //  * WriteFileAtomic never leaves a partial file at `path`: data goes to a
@@ -119,6 +119,10 @@ class FileBytes {
 // Exit code of a process whose guarded mapping lost its file's bytes (see
 // FileBytes): 2, the CLI's code for an unreadable or invalid input file.
 inline constexpr int kMappedFileChangedExit = 2;
+
+// `dir` + "/" + `name` (no second '/' when `dir` ends in one; `name` alone
+// when `dir` is empty).
+std::string JoinPath(const std::string& dir, const std::string& name);
 
 // Strict UTF-8: no overlong forms, no surrogates, nothing above U+10FFFF, no
 // truncated sequences (the rule of the safetensors and GGUF formats).

@@ -65,6 +65,16 @@ typedef struct {
   af_mha_shape mshape;
   af_gref x_q, x_k, x_v, w_q, w_k, w_v, w_o, b_q, b_k, b_v, b_o;
   af_gref mq, mk, mv, heads_out, concat; /* expected mha stages (f32) */
+  /* int8 path (mha, has_s8): inputs quantised per tensor, weights per output
+   * row with one multiplier per row (int32 pairs {mult, shift}), biases int32
+   * in accumulator units, the attention's scales (sq, sk, sv, so above: the
+   * projected q, k, v and heads_out), and the expected int8 stages: the
+   * golden float stages quantised once at the same scales (q, k, v,
+   * heads_out, out), compared within bound_lsb (docs/edge.md). */
+  af_gref x_q8, x_k8, x_v8, w_q8, w_k8, w_v8, w_o8, b_q32, b_k32, b_v32, b_o32;
+  af_gref m_q, m_k, m_v, m_o;
+  af_gref mq8, mk8, mv8, heads_out8, out8m;
+  float s_out;
 } af_golden_case;
 
 #endif

@@ -684,8 +684,271 @@ static int run_mha(const af_golden_case* c) {
   return report(c->name, "mha", "micro-f32", c->atol, c->rtol, a, M_N);
 }
 
+/* ------------------------------------------------------------ mha int8 --- */
+
+/* The int8 path of an mha case (af_mha_s8; expectations teacher-forced in
+ * float64 by export-c, src/golden/device_export.cc MhaS8): q, k and v within
+ * 1 LSB of the float64 projection of the int8 inputs and weights;
+ * heads_out within AF_S8_BOUND_LSB of the float64 SDPA on the expected q, k,
+ * v (if the device's own q/k/v differ from those by a rounding, heads_out is
+ * checked on a teacher-forced af_sdpa_s8_ex call instead, and the line says
+ * so); concat exactly the heads_out rows side by side; out within 1 LSB plus
+ * what the device's concat deviation can move it through w_o
+ * (ceil(max|dconcat| * max_row sum|w_o| * m_o)). */
+enum { MS_Q, MS_K, MS_V, MS_HEADS, MS_CONCAT, MS_OUT, MS_N };
+
+static double qmult_real(const int32_t* m) { /* {mult, shift} -> real */
+  return (double)m[0] * ldexp(1.0, (int)m[1] - 31);
+}
+
+/* int8 stage vs int8 expectation, in LSB, through the float accumulator. */
+static void acc_compare_s8(stage_acc* a, const int8_t* got, const int8_t* exp, long n, float* gf,
+                           float* ef) {
+  long i;
+  if (got == NULL || exp == NULL || gf == NULL || ef == NULL) return;
+  for (i = 0; i < n; ++i) {
+    gf[i] = (float)got[i];
+    ef[i] = (float)exp[i];
+  }
+  acc_compare(a, gf, ef, n, 0);
+}
+
+static int run_mha_s8(const af_golden_case* c) {
+  static const char* const kNames[MS_N] = {"q", "k", "v", "heads_out", "concat", "out"};
+  const char* impl = "micro-s8";
+  const af_mha_shape* s = &c->mshape;
+  const int32_t B = s->batch, H = s->num_heads, Hkv = s->num_kv_heads, E = s->embed;
+  const int32_t dh = E / H, Lq = s->q_len, Lk = s->kv_len;
+  const uint32_t nq = (uint32_t)B * H * Lq * dh, nk = (uint32_t)B * Hkv * Lk * dh;
+  const uint32_t no = (uint32_t)B * Lq * E;
+  const uint32_t mx = nq > nk ? (nq > no ? nq : no) : (nk > no ? nk : no);
+  stage_acc a[MS_N];
+  af_mha_weights_s8 w;
+  af_mha_stages_s8 st;
+  af_s8_params p;
+  af_sdpa_opts o = AF_SDPA_OPTS_INIT;
+  const int8_t *xq, *xk, *xv, *e;
+  const int32_t *kvl, *mo;
+  int8_t* out;
+  float *gf, *ef;
+  void* arena;
+  size_t ws = af_mha_s8_workspace_bytes(s), mark;
+  af_status rc;
+  uint32_t hsh = 2166136261u, i;
+  int m, forced = 0;
+  double dcat = 0.0, wsum = 0.0; /* max concat deviation, largest out bound */
+  pool_used = 0;
+  g_err = NULL;
+  acc_init(&a[MS_Q], kNames[MS_Q], 1, 0, 4, B, H, Lq, dh);
+  acc_init(&a[MS_K], kNames[MS_K], 1, 0, 4, B, Hkv, Lk, dh);
+  acc_init(&a[MS_V], kNames[MS_V], 1, 0, 4, B, Hkv, Lk, dh);
+  acc_init(&a[MS_HEADS], kNames[MS_HEADS], AF_S8_BOUND_LSB, 0, 4, B, H, Lq, dh);
+  acc_init(&a[MS_CONCAT], kNames[MS_CONCAT], 0, 0, 3, B, Lq, E, 0);
+  acc_init(&a[MS_OUT], kNames[MS_OUT], 1, 0, 3, B, Lq, E, 0);
+  if (af_s8_prepare(&p, &c->sq, &c->sk, &c->sv, &c->so, 1, c->scale) != AF_OK)
+    return fail_run(c->name, "mha", impl, "q", "af_s8_prepare refused the scales");
+  xq = (const int8_t*)fetch(c, c->x_q8, 0, c->x_q8.count, 1);
+  xk = (const int8_t*)fetch(c, c->x_k8, 0, c->x_k8.count, 1);
+  xv = (const int8_t*)fetch(c, c->x_v8, 0, c->x_v8.count, 1);
+  w.w_q = (const int8_t*)fetch(c, c->w_q8, 0, c->w_q8.count, 1);
+  w.w_k = (const int8_t*)fetch(c, c->w_k8, 0, c->w_k8.count, 1);
+  w.w_v = (const int8_t*)fetch(c, c->w_v8, 0, c->w_v8.count, 1);
+  w.w_o = (const int8_t*)fetch(c, c->w_o8, 0, c->w_o8.count, 1);
+  w.b_q = (const int32_t*)fetch(c, c->b_q32, 0, c->b_q32.count, 4);
+  w.b_k = (const int32_t*)fetch(c, c->b_k32, 0, c->b_k32.count, 4);
+  w.b_v = (const int32_t*)fetch(c, c->b_v32, 0, c->b_v32.count, 4);
+  w.b_o = (const int32_t*)fetch(c, c->b_o32, 0, c->b_o32.count, 4);
+  w.m_q = (const af_qmult*)fetch(c, c->m_q, 0, c->m_q.count, 4);
+  w.m_k = (const af_qmult*)fetch(c, c->m_k, 0, c->m_k.count, 4);
+  w.m_v = (const af_qmult*)fetch(c, c->m_v, 0, c->m_v.count, 4);
+  mo = (const int32_t*)fetch(c, c->m_o, 0, c->m_o.count, 4);
+  w.m_o = (const af_qmult*)mo;
+  kvl = (const int32_t*)fetch(c, c->kv_lens, 0, c->kv_lens.count, 4);
+  o.window_left = c->window_left;
+  o.window_right = c->window_right;
+  if (c->mask_type != AF_MASK_NONE) {
+    memcpy(o.mask_shape, c->mask_shape, sizeof o.mask_shape);
+    o.mask_type = c->mask_type;
+    o.mask = fetch(c, c->mask, 0, c->mask.count, c->mask_type == AF_MASK_BOOL ? 1 : 4);
+    if (c->mask_type == AF_MASK_F32) { /* start-up conversion to raw-score units */
+      int32_t* m32 = (int32_t*)take((size_t)c->mask.count * 4);
+      if (o.mask == NULL || m32 == NULL ||
+          af_s8_mask_prepare(m32, (const float*)o.mask, (int32_t)c->mask.count, c->sq, c->sk,
+                             c->scale) != AF_OK) {
+        close_data();
+        return fail_run(c->name, "mha", impl, "heads_out",
+                        g_err ? g_err : "af_s8_mask_prepare refused the mask");
+      }
+      o.mask_type = AF_MASK_S32;
+      o.mask = m32;
+    }
+  }
+  if (c->alibi.off != AF_G_ABSENT) {
+    const float* sl = (const float*)fetch(c, c->alibi, 0, c->alibi.count, 4);
+    int32_t* a8 = (int32_t*)take((size_t)H * 4);
+    if (sl == NULL || a8 == NULL || af_s8_alibi_prepare(a8, sl, H, &c->sq, &c->sk, 1, c->scale) != AF_OK) {
+      close_data();
+      return fail_run(c->name, "mha", impl, "heads_out",
+                      g_err ? g_err : "af_s8_alibi_prepare refused the slopes");
+    }
+    o.alibi_s8 = a8;
+  }
+  out = (int8_t*)take((size_t)no + 4);
+  st.q = (int8_t*)take((size_t)nq + 4);
+  st.heads_out = (int8_t*)take((size_t)nq + 4);
+  st.k = (int8_t*)take((size_t)nk + 4);
+  st.v = (int8_t*)take((size_t)nk + 4);
+  st.concat = (int8_t*)take((size_t)no + 4);
+  arena = take(ws);
+  if (g_err != NULL || !xq || !xk || !xv || !w.w_q || !w.w_k || !w.w_v || !w.w_o || !w.m_q ||
+      !w.m_k || !w.m_v || !mo || !out || !st.q || !st.heads_out || !st.k || !st.v || !st.concat ||
+      !arena) {
+    close_data();
+    return fail_run(c->name, "mha", impl, "q", g_err ? g_err : "missing input");
+  }
+  rc = af_mha_s8(out, xq, xk, xv, kvl, &w, &p, s, &o, arena, ws, &st);
+  if (rc != AF_OK) {
+    char what[64];
+    snprintf(what, sizeof what, "af_mha_s8 returned %s", af_status_name(rc));
+    close_data();
+    return fail_run(c->name, "mha", impl, "q", what);
+  }
+#ifdef AF_HARNESS_TAMPER
+  /* One output off by 9 LSB (must be named at 'out'), and one q element off
+   * by a rounding (within q's 1 LSB: exercises the teacher-forced heads_out). */
+  if (no > 0) out[no - 1] = (int8_t)(out[no - 1] > 0 ? out[no - 1] - 9 : out[no - 1] + 9);
+  if (nq > 0) st.q[0] = (int8_t)(st.q[0] > 0 ? st.q[0] - 1 : st.q[0] + 1);
+#endif
+  for (i = 0; i < no; ++i) hsh = (hsh ^ (uint8_t)out[i]) * 16777619u;
+  mark = pool_used;
+  gf = (float*)take((size_t)mx * 4 + 4);
+  ef = (float*)take((size_t)mx * 4 + 4);
+  {
+    const size_t cmp_mark = pool_used; /* file mode: one expected stage at a time */
+    acc_compare_s8(&a[MS_Q], st.q, (const int8_t*)fetch(c, c->mq8, 0, nq, 1), nq, gf, ef);
+    pool_used = cmp_mark;
+    acc_compare_s8(&a[MS_K], st.k, (const int8_t*)fetch(c, c->mk8, 0, nk, 1), nk, gf, ef);
+    pool_used = cmp_mark;
+    acc_compare_s8(&a[MS_V], st.v, (const int8_t*)fetch(c, c->mv8, 0, nk, 1), nk, gf, ef);
+    pool_used = cmp_mark;
+  }
+  if (a[MS_Q].max_abs > 0 || a[MS_K].max_abs > 0 || a[MS_V].max_abs > 0) {
+    /* The device's q/k/v are off by a rounding: judge the attention on the
+     * expected ones (teacher-forced), through the kernel af_mha_s8 calls. */
+    af_sdpa_shape sd;
+    const int8_t *q8e, *k8e, *v8e;
+    int8_t* ho;
+    void* sa;
+    size_t sws;
+    const size_t fmark = pool_used;
+    sd.batch = B;
+    sd.num_heads = H;
+    sd.num_kv_heads = Hkv;
+    sd.q_len = Lq;
+    sd.kv_len = Lk;
+    sd.head_dim = dh;
+    sd.v_dim = dh;
+    sd.causal = s->causal;
+    sws = af_sdpa_s8_workspace_bytes(&sd);
+    q8e = (const int8_t*)fetch(c, c->mq8, 0, nq, 1);
+    k8e = (const int8_t*)fetch(c, c->mk8, 0, nk, 1);
+    v8e = (const int8_t*)fetch(c, c->mv8, 0, nk, 1);
+    ho = (int8_t*)take((size_t)nq + 4);
+    sa = take(sws);
+    if (q8e == NULL || k8e == NULL || v8e == NULL || ho == NULL || sa == NULL ||
+        af_sdpa_s8_ex(ho, q8e, k8e, v8e, kvl, &p, &sd, &o, sa, sws) != AF_OK) {
+      close_data();
+      return fail_run(c->name, "mha", impl, "heads_out",
+                      g_err ? g_err : "the teacher-forced af_sdpa_s8_ex failed");
+    }
+    forced = 1;
+    e = (const int8_t*)fetch(c, c->heads_out8, 0, nq, 1);
+    acc_compare_s8(&a[MS_HEADS], ho, e, nq, gf, ef);
+    pool_used = fmark;
+  } else {
+    const size_t cmp_mark = pool_used;
+    e = (const int8_t*)fetch(c, c->heads_out8, 0, nq, 1);
+    acc_compare_s8(&a[MS_HEADS], st.heads_out, e, nq, gf, ef);
+    pool_used = cmp_mark;
+  }
+  { /* concat: the device's own heads_out rows side by side, exactly. Its
+     * deviation from the expected heads_out (dc) bounds each output:
+     * |out - out8e| <= 1 + ceil(sum_e |dc[e]| |w_o[f][e]| m_o[f]). */
+    int32_t b, t, f, k;
+    const int8_t* hoe = (const int8_t*)fetch(c, c->heads_out8, 0, nq, 1);
+    int8_t* want = (int8_t*)take((size_t)no + 4);
+    int8_t* dc = (int8_t*)take((size_t)no + 4);
+    const int8_t* oe;
+    if (hoe == NULL || want == NULL || dc == NULL) {
+      close_data();
+      return fail_run(c->name, "mha", impl, "concat", g_err ? g_err : "missing heads_out");
+    }
+    for (b = 0; b < B; ++b)
+      for (t = 0; t < Lq; ++t)
+        for (f = 0; f < E; ++f) {
+          const size_t src = (((size_t)b * H + f / dh) * Lq + t) * dh + f % dh;
+          const size_t dst = ((size_t)b * Lq + t) * E + f;
+          const int d = st.concat[dst] - hoe[src];
+          want[dst] = st.heads_out[src];
+          dc[dst] = (int8_t)(d < -127 ? -127 : (d > 127 ? 127 : d));
+          if (fabs((double)d) > dcat) dcat = fabs((double)d);
+        }
+    acc_compare_s8(&a[MS_CONCAT], st.concat, want, no, gf, ef);
+    oe = (const int8_t*)fetch(c, c->out8m, 0, no, 1);
+    if (oe == NULL) {
+      close_data();
+      return fail_run(c->name, "mha", impl, "out", g_err ? g_err : "missing out");
+    }
+    for (k = 0; k < B * Lq; ++k)
+      for (f = 0; f < E; ++f) {
+        const size_t at = (size_t)k * E + f;
+        const double diff = fabs((double)out[at] - oe[at]);
+        double d = 0.0, tol;
+        int32_t e2;
+        for (e2 = 0; e2 < E; ++e2)
+          d += fabs((double)dc[(size_t)k * E + e2]) * fabs((double)w.w_o[(size_t)f * E + e2]);
+        tol = 1.0 + ceil(d * qmult_real(mo + 2 * f) - 1e-9);
+        if (tol > wsum) wsum = tol;
+        if (diff > a[MS_OUT].max_abs) a[MS_OUT].max_abs = diff;
+        if (oe[at] != 0 && diff / fabs((double)oe[at]) > a[MS_OUT].max_rel)
+          a[MS_OUT].max_rel = diff / fabs((double)oe[at]);
+        if (diff > tol) {
+          if (a[MS_OUT].first_bad < 0) {
+            a[MS_OUT].first_bad = (long)at;
+            a[MS_OUT].got_bad = out[at];
+            a[MS_OUT].exp_bad = oe[at];
+          }
+          a[MS_OUT].bad++;
+        }
+      }
+    a[MS_OUT].atol = wsum;
+  }
+  pool_used = mark;
+  DUMP(af_dump_begin(uart_write, NULL, c->name, "mha", impl));
+  DUMP(for (m = 0; m < MS_N; ++m) {
+    const int8_t* g8 = m == MS_Q ? st.q : m == MS_K ? st.k : m == MS_V ? st.v
+                     : m == MS_HEADS ? st.heads_out : m == MS_CONCAT ? st.concat : out;
+    af_dump_tensor(uart_write, NULL, kNames[m], AF_DUMP_I8, a[m].rank, a[m].dims);
+    af_dump_part(uart_write, NULL, kNames[m], AF_DUMP_I8, 0, g8, (uint32_t)(a[m].rank == 3 ? no
+                 : m == MS_K || m == MS_V ? nk : nq));
+  });
+  DUMP(af_dump_done(uart_write, NULL, c->name));
+  if (g_err != NULL) {
+    close_data();
+    return fail_run(c->name, "mha", impl, "q", g_err);
+  }
+  printf("  int8 checksum %s 0x%08lx\n", c->name, (unsigned long)hsh);
+  m = report(c->name, "mha", impl, 1.0, 0.0, a, MS_N);
+  if (forced)
+    printf("  heads_out judged teacher-forced: the device's q/k/v are a rounding off the "
+           "expected\n");
+  printf("  out within 1 LSB + its concat deviation through w_o (%g LSB concat, %g LSB at most)\n",
+         dcat, wsum);
+  return m;
+}
+
 int main(void) {
-  int i, failed = 0, sdpa = 0, mha = 0, s8 = 0;
+  int i, failed = 0, sdpa = 0, mha = 0, s8 = 0, mha8 = 0;
   const uint32_t one = 1;
   if (*(const uint8_t*)&one != 1) {
     printf("SUMMARY: big-endian target: the exported case data is little-endian\n");
@@ -703,6 +966,10 @@ int main(void) {
     if (c->kind == AF_G_MHA) {
       ++mha;
       failed += run_mha(c);
+      if (c->has_s8) {
+        ++mha8;
+        failed += run_mha_s8(c);
+      }
     } else {
       ++sdpa;
       failed += run_sdpa(c, 0);
@@ -718,8 +985,8 @@ int main(void) {
       ++failed;
     }
   }
-  printf("SUMMARY: %d sdpa cases (%d int8), %d mha cases, %d mismatching, pool %lu bytes "
-         "(peak %lu)\n",
-         sdpa, s8, mha, failed, (unsigned long)sizeof pool, (unsigned long)pool_peak);
+  printf("SUMMARY: %d sdpa cases (%d int8), %d mha cases (%d int8), %d mismatching, pool %lu "
+         "bytes (peak %lu)\n",
+         sdpa, s8, mha, mha8, failed, (unsigned long)sizeof pool, (unsigned long)pool_peak);
   return failed > 125 ? 125 : failed;
 }

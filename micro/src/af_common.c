@@ -66,6 +66,44 @@ af_status af_check_kv_lens(const int32_t* kv_lens, const af_sdpa_shape* s) {
   return AF_OK;
 }
 
+af_status af_mha_check_shape(const af_mha_shape* s, af_sdpa_shape* sd) {
+  if (s == NULL) return AF_ERR_NULL;
+  if (s->batch < 0 || s->q_len < 0 || s->kv_len < 0 || s->embed < 1 || s->num_heads < 1 ||
+      s->num_kv_heads < 1 || s->embed > AF_MAX_DIM || s->num_heads > s->embed)
+    return AF_ERR_SHAPE;
+  if (s->embed % s->num_heads != 0 || s->num_heads % s->num_kv_heads != 0) return AF_ERR_SHAPE;
+  sd->batch = 1;
+  sd->num_heads = s->num_heads;
+  sd->num_kv_heads = s->num_kv_heads;
+  sd->q_len = s->q_len;
+  sd->kv_len = s->kv_len;
+  sd->head_dim = s->embed / s->num_heads;
+  sd->v_dim = sd->head_dim;
+  sd->causal = s->causal;
+  if ((uint64_t)(s->q_len > s->kv_len ? s->q_len : s->kv_len) * (uint64_t)s->embed *
+          (uint64_t)(s->batch > 0 ? s->batch : 1) >= ((uint64_t)1 << 31))
+    return AF_ERR_SHAPE;
+  return af_sdpa_check_shape(sd);
+}
+
+af_status af_mha_check_call(const af_mha_shape* s, const af_sdpa_shape* sd, const int32_t* kv_lens,
+                            const af_sdpa_opts* o, int int8) {
+  af_sdpa_shape full = *sd;
+  af_status st;
+  full.batch = s->batch;
+  if ((st = af_check_kv_lens(kv_lens, &full)) != AF_OK) return st;
+  return af_sdpa_check_opts(o, &full, int8);
+}
+
+void af_mha_seq_opts(af_sdpa_opts* ob, const af_sdpa_opts* o, int32_t b) {
+  *ob = *o;
+  if (o->mask_type != AF_MASK_NONE && o->mask_shape[0] != 1) {
+    const size_t per_b = (size_t)o->mask_shape[1] * o->mask_shape[2] * o->mask_shape[3];
+    ob->mask = (const uint8_t*)o->mask + (size_t)b * per_b * (o->mask_type == AF_MASK_BOOL ? 1 : 4);
+  }
+  ob->mask_shape[0] = 1;
+}
+
 int af_aligned(const void* p, uintptr_t align) { return ((uintptr_t)p & (align - 1u)) == 0; }
 
 void af_sdpa_opts_init(af_sdpa_opts* o) {

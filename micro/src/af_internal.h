@@ -18,6 +18,14 @@ void af_row_keys(const af_sdpa_shape* s, const af_sdpa_opts* o, int32_t i, int32
                  int32_t* first, int32_t* last);
 /* AF_ERR_PARAM if any kv_lens[b] is outside [0, kv_len]. */
 af_status af_check_kv_lens(const int32_t* kv_lens, const af_sdpa_shape* s);
+/* mha (af_mha_f32 / af_mha_s8): validates the shape and fills the attention
+ * of one sequence (batch 1, H heads of embed / H). */
+af_status af_mha_check_shape(const af_mha_shape* s, af_sdpa_shape* per_seq);
+/* kv_lens in [0, kv_len] and the options against the whole batch. */
+af_status af_mha_check_call(const af_mha_shape* s, const af_sdpa_shape* per_seq,
+                            const int32_t* kv_lens, const af_sdpa_opts* o, int int8);
+/* Options of sequence b: its slice of the mask (batch extent 1). */
+void af_mha_seq_opts(af_sdpa_opts* ob, const af_sdpa_opts* o, int32_t b);
 /* 1 if p is aligned to `align` bytes (NULL counts as aligned). */
 int af_aligned(const void* p, uintptr_t align);
 

@@ -10,32 +10,10 @@
 
 #include "af_internal.h"
 
-static af_status af_mha_check(const af_mha_shape* s, af_sdpa_shape* sd) {
-  int32_t dh;
-  if (s == NULL) return AF_ERR_NULL;
-  if (s->batch < 0 || s->q_len < 0 || s->kv_len < 0 || s->embed < 1 || s->num_heads < 1 ||
-      s->num_kv_heads < 1 || s->embed > AF_MAX_DIM || s->num_heads > s->embed)
-    return AF_ERR_SHAPE;
-  if (s->embed % s->num_heads != 0 || s->num_heads % s->num_kv_heads != 0) return AF_ERR_SHAPE;
-  dh = s->embed / s->num_heads;
-  sd->batch = 1;
-  sd->num_heads = s->num_heads;
-  sd->num_kv_heads = s->num_kv_heads;
-  sd->q_len = s->q_len;
-  sd->kv_len = s->kv_len;
-  sd->head_dim = dh;
-  sd->v_dim = dh;
-  sd->causal = s->causal;
-  if ((uint64_t)(s->q_len > s->kv_len ? s->q_len : s->kv_len) * (uint64_t)s->embed *
-          (uint64_t)(s->batch > 0 ? s->batch : 1) >= ((uint64_t)1 << 31))
-    return AF_ERR_SHAPE;
-  return af_sdpa_check_shape(sd);
-}
-
 size_t af_mha_f32_workspace_bytes(const af_mha_shape* s) {
   af_sdpa_shape sd;
   uint64_t n;
-  if (af_mha_check(s, &sd) != AF_OK) return 0;
+  if (af_mha_check_shape(s, &sd) != AF_OK) return 0;
   /* q + heads_out [H*Lq*Dh each], k + v [Hkv*Lk*Dh each], one concat row,
    * the lse of one sequence; in 64 bits so it cannot wrap on a 32-bit
    * size_t (0 = does not fit the address space). */
@@ -67,8 +45,8 @@ af_status af_mha_f32_ex(float* out, const float* x_q, const float* x_k, const fl
                         const int32_t* kv_lens, const af_mha_weights_f32* w, float scale,
                         const af_mha_shape* s, const af_sdpa_opts* o, void* arena,
                         size_t arena_bytes, const af_mha_stages_f32* stages) {
-  af_sdpa_shape sd, full;
-  af_status st = af_mha_check(s, &sd);
+  af_sdpa_shape sd;
+  af_status st = af_mha_check_shape(s, &sd);
   size_t ws;
   int32_t b;
   if (st != AF_OK) return st;
@@ -86,12 +64,7 @@ af_status af_mha_f32_ex(float* out, const float* x_q, const float* x_k, const fl
                  !af_aligned(stages->heads_out, 4) || !af_aligned(stages->concat, 4)))
     return AF_ERR_ALIGN;
   if (!(scale > 0.f && scale <= 3.0e38f)) return AF_ERR_PARAM;
-  if (kv_lens)
-    for (b = 0; b < s->batch; ++b)
-      if (kv_lens[b] < 0 || kv_lens[b] > s->kv_len) return AF_ERR_PARAM;
-  full = sd;
-  full.batch = s->batch;
-  if ((st = af_sdpa_check_opts(o, &full, 0)) != AF_OK) return st;
+  if ((st = af_mha_check_call(s, &sd, kv_lens, o, 0)) != AF_OK) return st;
   ws = af_mha_f32_workspace_bytes(s);
   if (ws == 0 || arena_bytes < ws || ((uintptr_t)arena & 3u)) return AF_ERR_ARENA;
   {
@@ -109,15 +82,7 @@ af_status af_mha_f32_ex(float* out, const float* x_q, const float* x_k, const fl
     for (b = 0; b < s->batch; ++b) {
       int32_t i, f, h;
       af_sdpa_opts ob;
-      if (o != NULL) { /* this sequence's slice of the mask: batch extent 1 */
-        ob = *o;
-        if (o->mask_type != AF_MASK_NONE && o->mask_shape[0] != 1) {
-          const size_t per_b = (size_t)o->mask_shape[1] * o->mask_shape[2] * o->mask_shape[3];
-          ob.mask = o->mask_type == AF_MASK_BOOL ? (const void*)((const uint8_t*)o->mask + b * per_b)
-                                                 : (const void*)((const float*)o->mask + b * per_b);
-        }
-        ob.mask_shape[0] = 1;
-      }
+      if (o != NULL) af_mha_seq_opts(&ob, o, b); /* its slice of the mask */
       af_project_heads(qh, x_q + (size_t)b * Lq * E, w->w_q, w->b_q, Lq, E, E, dh);
       af_project_heads(kh, x_k + (size_t)b * Lk * E, w->w_k, w->b_k, Lk, E, Ekv, dh);
       af_project_heads(vh, x_v + (size_t)b * Lk * E, w->w_v, w->b_v, Lk, E, Ekv, dh);

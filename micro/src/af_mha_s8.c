@@ -13,30 +13,10 @@
 
 #include "af_internal.h"
 
-static af_status af_mha_s8_check(const af_mha_shape* s, af_sdpa_shape* sd) {
-  if (s == NULL) return AF_ERR_NULL;
-  if (s->batch < 0 || s->q_len < 0 || s->kv_len < 0 || s->embed < 1 || s->num_heads < 1 ||
-      s->num_kv_heads < 1 || s->embed > AF_MAX_DIM || s->num_heads > s->embed)
-    return AF_ERR_SHAPE;
-  if (s->embed % s->num_heads != 0 || s->num_heads % s->num_kv_heads != 0) return AF_ERR_SHAPE;
-  sd->batch = 1;
-  sd->num_heads = s->num_heads;
-  sd->num_kv_heads = s->num_kv_heads;
-  sd->q_len = s->q_len;
-  sd->kv_len = s->kv_len;
-  sd->head_dim = s->embed / s->num_heads;
-  sd->v_dim = sd->head_dim;
-  sd->causal = s->causal;
-  if ((uint64_t)(s->q_len > s->kv_len ? s->q_len : s->kv_len) * (uint64_t)s->embed *
-          (uint64_t)(s->batch > 0 ? s->batch : 1) >= ((uint64_t)1 << 31))
-    return AF_ERR_SHAPE;
-  return af_sdpa_check_shape(sd);
-}
-
 size_t af_mha_s8_workspace_bytes(const af_mha_shape* s) {
   af_sdpa_shape sd;
   uint64_t n;
-  if (af_mha_s8_check(s, &sd) != AF_OK) return 0;
+  if (af_mha_check_shape(s, &sd) != AF_OK) return 0;
   /* q + heads_out [Lq*E each], k + v [Lk*Hkv*Dh each] int8, one concat row,
    * then the SDPA arena at a 4-byte boundary. */
   n = (uint64_t)2 * s->q_len * s->embed + (uint64_t)2 * s->kv_len * s->num_kv_heads * sd.head_dim +
@@ -72,8 +52,8 @@ af_status af_mha_s8(int8_t* out, const int8_t* x_q, const int8_t* x_k, const int
                     const int32_t* kv_lens, const af_mha_weights_s8* w, const af_s8_params* p,
                     const af_mha_shape* s, const af_sdpa_opts* o, void* arena, size_t arena_bytes,
                     const af_mha_stages_s8* stages) {
-  af_sdpa_shape sd, full;
-  af_status st = af_mha_s8_check(s, &sd);
+  af_sdpa_shape sd;
+  af_status st = af_mha_check_shape(s, &sd);
   size_t ws;
   int32_t b;
   if (st != AF_OK) return st;
@@ -85,12 +65,7 @@ af_status af_mha_s8(int8_t* out, const int8_t* x_q, const int8_t* x_k, const int
       !af_aligned(w->b_v, 4) || !af_aligned(w->b_o, 4) || !af_aligned(w->m_q, 4) ||
       !af_aligned(w->m_k, 4) || !af_aligned(w->m_v, 4) || !af_aligned(w->m_o, 4))
     return AF_ERR_ALIGN;
-  if (kv_lens)
-    for (b = 0; b < s->batch; ++b)
-      if (kv_lens[b] < 0 || kv_lens[b] > s->kv_len) return AF_ERR_PARAM;
-  full = sd;
-  full.batch = s->batch;
-  if ((st = af_sdpa_check_opts(o, &full, 1)) != AF_OK) return st;
+  if ((st = af_mha_check_call(s, &sd, kv_lens, o, 1)) != AF_OK) return st;
   if (o != NULL && o->v_layout != AF_V_ROWS) return AF_ERR_PARAM; /* v is projected here */
   ws = af_mha_s8_workspace_bytes(s);
   if (ws == 0 || arena_bytes < ws || ((uintptr_t)arena & 3u)) return AF_ERR_ARENA;
@@ -108,16 +83,7 @@ af_status af_mha_s8(int8_t* out, const int8_t* x_q, const int8_t* x_k, const int
     for (b = 0; b < s->batch; ++b) {
       int32_t i, f, h;
       af_sdpa_opts ob;
-      if (o != NULL) { /* this sequence's slice of the mask: batch extent 1 */
-        ob = *o;
-        if (o->mask_type != AF_MASK_NONE && o->mask_shape[0] != 1) {
-          const size_t per_b = (size_t)o->mask_shape[1] * o->mask_shape[2] * o->mask_shape[3];
-          ob.mask = o->mask_type == AF_MASK_BOOL
-                        ? (const void*)((const uint8_t*)o->mask + b * per_b)
-                        : (const void*)((const int32_t*)o->mask + b * per_b);
-        }
-        ob.mask_shape[0] = 1;
-      }
+      if (o != NULL) af_mha_seq_opts(&ob, o, b); /* its slice of the mask */
       af_project_heads_s8(qh, x_q + (size_t)b * Lq * E, w->w_q, w->b_q, w->m_q, Lq, E, E, dh);
       af_project_heads_s8(kh, x_k + (size_t)b * Lk * E, w->w_k, w->b_k, w->m_k, Lk, E, Ekv, dh);
       af_project_heads_s8(vh, x_v + (size_t)b * Lk * E, w->w_v, w->b_v, w->m_v, Lk, E, Ekv, dh);

@@ -180,9 +180,9 @@ AF_INLINE void af_pvt2_s8_c(int32_t* acc, const int32_t* w, const int32_t* u, co
 #if defined(__ARM_FEATURE_DSP)
 /* Cortex-M DSP extension (M4, M33, M7): SXTB16 unpacks int8 pairs, SMLAD
  * does two 16x16 MACs into an int32. Integer sums are exact, so results are
- * bit-identical to the C kernels above (which other cores use). */
+ * bit-identical to the C kernels above (which other cores use); the
+ * Thumb-2 assembly below (AF_S8_ASM) likewise. */
 #include <arm_acle.h>
-#include <string.h>
 
 /* PKHBT lo(a) | lo(b) << 16 and PKHTB hi(b) << 16 | hi(a), one each. */
 AF_INLINE uint32_t af_pkhbt(uint32_t a, uint32_t b) {
@@ -204,7 +204,7 @@ AF_INLINE uint32_t af_sxtb16_ror8(uint32_t x) {
 
 AF_INLINE uint32_t af_ld32(const int8_t* p) {
   uint32_t w;
-  memcpy(&w, p, 4); /* one LDR; unaligned access is legal on M4/M33 */
+  AF_COPY(&w, p, 4); /* one LDR; unaligned access is legal on M4/M33 */
   return w;
 }
 
@@ -293,6 +293,26 @@ AF_INLINE void af_qk2x4_s8_dsp(int32_t* s0, int32_t* s1, const int8_t* q, const 
                                int32_t D) {
   af_qk2x2_s8_dsp(s0, s1, q, k, D);
   af_qk2x2_s8_dsp(s0 + 2, s1 + 2, q, k + 2 * D, D);
+}
+
+/* Two query rows x 1 key (a tile's odd last key). */
+AF_INLINE void af_qk2x1_s8_dsp(int32_t* s0, int32_t* s1, const int8_t* q, const int8_t* k,
+                               int32_t D) {
+  int32_t a = 0, b = 0, d;
+  for (d = 0; d + 4 <= D; d += 4) {
+    const uint32_t kw = af_ld32(k + d), xw = af_ld32(q + d), yw = af_ld32(q + D + d);
+    const int32_t e = (int32_t)__sxtb16(kw), o = (int32_t)af_sxtb16_ror8(kw);
+    a = __smlad((int32_t)__sxtb16(xw), e, a);
+    a = __smlad((int32_t)af_sxtb16_ror8(xw), o, a);
+    b = __smlad((int32_t)__sxtb16(yw), e, b);
+    b = __smlad((int32_t)af_sxtb16_ror8(yw), o, b);
+  }
+  for (; d < D; ++d) {
+    a += (int32_t)q[d] * k[d];
+    b += (int32_t)q[D + d] * k[d];
+  }
+  *s0 = a;
+  *s1 = b;
 }
 
 /* AF_V_COLS with SMLAD. The weights of n4 groups of 4 keys are first packed
@@ -431,6 +451,304 @@ AF_INLINE void af_pv2x4_s8_dsp(int32_t* acc, const int32_t* w, const int32_t* u,
     acc[Dv] += u[0] * a + u[1] * b + u[2] * c + u[3] * e;
   }
 }
+#if defined(__thumb2__) && !defined(AF_S8_NO_ASM)
+/* Thumb-2 assembly (AF_S8_ASM; -DAF_S8_NO_ASM keeps the intrinsics above):
+ * the Q.K and P.V loops of the D = Dv = 64 specialisation, the per-key
+ * weights, rescales and the output requantisation (further down), every
+ * register placed by hand where GCC spills. Naked functions called with
+ * the AAPCS arguments; they compute the same integers as the C kernels
+ * (exact int32 sums; the rounding steps are derived where they stand).
+ * The D = 64 kernels rely on the arena's layout (af_sdpa_s8_ex): the
+ * second row's scores and weights at +AF_S8_KEY_TILE words, its
+ * accumulators at +64 words; LDRD/STRD touch only 4-byte aligned arena or
+ * stack words (the arena is checked 4-aligned), LDR/LDRH of q, k and v may
+ * be unaligned (legal on ARMv7-M/ARMv8-M). */
+#define AF_S8_ASM 1
+typedef char af_s8_asm_tile_is_24[AF_S8_KEY_TILE == 24 ? 1 : -1];
+
+/* acc += a * b, two 16-bit lanes (the first step of a sum starts it). */
+#define AF_SMUAD(c, a, b) "smuad " #c ", " #a ", " #b "\n\t"
+#define AF_SMLAD(c, a, b) "smlad " #c ", " #a ", " #b ", " #c "\n\t"
+
+/* Q.K of two query rows x npairs >= 1 key pairs (k, k + 64; then k + 128,
+ * ...), the rows given unpacked by af_unpack_q2 (qx): sb[2p], sb[2p+1] get
+ * row 0's scores of pair p, sb[24+2p], sb[24+2p+1] row 1's. Per 4 d (16
+ * MACs): 2 LDR and 4 SXTB16 for the key words, 2 LDRD for the two rows'
+ * lanes, 8 SMLAD; the 16 steps over d unrolled with immediate offsets.
+ * Registers: r0-r3 the four sums, r4/r5 and r6/r7 the two key words
+ * unpacked, r8/r9 a row's lanes, r10 qx, r11 the key pair, r12 sb, lr the
+ * pairs left. */
+#define AF_QK_STEP(MAC, o, p, x, y)      \
+  "ldr.w r5, [r11, #" #o "]\n\t"         \
+  "ldr.w r7, [r11, #" #p "]\n\t"         \
+  "ldrd r8, r9, [r10, #" #x "]\n\t"      \
+  "sxtb16 r4, r5\n\t"                    \
+  "sxtb16 r5, r5, ror #8\n\t"            \
+  "sxtb16 r6, r7\n\t"                    \
+  "sxtb16 r7, r7, ror #8\n\t"            \
+  MAC(r0, r8, r4) AF_SMLAD(r0, r9, r5)    \
+  MAC(r1, r8, r6) AF_SMLAD(r1, r9, r7)    \
+  "ldrd r8, r9, [r10, #" #y "]\n\t"      \
+  MAC(r2, r8, r4) AF_SMLAD(r2, r9, r5)    \
+  MAC(r3, r8, r6) AF_SMLAD(r3, r9, r7)
+#define AF_ARG __attribute__((unused)) /* naked: the asm reads r0-r3 and the stack */
+__attribute__((naked, noinline)) static void af_qk2_d64_asm(AF_ARG int32_t* sb,
+                                                           AF_ARG const int32_t* qx,
+                                                           AF_ARG const int8_t* k,
+                                                           AF_ARG int32_t npairs) {
+  __asm__ volatile(
+      "push {r4-r11, lr}\n\t"
+      "mov r12, r0\n\t"
+      "mov r10, r1\n\t"
+      "mov r11, r2\n\t"
+      "mov lr, r3\n"
+      "1:\n\t"
+      AF_QK_STEP(AF_SMUAD, 0, 64, 0, 8) AF_QK_STEP(AF_SMLAD, 4, 68, 16, 24)
+      AF_QK_STEP(AF_SMLAD, 8, 72, 32, 40) AF_QK_STEP(AF_SMLAD, 12, 76, 48, 56)
+      AF_QK_STEP(AF_SMLAD, 16, 80, 64, 72) AF_QK_STEP(AF_SMLAD, 20, 84, 80, 88)
+      AF_QK_STEP(AF_SMLAD, 24, 88, 96, 104) AF_QK_STEP(AF_SMLAD, 28, 92, 112, 120)
+      AF_QK_STEP(AF_SMLAD, 32, 96, 128, 136) AF_QK_STEP(AF_SMLAD, 36, 100, 144, 152)
+      AF_QK_STEP(AF_SMLAD, 40, 104, 160, 168) AF_QK_STEP(AF_SMLAD, 44, 108, 176, 184)
+      AF_QK_STEP(AF_SMLAD, 48, 112, 192, 200) AF_QK_STEP(AF_SMLAD, 52, 116, 208, 216)
+      AF_QK_STEP(AF_SMLAD, 56, 120, 224, 232) AF_QK_STEP(AF_SMLAD, 60, 124, 240, 248)
+      "strd r2, r3, [r12, #96]\n\t"
+      "strd r0, r1, [r12], #8\n\t"
+      "add r11, r11, #128\n\t"
+      "subs lr, lr, #1\n\t"
+      "bne 1b\n\t"
+      "pop {r4-r11, pc}\n\t");
+}
+#undef AF_QK_STEP
+/* Two consecutive query rows of 64 int8 (q, q + 64) as SXTB16 lanes, per
+ * 4 d: x02, x13 of row 0, then y02, y13 of row 1 (64 words). */
+AF_INLINE void af_unpack_q2(int32_t* qx, const int8_t* q) {
+  int32_t s;
+  for (s = 0; s < 16; ++s) {
+    const uint32_t x = af_ld32(q + 4 * s), y = af_ld32(q + 64 + 4 * s);
+    qx[4 * s] = (int32_t)__sxtb16(x);
+    qx[4 * s + 1] = (int32_t)af_sxtb16_ror8(x);
+    qx[4 * s + 2] = (int32_t)__sxtb16(y);
+    qx[4 * s + 3] = (int32_t)af_sxtb16_ror8(y);
+  }
+}
+
+/* Column-layout P.V of two rows over one tile of n (1..24) keys, D = 64:
+ * acc[d] += sum_t w[t] vt[d*ldv + t], acc[64 + d] += sum_t u[t] ...,
+ * u = w + 24, with the weights packed by af_pack_tile16. Per pass: two
+ * value dimensions d, d+1 (the four sums in r0-r3), n/4 groups of 4 keys
+ * (one value word per dimension, two SMLAD per word and row: 16 MACs in
+ * 16 instructions), then the n % 4 last keys. The 6 group bodies are
+ * unrolled with immediate offsets and entered at group 6 - n/4 (each
+ * body is 64 bytes of 32-bit instructions; the pointers start 6 - n/4
+ * groups early), the tail through a table: no loop over keys. Registers:
+ * r4-r7 the weight pairs of a group (row 0, row 1), r8/r9 a value word
+ * unpacked, r10 w, r11/r12 the two dimensions' value pointers, lr acc.
+ * Stack: [0] entry address, [4] tail address, [8] 2 ldv, [12] acc end. */
+#define AF_PV_GROUP(w, w2, v)              \
+  "ldrd r4, r5, [r10, #" #w "]\n\t"        \
+  "ldrd r6, r7, [r10, #" #w2 "]\n\t"       \
+  "ldr.w r8, [r11, #" #v "]\n\t"           \
+  "sxtb16 r9, r8\n\t"                      \
+  "sxtb16 r8, r8, ror #8\n\t"              \
+  AF_SMLAD(r0, r4, r9) AF_SMLAD(r0, r5, r8) \
+  AF_SMLAD(r2, r6, r9) AF_SMLAD(r2, r7, r8) \
+  "ldr.w r8, [r12, #" #v "]\n\t"           \
+  "sxtb16 r9, r8\n\t"                      \
+  "sxtb16 r8, r8, ror #8\n\t"              \
+  AF_SMLAD(r1, r4, r9) AF_SMLAD(r1, r5, r8) \
+  AF_SMLAD(r3, r6, r9) AF_SMLAD(r3, r7, r8)
+/* One tail key at value offset v, weights at w (row 0) and w + 96. */
+#define AF_PV_ONE(v, w, w2)                \
+  "ldrsb.w r8, [r11, #" #v "]\n\t"         \
+  "ldrsb.w r9, [r12, #" #v "]\n\t"         \
+  "ldr.w r4, [r10, #" #w "]\n\t"           \
+  "ldr.w r6, [r10, #" #w2 "]\n\t"          \
+  "mla r0, r4, r8, r0\n\t"                 \
+  "mla r1, r4, r9, r1\n\t"                 \
+  "mla r2, r6, r8, r2\n\t"                 \
+  "mla r3, r6, r9, r3\n\t"
+__attribute__((naked, noinline)) static void af_pvt2_d64_asm(AF_ARG int32_t* acc,
+                                                            AF_ARG const int32_t* w,
+                                                            AF_ARG const int8_t* vt,
+                                                            AF_ARG int32_t ldv, AF_ARG int32_t n) {
+  __asm__ volatile(
+      "push {r4-r11, lr}\n\t"
+      "ldr r4, [sp, #36]\n\t"      /* n */
+      "sub sp, sp, #16\n\t"
+      "add r5, r0, #256\n\t"
+      "str r5, [sp, #12]\n\t"      /* acc end */
+      "lsl r5, r3, #1\n\t"
+      "str r5, [sp, #8]\n\t"       /* 2 ldv */
+      "lsr r5, r4, #2\n\t"
+      "rsb r6, r5, #6\n\t"         /* groups skipped: 6 - n/4 */
+      "sub r10, r1, r6, lsl #3\n\t"
+      "sub r11, r2, r6, lsl #2\n\t"
+      "add r12, r11, r3\n\t"
+      "adr r7, 2f\n\t"
+      "add r7, r7, r6, lsl #6\n\t"
+      "orr r7, r7, #1\n\t"
+      "str r7, [sp, #0]\n\t"       /* entry: group 6 - n/4 */
+      "and r4, r4, #3\n\t"
+      "adr r7, 9f\n\t"
+      "ldrb r8, [r7, r4]\n\t"
+      "adr r7, 3f\n\t"
+      "add r7, r7, r8\n\t"
+      "orr r7, r7, #1\n\t"
+      "str r7, [sp, #4]\n\t"       /* tail: n % 4 keys */
+      "mov lr, r0\n"
+      "1:\n\t"
+      "ldrd r0, r1, [lr]\n\t"
+      "ldrd r2, r3, [lr, #256]\n\t"
+      "ldr.w pc, [sp, #0]\n"
+      "2:\n\t"
+      AF_PV_GROUP(0, 96, 0) AF_PV_GROUP(8, 104, 4) AF_PV_GROUP(16, 112, 8)
+      AF_PV_GROUP(24, 120, 12) AF_PV_GROUP(32, 128, 16) AF_PV_GROUP(40, 136, 20)
+      "ldr.w pc, [sp, #4]\n"
+      "3:\n\t"                     /* 1 key */
+      AF_PV_ONE(24, 48, 144)
+      "b 6f\n"
+      "4:\n\t"                     /* 3 keys: the third, then the pair */
+      AF_PV_ONE(26, 52, 148)
+      "5:\n\t"                     /* 2 keys: bytes b0 | b1 << 16, one SMLAD */
+      "ldrh.w r8, [r11, #24]\n\t"
+      "ldrh.w r9, [r12, #24]\n\t"
+      "orr r8, r8, r8, lsl #8\n\t"
+      "orr r9, r9, r9, lsl #8\n\t"
+      "sxtb16 r8, r8\n\t"
+      "sxtb16 r9, r9\n\t"
+      "ldr.w r4, [r10, #48]\n\t"
+      "ldr.w r6, [r10, #144]\n\t"
+      AF_SMLAD(r0, r4, r8) AF_SMLAD(r1, r4, r9)
+      AF_SMLAD(r2, r6, r8) AF_SMLAD(r3, r6, r9)
+      "6:\n\t"
+      "strd r2, r3, [lr, #256]\n\t"
+      "strd r0, r1, [lr], #8\n\t"
+      "ldr r8, [sp, #8]\n\t"
+      "add r11, r11, r8\n\t"
+      "add r12, r12, r8\n\t"
+      "ldr r9, [sp, #12]\n\t"
+      "cmp lr, r9\n\t"
+      "bne 1b\n\t"
+      "add sp, sp, #16\n\t"
+      "pop {r4-r11, pc}\n\t"
+      "9:\n\t" /* tail entry by n % 4, as offsets from label 3 (no relocation) */
+      ".byte 6b - 3b, 0, 5b - 3b, 4b - 3b\n\t"
+      ".p2align 1\n\t");
+}
+#undef AF_PV_GROUP
+#undef AF_PV_ONE
+
+/* Packs a tile's n weights (each <= 32767) in place for af_pvt2_d64_asm:
+ * the n/4 groups as af_pack_w16 does, then the n % 4 last ones from word
+ * 2(n/4): one key w; two keys w0 | w1 << 16; three keys that pair and w2. */
+AF_INLINE void af_pack_tile16(int32_t* w, int32_t n) {
+  const int32_t n4 = n >> 2, r = n & 3;
+  int32_t* t = w + 4 * n4;
+  af_pack_w16(w, n4);
+  if (r == 1) {
+    w[2 * n4] = t[0];
+  } else if (r > 1) {
+    const int32_t w2 = t[2];
+    w[2 * n4] = (int32_t)(((uint32_t)t[0] & 0xFFFFu) | ((uint32_t)t[1] << 16));
+    if (r == 3) w[2 * n4 + 1] = w2;
+  }
+}
+
+/* Row-layout P.V of two rows over one tile of n (1..24) keys, Dv = 64:
+ * acc[d] += sum_t w[t] v[t*64 + d], acc[64 + d] += sum_t u[t] v[...],
+ * with the weights of key pair p interleaved by af_pack_pairs16 (w[2p] =
+ * w_2p | w_2p+1 << 16, w[2p+1] = the same of u). Per pass: two value
+ * dimensions d, d+1 (the four sums in r0-r3); per key pair, the two keys'
+ * halfwords (v[2p][d..d+1], v[2p+1][d..d+1]) joined by PKHBT give, after
+ * SXTB16, the (key 2p, key 2p+1) lanes of d and of d+1: 10 instructions per
+ * 8 MACs. The 12 pair bodies (40 bytes each) are entered at pair
+ * 12 - n/2 as in af_pvt2_d64_asm; an odd last key is one halfword and
+ * SMLABB/SMLATB. Registers: r4/r5 the pair's weights (row 0, row 1),
+ * r8/r9 value lanes, r10 w, r11 v, r12 acc end, lr acc. Stack: [0] entry,
+ * [4] tail (odd key or end of pass). */
+#define AF_PVR_PAIR(v, v2, w)              \
+  "ldrh.w r8, [r11, #" #v "]\n\t"          \
+  "ldrh.w r9, [r11, #" #v2 "]\n\t"         \
+  "pkhbt r8, r8, r9, lsl #16\n\t"          \
+  "ldrd r4, r5, [r10, #" #w "]\n\t"        \
+  "sxtb16 r9, r8\n\t"                      \
+  "sxtb16 r8, r8, ror #8\n\t"              \
+  AF_SMLAD(r0, r4, r9) AF_SMLAD(r1, r4, r8) \
+  AF_SMLAD(r2, r5, r9) AF_SMLAD(r3, r5, r8)
+__attribute__((naked, noinline)) static void af_pv2_rows_d64_asm(AF_ARG int32_t* acc,
+                                                                AF_ARG const int32_t* w,
+                                                                AF_ARG const int8_t* v,
+                                                                AF_ARG int32_t n) {
+  __asm__ volatile(
+      "push {r4-r11, lr}\n\t"
+      "sub sp, sp, #8\n\t"
+      "lsr r4, r3, #1\n\t"
+      "rsb r5, r4, #12\n\t"        /* pairs skipped: 12 - n/2 */
+      "sub r10, r1, r5, lsl #3\n\t"
+      "sub r11, r2, r5, lsl #7\n\t"
+      "adr r6, 2f\n\t"
+      "add r6, r6, r5, lsl #5\n\t"
+      "add r6, r6, r5, lsl #3\n\t"
+      "orr r6, r6, #1\n\t"
+      "str r6, [sp, #0]\n\t"       /* entry: pair 12 - n/2 */
+      "adr r6, 4f\n\t"
+      "adr r7, 3f\n\t"
+      "tst r3, #1\n\t"
+      "it ne\n\t"
+      "movne r6, r7\n\t"
+      "orr r6, r6, #1\n\t"
+      "str r6, [sp, #4]\n\t"       /* tail: the odd key, or none */
+      "mov lr, r0\n\t"
+      "add r12, r0, #256\n"
+      "1:\n\t"
+      "ldrd r0, r1, [lr]\n\t"
+      "ldrd r2, r3, [lr, #256]\n\t"
+      "ldr.w pc, [sp, #0]\n"
+      "2:\n\t"
+      AF_PVR_PAIR(0, 64, 0) AF_PVR_PAIR(128, 192, 8) AF_PVR_PAIR(256, 320, 16)
+      AF_PVR_PAIR(384, 448, 24) AF_PVR_PAIR(512, 576, 32) AF_PVR_PAIR(640, 704, 40)
+      AF_PVR_PAIR(768, 832, 48) AF_PVR_PAIR(896, 960, 56) AF_PVR_PAIR(1024, 1088, 64)
+      AF_PVR_PAIR(1152, 1216, 72) AF_PVR_PAIR(1280, 1344, 80) AF_PVR_PAIR(1408, 1472, 88)
+      "ldr.w pc, [sp, #4]\n"
+      "3:\n\t"                     /* odd key: v[d] | v[d+1] << 16, w and u raw */
+      "ldrh.w r8, [r11, #1536]\n\t"
+      "orr r8, r8, r8, lsl #8\n\t"
+      "sxtb16 r8, r8\n\t"
+      "ldr.w r4, [r10, #96]\n\t"
+      "ldr.w r5, [r10, #192]\n\t"
+      "smlabb r0, r8, r4, r0\n\t"
+      "smlatb r1, r8, r4, r1\n\t"
+      "smlabb r2, r8, r5, r2\n\t"
+      "smlatb r3, r8, r5, r3\n"
+      "4:\n\t"
+      "strd r2, r3, [lr, #256]\n\t"
+      "strd r0, r1, [lr], #8\n\t"
+      "add r11, r11, #2\n\t"
+      "cmp lr, r12\n\t"
+      "bne 1b\n\t"
+      "add sp, sp, #8\n\t"
+      "pop {r4-r11, pc}\n\t");
+}
+#undef AF_PVR_PAIR
+
+/* Interleaves the weights of two rows' tiles (u = w + 24) for
+ * af_pv2_rows_d64_asm: for each of the np key pairs, w[2p] = w_2p |
+ * w_2p+1 << 16 and w[2p+1] = u_2p | u_2p+1 << 16 (an odd last key's w and
+ * u stay where they are, raw). */
+AF_INLINE void af_pack_pairs16(int32_t* w, int32_t np) {
+  int32_t p;
+  const int32_t* u = w + AF_S8_KEY_TILE;
+  for (p = 0; p < np; ++p) {
+    const uint32_t a = (uint32_t)w[2 * p], b = (uint32_t)w[2 * p + 1];
+    const uint32_t c = (uint32_t)u[2 * p], e = (uint32_t)u[2 * p + 1];
+    w[2 * p] = (int32_t)((a & 0xFFFFu) | (b << 16));
+    w[2 * p + 1] = (int32_t)((c & 0xFFFFu) | (e << 16));
+  }
+}
+#undef AF_ARG
+#endif /* __thumb2__ */
+#undef AF_SMUAD
+#undef AF_SMLAD
 #define af_qk2x4_s8 af_qk2x4_s8_dsp
 #define af_pv2x4_s8 af_pv2x4_s8_dsp
 /* Column-layout P.V of a tile of n keys (weights w/u int32; clobbered:
@@ -446,14 +764,80 @@ AF_INLINE void af_pvt2_s8(int32_t* acc, int32_t* w, int32_t* u, const int8_t* vt
   }
   if (n > 4 * n4) af_pvt2_s8_c(acc, w + 4 * n4, u + 4 * n4, vt + 4 * n4, ldv, n - 4 * n4, Dv);
 }
-AF_INLINE void af_pvt1_s8(int32_t* acc, int32_t* w, const int8_t* vt, int32_t ldv, int32_t n,
-                          int32_t Dv) {
+/* One row, the r = 1..3 keys after the groups (weights w[0..r)): a key
+ * pair is one unaligned halfword b0 | b1 << 8, spread to b0 | b1 << 16 for
+ * SXTB16, against the weights packed w0 | w1 << 16: one SMLAD. */
+AF_INLINE int32_t af_ld16_pair(const int8_t* p) {
+  uint16_t h;
+  AF_COPY(&h, p, 2); /* one LDRH */
+  return (int32_t)__sxtb16((uint32_t)h | ((uint32_t)h << 8));
+}
+AF_INLINE void af_pvt1_tail_dsp(int32_t* acc, const int32_t* w, const int8_t* vt, int32_t ldv,
+                                int32_t r, int32_t Dv) {
+  int32_t d;
+  if (r == 1) { /* two dimensions per iteration: one LDRD/STRD of acc */
+    const int32_t w0 = w[0];
+    for (d = 0; d + 2 <= Dv; d += 2, vt += 2 * ldv) {
+      const int32_t a0 = acc[d] + w0 * vt[0], a1 = acc[d + 1] + w0 * vt[ldv];
+      acc[d] = a0;
+      acc[d + 1] = a1;
+    }
+    if (d < Dv) acc[d] += w0 * vt[0];
+  } else {
+    const int32_t W = (int32_t)(((uint32_t)w[0] & 0xFFFFu) | ((uint32_t)w[1] << 16));
+    if (r == 2) {
+      for (d = 0; d < Dv; ++d, vt += ldv) acc[d] = __smlad(W, af_ld16_pair(vt), acc[d]);
+    } else {
+      const int32_t w2 = w[2];
+      for (d = 0; d < Dv; ++d, vt += ldv)
+        acc[d] = __smlad(W, af_ld16_pair(vt), acc[d] + w2 * vt[2]);
+    }
+  }
+}
+/* (Out of line: one copy serves the row-pair loops and af_decode_s8.) */
+static __attribute__((noinline)) void af_pvt1_s8(int32_t* acc, int32_t* w, const int8_t* vt,
+                                                 int32_t ldv, int32_t n, int32_t Dv) {
   const int32_t n4 = n / 4;
   if (n4 > 0) {
     af_pack_w16(w, n4);
     af_pvt1_s8_dsp(acc, w, vt, ldv, n4, Dv);
   }
-  if (n > 4 * n4) af_pvt1_s8_c(acc, w + 4 * n4, vt + 4 * n4, ldv, n - 4 * n4, Dv);
+  if (n > 4 * n4) af_pvt1_tail_dsp(acc, w + 4 * n4, vt + 4 * n4, ldv, n - 4 * n4, Dv);
+}
+/* One row x one key of the row layout: acc[d] += w v[d] with SMLABB/SMLATB
+ * on the unpacked value word (w <= 32767 is its own low half). */
+static __attribute__((noinline)) void af_pv1_s8_dsp(int32_t* acc, int32_t w, const int8_t* v,
+                                                    int32_t Dv) {
+  int32_t d;
+  for (d = 0; d + 4 <= Dv; d += 4) {
+    const uint32_t x = af_ld32(v + d);
+    const int32_t e = (int32_t)__sxtb16(x), o = (int32_t)af_sxtb16_ror8(x);
+    const int32_t a0 = __smlabb(e, w, acc[d]), a1 = __smlabb(o, w, acc[d + 1]);
+    const int32_t a2 = __smlatb(e, w, acc[d + 2]), a3 = __smlatb(o, w, acc[d + 3]);
+    acc[d] = a0;
+    acc[d + 1] = a1;
+    acc[d + 2] = a2;
+    acc[d + 3] = a3;
+  }
+  for (; d < Dv; ++d) acc[d] += w * v[d];
+}
+#define af_pv1_s8 af_pv1_s8_dsp
+/* One row's scores of n keys: four at a time, then one at a time. */
+AF_INLINE int32_t af_qk1_s8_dsp(const int8_t* q, const int8_t* k, int32_t D) {
+  int32_t a = 0, d;
+  for (d = 0; d + 4 <= D; d += 4) {
+    const uint32_t xw = af_ld32(q + d), kw = af_ld32(k + d);
+    a = __smlad((int32_t)__sxtb16(xw), (int32_t)__sxtb16(kw), a);
+    a = __smlad((int32_t)af_sxtb16_ror8(xw), (int32_t)af_sxtb16_ror8(kw), a);
+  }
+  for (; d < D; ++d) a += (int32_t)q[d] * k[d];
+  return a;
+}
+static __attribute__((noinline)) void af_qk1_tile_s8(int32_t* s, const int8_t* q,
+                                                     const int8_t* k, int32_t n, int32_t D) {
+  int32_t t;
+  for (t = 0; t + 4 <= n; t += 4) af_qk1x4_s8_dsp(s + t, q, k + (size_t)t * D, D);
+  for (; t < n; ++t) s[t] = af_qk1_s8_dsp(q, k + (size_t)t * D, D);
 }
 #else
 #define af_qk2x4_s8 af_qk2x4_s8_c
@@ -488,6 +872,44 @@ AF_INLINE int32_t af_weight(int32_t m, int32_t s, af_qmult em, int32_t hi_cut, i
 }
 
 static int64_t af_round_shift64(int64_t p, int32_t sh);
+
+#if defined(AF_S8_ASM)
+/* af_exp2_neg(hi, wshift) for 0 <= hi < 4096 and 0 for hi >= 4096 (the
+ * weight of a key when exp_mult.shift == 0, hi_cut = 4096), hi = the high
+ * word of (m - s) * M, without a branch: e = min(hi >> 8, 31) + wshift; LSRS
+ * by e leaves in C the last bit shifted out, so t >> e plus C is
+ * (t + 2^(e-1)) >> e (e = 0: the ADDS cleared C); e >= 16 gives 0 since
+ * t < 2^15. */
+AF_INLINE int32_t af_weight_sh0_dsp(int32_t m_minus_s, int32_t mult, int32_t wshift) {
+  int32_t hi, t, e;
+  __asm__(
+      "smmul %[hi], %[d], %[m]\n\t"
+      "uxtb %[t], %[hi]\n\t"
+      "usat %[e], #5, %[hi], asr #8\n\t"
+      "adds %[e], %[e], %[w]\n\t"
+      "ldrh %[t], [%[tab], %[t], lsl #1]\n\t"
+      "lsrs %[t], %[t], %[e]\n\t"
+      "adc %[t], %[t], #0"
+      : [hi] "=&r"(hi), [t] "=&r"(t), [e] "=&r"(e)
+      : [d] "r"(m_minus_s), [m] "r"(mult), [w] "r"(wshift), [tab] "r"(kExp2NegQ15)
+      : "cc");
+  return t;
+}
+/* round(x * f / 2^15), half up, for 0 <= f <= 32767, in one SMMLAR/SMMULR:
+ * F = f << 17 as int32 is f * 2^17 - 2^32 when f >= 2^14, so
+ * (x << 32) + x * F + 2^31 = x * f * 2^17 + 2^31 there (and x * F + 2^31
+ * below), whose high word is the rounded product. */
+AF_INLINE int32_t af_mul_q15_dsp(int32_t x, int32_t f) {
+  const int32_t F = (int32_t)((uint32_t)f << 17);
+  int32_t r;
+  if (f >= 16384) {
+    __asm__("smmlar %0, %1, %2, %1" : "=r"(r) : "r"(x), "r"(F));
+  } else {
+    __asm__("smmulr %0, %1, %2" : "=r"(r) : "r"(x), "r"(F));
+  }
+  return r;
+}
+#endif
 
 /* Test-only mutation hook (see af_sdpa_f32.c): inverts the bool mask. */
 #ifdef AF_TEST_PLANT_MASK_BUG
@@ -566,11 +988,49 @@ static void af_s8_softmax_tile(af_s8_row* r, int32_t* sbuf, int32_t t_n, af_qmul
   } else if (tmax > r->m) {
     const int32_t f = af_weight(tmax, r->m, em, hi_cut, 0);
     int32_t d;
+#if defined(AF_S8_ASM)
+    int32_t* acc = r->acc;
+    for (d = 0; d + 2 <= Dv; d += 2) {
+      const int32_t a0 = af_mul_q15_dsp(acc[d], f), a1 = af_mul_q15_dsp(acc[d + 1], f);
+      acc[d] = a0;
+      acc[d + 1] = a1;
+    }
+    if (d < Dv) acc[d] = af_mul_q15_dsp(acc[d], f);
+    l = af_mul_q15_dsp(l, f);
+#else
     for (d = 0; d < Dv; ++d) r->acc[d] = (int32_t)af_round_shift64((int64_t)r->acc[d] * f, 15);
     l = (int32_t)af_round_shift64((int64_t)l * f, 15);
+#endif
     r->m = tmax;
   }
   m = r->m;
+#if defined(AF_S8_ASM)
+  if (em.shift == 0) { /* hi_cut = 4096: the branch-free weight */
+    const int32_t M = em.mult;
+    if (rb != NULL) {
+      for (t = 0; t < t_n; ++t) {
+        const int32_t x = sbuf[t];
+        const int32_t w = x == AF_S8_MASKED ? 0 : af_weight_sh0_dsp(m - x, M, wshift);
+        sbuf[t] = w;
+        l += w;
+      }
+    } else {
+      for (t = 0; t + 2 <= t_n; t += 2) {
+        const int32_t w0 = af_weight_sh0_dsp(m - sbuf[t], M, wshift);
+        const int32_t w1 = af_weight_sh0_dsp(m - sbuf[t + 1], M, wshift);
+        sbuf[t] = w0;
+        sbuf[t + 1] = w1;
+        l += w0 + w1;
+      }
+      if (t < t_n) {
+        sbuf[t] = af_weight_sh0_dsp(m - sbuf[t], M, wshift);
+        l += sbuf[t];
+      }
+    }
+    r->l = l;
+    return;
+  }
+#endif
   if (rb != NULL) {
     for (t = 0; t < t_n; ++t) {
       sbuf[t] = sbuf[t] == AF_S8_MASKED ? 0 : af_weight(m, sbuf[t], em, hi_cut, wshift);
@@ -591,6 +1051,167 @@ static void af_s8_softmax_tile(af_s8_row* r, int32_t* sbuf, int32_t t_n, af_qmul
   r->l = l;
 }
 
+#if defined(AF_S8_ASM)
+/* The weights of full key groups of a tile (every score a real one,
+ * exp_mult.shift == 0), af_weight_sh0_dsp's 9 instructions per key with
+ * everything in registers: c = {m, M, wshift, l, table}; c->l += the sum.
+ *  af_w_cols_asm:  n4 groups of 4 keys -> out[2g] = w0 | w2 << 16,
+ *                  out[2g+1] = w1 | w3 << 16 (af_pack_w16's layout);
+ *  af_w_pairs_asm: np key pairs -> out[2p] = w0 | w1 << 16 (every other
+ *                  word: af_pack_pairs16's layout).
+ * out may be sc: each store follows the loads of its scores. */
+typedef struct {
+  int32_t m, mult, wshift, l;
+  const uint16_t* table;
+} af_wctx;
+#define AF_ARG __attribute__((unused))
+/* key score in S -> weight in T (S is clobbered): r4 m, r5 M, r6 wshift,
+ * r7 l, r8 the table */
+#define AF_WKEY(S, T)                      \
+  "sub " #S ", r4, " #S "\n\t"             \
+  "smmul " #S ", " #S ", r5\n\t"           \
+  "uxtb " #T ", " #S "\n\t"                \
+  "usat " #S ", #5, " #S ", asr #8\n\t"    \
+  "adds " #S ", " #S ", r6\n\t"            \
+  "ldrh " #T ", [r8, " #T ", lsl #1]\n\t"  \
+  "lsrs " #T ", " #T ", " #S "\n\t"        \
+  "adc " #T ", " #T ", #0\n\t"             \
+  "add r7, r7, " #T "\n\t"
+__attribute__((naked, noinline)) static void af_w_cols_asm(AF_ARG const int32_t* sc,
+                                                          AF_ARG int32_t* out,
+                                                          AF_ARG int32_t n4,
+                                                          AF_ARG af_wctx* c) {
+  __asm__ volatile(
+      "push {r4-r11, lr}\n\t"
+      "ldm r3, {r4-r8}\n"
+      "1:\n\t"
+      "ldrd r9, r10, [r0], #8\n\t"
+      "ldrd r11, r12, [r0], #8\n\t"
+      AF_WKEY(r9, lr) AF_WKEY(r10, r9) AF_WKEY(r11, r10) AF_WKEY(r12, r11)
+      "pkhbt lr, lr, r10, lsl #16\n\t"
+      "pkhbt r9, r9, r11, lsl #16\n\t"
+      "strd lr, r9, [r1], #8\n\t"
+      "subs r2, r2, #1\n\t"
+      "bne 1b\n\t"
+      "str r7, [r3, #12]\n\t"
+      "pop {r4-r11, pc}\n\t");
+}
+__attribute__((naked, noinline)) static void af_w_pairs_asm(AF_ARG const int32_t* sc,
+                                                           AF_ARG int32_t* out,
+                                                           AF_ARG int32_t np,
+                                                           AF_ARG af_wctx* c) {
+  __asm__ volatile(
+      "push {r4-r11, lr}\n\t"
+      "ldm r3, {r4-r8}\n"
+      "1:\n\t"
+      "ldrd r9, r10, [r0], #8\n\t"
+      AF_WKEY(r9, lr) AF_WKEY(r10, r9)
+      "pkhbt lr, lr, r9, lsl #16\n\t"
+      "str lr, [r1], #8\n\t"
+      "subs r2, r2, #1\n\t"
+      "bne 1b\n\t"
+      "str r7, [r3, #12]\n\t"
+      "pop {r4-r11, pc}\n\t");
+}
+#undef AF_WKEY
+/* acc[0 .. 2 np) = af_mul_q15_dsp(acc, f) with F = f << 17 and big =
+ * (f >= 2^14): SMMLAR or SMMULR, two sums per LDRD/STRD, np >= 1. */
+__attribute__((naked, noinline)) static void af_rescale_asm(AF_ARG int32_t* acc,
+                                                           AF_ARG int32_t np, AF_ARG int32_t F,
+                                                           AF_ARG int32_t big) {
+  __asm__ volatile(
+      "cbz r3, 2f\n"
+      "1:\n\t"
+      "ldrd r3, r12, [r0]\n\t"
+      "smmlar r3, r3, r2, r3\n\t"
+      "smmlar r12, r12, r2, r12\n\t"
+      "strd r3, r12, [r0], #8\n\t"
+      "subs r1, r1, #1\n\t"
+      "bne 1b\n\t"
+      "bx lr\n"
+      "2:\n\t"
+      "ldrd r3, r12, [r0]\n\t"
+      "smmulr r3, r3, r2\n\t"
+      "smmulr r12, r12, r2\n\t"
+      "strd r3, r12, [r0], #8\n\t"
+      "subs r1, r1, #1\n\t"
+      "bne 2b\n\t"
+      "bx lr\n\t");
+}
+#undef AF_ARG
+
+/* The tile of a row without mask or ALiBi when exp_mult.shift == 0:
+ * af_s8_softmax_tile's arithmetic, the weights written to `out` in the
+ * layout the next P.V kernel reads:
+ *  AF_W_COLS   af_pack_tile16's layout (af_pvt2_d64_asm), out = sc;
+ *  AF_W_PAIRS  out[2p] = w_2p | w_2p+1 << 16 (row 0: out = sb0; row 1:
+ *              out = sb0 + 1), an odd last key's raw weight in sc[t_n-1]
+ *              (af_pack_pairs16's layout, af_pv2_rows_d64_asm). */
+enum { AF_W_COLS = 1, AF_W_PAIRS = 2 };
+#define AF_PACK16(lo, hi) ((int32_t)(((uint32_t)(lo) & 0xFFFFu) | ((uint32_t)(hi) << 16)))
+static void af_s8_softmax_fast(af_s8_row* r, int32_t* sc, int32_t* out, int32_t t_n,
+                               int32_t M, int32_t wshift, int32_t Dv, int32_t mode) {
+  int32_t t, m, l = r->l, tmax = sc[0], tmax2 = sc[0];
+  af_wctx c;
+  for (t = 1; t + 2 <= t_n; t += 2) {
+    if (sc[t] > tmax) tmax = sc[t];
+    if (sc[t + 1] > tmax2) tmax2 = sc[t + 1];
+  }
+  if (t < t_n && sc[t] > tmax) tmax = sc[t];
+  if (tmax2 > tmax) tmax = tmax2;
+  if (!r->started) {
+    r->m = tmax;
+    r->started = 1;
+  } else if (tmax > r->m) { /* f = af_weight(tmax, m, em, hi_cut, 0) */
+    const int32_t f = af_weight_sh0_dsp(tmax - r->m, M, 0);
+    const int32_t F = (int32_t)((uint32_t)f << 17);
+    int32_t* acc = r->acc;
+    af_rescale_asm(acc, Dv >> 1, F, f >= 16384);
+    if (Dv & 1) acc[Dv - 1] = af_mul_q15_dsp(acc[Dv - 1], f);
+    l = af_mul_q15_dsp(l, f);
+    r->m = tmax;
+  }
+  m = r->m;
+  c.m = m;
+  c.mult = M;
+  c.wshift = wshift;
+  c.l = l;
+  c.table = kExp2NegQ15;
+#define AF_W(x) af_weight_sh0_dsp(m - (x), M, wshift)
+  if (mode == AF_W_COLS) {
+    t = t_n & ~3;
+    if (t > 0) af_w_cols_asm(sc, out, t >> 2, &c);
+    l = c.l;
+    if (t < t_n) {
+      const int32_t w0 = AF_W(sc[t]);
+      l += w0;
+      if (t + 1 == t_n) {
+        out[t / 2] = w0;
+      } else {
+        const int32_t w1 = AF_W(sc[t + 1]);
+        l += w1;
+        if (t + 3 == t_n) {
+          const int32_t w2 = AF_W(sc[t + 2]);
+          l += w2;
+          out[t / 2 + 1] = w2;
+        }
+        out[t / 2] = AF_PACK16(w0, w1);
+      }
+    }
+  } else {
+    t = t_n & ~1;
+    if (t > 0) af_w_pairs_asm(sc, out, t >> 1, &c);
+    l = c.l;
+    if (t < t_n) {
+      sc[t] = AF_W(sc[t]);
+      l += sc[t];
+    }
+  }
+#undef AF_W
+  r->l = l;
+}
+#endif
+
 /* ---------------------------------------------------------- row loops --- */
 /* v is either row layout (ldv == 0: key t's values at v + t*Dv) or column
  * layout (ldv > 0, AF_V_COLS: value dimension d of key t at v + d*ldv + t);
@@ -608,7 +1229,11 @@ AF_INLINE void af_s8_keys1(af_s8_row* r, int32_t* sbuf, const int8_t* qr, const 
     const int32_t t_n = (n - j0) < AF_S8_KEY_TILE ? (n - j0) : AF_S8_KEY_TILE;
     const int8_t* kt = k + (size_t)j0 * D;
     const int8_t* vt = AF_VAT(v, j0, ldv, Dv);
+#if defined(__ARM_FEATURE_DSP)
+    af_qk1_tile_s8(sbuf, qr, kt, t_n, D);
+#else
     for (t = 0; t < t_n; ++t) sbuf[t] = af_qk1_s8(qr, kt + (size_t)t * D, D);
+#endif
     af_s8_softmax_tile(r, sbuf, t_n, em, hi_cut, wshift, Dv, rb, j_base + j0);
     if (ldv) {
       af_pvt1_s8(r->acc, sbuf, vt, ldv, t_n, Dv);
@@ -626,12 +1251,41 @@ AF_INLINE void af_s8_keys2(af_s8_row* r0, af_s8_row* r1, int32_t* sb0, int32_t* 
                            const int8_t* q0, const int8_t* q1, const int8_t* k,
                            const int8_t* v, int32_t ldv, int32_t j_base, int32_t n, af_qmult em,
                            int32_t hi_cut, int32_t wshift, int32_t D, int32_t Dv,
-                           const af_row_bias* rb0, const af_row_bias* rb1) {
+                           const af_row_bias* rb0, const af_row_bias* rb1, int32_t d64,
+                           const int32_t* qx) {
   int32_t j0, t;
+  (void)d64;
+  (void)qx;
   for (j0 = 0; j0 < n; j0 += AF_S8_KEY_TILE) {
     const int32_t t_n = (n - j0) < AF_S8_KEY_TILE ? (n - j0) : AF_S8_KEY_TILE;
     const int8_t* kt = k + (size_t)j0 * D;
     const int8_t* vt = AF_VAT(v, j0, ldv, Dv);
+#if defined(AF_S8_ASM)
+    if (d64) { /* D = Dv = 64: the assembly kernels (sb1 = sb0 + AF_S8_KEY_TILE) */
+      if (t_n >= 2) af_qk2_d64_asm(sb0, qx, kt, t_n >> 1);
+      if (t_n & 1)
+        af_qk2x1_s8_dsp(sb0 + t_n - 1, sb1 + t_n - 1, q0, kt + (size_t)(t_n - 1) * D, D);
+      if (rb0 == NULL && em.shift == 0) { /* weights written packed */
+        const int32_t mode = ldv ? AF_W_COLS : AF_W_PAIRS;
+        af_s8_softmax_fast(r0, sb0, sb0, t_n, em.mult, wshift, Dv, mode);
+        af_s8_softmax_fast(r1, sb1, ldv ? sb1 : sb0 + 1, t_n, em.mult, wshift, Dv, mode);
+      } else {
+        af_s8_softmax_tile(r0, sb0, t_n, em, hi_cut, wshift, Dv, rb0, j_base + j0);
+        af_s8_softmax_tile(r1, sb1, t_n, em, hi_cut, wshift, Dv, rb1, j_base + j0);
+        if (ldv) {
+          af_pack_tile16(sb0, t_n);
+          af_pack_tile16(sb1, t_n);
+        } else {
+          af_pack_pairs16(sb0, t_n >> 1);
+        }
+      }
+      if (ldv)
+        af_pvt2_d64_asm(r0->acc, sb0, vt, ldv, t_n);
+      else
+        af_pv2_rows_d64_asm(r0->acc, sb0, vt, t_n);
+      continue;
+    }
+#endif
     for (t = 0; t + 4 <= t_n; t += 4)
       af_qk2x4_s8(sb0 + t, sb1 + t, q0, kt + (size_t)t * D, D);
     for (; t < t_n; ++t) {
@@ -660,14 +1314,15 @@ AF_INLINE void af_s8_pair(af_s8_row* r0, af_s8_row* r1, int32_t* sb0, int32_t* s
                           const int8_t* q0, const int8_t* q1, const int8_t* k, const int8_t* v,
                           int32_t ldv, int32_t f0, int32_t l0, int32_t f1, int32_t l1,
                           af_qmult em, int32_t hi_cut, int32_t wshift, int32_t D, int32_t Dv,
-                          const af_row_bias* rb0, const af_row_bias* rb1) {
+                          const af_row_bias* rb0, const af_row_bias* rb1, int32_t d64,
+                          const int32_t* qx) {
   int32_t from[4], to[4], n = 0, x;
   int32_t rowsel[4];
   if (q1 != NULL) {
     const int32_t cf = f0 > f1 ? f0 : f1, cl = l0 < l1 ? l0 : l1;
     if (cf <= cl) {
       af_s8_keys2(r0, r1, sb0, sb1, q0, q1, k + (size_t)cf * D, AF_VAT(v, cf, ldv, Dv), ldv,
-                  cf, cl - cf + 1, em, hi_cut, wshift, D, Dv, rb0, rb1);
+                  cf, cl - cf + 1, em, hi_cut, wshift, D, Dv, rb0, rb1, d64, qx);
       from[n] = f0, to[n] = cf - 1, rowsel[n++] = 0;
       from[n] = cl + 1, to[n] = l0, rowsel[n++] = 0;
       from[n] = f1, to[n] = cf - 1, rowsel[n++] = 1;
@@ -694,8 +1349,15 @@ static void af_s8_pair_d64(af_s8_row* r0, af_s8_row* r1, int32_t* sb0, int32_t* 
                            int32_t ldv, int32_t f0, int32_t l0, int32_t f1, int32_t l1,
                            af_qmult em, int32_t hi_cut, int32_t wshift, const af_row_bias* rb0,
                            const af_row_bias* rb1) {
+#if defined(AF_S8_ASM)
+  int32_t qx[64]; /* the two rows unpacked once for af_qk2_d64_asm (256 B of stack) */
+  if (q1 != NULL) af_unpack_q2(qx, q0);
   af_s8_pair(r0, r1, sb0, sb1, q0, q1, k, v, ldv, f0, l0, f1, l1, em, hi_cut, wshift, 64, 64,
-             rb0, rb1);
+             rb0, rb1, 1, qx);
+#else
+  af_s8_pair(r0, r1, sb0, sb1, q0, q1, k, v, ldv, f0, l0, f1, l1, em, hi_cut, wshift, 64, 64,
+             rb0, rb1, 1, NULL);
+#endif
 }
 static void af_s8_pair_any(af_s8_row* r0, af_s8_row* r1, int32_t* sb0, int32_t* sb1,
                            const int8_t* q0, const int8_t* q1, const int8_t* k, const int8_t* v,
@@ -703,18 +1365,53 @@ static void af_s8_pair_any(af_s8_row* r0, af_s8_row* r1, int32_t* sb0, int32_t* 
                            af_qmult em, int32_t hi_cut, int32_t wshift, int32_t D, int32_t Dv,
                            const af_row_bias* rb0, const af_row_bias* rb1) {
   af_s8_pair(r0, r1, sb0, sb1, q0, q1, k, v, ldv, f0, l0, f1, l1, em, hi_cut, wshift, D, Dv,
-             rb0, rb1);
+             rb0, rb1, 0, NULL);
 }
 
 /* ------------------------------------------------------------- finish --- */
 static int32_t af_bitlen(uint32_t x) {
+#if defined(AF_S8_ASM)
+  return x ? 32 - __builtin_clz(x) : 0; /* CLZ */
+#else
   int32_t n = 0;
   while (x) {
     ++n;
     x >>= 1;
   }
   return n;
+#endif
 }
+
+#if defined(AF_S8_ASM)
+/* af_s8_finish's loop for np >= 1 pairs of outputs: o[d] = ssat8((hi(acc[d]
+ * * c2) + half) >> s2), acc[d] = 0; k = {c2, s2, half}. 7 instructions per
+ * output (LDRD, SMMUL, ADD, ASR, SSAT, STRB, STRD of zeros). */
+__attribute__((naked, noinline)) static void af_finish_asm(
+    __attribute__((unused)) int8_t* o, __attribute__((unused)) int32_t* acc,
+    __attribute__((unused)) int32_t np, __attribute__((unused)) const int32_t* k) {
+  __asm__ volatile(
+      "push {r4-r8, lr}\n\t"
+      "ldm r3, {r4-r6}\n\t"
+      "movs r7, #0\n\t"
+      "movs r8, #0\n"
+      "1:\n\t"
+      "ldrd r3, r12, [r1]\n\t"
+      "smmul r3, r3, r4\n\t"
+      "smmul r12, r12, r4\n\t"
+      "add r3, r3, r6\n\t"
+      "add r12, r12, r6\n\t"
+      "asr r3, r3, r5\n\t"
+      "asr r12, r12, r5\n\t"
+      "ssat r3, #8, r3\n\t"
+      "ssat r12, #8, r12\n\t"
+      "strb r3, [r0], #1\n\t"
+      "strb r12, [r0], #1\n\t"
+      "strd r7, r8, [r1], #8\n\t"
+      "subs r2, r2, #1\n\t"
+      "bne 1b\n\t"
+      "pop {r4-r8, pc}\n\t");
+}
+#endif
 
 /* out = round((acc / l) * sv/so), saturated; zeros for a dead row. */
 /* Also resets the row's accumulators to 0 for the next row (the zeroing
@@ -745,11 +1442,23 @@ static void af_s8_finish(int8_t* o, const af_s8_row* r, af_qmult om, int32_t Dv)
       /* c' = c << z in [2^30, 2^31): y = (hi(acc * c') + half) >> (sh+z-32),
        * one high multiply per element. */
       const int32_t c2 = c << z, s2 = sh + z - 32, half = 1 << (s2 - 1);
+#if defined(AF_S8_ASM)
+      const int32_t kk[3] = {c2, s2, half};
+      d = Dv & ~1;
+      if (d > 0) af_finish_asm(o, acc, d >> 1, kk);
+      if (d < Dv) {
+        int32_t y0;
+        __asm__("smmul %0, %1, %2" : "=r"(y0) : "r"(acc[d]), "r"(c2));
+        acc[d] = 0;
+        o[d] = (int8_t)__ssat((y0 + half) >> s2, 8);
+      }
+#else
       for (d = 0; d < Dv; ++d) {
         const int32_t y = ((int32_t)(((int64_t)acc[d] * c2) >> 32) + half) >> s2;
         acc[d] = 0;
         o[d] = (int8_t)(y > 127 ? 127 : (y < -128 ? -128 : y));
       }
+#endif
     } else {
       for (d = 0; d < Dv; ++d) {
         const int64_t y = af_round_shift64((int64_t)acc[d] * c, sh);

@@ -30,8 +30,9 @@ from . import _attnflow as _core
 from ._arrays import TORCH, as_array, broadcast_to, dtype_name, empty, kind_of, reshape, torch_module
 
 _OP = "attnflow.scaled_dot_product_attention"
-_CAUSAL = {"none": 0, "top_left": 1, "bottom_right": 2}
-_KERNEL = {"auto": 0, "reference": 1, "tiled_prefill": 2, "split_kv_decode": 3}
+_CAUSAL = dict(_core.CAUSAL)  # name -> code: the C++ enums' (python/src/module.cc)
+_KERNEL = dict(_core.KERNELS)
+_C_NONE, _C_TOP_LEFT = _CAUSAL["none"], _CAUSAL["top_left"]
 _KV_DTYPES = ("float32", "float16", "bfloat16")
 _FLOAT_DTYPES = ("float32", "float16", "bfloat16", "float64")
 _NAN = float("nan")
@@ -69,17 +70,17 @@ def _to4(x, kind: str):
 
 
 def _causal_code(is_causal: bool, causal: Any, op: str) -> int:
-    c = 1 if is_causal else 0
+    c = _C_TOP_LEFT if is_causal else _C_NONE
     if causal is None or causal is False:
         return c
     if causal is True:
-        cc = 1
+        cc = _C_TOP_LEFT
     elif isinstance(causal, str) and causal in _CAUSAL:
         cc = _CAUSAL[causal]
     else:
         raise ValueError(f"{op}: causal must be None, 'none', 'top_left' or 'bottom_right', "
                          f"got {causal!r}")
-    if is_causal and cc != 1:
+    if is_causal and cc != _C_TOP_LEFT:
         raise ValueError(f"{op}: is_causal=True (top-left) conflicts with causal={causal!r}")
     return cc
 
@@ -116,8 +117,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: f
         if (B == Bk == value.shape[0] and Hk == value.shape[1]
                 and (H == Hk or (enable_gqa and Hk > 0 and H % Hk == 0))):
             out = _T_EMPTY((B, H, L, value.shape[3]))
-            _core.sdpa(out, None, query, key, value, None, None, None, 1 if is_causal else 0,
-                       _NAN if scale is None else float(scale), -1, -1, 0)
+            _core.sdpa(out, None, query, key, value, None, None, None, _C_TOP_LEFT if is_causal else _C_NONE,
+                       _NAN if scale is None else float(scale), -1, -1, _KERNEL["auto"])
             return out
     # The same fast path for plain NumPy float32 rank-4 arrays (float32 /
     # float16 K/V, non-negative strides: no copy is ever needed).
@@ -132,8 +133,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: f
         if (B == Bk == value.shape[0] and Hk == value.shape[1]
                 and (H == Hk or (enable_gqa and Hk > 0 and H % Hk == 0))):
             out = np.empty((B, H, L, value.shape[3]), _NP_F32)
-            _core.sdpa(out, None, query, key, value, None, None, None, 1 if is_causal else 0,
-                       _NAN if scale is None else float(scale), -1, -1, 0)
+            _core.sdpa(out, None, query, key, value, None, None, None, _C_TOP_LEFT if is_causal else _C_NONE,
+                       _NAN if scale is None else float(scale), -1, -1, _KERNEL["auto"])
             return out
     op = _OP
     if dropout_p != 0.0:

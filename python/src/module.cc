@@ -36,16 +36,17 @@
 
 #include "attnflow/attention.h"
 #include "attnflow/compare.h"
+#include "attnflow/file_util.h"
 #include "attnflow/golden.h"
 #include "attnflow/kernels.h"
 #include "attnflow/model.h"
 #include "attnflow/ops.h"
+#include "attnflow/player.h"
 #include "attnflow/reference.h"
 #include "attnflow/sampling.h"
 #include "attnflow/stages.h"
 #include "attnflow/status.h"
 #include "attnflow/tensor.h"
-#include "attnflow/trace.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -90,6 +91,25 @@ void Check(const af::Status& s) {
 [[noreturn]] void RaiseValue(const std::string& msg) {
   PyErr_SetString(PyExc_ValueError, msg.c_str());
   throw nb::python_error();
+}
+
+// The enums the package passes as integers: their codes are the C++ enum
+// values, published by name as _attnflow.CAUSAL and _attnflow.KERNELS (the
+// names of CausalName / KernelKindName), so the Python side keeps no table.
+constexpr af::Causal kCausals[] = {af::Causal::kNone, af::Causal::kTopLeft,
+                                   af::Causal::kBottomRight};
+constexpr af::KernelKind kKernels[] = {af::KernelKind::kAuto, af::KernelKind::kReference,
+                                       af::KernelKind::kTiledPrefill,
+                                       af::KernelKind::kSplitKvDecode};
+af::Causal CausalOfCode(int code) {
+  for (af::Causal c : kCausals)
+    if (static_cast<int>(c) == code) return c;
+  RaiseValue("attnflow: " + std::to_string(code) + " is not a causal code of _attnflow.CAUSAL");
+}
+af::KernelKind KernelOfCode(int code) {
+  for (af::KernelKind k : kKernels)
+    if (static_cast<int>(k) == code) return k;
+  RaiseValue("attnflow: " + std::to_string(code) + " is not a kernel code of _attnflow.KERNELS");
 }
 
 bool ToDType(nb::dlpack::dtype t, af::DType* out) {
@@ -250,7 +270,7 @@ void ParseSdpaArgs(const char* op, nb::handle out, nb::handle lse, nb::handle q,
   a->q = ViewOfHandle(q, op, "query", &a->arrays);
   a->k = ViewOfHandle(k, op, "key", &a->arrays);
   a->v = ViewOfHandle(v, op, "value", &a->arrays);
-  a->opt.causal = static_cast<af::Causal>(causal);
+  a->opt.causal = CausalOfCode(causal);
   a->opt.scale = scale;
   a->opt.attn_mask = ViewOfHandle(mask, op, "attn_mask", &a->arrays);
   a->opt.kv_lens = ViewOfHandle(kv_lens, op, "kv_lens", &a->arrays);
@@ -302,22 +322,22 @@ class DictSink : public af::StageSink {
 
 // ---- attention ---------------------------------------------------------------
 
-// out/lse are caller-allocated; kernel 0 auto, 1 reference, 2 tiled, 3 decode.
+// out/lse are caller-allocated; kernel: a code of _attnflow.KERNELS.
 void Sdpa(nb::handle out, nb::handle lse, nb::handle q, nb::handle k, nb::handle v,
           nb::handle mask, nb::handle kv_lens, nb::handle alibi, int causal, double scale,
           int64_t window_left, int64_t window_right, int kernel) {
   SdpaArgs a;
   ParseSdpaArgs("attnflow.scaled_dot_product_attention", out, lse, q, k, v, mask, kv_lens,
                 alibi, causal, scale, window_left, window_right, &a);
+  const af::KernelKind kind = KernelOfCode(kernel);
   af::Status st;
   {
     nb::gil_scoped_release release;
-    if (kernel == 1 || a.q.dtype == af::DType::kF64) {
+    if (kind == af::KernelKind::kReference || a.q.dtype == af::DType::kF64) {
       st = af::reference::Sdpa(a.out, a.lse, a.q, a.k, a.v, a.opt);
     } else {
       af::KernelOptions ko;
-      if (kernel == 2) ko.force = af::KernelKind::kTiledPrefill;
-      if (kernel == 3) ko.force = af::KernelKind::kSplitKvDecode;
+      ko.force = kind;  // kAuto: the dispatcher chooses
       st = af::Attention(a.out, a.lse, a.q, a.k, a.v, a.opt, ko);
     }
   }
@@ -458,7 +478,7 @@ void GoldenWrite(const std::string& path, const std::string& kind, int64_t batch
   s.kv_len = kv_len;
   s.head_dim = head_dim;
   s.v_dim = v_dim;
-  s.causal = static_cast<af::Causal>(causal);
+  s.causal = CausalOfCode(causal);
   s.scale = scale;
   s.mask = mask;
   s.mask_shape = mask_shape;
@@ -628,7 +648,7 @@ nb::dict RunTrace(nb::handle model, const std::string& text, int64_t layer,
   af::trace::ModelTraceOptions mo;
   mo.layer = layer;
   mo.decode_steps = decode_steps;
-  af::trace::PageOptions po;
+  af::player::PageOptions po;
   po.max_tokens = max_tokens;
   po.heads = heads;
   af::Result<std::vector<af::trace::Trace>> traces = af::Status();
@@ -638,7 +658,7 @@ nb::dict RunTrace(nb::handle model, const std::string& text, int64_t layer,
     nb::gil_scoped_release release;
     if (!sentences.empty()) {
       traces = af::trace::TraceEncoderBatch(*enc->m, sentences, mo);
-      if (traces.ok()) json = af::trace::BatchToJson(*traces, po);
+      if (traces.ok()) json = af::player::BatchToJson(*traces, po);
     } else {
       af::Result<af::trace::Trace> tr = af::Status();
       if (enc != nullptr) {
@@ -656,15 +676,15 @@ nb::dict RunTrace(nb::handle model, const std::string& text, int64_t layer,
       if (tr.ok()) {
         traces = std::vector<af::trace::Trace>();
         traces->push_back(std::move(tr).value());
-        json = af::trace::TraceToJson(traces->front(), po);
+        json = af::player::TraceToJson(traces->front(), po);
       } else {
         traces = tr.status();
       }
     }
     if (json.ok() && !html_path.empty()) {
-      html = af::trace::RenderPlayerHtml(*json);
+      html = af::player::RenderPlayerHtml(*json);
       if (html.ok()) {
-        af::Status st = af::trace::WriteTextFile(html_path, *html);
+        af::Status st = af::WriteFileAtomic(html_path, *html);
         if (!st.ok()) html = st;
       }
     }
@@ -692,6 +712,11 @@ nb::dict RunTrace(nb::handle model, const std::string& text, int64_t layer,
 
 NB_MODULE(_attnflow, m) {
   m.doc() = "attnflow compiled core (see the attnflow package for the public API)";
+  nb::dict causal_codes, kernel_codes;
+  for (af::Causal c : kCausals) causal_codes[af::CausalName(c)] = static_cast<int>(c);
+  for (af::KernelKind k : kKernels) kernel_codes[af::KernelKindName(k)] = static_cast<int>(k);
+  m.attr("CAUSAL") = causal_codes;
+  m.attr("KERNELS") = kernel_codes;
 
   m.def("sdpa", &Sdpa, "out"_a, "lse"_a.none(), "query"_a, "key"_a, "value"_a,
         "attn_mask"_a.none(), "kv_lens"_a.none(), "alibi_slopes"_a.none(), "causal"_a,

@@ -143,6 +143,10 @@ struct Export {
   af_mha_shape mshape{};
   Ref x_q, x_k, x_v, w_q, w_k, w_v, w_o, b_q, b_k, b_v, b_o;
   Ref mq, mk, mv, heads_out, concat;
+  // mha int8
+  Ref x_q8, x_k8, x_v8, w_q8, w_k8, w_v8, w_o8, b_q32, b_k32, b_v32, b_o32, m_q, m_k, m_v, m_o;
+  Ref mq8, mk8, mv8, heads_out8, out8m;
+  float s_out = 1;
   // int8 expectations for --s8-expected
   std::vector<int8_t> out8_values;
 };
@@ -172,6 +176,7 @@ class Exporter {
   int Options(int64_t B, int64_t H, int64_t Lq, int64_t Lk);
   int Sdpa();
   int Mha();
+  int MhaS8(int64_t B, int64_t Lq, int64_t Lk, int64_t E, int64_t H, int64_t Hkv);
   std::string Header() const;
 
   const DeviceExportOptions& o_;
@@ -570,10 +575,211 @@ int Exporter::Mha() {
   if (want_row_stages_)
     cmp = std::max(cmp, Take(uint64_t(4) * Lk * 4 + 4) + (file ? Take(uint64_t(Lk) * 4 + 4) : 0));
   e_.pool_bytes = u + cmp;
+  if (int r = MhaS8(B, Lq, Lk, E, H, Hkv)) return r;
   if (e_.pool_bytes > uint64_t(ram_))
     return Limit("the harness needs " + std::to_string(e_.pool_bytes) +
                  " bytes of RAM for this mha case (projections, stages and arena of the whole "
                  "batch), more than --ram-bytes " + std::to_string(ram_));
+  return 0;
+}
+
+// The int8 path of an mha case (af_mha_s8). Quantisation: inputs per
+// tensor, weights per output row (scale max|row| / 127), biases in
+// accumulator units, the projected q/k/v and out scales from the golden
+// stages (max|x| / 127), heads_out at v's scale (a convex combination of v
+// rows). Expectations, teacher-forced in float64, each stage from the
+// previous stage's *expected* int8 values (so every stage is judged on its
+// own arithmetic, and the first that breaks is named):
+//   q8e = round((x8 . w8[row] + b32[row]) * s_x * s_w[row] / s_q)  (k8e, v8e)
+//   ho8e = round(sdpa64(q8e*s_q, k8e*s_k, v8e*s_v, options) / s_o)
+//   out8e = round((concat(ho8e) . w8_o[row] + b32_o[row]) * s_o * s_w[row] / s_out)
+// The harness (golden_main.c run_mha_s8) holds q, k and v to 1 LSB (one
+// rounding each side), heads_out to AF_S8_BOUND_LSB, out to 1 LSB plus what
+// the device's concat deviation moves it through w_o; a case without an
+// int8 path says why (s8_note).
+int Exporter::MhaS8(int64_t B, int64_t Lq, int64_t Lk, int64_t E, int64_t H, int64_t Hkv) {
+  const reference::MhaWeights& w = c_.weights;
+  const int64_t dh = E / H;
+  af_mha_shape ms = e_.mshape;
+  const uint64_t ws8 = af_mha_s8_workspace_bytes(&ms);
+  if (ws8 == 0) {
+    e_.s8_note = "af_mha_s8 refuses the shape";
+    return 0;
+  }
+  const std::vector<float> xq = GoldenFloats(c_.x_q), xk = GoldenFloats(c_.x_k),
+                           xv = GoldenFloats(c_.x_v);
+  const float sxq = QuantScale(xq), sxk = QuantScale(xk), sxv = QuantScale(xv);
+  auto stage = [&](const char* n) { return GoldenFloats(c_.file->Get(n).value()); };
+  const float sq = QuantScale(stage("q")), sk = QuantScale(stage("k")), sv = QuantScale(stage("v")),
+              so = sv, sout = QuantScale(stage("out"));
+  af_s8_params p;
+  if (af_s8_prepare(&p, &sq, &sk, &sv, &so, 1, e_.scale) != AF_OK) {
+    e_.s8_note = "af_s8_prepare refuses the attention's scales (sq*sk*scale*log2(e)*256 must "
+                 "stay below 128)";
+    return 0;
+  }
+  if (Lk > 32768) {
+    e_.s8_note = "kv_len " + std::to_string(Lk) + " > 32768 (the int8 kernel's weight budget)";
+    return 0;
+  }
+  // Weights per output row, biases in accumulator units, multipliers.
+  struct Proj {
+    std::vector<int8_t> w8;
+    std::vector<int32_t> b32, m;  // m: {mult, shift} pairs
+    std::vector<double> real;     // s_in * s_w[row] / s_out, exact
+  };
+  std::string bad;
+  auto proj = [&](const TensorView& wt, const TensorView& bias, float s_in, float s_o, Proj* pr) {
+    const std::vector<float> wf = GoldenFloats(wt);
+    const int64_t rows = wt.shape[0], cols = wt.shape[1];
+    const std::vector<float> bf = bias.empty_view() ? std::vector<float>() : GoldenFloats(bias);
+    for (int64_t r = 0; r < rows; ++r) {
+      float mx = 0;
+      for (int64_t c = 0; c < cols; ++c) mx = std::max(mx, std::fabs(wf[r * cols + c]));
+      const float sw = mx > 0 ? mx / 127.f : 1.f;
+      for (int64_t c = 0; c < cols; ++c)
+        pr->w8.push_back(int8_t(std::lrint(std::clamp(wf[r * cols + c] / sw, -127.f, 127.f))));
+      if (!bf.empty()) {
+        const double b = std::nearbyint(double(bf[r]) / (double(s_in) * sw));
+        const bool fits = std::fabs(b) < 1073741824.0;  // false for NaN too
+        if (!fits) bad = "a bias too large for int32 accumulator units";
+        pr->b32.push_back(fits ? int32_t(b) : 0);
+      }
+      const double real = double(s_in) * sw / s_o;
+      af_qmult m;
+      if (af_quantize_multiplier(&m, real) != AF_OK) bad = "a projection multiplier out of range";
+      pr->m.push_back(m.mult);
+      pr->m.push_back(m.shift);
+      pr->real.push_back(real);
+    }
+  };
+  Proj pq, pk, pv, po;
+  proj(w.w_q, w.b_q, sxq, sq, &pq);
+  proj(w.w_k, w.b_k, sxk, sk, &pk);
+  proj(w.w_v, w.b_v, sxv, sv, &pv);
+  proj(w.w_o, w.b_o, so, sout, &po);
+  if (!bad.empty()) {
+    e_.s8_note = bad;
+    return 0;
+  }
+  if (e_.mask_type == AF_MASK_F32) {
+    const std::vector<float> mf = GoldenFloats(c_.opt.attn_mask);
+    std::vector<int32_t> m32(mf.size());
+    if (af_s8_mask_prepare(m32.data(), mf.data(), int32_t(mf.size()), sq, sk, e_.scale) != AF_OK) {
+      e_.s8_note = "af_s8_mask_prepare refuses the float mask";
+      return 0;
+    }
+  }
+  if (e_.alibi.present) {
+    std::vector<int32_t> a8(static_cast<size_t>(H));
+    const std::vector<float> sl = GoldenFloats(c_.opt.alibi_slopes);
+    if (af_s8_alibi_prepare(a8.data(), sl.data(), int32_t(H), &sq, &sk, 1, e_.scale) != AF_OK) {
+      e_.s8_note = "af_s8_alibi_prepare refuses the ALiBi slopes";
+      return 0;
+    }
+  }
+  auto round8 = [](double v) { return int8_t(std::clamp(std::nearbyint(v), -128.0, 127.0)); };
+  // x8 [B, L, E] through one projection into head-major [B, heads, L, dh].
+  auto project = [&](const std::vector<int8_t>& x8, int64_t L, const Proj& pr, int64_t heads) {
+    std::vector<int8_t> y(size_t(B * heads * L * dh));
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t i = 0; i < L; ++i)
+        for (int64_t f = 0; f < heads * dh; ++f) {
+          int64_t acc = pr.b32.empty() ? 0 : pr.b32[f];
+          for (int64_t e = 0; e < E; ++e)
+            acc += int64_t(x8[(b * L + i) * E + e]) * pr.w8[f * E + e];
+          y[((b * heads + f / dh) * L + i) * dh + f % dh] = round8(double(acc) * pr.real[f]);
+        }
+    return y;
+  };
+  const std::vector<int8_t> xq8 = Quantise(xq, sxq), xk8 = Quantise(xk, sxk),
+                            xv8 = Quantise(xv, sxv);
+  const std::vector<int8_t> q8e = project(xq8, Lq, pq, H), k8e = project(xk8, Lk, pk, Hkv),
+                            v8e = project(xv8, Lk, pv, Hkv);
+  std::vector<double> dq(q8e.size()), dk(k8e.size()), dv(v8e.size()), ref(q8e.size());
+  for (size_t i = 0; i < q8e.size(); ++i) dq[i] = double(q8e[i]) * sq;
+  for (size_t i = 0; i < k8e.size(); ++i) dk[i] = double(k8e[i]) * sk;
+  for (size_t i = 0; i < v8e.size(); ++i) dv[i] = double(v8e[i]) * sv;
+  SdpaOptions opt = c_.opt;
+  opt.scale = e_.scale;
+  Status st = reference::Sdpa(MakeView(ref.data(), DType::kF64, {B, H, Lq, dh}), TensorView{},
+                              MakeView(dq.data(), DType::kF64, {B, H, Lq, dh}),
+                              MakeView(dk.data(), DType::kF64, {B, Hkv, Lk, dh}),
+                              MakeView(dv.data(), DType::kF64, {B, Hkv, Lk, dh}), opt);
+  if (!st.ok()) return Refuse(st.message());
+  std::vector<int8_t> ho8e(ref.size()), cat8e(size_t(B * Lq * E));
+  for (size_t i = 0; i < ref.size(); ++i) {
+    if (!std::isfinite(ref[i])) return Refuse("the int8 reference heads_out is not finite");
+    ho8e[i] = round8(ref[i] / so);
+  }
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t i = 0; i < Lq; ++i)
+      for (int64_t f = 0; f < E; ++f)
+        cat8e[(b * Lq + i) * E + f] = ho8e[((b * H + f / dh) * Lq + i) * dh + f % dh];
+  std::vector<int8_t> out8e(cat8e.size());
+  for (int64_t r = 0; r < B * Lq; ++r)
+    for (int64_t f = 0; f < E; ++f) {
+      int64_t acc = po.b32.empty() ? 0 : po.b32[f];
+      for (int64_t e = 0; e < E; ++e) acc += int64_t(cat8e[r * E + e]) * po.w8[f * E + e];
+      out8e[r * E + f] = round8(double(acc) * po.real[f]);
+    }
+  e_.has_s8 = true;
+  e_.sq = sq;
+  e_.sk = sk;
+  e_.sv = sv;
+  e_.so = so;
+  e_.s_out = sout;
+  e_.x_q8 = e_.blob.I8(xq8);
+  e_.x_k8 = e_.blob.I8(xk8);
+  e_.x_v8 = e_.blob.I8(xv8);
+  e_.w_q8 = e_.blob.I8(pq.w8);
+  e_.w_k8 = e_.blob.I8(pk.w8);
+  e_.w_v8 = e_.blob.I8(pv.w8);
+  e_.w_o8 = e_.blob.I8(po.w8);
+  if (!pq.b32.empty()) e_.b_q32 = e_.blob.I32(pq.b32);
+  if (!pk.b32.empty()) e_.b_k32 = e_.blob.I32(pk.b32);
+  if (!pv.b32.empty()) e_.b_v32 = e_.blob.I32(pv.b32);
+  if (!po.b32.empty()) e_.b_o32 = e_.blob.I32(po.b32);
+  e_.m_q = e_.blob.I32(pq.m);
+  e_.m_k = e_.blob.I32(pk.m);
+  e_.m_v = e_.blob.I32(pv.m);
+  e_.m_o = e_.blob.I32(po.m);
+  e_.mq8 = e_.blob.I8(q8e);
+  e_.mk8 = e_.blob.I8(k8e);
+  e_.mv8 = e_.blob.I8(v8e);
+  e_.heads_out8 = e_.blob.I8(ho8e);
+  e_.out8m = e_.blob.I8(out8e);
+  // Pool of run_mha_s8 in golden_main.c (an upper bound, checked there):
+  // in file mode every input it fetches; the int8 mask/ALiBi; out and the
+  // five int8 stages; the af_mha_s8 arena; then two float buffers for the
+  // comparisons and the larger of: the expected heads_out, the wanted
+  // concat, its deviation and the expected out; or the teacher-forced
+  // heads_out (expected q8e, k8e, v8e, its output, the SDPA arena, the
+  // expected heads_out).
+  const bool file = !o_.data_file.empty();
+  const uint64_t nq = uint64_t(B) * H * Lq * dh, nk = uint64_t(B) * Hkv * Lk * dh,
+                 no = uint64_t(B) * Lq * E;
+  uint64_t u = 0;
+  if (file) {
+    for (const Ref* r : {&e_.x_q8, &e_.x_k8, &e_.x_v8, &e_.w_q8, &e_.w_k8, &e_.w_v8, &e_.w_o8})
+      u += Take(r->count + 4);
+    for (const Ref* r :
+         {&e_.b_q32, &e_.b_k32, &e_.b_v32, &e_.b_o32, &e_.m_q, &e_.m_k, &e_.m_v, &e_.m_o})
+      if (r->present) u += Take(r->count * 4 + 4);
+    if (e_.kv_lens.present) u += Take(uint64_t(B) * 4 + 4);
+    if (e_.mask.present) u += Take(e_.mask.count * (e_.mask_type == AF_MASK_BOOL ? 1 : 4) + 4);
+    if (e_.alibi.present) u += Take(uint64_t(H) * 4 + 4);
+  }
+  if (e_.mask_type == AF_MASK_F32) u += Take(e_.mask.count * 4);
+  if (e_.alibi.present) u += Take(uint64_t(H) * 4);
+  u += Take(no + 4) + Take(nq + 4) * 2 + Take(nk + 4) * 2 + Take(no + 4) + Take(ws8);
+  const uint64_t mx = std::max({nq, nk, no});
+  af_sdpa_shape sd{int32_t(B), int32_t(H), int32_t(Hkv), int32_t(Lq), int32_t(Lk),
+                   int32_t(dh), int32_t(dh), ms.causal};
+  const uint64_t forced =
+      Take(nq + 4) * 3 + Take(nk + 4) * 2 + Take(af_sdpa_s8_workspace_bytes(&sd));
+  const uint64_t cmp = Take(mx * 4 + 4) * 2 + std::max(Take(mx + 4) * 4, forced);
+  e_.pool_bytes = std::max(e_.pool_bytes, u + cmp);
   return 0;
 }
 
@@ -652,8 +858,19 @@ std::string Exporter::Header() const {
      << "  .b_q = " << RefLit(e_.b_q) << ", .b_k = " << RefLit(e_.b_k) << ", .b_v = "
      << RefLit(e_.b_v) << ", .b_o = " << RefLit(e_.b_o) << ",\n"
      << "  .mq = " << RefLit(e_.mq) << ", .mk = " << RefLit(e_.mk) << ", .mv = " << RefLit(e_.mv)
-     << ", .heads_out = " << RefLit(e_.heads_out) << ", .concat = " << RefLit(e_.concat)
-     << "\n};\n";
+     << ", .heads_out = " << RefLit(e_.heads_out) << ", .concat = " << RefLit(e_.concat) << ",\n"
+     << "  .x_q8 = " << RefLit(e_.x_q8) << ", .x_k8 = " << RefLit(e_.x_k8) << ", .x_v8 = "
+     << RefLit(e_.x_v8) << ",\n"
+     << "  .w_q8 = " << RefLit(e_.w_q8) << ", .w_k8 = " << RefLit(e_.w_k8) << ", .w_v8 = "
+     << RefLit(e_.w_v8) << ", .w_o8 = " << RefLit(e_.w_o8) << ",\n"
+     << "  .b_q32 = " << RefLit(e_.b_q32) << ", .b_k32 = " << RefLit(e_.b_k32) << ", .b_v32 = "
+     << RefLit(e_.b_v32) << ", .b_o32 = " << RefLit(e_.b_o32) << ",\n"
+     << "  .m_q = " << RefLit(e_.m_q) << ", .m_k = " << RefLit(e_.m_k) << ", .m_v = "
+     << RefLit(e_.m_v) << ", .m_o = " << RefLit(e_.m_o) << ",\n"
+     << "  .mq8 = " << RefLit(e_.mq8) << ", .mk8 = " << RefLit(e_.mk8) << ", .mv8 = "
+     << RefLit(e_.mv8) << ", .heads_out8 = " << RefLit(e_.heads_out8) << ", .out8m = "
+     << RefLit(e_.out8m) << ",\n"
+     << "  .s_out = " << FloatLit(e_.s_out) << "\n};\n";
   return os.str();
 }
 
@@ -679,7 +896,7 @@ Result<DeviceExport> Exporter::Run() {
   r.mha = e_.mha;
   r.row_stages = want_row_stages_;
   r.has_s8 = e_.has_s8;
-  r.s8_note = e_.mha ? "mha is f32" : e_.s8_note;
+  r.s8_note = e_.s8_note;
   if (e_.mha) {
     const af_mha_shape& m = e_.mshape;
     r.shape = "mha B=" + std::to_string(m.batch) + " Lq=" + std::to_string(m.q_len) +

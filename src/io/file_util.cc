@@ -649,6 +649,11 @@ Result<FileBytes> FileBytes::Map(const std::string& path, const std::string& pre
   return m;
 }
 
+std::string JoinPath(const std::string& dir, const std::string& name) {
+  if (dir.empty()) return name;
+  return dir.back() == '/' ? dir + name : dir + "/" + name;
+}
+
 bool IsValidUtf8(std::string_view s) {
   char32_t cp;
   for (size_t i = 0; i < s.size();) {

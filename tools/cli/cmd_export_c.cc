@@ -76,6 +76,13 @@ int RunExport(const ExportArgs& a) {
                                ")");
     return kExitUsage;
   }
+  if (!a.s8_expected.empty() && e->mha) {
+    PrintError("export-c", a.file + ": --s8-expected: an mha case's int8 stages are "
+                                    "teacher-forced (each from the previous stage's expected "
+                                    "values) and judged by the device harness itself; the file "
+                                    "carries an sdpa case's int8 out only");
+    return kExitUsage;
+  }
   // Data first (the header names it), then the int8 expectations, then the
   // header; each atomically.
   if (!a.data.empty()) {
@@ -144,8 +151,8 @@ ATTNFLOW_REGISTER_COMMAND(
                      "weights); auto = when B*H*Lq*Lk <= 8192")
           ->capture_default_str();
       sub.add_option("--s8-expected", a->s8_expected,
-                     "Also write the int8 path's expectations (out as I8, output units) as "
-                     "safetensors, for `attnflow verify --compare DUMP FILE`");
+                     "Also write the int8 path's expectations of an sdpa case (out as I8, "
+                     "output units) as safetensors, for `attnflow verify --compare DUMP FILE`");
       return [a] { return RunExport(*a); };
     });
 

@@ -43,7 +43,6 @@
 
 #if defined(ATTNFLOW_HAVE_DIST)
 #include <mpi.h>
-#include <sys/resource.h>
 
 #include <algorithm>
 #include <cmath>
@@ -54,6 +53,7 @@
 
 #include "attnflow/rng.h"
 #include "attnflow/attention.h"
+#include "attnflow/bench.h"
 #include "attnflow/compare.h"
 #include "attnflow/golden.h"
 #include "attnflow/reference.h"
@@ -124,12 +124,6 @@ double AllMax(double x) {
   double y = 0;
   MPI_Allreduce(&x, &y, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   return y;
-}
-
-double PeakRssMiB() {
-  rusage ru{};
-  getrusage(RUSAGE_SELF, &ru);
-  return ru.ru_maxrss / 1024.0;  // Linux: KiB
 }
 
 struct Setup {
@@ -339,7 +333,7 @@ int Bench(const RingArgs& a, const Setup& s, ThreadPool* pool) {
   MPI_Reduce(bytes.data(), bytes_sum.data(), steps, MPI_INT64_T, MPI_SUM, 0, MPI_COMM_WORLD);
   double compute_total = 0;
   for (const auto& ss : best) compute_total += ss.compute_s;
-  const double rss = PeakRssMiB();
+  const double rss = static_cast<double>(PeakRssSinceExecBytes()) / (1 << 20);
   const double h = comm_sum > 0 ? std::max(0.0, 1.0 - exposed_sum / comm_sum) : 1.0;
   std::vector<double> rss_all(p), comp_all(p), hid_all(p);
   std::vector<int64_t> pairs_all(p);

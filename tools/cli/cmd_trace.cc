@@ -35,7 +35,7 @@
 
 #include "attnflow/file_util.h"
 #include "attnflow/model.h"
-#include "attnflow/trace.h"
+#include "attnflow/player.h"
 #include "cli_common.h"
 
 namespace attnflow::cli {
@@ -47,22 +47,22 @@ struct TraceArgs {
   int64_t pad = 0;                     // toy pad keys (--pad)
   bool bahdanau = false, transformer = false, all_layers = false;
   int64_t max_view_tokens = 64;
-  int64_t layer = 0, decode_steps = 0, tokens = 4, max_page_tokens = trace::kDefaultPageTokens;
+  int64_t layer = 0, decode_steps = 0, tokens = 4, max_page_tokens = player::kDefaultPageTokens;
   std::vector<int64_t> heads;
   std::string causal = "top_left";
   std::string json, html, safetensors, npy, csv, png, svg;
   bool quiet = false;
 };
 
-const char* StateName(trace::CheckState s) {
+const char* StateName(player::CheckState s) {
   switch (s) {
-    case trace::CheckState::kPass: return "PASS";
-    case trace::CheckState::kFail: return "FAIL";
+    case player::CheckState::kPass: return "PASS";
+    case player::CheckState::kFail: return "FAIL";
     default: return "n/a ";
   }
 }
 
-void PrintChecks(const trace::TraceSummary& s) {
+void PrintChecks(const player::TraceSummary& s) {
   std::printf("checks (the page's check panel runs the same):\n");
   for (const auto& c : s.checks)
     std::printf("  %s  %s%s%s\n", StateName(c.state), EscapeLine(c.name).c_str(),
@@ -163,12 +163,12 @@ class TraceProgress {
 };
 
 int WriteHtml(const std::string& path, const std::string& json) {
-  Result<std::string> page = trace::RenderPlayerHtml(json);
+  Result<std::string> page = player::RenderPlayerHtml(json);
   if (!page.ok()) {
     PrintError("trace", page.status().ToString());
     return kExitUsage;
   }
-  Status st = trace::WriteTextFile(path, page.value());
+  Status st = WriteFileAtomic(path, page.value());
   if (!st.ok()) {
     PrintError("trace", st.ToString());
     return kExitUsage;
@@ -202,7 +202,7 @@ int RunFrom(const TraceArgs& a) {
     PrintError("trace", text.status().message());
     return kExitUsage;
   }
-  Result<trace::TraceSummary> s = trace::ReadTraceJson(text.value(), a.from);
+  Result<player::TraceSummary> s = player::ReadTraceJson(text.value(), a.from);
   if (!s.ok()) {
     PrintError("trace", s.status().message());
     return kExitUsage;
@@ -219,7 +219,7 @@ int RunFrom(const TraceArgs& a) {
     if (rc != kExitOk) return rc;
   }
   if (!a.json.empty()) {
-    Status st = trace::WriteTextFile(a.json, text.value());
+    Status st = WriteFileAtomic(a.json, text.value());
     if (!st.ok()) {
       PrintError("trace", st.ToString());
       return kExitUsage;
@@ -249,13 +249,13 @@ int TraceFailed(const Status& st) {
 }
 
 // Serialises the page (one trace or a padded batch) with the given options.
-using PageSerializer = std::function<Result<std::string>(const trace::PageOptions&)>;
+using PageSerializer = std::function<Result<std::string>(const player::PageOptions&)>;
 
 // A page's full-precision JSON and what reading it back found.
 struct Page {
-  trace::PageOptions options;  // from --max-page-tokens, --max-view-tokens, --heads
+  player::PageOptions options;  // from --max-page-tokens, --max-view-tokens, --heads
   std::string json;
-  trace::TraceSummary summary;
+  player::TraceSummary summary;
 };
 
 // Serialises the page with the flags' options and reads the JSON back, which
@@ -270,7 +270,7 @@ bool BuildPage(const TraceArgs& a, const PageSerializer& to_json, Page* page) {
     TraceFailed(json.status());
     return false;
   }
-  Result<trace::TraceSummary> s = trace::ReadTraceJson(json.value(), "<generated trace>");
+  Result<player::TraceSummary> s = player::ReadTraceJson(json.value(), "<generated trace>");
   if (!s.ok()) {
     TraceFailed(s.status());
     return false;
@@ -286,7 +286,7 @@ bool BuildPage(const TraceArgs& a, const PageSerializer& to_json, Page* page) {
 int WritePageFiles(const TraceArgs& a, const PageSerializer& to_json, const Page& page,
                    const std::string& json_note) {
   if (!a.json.empty()) {
-    Status st = trace::WriteTextFile(a.json, page.json);
+    Status st = WriteFileAtomic(a.json, page.json);
     if (!st.ok()) return TraceFailed(st);
     std::printf("wrote %s (page JSON, %s%s)\n", EscapeLine(a.json).c_str(), KiB(page.json.size()).c_str(),
                 json_note.c_str());
@@ -294,11 +294,11 @@ int WritePageFiles(const TraceArgs& a, const PageSerializer& to_json, const Page
   if (!a.html.empty()) {
     // The page gets the compact, lossless encoding (base64 floats, constant
     // runs, verified derivations); reading it back checks it once more.
-    trace::PageOptions po = page.options;
+    player::PageOptions po = page.options;
     po.compact = true;
     Result<std::string> packed = to_json(po);
     if (!packed.ok()) return TraceFailed(packed.status());
-    Result<trace::TraceSummary> ps = trace::ReadTraceJson(packed.value(), "<generated page>");
+    Result<player::TraceSummary> ps = player::ReadTraceJson(packed.value(), "<generated page>");
     if (!ps.ok()) return TraceFailed(ps.status());
     const int rc = WriteHtml(a.html, packed.value());
     if (rc != kExitOk) return rc;
@@ -309,12 +309,12 @@ int WritePageFiles(const TraceArgs& a, const PageSerializer& to_json, const Page
 // A padded encoder batch: one page (sentence 0, every sentence's page in
 // "batch.pages"), read back and checked like any page.
 int WriteBatch(const TraceArgs& a, const std::vector<trace::Trace>& traces) {
-  const PageSerializer to_json = [&traces](const trace::PageOptions& po) {
-    return trace::BatchToJson(traces, po);
+  const PageSerializer to_json = [&traces](const player::PageOptions& po) {
+    return player::BatchToJson(traces, po);
   };
   Page page;
   if (!BuildPage(a, to_json, &page)) return kExitUsage;
-  const trace::TraceSummary& s = page.summary;
+  const player::TraceSummary& s = page.summary;
   const trace::Trace& t0 = traces.front();
   std::printf("attnflow trace: %s (encoder batch) · layer %lld · %zu sentences padded to %zu tokens"
               " · %lld heads × d_k %lld · mask kv_lens\n",
@@ -407,7 +407,7 @@ int RunTrace(TraceArgs a) {
     return kExitUsage;
   }
   if (!a.vit.empty()) {
-    Result<trace::RgbImage> img = trace::ReadImageFile(a.vit);
+    Result<RgbImage> img = ReadImageFile(a.vit);
     if (!img.ok()) {
       PrintError("trace", img.status().message());
       return kExitUsage;
@@ -502,12 +502,12 @@ int RunTrace(TraceArgs a) {
   }
   trace::Trace& t = tr.value();
   if (!display.empty()) t.info.name = display;
-  const PageSerializer to_json = [&t](const trace::PageOptions& po) {
-    return trace::TraceToJson(t, po);
+  const PageSerializer to_json = [&t](const player::PageOptions& po) {
+    return player::TraceToJson(t, po);
   };
   Page page;
   if (!BuildPage(a, to_json, &page)) return kExitUsage;
-  const trace::TraceSummary& s = page.summary;
+  const player::TraceSummary& s = page.summary;
   std::printf("attnflow trace: %s (%s) · layer %lld · %zu tokens · %lld heads × d_k %lld · mask %s"
               " · %zu decode steps\n",
               EscapeLine(t.info.name).c_str(), EscapeLine(t.source).c_str(),
@@ -544,7 +544,7 @@ int RunTrace(TraceArgs a) {
   const int rc = WritePageFiles(a, to_json, page, "");
   if (rc != kExitOk) return rc;
   if (!a.safetensors.empty()) {
-    Status st = trace::WriteTraceSafetensors(a.safetensors, t);
+    Status st = player::WriteTraceSafetensors(a.safetensors, t);
     if (!st.ok()) return TraceFailed(st);
     std::printf("wrote %s (every stage, full precision, golden-format names%s)\n",
                 EscapeLine(a.safetensors).c_str(),
@@ -552,24 +552,24 @@ int RunTrace(TraceArgs a) {
   }
   std::vector<std::string> files;
   if (!a.npy.empty()) {
-    Status st = trace::WriteTraceNpy(a.npy, t, &files);
+    Status st = player::WriteTraceNpy(a.npy, t, &files);
     if (!st.ok()) return TraceFailed(st);
     std::printf("wrote %zu .npy files to %s\n", files.size(), EscapeLine(a.npy).c_str());
   }
   if (!a.csv.empty()) {
     files.clear();
-    Status st = trace::WriteTraceCsv(a.csv, t, a.heads, &files);
+    Status st = player::WriteTraceCsv(a.csv, t, a.heads, &files);
     if (!st.ok()) return TraceFailed(st);
     std::printf("wrote %zu CSV files to %s\n", files.size(), EscapeLine(a.csv).c_str());
   }
-  for (const auto& [dir, fmt] : {std::pair<const std::string*, trace::ImageFormat>{&a.png, trace::ImageFormat::kPng},
-                                 {&a.svg, trace::ImageFormat::kSvg}}) {
+  for (const auto& [dir, fmt] : {std::pair<const std::string*, player::ImageFormat>{&a.png, player::ImageFormat::kPng},
+                                 {&a.svg, player::ImageFormat::kSvg}}) {
     if (dir->empty()) continue;
     files.clear();
-    Status st = trace::WriteTraceHeatmaps(*dir, t, a.heads, fmt, &files);
+    Status st = player::WriteTraceHeatmaps(*dir, t, a.heads, fmt, &files);
     if (!st.ok()) return TraceFailed(st);
     std::printf("wrote %zu %s heatmaps to %s\n", files.size(),
-                fmt == trace::ImageFormat::kPng ? "PNG" : "SVG", EscapeLine(*dir).c_str());
+                fmt == player::ImageFormat::kPng ? "PNG" : "SVG", EscapeLine(*dir).c_str());
   }
   PrintChecks(s);
   return s.all_pass() ? kExitOk : kExitCheckFailed;

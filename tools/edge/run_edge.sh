@@ -68,6 +68,18 @@ n_committed=${#names[@]}
   fail "attnflow golden could not write the decode case"
 export_case "$OUT/gen/decode_b2h4_lk1000_d128.safetensors" decode_b2h4_lk1000_d128 \
   --data "$OUT/cases/decode_b2h4_lk1000_d128.bin" --ram-bytes 1536KiB
+# head_dim 64 (a multiple of 4 with a 4-wide tail) runs the Cortex-M
+# assembly's unrolled paths end to end: GQA with causal, and batch 2 with a
+# boolean mask, ALiBi and padding.
+"$CLI" golden --kind sdpa --batch 1 --heads 2 --kv-heads 1 --q-len 67 --kv-len 67 \
+  --head-dim 64 --causal top_left --seed 31 --out "$OUT/gen/sdpa_d64_causal.safetensors" \
+  > /dev/null || fail "attnflow golden could not write the d64 causal case"
+export_case "$OUT/gen/sdpa_d64_causal.safetensors" sdpa_d64_causal
+"$CLI" golden --kind sdpa --batch 2 --heads 2 --q-len 29 --kv-len 53 --head-dim 64 \
+  --causal bottom_right --mask bool --alibi --kv-lens 53 40 --seed 32 \
+  --out "$OUT/gen/sdpa_d64_mask_alibi.safetensors" > /dev/null ||
+  fail "attnflow golden could not write the d64 masked case"
+export_case "$OUT/gen/sdpa_d64_mask_alibi.safetensors" sdpa_d64_mask_alibi
 write_cases_h() {  # FILE POOL NAME...
   local file=$1 pool=$2 nm
   shift 2
@@ -118,7 +130,7 @@ for t in "${EDGE_TARGETS[@]}"; do
   if ((${#pids[@]} >= 2)); then wait "${pids[0]}" || fail "build: $(cat "$OUT"/build_*.log)"; pids=("${pids[@]:1}"); fi
 done
 for p in "${pids[@]}"; do wait "$p" || fail "build: $(cat "$OUT"/build_*.log)"; done
-summary="SUMMARY: $n_sdpa sdpa cases ($n_sdpa int8), $n_mha mha cases, 0 mismatching"
+summary="SUMMARY: $n_sdpa sdpa cases ($n_sdpa int8), $n_mha mha cases ($n_mha int8), 0 mismatching"
 for t in "${EDGE_TARGETS[@]}"; do
   set +e
   (cd "$OUT/cases" && edge_qemu "$t" "$OUT/$t/golden.elf") > "$OUT/golden_$t.txt" 2>&1
@@ -138,7 +150,7 @@ gcc -O2 -std=c99 -Wall -Wextra -Werror $INC -o "$OUT/host_golden" "$ROOT/micro/h
 (cd "$OUT/cases" && "$OUT/host_golden") > "$OUT/golden_host.txt" ||
   fail "golden harness on the host: $(grep -m1 'FIRST MISMATCH' "$OUT/golden_host.txt")"
 grep 'int8 checksum' "$OUT/golden_host.txt" > "$OUT/checksums_host.txt"
-[[ $(wc -l < "$OUT/checksums_host.txt") -eq $n_sdpa ]] || fail "host harness printed $(wc -l < "$OUT/checksums_host.txt") int8 checksums for $n_sdpa sdpa cases"
+[[ $(wc -l < "$OUT/checksums_host.txt") -eq $((n_sdpa + n_mha)) ]] || fail "host harness printed $(wc -l < "$OUT/checksums_host.txt") int8 checksums for $n_sdpa sdpa and $n_mha mha cases"
 for t in "${EDGE_TARGETS[@]}"; do
   grep 'int8 checksum' "$OUT/golden_$t.txt" | diff -q - "$OUT/checksums_host.txt" > /dev/null ||
     fail "int8 outputs on $t differ from the host: $(grep 'int8 checksum' "$OUT/golden_$t.txt" | diff - "$OUT/checksums_host.txt" | head -4)"
@@ -156,7 +168,7 @@ for t in rv32imc m4f; do
   grep 'int8 checksum' "$OUT/golden_cols_$t.txt" | diff -q - "$OUT/checksums_host.txt" > /dev/null ||
     fail "int8 outputs with AF_V_COLS on $t differ from the row layout's"
 done
-log "int8 outputs bit-identical on host, ${EDGE_TARGETS[*]} ($n_sdpa cases), and with AF_V_COLS on rv32imc and m4f"
+log "int8 outputs bit-identical on host, ${EDGE_TARGETS[*]} ($n_sdpa sdpa + $n_mha mha cases), and with AF_V_COLS on rv32imc and m4f"
 
 # 3. Planted bugs, named at their stage by the harness on rv32imc. Two cases
 # (a plain one and a bool-mask one) keep these builds small.
@@ -166,7 +178,9 @@ cp "$OUT/cases/sdpa_basic.h" "$OUT/cases/sdpa_boolmask_2d.h" "$OUT/cases/mha_sel
 plant_pool=$(printf '%s\n' "${pools[sdpa_basic]}" "${pools[sdpa_boolmask_2d]}" "${pools[mha_self_e16_h4]}" | sort -n | tail -1)
 write_cases_h "$OUT/plant/cases.h" "$plant_pool" sdpa_basic sdpa_boolmask_2d mha_self_e16_h4
 expect_stage() {  # log case impl stage what
-  awk -v c="case $2  kind=sdpa  impl=$3" 'index($0, c) == 1 {on = 1; next} /^case / {on = 0} on' "$1" |
+  local kind=sdpa
+  [[ $2 == mha_* ]] && kind=mha
+  awk -v c="case $2  kind=$kind  impl=$3" 'index($0, c) == 1 {on = 1; next} /^case / {on = 0} on' "$1" |
     grep -q "=> FIRST MISMATCH: stage '$4'" || fail "$5: the harness did not name stage '$4' for $2 ($3); log $1"
 }
 build_harness $t "$OUT/$t" "$OUT/plant" "$OUT/plant/tamper.elf" -DAF_HARNESS_TAMPER
@@ -177,6 +191,10 @@ set -e
 ((rc != 0)) || fail "tampered harness exited 0"
 expect_stage "$OUT/plant/tamper.txt" sdpa_basic micro-f32 out "a tampered output"
 expect_stage "$OUT/plant/tamper.txt" sdpa_basic micro-s8 out "a tampered int8 output"
+expect_stage "$OUT/plant/tamper.txt" mha_self_e16_h4 micro-f32 out "a tampered mha output"
+expect_stage "$OUT/plant/tamper.txt" mha_self_e16_h4 micro-s8 out "a tampered int8 mha output"
+grep -q "heads_out judged teacher-forced" "$OUT/plant/tamper.txt" ||
+  fail "a q off by a rounding did not switch the int8 mha heads_out check to teacher-forced"
 for bug in SCALE MASK; do
   build_lib $t "$OUT/plant/lib_$bug" -DAF_TEST_PLANT_${bug}_BUG
   build_harness $t "$OUT/plant/lib_$bug" "$OUT/plant" "$OUT/plant/$bug.elf"
