@@ -74,9 +74,17 @@ int64_t PeakRssSinceExecBytes();
 // process needs ~0.1 s before the scheduler spreads its threads) and
 // `repeat` timed calls; reports min and median seconds, GFLOP/s and GB/s
 // from the median.
+//
+// kv_dtype kI8 times the int8 KV cache decode instead (DecodeKvS8,
+// attnflow/kv_int8.h): one cache per sequence in the micro library's layout
+// (K rows, V columns, capacity = kv_len, every position appended; window =
+// window_left + 1 when window_left >= 0), K and V of each (b, kv head) drawn
+// N(0, 1) and quantised with the symmetric scale max|x| / 127; q_len must be
+// 1 and force is ignored. Its bytes are those DecodeKvS8Bytes counts: 1 per
+// K/V element of every visible position plus the float scales.
 struct AttentionBenchSpec {
   int64_t batch = 1, num_heads = 8, num_kv_heads = 8, q_len = 1024, kv_len = 1024, head_dim = 64;
-  DType kv_dtype = DType::kF32;
+  DType kv_dtype = DType::kF32;  // F32, F16, BF16, or I8 (the int8 KV cache decode)
   Causal causal = Causal::kNone;
   int64_t window_left = -1, window_right = -1;
   KernelKind force = KernelKind::kAuto;
@@ -100,7 +108,9 @@ struct AttentionBenchSpec {
 int64_t ColdFlushBytes();
 
 struct AttentionBenchResult {
-  KernelChoice choice;
+  KernelChoice choice;              // for I8: target, tile, splits, tasks and reason only
+  std::string kernel;               // "split_kv_decode", ..., or "int8_kv_decode"
+  std::string explain;              // the choice as --explain prints it
   double min_s = 0, median_s = 0;
   double flops = 0, gflops = 0;     // useful FLOPs, per second at the median
   double kv_bytes = 0, gbps = 0;    // K/V bytes that must be read, GB/s at the median

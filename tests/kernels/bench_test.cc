@@ -77,5 +77,36 @@ TEST(BenchAttention, BadShapesAreErrorsNamingTheShapes) {
   EXPECT_NE(r.status().message().find("[1,3,4,64]"), std::string::npos) << r.status().message();
 }
 
+// kv_dtype I8: the int8 KV cache decode. Bytes: 1 per K/V element of every
+// visible position plus 2 float scales per (sequence, kv head); FLOPs as for
+// the float caches (2·(D + Dv) per visible pair).
+TEST(BenchAttention, Int8CacheCountsItsOwnBytes) {
+  ThreadPool pool(2);
+  AttentionBenchSpec s;
+  s.batch = 2, s.num_heads = 4, s.num_kv_heads = 2, s.q_len = 1, s.kv_len = 300, s.head_dim = 24;
+  s.kv_dtype = DType::kI8;
+  s.repeat = 2, s.warmup = 0;
+  s.measure_read = true;
+  Result<AttentionBenchResult> r = BenchAttention(s, pool);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->kernel, "int8_kv_decode");
+  EXPECT_EQ(r->kv_bytes, 2.0 * 2 * (300 * 48 + 8));
+  EXPECT_EQ(r->flops, 2.0 * 48 * 300 * 2 * 4);
+  EXPECT_GT(r->read_median_s, 0);
+  EXPECT_NE(r->explain.find("int8_kv_decode"), std::string::npos) << r->explain;
+  // A window of the last 5 positions.
+  s.window_left = 4;
+  s.causal = Causal::kBottomRight;
+  r = BenchAttention(s, pool);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->kv_bytes, 2.0 * 2 * (5 * 48 + 8));
+  EXPECT_EQ(r->flops, 2.0 * 48 * 5 * 2 * 4);
+  // One query per sequence only; the error names the shape.
+  s.q_len = 3;
+  r = BenchAttention(s, pool);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("Lq=3"), std::string::npos) << r.status().message();
+}
+
 }  // namespace
 }  // namespace attnflow

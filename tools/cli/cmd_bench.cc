@@ -25,7 +25,7 @@ struct BenchArgs {
   std::string mode;  // prefill | decode
   std::vector<int64_t> batch{1}, heads{8}, kv_heads{0}, q_len{0}, kv_len{0}, head_dim{64};
   std::string causal = "none";
-  std::string kv_dtype = "f32";
+  std::vector<std::string> kv_dtype{"f32"};  // a comma list sweeps (innermost)
   std::string kernel = "auto";
   int threads = 0;
   int repeat = 10;
@@ -148,31 +148,63 @@ int RunBench(const BenchArgs& a) {
     PrintError("bench", "--causal must be none, top_left or bottom_right, got " + a.causal);
     return kExitUsage;
   }
-  DType kv_dtype;
-  if (a.kv_dtype == "f32") kv_dtype = DType::kF32;
-  else if (a.kv_dtype == "f16") kv_dtype = DType::kF16;
-  else if (a.kv_dtype == "bf16") kv_dtype = DType::kBF16;
-  else {
-    PrintError("bench", "--kv-dtype must be f32, f16 or bf16, got " + a.kv_dtype);
-    return kExitUsage;
+  // The K/V dtypes of the sweep (int8: the int8 KV cache decode,
+  // DecodeKvS8, attnflow/kv_int8.h).
+  std::vector<DType> kv_dtypes;
+  bool any_int8 = false;
+  for (const std::string& t : a.kv_dtype) {
+    if (t == "f32") kv_dtypes.push_back(DType::kF32);
+    else if (t == "f16") kv_dtypes.push_back(DType::kF16);
+    else if (t == "bf16") kv_dtypes.push_back(DType::kBF16);
+    else if (t == "int8") kv_dtypes.push_back(DType::kI8);
+    else {
+      PrintError("bench", "--kv-dtype must be f32, f16, bf16 or int8 (or a comma list), got " + t);
+      return kExitUsage;
+    }
+    any_int8 = any_int8 || kv_dtypes.back() == DType::kI8;
   }
   KernelKind force;
   if (!ParseKernelKind(a.kernel, &force)) {
     PrintError("bench", "--kernel must be auto, reference, tiled_prefill, split_kv_decode or naive");
     return kExitUsage;
   }
-  if (a.io && (a.mode != "prefill" || kv_dtype != DType::kF32 || a.kernel != "auto")) {
+  if (a.io && (a.mode != "prefill" || a.kv_dtype != std::vector<std::string>{"f32"} ||
+               a.kernel != "auto")) {
     PrintError("bench", "--io compares the flash and naive fp32 schedules: it needs mode prefill, "
                         "--kv-dtype f32 and no --kernel");
     return kExitUsage;
   }
   const bool decode = a.mode == "decode";
+  if (any_int8) {
+    if (!decode) {
+      PrintError("bench", "--kv-dtype int8 is the int8 KV cache decode: it needs mode decode");
+      return kExitUsage;
+    }
+    if (force != KernelKind::kAuto && force != KernelKind::kSplitKvDecode) {
+      PrintError("bench", "--kv-dtype int8 always runs int8_kv_decode; --kernel may only be auto or "
+                          "split_kv_decode (for the float rows of the sweep)");
+      return kExitUsage;
+    }
+    for (int64_t lq : a.q_len) {
+      if (lq > 1) {
+        PrintError("bench", "--kv-dtype int8 decodes one query per sequence: --q-len must be 1, "
+                            "got " + std::to_string(lq));
+        return kExitUsage;
+      }
+    }
+    if (causal == Causal::kTopLeft || a.window_right > 0) {
+      PrintError("bench", "--kv-dtype int8: the query is the newest position; use --causal none or "
+                          "bottom_right and no --window-right");
+      return kExitUsage;
+    }
+  }
   // Every configuration is checked before any work (no peak loops, no
   // allocation): positive sizes, and Q, K, V and the output must fit in
   // this machine's memory.
   const double phys = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) *
                       static_cast<double>(::sysconf(_SC_PAGE_SIZE));
-  const double kv_elem = kv_dtype == DType::kF32 ? 4.0 : 2.0;
+  double kv_elem = 1.0;  // the largest element of the sweep (int8: 1 byte)
+  for (DType t : kv_dtypes) kv_elem = std::max(kv_elem, static_cast<double>(DTypeSize(t)));
   // The sweep, in order (defaults: Lq 1 for decode else 1024; Lk 4096 for
   // decode else Lq).
   const std::vector<Config> configs = SweepConfigs(a, decode);
@@ -182,8 +214,9 @@ int RunBench(const BenchArgs& a) {
                               std::to_string(c.Hkv));
       return kExitUsage;
     }
-    const double bytes =
-        4.0 * c.B * c.H * c.Lq * c.D * 2 + kv_elem * c.B * c.Hkv * c.Lk * c.D * 2;
+    // (int8 also holds one head's f32 data while it quantises: Lk·D·4.)
+    const double bytes = 4.0 * c.B * c.H * c.Lq * c.D * 2 + kv_elem * c.B * c.Hkv * c.Lk * c.D * 2 +
+                         (any_int8 ? 4.0 * c.Lk * c.D : 0.0);
     if (phys > 0 && bytes > 0.8 * phys) {
       char msg[256];
       std::snprintf(msg, sizeof msg,
@@ -219,7 +252,13 @@ int RunBench(const BenchArgs& a) {
                   static_cast<double>(ColdFlushBytes()) / (1 << 20),
                   decode ? " and every timed read" : "");
   }
-  for (const Config& c : configs) {
+  // Each shape with each dtype in turn (so the rows of one shape are
+  // measured back to back, under the same machine load).
+  for (size_t ci = 0; ci < configs.size() * kv_dtypes.size(); ++ci) {
+    const Config& c = configs[ci / kv_dtypes.size()];
+    const size_t ti = ci % kv_dtypes.size();
+    const DType kv_dtype = kv_dtypes[ti];
+    const std::string& kv_name = a.kv_dtype[ti];
     AttentionBenchSpec spec = SpecOf(c, a, causal);
     spec.kv_dtype = kv_dtype;
     spec.force = force;
@@ -230,12 +269,12 @@ int RunBench(const BenchArgs& a) {
       return kExitUsage;
     }
     const KernelChoice& choice = res->choice;
-    if (a.explain && !a.json) std::printf("explain: %s\n", choice.ToString().c_str());
+    if (a.explain && !a.json) std::printf("explain: %s\n", res->explain.c_str());
     const double tmin = res->min_s, tmed = res->median_s, gflops = res->gflops, gbps = res->gbps;
     const double kv_bytes = res->kv_bytes, read_s = res->read_same_bytes_s;
     const double pct = peak_gflops > 0 ? 100.0 * gflops / peak_gflops : 0.0;
     const double pct_bw = peak_gbps > 0 ? 100.0 * gbps / peak_gbps : 0.0;
-    const char* kname = KernelKindName(choice.kernel);
+    const char* kname = res->kernel.c_str();
     if (a.json) {
       std::printf(
           "{\"mode\":\"%s\",\"kernel\":\"%s\",\"simd\":\"%s\",\"threads\":%d,\"batch\":%lld,"
@@ -248,7 +287,7 @@ int RunBench(const BenchArgs& a) {
           "\"cold\":%s,\"flush_bytes\":%.0f,\"reason\":\"%s\"}\n",
           a.mode.c_str(), kname, choice.simd_target.c_str(), pool.NumWorkers(),
           (long long)c.B, (long long)c.H, (long long)c.Hkv, (long long)c.Lq, (long long)c.Lk,
-          (long long)c.D, a.causal.c_str(), a.kv_dtype.c_str(), a.repeat, tmin, tmed, gflops,
+          (long long)c.D, a.causal.c_str(), kv_name.c_str(), a.repeat, tmin, tmed, gflops,
           gbps, peak_gflops, peak_gbps, pct, pct_bw, kv_bytes, (long long)PeakRssSinceExecBytes(),
           (long long)choice.tile_q, (long long)choice.tile_kv, (long long)choice.num_splits,
           read_s, res->read_median_s, read_s > 0 ? tmed / read_s : 0.0,
@@ -266,7 +305,7 @@ int RunBench(const BenchArgs& a) {
       };
       std::printf("%-16s %3lld %3lld %4lld %7lld %7lld %4lld %-12s %-4s %10.4f %10.4f %9.1f %s %8.1f %s",
                   kname, (long long)c.B, (long long)c.H, (long long)c.Hkv, (long long)c.Lq,
-                  (long long)c.Lk, (long long)c.D, a.causal.c_str(), a.kv_dtype.c_str(),
+                  (long long)c.Lk, (long long)c.D, a.causal.c_str(), kv_name.c_str(),
                   tmin * 1e3, tmed * 1e3, gflops, pct_str(pct, peak_gflops > 0).c_str(), gbps,
                   pct_str(pct_bw, peak_gbps > 0).c_str());
       if (decode) {
@@ -303,7 +342,10 @@ ATTNFLOW_REGISTER_COMMAND(
           ->check(NonNegative());
       sub.add_option("--head-dim", a->head_dim, "D")->delimiter(',')->check(InRange(int64_t{1}, int64_t{4096}));
       sub.add_option("--causal", a->causal, "none | top_left | bottom_right");
-      sub.add_option("--kv-dtype", a->kv_dtype, "f32 | f16 | bf16");
+      sub.add_option("--kv-dtype", a->kv_dtype,
+                     "f32 | f16 | bf16 | int8 (int8: the micro library's int8 KV cache, decode only; "
+                     "a comma list runs each shape with each dtype in turn, e.g. f16,int8)")
+          ->delimiter(',');
       sub.add_option("--kernel", a->kernel,
                      "auto | reference | tiled_prefill | split_kv_decode | naive (naive: "
                      "materialised fp32 S and P, only when asked)");
