@@ -146,10 +146,8 @@ af_status af_sdpa_check_opts(const af_sdpa_opts* o, const af_sdpa_shape* s, int 
     if (o->alibi_s8 != NULL) return AF_ERR_PARAM; /* f32 takes alibi_slopes */
     if (o->alibi_slopes != NULL) {
       if (!af_aligned(o->alibi_slopes, 4)) return AF_ERR_ALIGN;
-      for (h = 0; h < s->num_heads; ++h) {
-        const float a = o->alibi_slopes[h];
-        if (!(a >= -3.0e38f && a <= 3.0e38f)) return AF_ERR_PARAM; /* NaN, inf */
-      }
+      for (h = 0; h < s->num_heads; ++h)
+        if (!af_finite_f32(o->alibi_slopes[h])) return AF_ERR_PARAM;
     }
   }
   return AF_OK;

@@ -70,4 +70,12 @@ void af_row_bias_init(af_row_bias* rb, const af_sdpa_shape* s, const af_sdpa_opt
 #define AF_INLINE static inline
 #endif
 
+/* 1 unless x is NaN or +-inf, read from its bits: no float compare, so an
+ * integer-only path that shares a check links no soft-float routine. */
+AF_INLINE int af_finite_f32(float x) {
+  uint32_t u;
+  AF_COPY(&u, &x, 4);
+  return (u & 0x7f800000u) != 0x7f800000u;
+}
+
 #endif

@@ -603,7 +603,7 @@ af_status af_decode_f32_ex(float* out, float* lse, const float* q, const af_kv_c
   if (!af_scale_ok(scale)) return AF_ERR_PARAM;
   if (alibi_slopes)
     for (h = 0; h < num_heads; ++h)
-      if (!(alibi_slopes[h] >= -3.0e38f && alibi_slopes[h] <= 3.0e38f)) return AF_ERR_PARAM;
+      if (!af_finite_f32(alibi_slopes[h])) return AF_ERR_PARAM;
   if (arena_bytes < af_decode_f32_workspace_bytes(c, num_heads) || ((uintptr_t)arena & 3u))
     return AF_ERR_ARENA;
   sbuf = (float*)arena;

@@ -1342,8 +1342,16 @@ AF_INLINE void af_s8_pair(af_s8_row* r0, af_s8_row* r1, int32_t* sb0, int32_t* s
   }
 }
 
-/* Specialisation: head size 64 gets constant offsets; others the generic
- * copy. */
+/* Specialisation: head size 64 gets constant offsets (and, on Cortex-M,
+ * the unrolled assembly); others the generic copy. -DAF_S8_NO_D64 drops it
+ * for flash: on rv32imc the linked int8 attention is 1.8 KiB smaller and
+ * takes 8% more instructions at D = 64 (docs/edge.md "Code size"). */
+#if !defined(AF_S8_NO_D64)
+#define AF_S8_HAVE_D64 1
+#else
+#define AF_S8_HAVE_D64 0
+#endif
+#if AF_S8_HAVE_D64
 static void af_s8_pair_d64(af_s8_row* r0, af_s8_row* r1, int32_t* sb0, int32_t* sb1,
                            const int8_t* q0, const int8_t* q1, const int8_t* k, const int8_t* v,
                            int32_t ldv, int32_t f0, int32_t l0, int32_t f1, int32_t l1,
@@ -1359,6 +1367,7 @@ static void af_s8_pair_d64(af_s8_row* r0, af_s8_row* r1, int32_t* sb0, int32_t* 
              rb0, rb1, 1, NULL);
 #endif
 }
+#endif
 static void af_s8_pair_any(af_s8_row* r0, af_s8_row* r1, int32_t* sb0, int32_t* sb1,
                            const int8_t* q0, const int8_t* q1, const int8_t* k, const int8_t* v,
                            int32_t ldv, int32_t f0, int32_t l0, int32_t f1, int32_t l1,
@@ -1545,10 +1554,12 @@ af_status af_sdpa_s8_ex(int8_t* out, const int8_t* q, const int8_t* k, const int
           r0.started = r1.started = 0;
           r0.acc = acc0; /* zero: before the first row, then af_s8_finish */
           r1.acc = acc1;
+#if AF_S8_HAVE_D64
           if (D == 64 && Dv == 64)
             af_s8_pair_d64(&r0, &r1, sb0, sb1, q + row * D, q1, kh, vh, ldv, f0, l0, f1, l1, em,
                            hi_cut, wshift, rb0, rb1);
           else
+#endif
             af_s8_pair_any(&r0, &r1, sb0, sb1, q + row * D, q1, kh, vh, ldv, f0, l0, f1, l1, em,
                            hi_cut, wshift, D, Dv, rb0, rb1);
           af_s8_finish(out + row * Dv, &r0, om, Dv);

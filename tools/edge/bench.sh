@@ -7,7 +7,9 @@
 # SysTick calibrated by a loop of known length), estimated time at the part's
 # clock with CPI = 1 (ESP32-C3 160 MHz; the Cortex-M parts 168 MHz), and the
 # naive three-pass C baseline with a full score row, compiled the same way.
-# Writes a markdown table to stdout and BUILD/edge/bench.md. Not run in CI.
+# Writes a markdown table to stdout and BUILD/edge/bench.md, then the linked
+# code sizes (tools/edge/code_size.sh). AF_EDGE_CFLAGS adds flags to the
+# library's build (e.g. -DAF_S8_NO_D64, -DAF_S8_NO_ASM). Not run in CI.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${1:-${ATTNFLOW_BUILD_DIR:-$ROOT/build}}
@@ -23,10 +25,10 @@ echo "| target | path | instr/call | instr/MAC | est. ms @ clock (CPI=1) | naive
 echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
 for t in "${EDGE_TARGETS[@]}"; do
   cc=$(edge_cc "$t")
-  $cc $(edge_cflags "$t") -O2 -std=c99 $INC $(edge_ldflags "$t") -o "$OUT/$t.elf" \
+  $cc $(edge_cflags "$t") -O2 -std=c99 ${AF_EDGE_CFLAGS:-} $INC $(edge_ldflags "$t") -o "$OUT/$t.elf" \
     "$ROOT/micro/bench/bench_main.c" "${SRCS[@]}" -lm
   for f in af_sdpa_f32 af_sdpa_s8; do
-    $cc $(edge_cflags "$t") -O2 --specs=picolibc.specs -std=c99 $INC -c "$ROOT/micro/src/$f.c" -o "$OUT/${t}_$f.o"
+    $cc $(edge_cflags "$t") -O2 --specs=picolibc.specs -std=c99 ${AF_EDGE_CFLAGS:-} $INC -c "$ROOT/micro/src/$f.c" -o "$OUT/${t}_$f.o"
   done
   edge_qemu "$t" "$OUT/$t.elf" > "$OUT/$t.txt" 2>&1
   for path in f32 s8; do
@@ -75,4 +77,8 @@ int main(void) {
 C
 gcc -O2 -std=c99 $INC -o "$OUT/arena" "$OUT/arena.c" "${SRCS[@]}" -lm
 "$OUT/arena"
+echo
+echo "Linked code + constants an application pays for (tools/edge/code_size.sh, bytes):"
+echo
+bash "$ROOT/tools/edge/code_size.sh" "$BUILD"
 } | tee "$OUT/../bench.md"
