@@ -168,7 +168,25 @@ for t in rv32imc m4f; do
   grep 'int8 checksum' "$OUT/golden_cols_$t.txt" | diff -q - "$OUT/checksums_host.txt" > /dev/null ||
     fail "int8 outputs with AF_V_COLS on $t differ from the row layout's"
 done
-log "int8 outputs bit-identical on host, ${EDGE_TARGETS[*]} ($n_sdpa sdpa + $n_mha mha cases), and with AF_V_COLS on rv32imc and m4f"
+# The off-switches give the same bits: -DAF_S8_NO_D64 (no head_dim 64 copy)
+# on the host, -DAF_S8_NO_ASM (the SMLAD intrinsics instead of the Thumb-2
+# assembly) on the M4F.
+gcc -O2 -std=c99 -Wall -Wextra -Werror -DAF_S8_NO_D64 $INC -o "$OUT/host_golden_nod64" \
+  "$ROOT/micro/harness/golden_main.c" "${SRCS[@]}" -lm
+(cd "$OUT/cases" && "$OUT/host_golden_nod64") | grep 'int8 checksum' |
+  diff -q - "$OUT/checksums_host.txt" > /dev/null ||
+  fail "int8 outputs with -DAF_S8_NO_D64 differ from the default build's"
+build_lib m4f "$OUT/m4f_noasm" -DAF_S8_NO_ASM
+build_harness m4f "$OUT/m4f_noasm" "$OUT/cases" "$OUT/m4f_noasm/golden.elf"
+set +e
+(cd "$OUT/cases" && edge_qemu m4f "$OUT/m4f_noasm/golden.elf") > "$OUT/golden_m4f_noasm.txt" 2>&1
+rc=$?
+set -e
+grep -q "$summary" "$OUT/golden_m4f_noasm.txt" && ((rc == 0)) ||
+  fail "golden harness with -DAF_S8_NO_ASM on m4f (exit $rc), log $OUT/golden_m4f_noasm.txt"
+grep 'int8 checksum' "$OUT/golden_m4f_noasm.txt" | diff -q - "$OUT/checksums_host.txt" > /dev/null ||
+  fail "int8 outputs with -DAF_S8_NO_ASM on m4f differ from the assembly's"
+log "int8 outputs bit-identical on host, ${EDGE_TARGETS[*]} ($n_sdpa sdpa + $n_mha mha cases), with AF_V_COLS on rv32imc and m4f, -DAF_S8_NO_D64 (host) and -DAF_S8_NO_ASM (m4f)"
 
 # 3. Planted bugs, named at their stage by the harness on rv32imc. Two cases
 # (a plain one and a bool-mask one) keep these builds small.
