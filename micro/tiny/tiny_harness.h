@@ -1,12 +1,17 @@
-/* counter.h — retired-instruction counter for the tiny decoder programs
- * (docs/edge.md "Numbers" method): rv32 reads minstret (exact under QEMU
- * -icount shift=0); Cortex-M reads SysTick, whose ticks-per-instruction
- * factor is calibrated by counter_init() with a loop of exactly 800000
- * instructions; elsewhere (host) it counts nothing. instr(c0, c1) converts two
- * readings taken less than one SysTick wrap apart. */
-#ifndef ATTNFLOW_MICRO_TINY_COUNTER_H_
-#define ATTNFLOW_MICRO_TINY_COUNTER_H_
+/* tiny_harness.h — what the tiny decoder programs (tiny_*main.c) share:
+ * the greedy generation loop (tiny_generate: feed the prompt, pick each
+ * generated token from the last step's logits, time every decode step) and
+ * the retired-instruction counter (docs/edge.md "Numbers" method): rv32 reads
+ * minstret (exact under QEMU -icount shift=0); Cortex-M reads SysTick, whose
+ * ticks-per-instruction factor is calibrated by counter_init() with a loop of
+ * exactly 800000 instructions; elsewhere (host) it counts nothing.
+ * instr(c0, c1) converts two readings taken less than one SysTick wrap
+ * apart. Included once per program; no heap. */
+#ifndef ATTNFLOW_MICRO_TINY_HARNESS_H_
+#define ATTNFLOW_MICRO_TINY_HARNESS_H_
 #include <stdint.h>
+#include <stddef.h>
+#include <stdio.h>
 
 #if defined(__riscv)
 static uint32_t counter(void) {
@@ -39,5 +44,104 @@ static uint32_t counter(void) { return 0; }
 static uint64_t instr(uint32_t c0, uint32_t c1) { return (uint64_t)(c1 - c0); }
 static void counter_init(void) {}
 #endif
+
+
+/* What a run checks each generated token against (one run per program):
+ * f32 programs PyTorch's tokens, int8 programs the NumPy model's int32
+ * logits bit for bit and its tokens. */
+/* The int8 programs' tied head: logits[i] = emb[i, :] . h (int32, exact). */
+static inline void tiny_tied_head_s8(int32_t* logits, const int8_t* emb, const int8_t* h, int V,
+                                     int D) {
+  int i, j;
+  for (i = 0; i < V; ++i) {
+    int32_t acc = 0;
+    for (j = 0; j < D; ++j) acc += (int32_t)emb[(size_t)i * D + j] * h[j];
+    logits[i] = acc;
+  }
+}
+
+typedef struct {
+  const char* name;
+  int vocab_size;
+  const float* logits_f32;        /* f32 programs */
+  const int32_t* logits_s32;      /* int8 programs */
+  const int* expected_ids;
+  const int32_t* expected_logits; /* int8: [gen, vocab_size] */
+  const char* vocab;              /* f32: the characters of the tokens */
+  char* text;                     /* f32: gen + 1 chars, the generated text */
+} tiny_check;
+static const tiny_check* tiny_ref;
+static int tiny_bad, tiny_bad_tok;
+
+/* Generated token i, from the last step's logits: the first largest
+ * (torch.argmax's rule on ties), checked against the reference. */
+static int tiny_pick(int i) {
+  const int V = tiny_ref->vocab_size, want = tiny_ref->expected_ids[i];
+  int j, tok = 0;
+  if (tiny_ref->logits_f32 != NULL) {
+    const float* lg = tiny_ref->logits_f32;
+    for (j = 1; j < V; ++j)
+      if (lg[j] > lg[tok]) tok = j;
+    if (tok != want) {
+      if (!tiny_bad)
+        printf("%s: first mismatch at generated token %d: got %d '%c', expected %d '%c'\n",
+               tiny_ref->name, i, tok, tiny_ref->vocab[tok], want, tiny_ref->vocab[want]);
+      ++tiny_bad;
+    }
+    tiny_ref->text[i] = tiny_ref->vocab[tok];
+  } else {
+    const int32_t* lg = tiny_ref->logits_s32;
+    const int32_t* e = tiny_ref->expected_logits + (size_t)i * V;
+    for (j = 0; j < V; ++j)
+      if (lg[j] != e[j]) {
+        if (!tiny_bad)
+          printf("%s: first logit mismatch at step %d, token %d: got %ld, NumPy %ld\n",
+                 tiny_ref->name, i, j, (long)lg[j], (long)e[j]);
+        ++tiny_bad;
+        break;
+      }
+    for (j = 1; j < V; ++j)
+      if (lg[j] > lg[tok]) tok = j;
+    if (tok != want) ++tiny_bad_tok;
+  }
+  return tok;
+}
+
+/* Feeds prompt[0..prompt_len) through step(token, pos) (0: ok), then
+ * generates `gen` tokens greedily (tiny_pick checks each against ref);
+ * every token but the last is stepped and timed. Prints the verdict and the
+ * mean retired instructions per decode step. Returns the program's exit
+ * code: 101 (a prompt step failed), 102 (a decode step failed), else the
+ * mismatches (at most 99; 0 = identical). */
+static int tiny_generate(int (*step)(int, int), const int* prompt, int prompt_len, int gen,
+                         const tiny_check* ref) {
+  int i, pos = 0, bad;
+  uint64_t total = 0;
+  tiny_ref = ref;
+  counter_init();
+  for (i = 0; i < prompt_len; ++i)
+    if (step(prompt[i], pos++)) return 101;
+  for (i = 0; i < gen; ++i) {
+    const int tok = tiny_pick(i);
+    if (i + 1 < gen) {
+      /* Counted per step; the 24-bit SysTick cannot wrap within one. */
+      const uint32_t c0 = counter();
+      if (step(tok, pos++)) return 102;
+      total += instr(c0, counter());
+    }
+  }
+  if (tiny_ref->logits_f32 != NULL) {
+    tiny_ref->text[gen] = 0;
+    printf("%s generated: \"%s\"\n", tiny_ref->name, tiny_ref->text);
+    printf("%s: %d/%d tokens identical to PyTorch\n", tiny_ref->name, gen - tiny_bad, gen);
+  } else {
+    printf("%s: %d/%d steps with logits bit-identical to the NumPy model, %d/%d tokens equal\n",
+           tiny_ref->name, gen - tiny_bad, gen, gen - tiny_bad_tok, gen);
+  }
+  printf("%s: %lu instructions per generated token (mean of %d decode steps)\n", tiny_ref->name,
+         (unsigned long)(total / (uint64_t)(gen - 1)), gen - 1);
+  bad = tiny_bad + tiny_bad_tok;
+  return bad > 99 ? 99 : bad;
+}
 
 #endif
