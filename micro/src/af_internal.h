@@ -47,6 +47,17 @@ af_status af_kv_check(int32_t num_kv_heads, int32_t head_dim, int32_t v_dim, int
 /* Positions a decode step sees: [*first, *first + *n), the last `window`
  * of `length` (all with window 0). */
 void af_kv_visible(int32_t length, int32_t window, int32_t* first, int32_t* n);
+/* Element-wise ops over n elements: AF_ERR_NULL if a, b or c is NULL,
+ * AF_ERR_ALIGN unless each is aligned to `align`, AF_ERR_SHAPE if n < 0
+ * (an op of fewer arrays passes one again). */
+af_status af_vec_check(int32_t n, uintptr_t align, const void* a, const void* b, const void* c);
+/* af_rope_f32 / af_rope_s8: heads x head_dim (even) within the limits, a
+ * known layout. */
+af_status af_rope_check(int32_t num_heads, int32_t head_dim, af_rope_layout layout);
+/* af_rope_table_f32 / _s8: both tables, head_dim even, pos >= 0, theta in
+ * (1, 1e300). */
+af_status af_rope_table_check(const void* cos_t, const void* sin_t, int32_t pos, int32_t head_dim,
+                              double theta);
 /* 1 if p is aligned to `align` bytes (NULL counts as aligned). */
 int af_aligned(const void* p, uintptr_t align);
 
