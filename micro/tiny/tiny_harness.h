@@ -60,8 +60,14 @@ static inline void tiny_tied_head_s8(int32_t* logits, const int8_t* emb, const i
   }
 }
 
-typedef struct {
+/* What a run checks each generated token against: f32 programs PyTorch's
+ * tokens (pick tiny_pick_f32), int8 programs the NumPy model's int32 logits
+ * bit for bit and its tokens (tiny_pick_s32, which keeps float out of them). */
+typedef struct tiny_check {
   const char* name;
+  /* Generated token i from the last step's logits (the first largest,
+   * torch.argmax's rule on ties), checked against the reference. */
+  int (*pick)(const struct tiny_check* ref, int i);
   int vocab_size;
   const float* logits_f32;        /* f32 programs */
   const int32_t* logits_s32;      /* int8 programs */
@@ -70,45 +76,44 @@ typedef struct {
   const char* vocab;              /* f32: the characters of the tokens */
   char* text;                     /* f32: gen + 1 chars, the generated text */
 } tiny_check;
-static const tiny_check* tiny_ref;
 static int tiny_bad, tiny_bad_tok;
 
-/* Generated token i, from the last step's logits: the first largest
- * (torch.argmax's rule on ties), checked against the reference. */
-static int tiny_pick(int i) {
-  const int V = tiny_ref->vocab_size, want = tiny_ref->expected_ids[i];
+static inline int tiny_pick_f32(const tiny_check* ref, int i) {
+  const float* lg = ref->logits_f32;
+  const int want = ref->expected_ids[i];
   int j, tok = 0;
-  if (tiny_ref->logits_f32 != NULL) {
-    const float* lg = tiny_ref->logits_f32;
-    for (j = 1; j < V; ++j)
-      if (lg[j] > lg[tok]) tok = j;
-    if (tok != want) {
-      if (!tiny_bad)
-        printf("%s: first mismatch at generated token %d: got %d '%c', expected %d '%c'\n",
-               tiny_ref->name, i, tok, tiny_ref->vocab[tok], want, tiny_ref->vocab[want]);
-      ++tiny_bad;
-    }
-    tiny_ref->text[i] = tiny_ref->vocab[tok];
-  } else {
-    const int32_t* lg = tiny_ref->logits_s32;
-    const int32_t* e = tiny_ref->expected_logits + (size_t)i * V;
-    for (j = 0; j < V; ++j)
-      if (lg[j] != e[j]) {
-        if (!tiny_bad)
-          printf("%s: first logit mismatch at step %d, token %d: got %ld, NumPy %ld\n",
-                 tiny_ref->name, i, j, (long)lg[j], (long)e[j]);
-        ++tiny_bad;
-        break;
-      }
-    for (j = 1; j < V; ++j)
-      if (lg[j] > lg[tok]) tok = j;
-    if (tok != want) ++tiny_bad_tok;
+  for (j = 1; j < ref->vocab_size; ++j)
+    if (lg[j] > lg[tok]) tok = j;
+  if (tok != want) {
+    if (!tiny_bad)
+      printf("%s: first mismatch at generated token %d: got %d '%c', expected %d '%c'\n", ref->name,
+             i, tok, ref->vocab[tok], want, ref->vocab[want]);
+    ++tiny_bad;
   }
+  ref->text[i] = ref->vocab[tok];
+  return tok;
+}
+
+static inline int tiny_pick_s32(const tiny_check* ref, int i) {
+  const int32_t* lg = ref->logits_s32;
+  const int32_t* e = ref->expected_logits + (size_t)i * ref->vocab_size;
+  int j, tok = 0;
+  for (j = 0; j < ref->vocab_size; ++j)
+    if (lg[j] != e[j]) {
+      if (!tiny_bad)
+        printf("%s: first logit mismatch at step %d, token %d: got %ld, NumPy %ld\n", ref->name, i,
+               j, (long)lg[j], (long)e[j]);
+      ++tiny_bad;
+      break;
+    }
+  for (j = 1; j < ref->vocab_size; ++j)
+    if (lg[j] > lg[tok]) tok = j;
+  if (tok != ref->expected_ids[i]) ++tiny_bad_tok;
   return tok;
 }
 
 /* Feeds prompt[0..prompt_len) through step(token, pos) (0: ok), then
- * generates `gen` tokens greedily (tiny_pick checks each against ref);
+ * generates `gen` tokens greedily (ref->pick checks each);
  * every token but the last is stepped and timed. Prints the verdict and the
  * mean retired instructions per decode step. Returns the program's exit
  * code: 101 (a prompt step failed), 102 (a decode step failed), else the
@@ -117,12 +122,11 @@ static int tiny_generate(int (*step)(int, int), const int* prompt, int prompt_le
                          const tiny_check* ref) {
   int i, pos = 0, bad;
   uint64_t total = 0;
-  tiny_ref = ref;
   counter_init();
   for (i = 0; i < prompt_len; ++i)
     if (step(prompt[i], pos++)) return 101;
   for (i = 0; i < gen; ++i) {
-    const int tok = tiny_pick(i);
+    const int tok = ref->pick(ref, i);
     if (i + 1 < gen) {
       /* Counted per step; the 24-bit SysTick cannot wrap within one. */
       const uint32_t c0 = counter();
@@ -130,15 +134,15 @@ static int tiny_generate(int (*step)(int, int), const int* prompt, int prompt_le
       total += instr(c0, counter());
     }
   }
-  if (tiny_ref->logits_f32 != NULL) {
-    tiny_ref->text[gen] = 0;
-    printf("%s generated: \"%s\"\n", tiny_ref->name, tiny_ref->text);
-    printf("%s: %d/%d tokens identical to PyTorch\n", tiny_ref->name, gen - tiny_bad, gen);
+  if (ref->text != NULL) {
+    ref->text[gen] = 0;
+    printf("%s generated: \"%s\"\n", ref->name, ref->text);
+    printf("%s: %d/%d tokens identical to PyTorch\n", ref->name, gen - tiny_bad, gen);
   } else {
     printf("%s: %d/%d steps with logits bit-identical to the NumPy model, %d/%d tokens equal\n",
-           tiny_ref->name, gen - tiny_bad, gen, gen - tiny_bad_tok, gen);
+           ref->name, gen - tiny_bad, gen, gen - tiny_bad_tok, gen);
   }
-  printf("%s: %lu instructions per generated token (mean of %d decode steps)\n", tiny_ref->name,
+  printf("%s: %lu instructions per generated token (mean of %d decode steps)\n", ref->name,
          (unsigned long)(total / (uint64_t)(gen - 1)), gen - 1);
   bad = tiny_bad + tiny_bad_tok;
   return bad > 99 ? 99 : bad;

@@ -57,7 +57,8 @@ static int step(int token, int pos) {
 
 int main(void) {
   static char text[TL_GEN + 1];
-  static const tiny_check ref = {"TINY LLAMA f32", TL_V, logits, NULL, tl_expected, NULL, tl_vocab, text};
+  static const tiny_check ref = {"TINY LLAMA f32", tiny_pick_f32, TL_V, logits, NULL, tl_expected,
+                                  NULL, tl_vocab, text};
   int l;
   for (l = 0; l < TL_LAYERS; ++l)
     if (af_kv_cache_init(&cache[l], kstore[l], vstore[l], TL_HKV, TL_DH, TL_DH, TL_T, 0) != AF_OK)

@@ -67,8 +67,8 @@ static int step(int tok, int pos) {
 }
 
 int main(void) {
-  static const tiny_check ref = {"TINY LLAMA int8", TL_V, NULL, logits, s8_expected_ids,
-                                  s8_expected_logits, NULL, NULL};
+  static const tiny_check ref = {"TINY LLAMA int8", tiny_pick_s32, TL_V, NULL, logits,
+                                  s8_expected_ids, s8_expected_logits, NULL, NULL};
   int l;
   for (l = 0; l < TL_LAYERS; ++l)
     if (af_kv_cache_s8_init(&cache[l], kstore[l], vstore[l], TL_HKV, DH, DH, TL_T, 0) != AF_OK)

@@ -60,7 +60,8 @@ static int step(int token, int pos) {
 
 int main(void) {
   static char text[TINY_GEN + 1];
-  static const tiny_check ref = {"TINY f32", TINY_V, logits, NULL, tiny_expected, NULL, tiny_vocab, text};
+  static const tiny_check ref = {"TINY f32", tiny_pick_f32, TINY_V, logits, NULL, tiny_expected,
+                                  NULL, tiny_vocab, text};
   int l;
   for (l = 0; l < TINY_LAYERS; ++l)
     if (af_kv_cache_init(&cache[l], kstore[l], vstore[l], TINY_H, TINY_DH, TINY_DH, TINY_T, 0) !=

@@ -71,7 +71,7 @@ static int step(int tok, int pos) {
 }
 
 int main(void) {
-  static const tiny_check ref = {"TINY int8", TINY_V, NULL, logits, s8_expected_ids,
+  static const tiny_check ref = {"TINY int8", tiny_pick_s32, TINY_V, NULL, logits, s8_expected_ids,
                                   s8_expected_logits, NULL, NULL};
   return tiny_generate(step, tiny_prompt, TINY_PROMPT_LEN, TINY_GEN, &ref);
 }
