@@ -162,17 +162,11 @@ struct World {
 };
 
 World GetWorld(const RingArgs& a, const Setup& s) {
-  World w;
-  MPI_Comm_rank(MPI_COMM_WORLD, &w.rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &w.p);
-  w.decode = a.mode == "decode";
-  w.B = a.batch;
-  w.H = a.heads;
-  w.Hkv = a.kv_heads;
-  w.D = a.head_dim;
-  w.Lq = a.q_len;
-  w.Lk = s.kv_len;
-  return w;
+  int rank = 0, p = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &p);
+  return {rank, p, a.mode == "decode", a.batch, a.heads, a.kv_heads, a.head_dim, a.q_len,
+          s.kv_len};
 }
 
 int Verify(const RingArgs& a, const Setup& s, ThreadPool* pool) {
