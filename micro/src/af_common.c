@@ -106,6 +106,57 @@ void af_mha_seq_opts(af_sdpa_opts* ob, const af_sdpa_opts* o, int32_t b) {
 
 int af_aligned(const void* p, uintptr_t align) { return ((uintptr_t)p & (align - 1u)) == 0; }
 
+af_status af_kv_check(int32_t num_kv_heads, int32_t head_dim, int32_t v_dim, int32_t capacity,
+                      int32_t max_capacity, int32_t window, int32_t length) {
+  if (num_kv_heads < 1 || head_dim < 1 || v_dim < 1 || capacity < 1 ||
+      num_kv_heads > AF_MAX_DIM || head_dim > AF_MAX_DIM || v_dim > AF_MAX_DIM ||
+      capacity > max_capacity ||
+      !af_fits((uint64_t)num_kv_heads, (uint64_t)capacity,
+               (uint64_t)(head_dim > v_dim ? head_dim : v_dim), 1))
+    return AF_ERR_SHAPE;
+  if (window < 0 || window > capacity || length < 0 || (window == 0 && length > capacity))
+    return AF_ERR_PARAM;
+  return AF_OK;
+}
+
+void af_kv_visible(int32_t length, int32_t window, int32_t* first, int32_t* n) {
+  *n = window > 0 && length > window ? window : length;
+  *first = length - *n;
+}
+
+void af_row_bias_decode(af_row_bias* rb, int32_t length) {
+  rb->kind = AF_BIAS_ALIBI;
+  rb->mrow = NULL;
+  rb->msj = 0;
+  rb->diag = length - 1;
+  rb->slope = 0.f;
+  rb->slope_s8 = 0;
+  rb->alibi32 = 0;
+}
+
+af_status af_vec_check(int32_t n, uintptr_t align, const void* a, const void* b,
+                       const void* c) {
+  if (a == NULL || b == NULL || c == NULL) return AF_ERR_NULL;
+  if (!af_aligned(a, align) || !af_aligned(b, align) || !af_aligned(c, align)) return AF_ERR_ALIGN;
+  return n < 0 ? AF_ERR_SHAPE : AF_OK;
+}
+
+af_status af_rope_check(int32_t num_heads, int32_t head_dim, af_rope_layout layout) {
+  if (num_heads < 1 || head_dim < 2 || head_dim % 2 || num_heads > AF_MAX_DIM ||
+      head_dim > AF_MAX_DIM || !af_fits((uint64_t)num_heads, (uint64_t)head_dim, 1, 1))
+    return AF_ERR_SHAPE;
+  if (layout != AF_ROPE_HALF && layout != AF_ROPE_INTERLEAVED) return AF_ERR_PARAM;
+  return AF_OK;
+}
+
+af_status af_rope_table_check(const void* cos_t, const void* sin_t, int32_t pos, int32_t head_dim,
+                              double theta) {
+  if (cos_t == NULL || sin_t == NULL) return AF_ERR_NULL;
+  if (head_dim < 2 || head_dim % 2 || head_dim > AF_MAX_DIM || pos < 0) return AF_ERR_SHAPE;
+  if (!(theta > 1.0) || !(theta < 1e300)) return AF_ERR_PARAM;
+  return AF_OK;
+}
+
 void af_sdpa_opts_init(af_sdpa_opts* o) {
   if (o == NULL) return;
   o->mask_type = AF_MASK_NONE;

@@ -26,6 +26,38 @@ af_status af_mha_check_call(const af_mha_shape* s, const af_sdpa_shape* per_seq,
                             const int32_t* kv_lens, const af_sdpa_opts* o, int int8);
 /* Options of sequence b: its slice of the mask (batch extent 1). */
 void af_mha_seq_opts(af_sdpa_opts* ob, const af_sdpa_opts* o, int32_t b);
+/* KV cache rings (af_kv_cache, af_kv_cache_s8): AF_ERR_SHAPE unless every
+ * extent is in [1, AF_MAX_DIM], capacity <= max_capacity and
+ * Hkv * capacity * max(D, Dv) < 2^31; AF_ERR_PARAM unless window is in
+ * [0, capacity], length >= 0 and (window 0) length <= capacity. */
+af_status af_kv_check(int32_t num_kv_heads, int32_t head_dim, int32_t v_dim, int32_t capacity,
+                      int32_t max_capacity, int32_t window, int32_t length);
+/* Fills a checked cache of either element type (af_kv_cache_init / _s8). */
+#define AF_KV_CACHE_FILL(c, k_storage, v_storage, hkv, d, dv, cap, win) \
+  do {                                                                 \
+    (c)->k = (k_storage);                                              \
+    (c)->v = (v_storage);                                              \
+    (c)->num_kv_heads = (hkv);                                         \
+    (c)->head_dim = (d);                                               \
+    (c)->v_dim = (dv);                                                 \
+    (c)->capacity = (cap);                                             \
+    (c)->window = (win);                                               \
+    (c)->length = 0;                                                   \
+  } while (0)
+/* Positions a decode step sees: [*first, *first + *n), the last `window`
+ * of `length` (all with window 0). */
+void af_kv_visible(int32_t length, int32_t window, int32_t* first, int32_t* n);
+/* Element-wise ops over n elements: AF_ERR_NULL if a, b or c is NULL,
+ * AF_ERR_ALIGN unless each is aligned to `align`, AF_ERR_SHAPE if n < 0
+ * (an op of fewer arrays passes one again). */
+af_status af_vec_check(int32_t n, uintptr_t align, const void* a, const void* b, const void* c);
+/* af_rope_f32 / af_rope_s8: heads x head_dim (even) within the limits, a
+ * known layout. */
+af_status af_rope_check(int32_t num_heads, int32_t head_dim, af_rope_layout layout);
+/* af_rope_table_f32 / _s8: both tables, head_dim even, pos >= 0, theta in
+ * (1, 1e300). */
+af_status af_rope_table_check(const void* cos_t, const void* sin_t, int32_t pos, int32_t head_dim,
+                              double theta);
 /* 1 if p is aligned to `align` bytes (NULL counts as aligned). */
 int af_aligned(const void* p, uintptr_t align);
 
@@ -47,6 +79,9 @@ typedef struct {
 /* Fills rb for row i of head h, batch b (diag = i + Lk - Lq). */
 void af_row_bias_init(af_row_bias* rb, const af_sdpa_shape* s, const af_sdpa_opts* o, int32_t b,
                       int32_t h, int32_t i);
+/* The ALiBi-only bias of a decode step over `length` positions (diag
+ * length - 1, no mask, slopes 0: the caller sets its path's slope). */
+void af_row_bias_decode(af_row_bias* rb, int32_t length);
 /* |d - j| for the ALiBi distance. */
 #define AF_ABS_DIST(d, j) ((d) >= (j) ? (d) - (j) : (j) - (d))
 

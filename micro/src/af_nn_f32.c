@@ -60,9 +60,8 @@ af_status af_linear_f32(float* y, const float* x, const float* w, const float* b
 
 af_status af_relu_f32(float* x, int32_t n) {
   int32_t i;
-  if (x == NULL) return AF_ERR_NULL;
-  if (!af_aligned(x, 4)) return AF_ERR_ALIGN;
-  if (n < 0) return AF_ERR_SHAPE;
+  const af_status st = af_vec_check(n, 4, x, x, x);
+  if (st != AF_OK) return st;
   for (i = 0; i < n; ++i)
     if (x[i] < 0.f) x[i] = 0.f;
   return AF_OK;
@@ -70,9 +69,8 @@ af_status af_relu_f32(float* x, int32_t n) {
 
 af_status af_add_f32(float* y, const float* x, int32_t n) {
   int32_t i;
-  if (y == NULL || x == NULL) return AF_ERR_NULL;
-  if (!af_aligned(y, 4) || !af_aligned(x, 4)) return AF_ERR_ALIGN;
-  if (n < 0) return AF_ERR_SHAPE;
+  const af_status st = af_vec_check(n, 4, y, x, x);
+  if (st != AF_OK) return st;
   for (i = 0; i < n; ++i) y[i] += x[i];
   return AF_OK;
 }
@@ -82,12 +80,9 @@ af_status af_add_f32(float* y, const float* x, int32_t n) {
 af_status af_rope_f32(float* x, int32_t num_heads, int32_t head_dim, const float* cos_t,
                       const float* sin_t, af_rope_layout layout) {
   int32_t h, i;
-  if (x == NULL || cos_t == NULL || sin_t == NULL) return AF_ERR_NULL;
-  if (!af_aligned(x, 4) || !af_aligned(cos_t, 4) || !af_aligned(sin_t, 4)) return AF_ERR_ALIGN;
-  if (num_heads < 1 || head_dim < 2 || head_dim % 2 || num_heads > AF_MAX_DIM ||
-      head_dim > AF_MAX_DIM || (uint64_t)num_heads * (uint64_t)head_dim >= ((uint64_t)1 << 31))
-    return AF_ERR_SHAPE;
-  if (layout != AF_ROPE_HALF && layout != AF_ROPE_INTERLEAVED) return AF_ERR_PARAM;
+  af_status st = af_vec_check(0, 4, x, cos_t, sin_t);
+  if (st == AF_OK) st = af_rope_check(num_heads, head_dim, layout);
+  if (st != AF_OK) return st;
   for (h = 0; h < num_heads; ++h) {
     float* xh = x + (size_t)h * head_dim;
     for (i = 0; i < head_dim / 2; ++i) {
@@ -104,9 +99,8 @@ af_status af_rope_f32(float* x, int32_t num_heads, int32_t head_dim, const float
 af_status af_rope_table_f32(float* cos_t, float* sin_t, int32_t pos, int32_t head_dim,
                             double theta) {
   int32_t i;
-  if (cos_t == NULL || sin_t == NULL) return AF_ERR_NULL;
-  if (head_dim < 2 || head_dim % 2 || head_dim > AF_MAX_DIM || pos < 0) return AF_ERR_SHAPE;
-  if (!(theta > 1.0) || !(theta < 1e300)) return AF_ERR_PARAM;
+  const af_status st = af_rope_table_check(cos_t, sin_t, pos, head_dim, theta);
+  if (st != AF_OK) return st;
   for (i = 0; i < head_dim / 2; ++i) {
     /* theta_i = pos * theta^(-2i/D), as HF transformers' inv_freq */
     const double ang = (double)pos * pow(theta, -2.0 * i / head_dim);
@@ -124,27 +118,24 @@ static float af_sigmoid(float x) {
 
 af_status af_silu_f32(float* x, int32_t n) {
   int32_t i;
-  if (x == NULL) return AF_ERR_NULL;
-  if (!af_aligned(x, 4)) return AF_ERR_ALIGN;
-  if (n < 0) return AF_ERR_SHAPE;
+  const af_status st = af_vec_check(n, 4, x, x, x);
+  if (st != AF_OK) return st;
   for (i = 0; i < n; ++i) x[i] = x[i] * af_sigmoid(x[i]);
   return AF_OK;
 }
 
 af_status af_gelu_f32(float* x, int32_t n) {
   int32_t i;
-  if (x == NULL) return AF_ERR_NULL;
-  if (!af_aligned(x, 4)) return AF_ERR_ALIGN;
-  if (n < 0) return AF_ERR_SHAPE;
+  const af_status st = af_vec_check(n, 4, x, x, x);
+  if (st != AF_OK) return st;
   for (i = 0; i < n; ++i) x[i] = 0.5f * x[i] * (1.f + erff(x[i] * 0.70710678118654752f));
   return AF_OK;
 }
 
 af_status af_swiglu_f32(float* out, const float* gate, const float* up, int32_t n) {
   int32_t i;
-  if (out == NULL || gate == NULL || up == NULL) return AF_ERR_NULL;
-  if (!af_aligned(out, 4) || !af_aligned(gate, 4) || !af_aligned(up, 4)) return AF_ERR_ALIGN;
-  if (n < 0) return AF_ERR_SHAPE;
+  const af_status st = af_vec_check(n, 4, out, gate, up);
+  if (st != AF_OK) return st;
   for (i = 0; i < n; ++i) {
     const float g = gate[i];
     out[i] = g * af_sigmoid(g) * up[i];

@@ -143,8 +143,8 @@ af_status af_layernorm_s8(int8_t* y, const int32_t* x, const int32_t* g, const i
 
 af_status af_relu_s8(int8_t* x, int32_t n) {
   int32_t i;
-  if (x == NULL) return AF_ERR_NULL;
-  if (n < 0) return AF_ERR_SHAPE;
+  const af_status st = af_vec_check(n, 1, x, x, x);
+  if (st != AF_OK) return st;
   for (i = 0; i < n; ++i)
     if (x[i] < 0) x[i] = 0;
   return AF_OK;
@@ -180,12 +180,11 @@ af_status af_rmsnorm_s8(int8_t* y, const int32_t* x, const int32_t* g, int32_t n
 af_status af_rope_s8(int8_t* x, int32_t num_heads, int32_t head_dim, const int16_t* cos_q15,
                      const int16_t* sin_q15, af_rope_layout layout) {
   int32_t h, i;
-  if (x == NULL || cos_q15 == NULL || sin_q15 == NULL) return AF_ERR_NULL;
-  if (!af_aligned(cos_q15, 2) || !af_aligned(sin_q15, 2)) return AF_ERR_ALIGN;
-  if (num_heads < 1 || head_dim < 2 || head_dim % 2 || num_heads > AF_MAX_DIM ||
-      head_dim > AF_MAX_DIM || (uint64_t)num_heads * (uint64_t)head_dim >= ((uint64_t)1 << 31))
-    return AF_ERR_SHAPE;
-  if (layout != AF_ROPE_HALF && layout != AF_ROPE_INTERLEAVED) return AF_ERR_PARAM;
+  af_status st;
+  if (x == NULL) return AF_ERR_NULL;
+  st = af_vec_check(0, 2, cos_q15, sin_q15, sin_q15);
+  if (st == AF_OK) st = af_rope_check(num_heads, head_dim, layout);
+  if (st != AF_OK) return st;
   for (h = 0; h < num_heads; ++h) {
     int8_t* xh = x + (size_t)h * head_dim;
     for (i = 0; i < head_dim / 2; ++i) {
@@ -201,8 +200,8 @@ af_status af_rope_s8(int8_t* x, int32_t num_heads, int32_t head_dim, const int16
 
 af_status af_act_s8(int8_t* x, int32_t n, const int8_t* table) {
   int32_t i;
-  if (x == NULL || table == NULL) return AF_ERR_NULL;
-  if (n < 0) return AF_ERR_SHAPE;
+  const af_status st = af_vec_check(n, 1, x, table, table);
+  if (st != AF_OK) return st;
   for (i = 0; i < n; ++i) x[i] = table[(int32_t)x[i] + 128];
   return AF_OK;
 }

@@ -137,9 +137,8 @@ af_status af_rmsnorm_s8_fold(int32_t* g, int32_t* eps_int, const float* gamma, i
 af_status af_rope_table_s8(int16_t* cos_q15, int16_t* sin_q15, int32_t pos, int32_t head_dim,
                            double theta) {
   int32_t i;
-  if (cos_q15 == NULL || sin_q15 == NULL) return AF_ERR_NULL;
-  if (head_dim < 2 || head_dim % 2 || head_dim > AF_MAX_DIM || pos < 0) return AF_ERR_SHAPE;
-  if (!(theta > 1.0) || !(theta < 1e300)) return AF_ERR_PARAM;
+  const af_status st = af_rope_table_check(cos_q15, sin_q15, pos, head_dim, theta);
+  if (st != AF_OK) return st;
   for (i = 0; i < head_dim / 2; ++i) {
     const double ang = (double)pos * pow(theta, -2.0 * i / head_dim);
     const double c = cos(ang) * 32768.0, s = sin(ang) * 32768.0;

@@ -523,23 +523,12 @@ af_status af_sdpa_f32_probe(float* scores, float* scaled, float* masked, float* 
 af_status af_kv_cache_init(af_kv_cache* c, float* k_storage, float* v_storage,
                            int32_t num_kv_heads, int32_t head_dim,
                            int32_t v_dim, int32_t capacity, int32_t window) {
+  af_status st;
   if (c == NULL || k_storage == NULL || v_storage == NULL) return AF_ERR_NULL;
   if (!af_aligned(k_storage, 4) || !af_aligned(v_storage, 4)) return AF_ERR_ALIGN;
-  if (num_kv_heads < 1 || head_dim < 1 || v_dim < 1 || capacity < 1 ||
-      num_kv_heads > AF_MAX_DIM || head_dim > AF_MAX_DIM || v_dim > AF_MAX_DIM ||
-      capacity > AF_MAX_DIM ||
-      (uint64_t)num_kv_heads * (uint64_t)capacity *
-              (uint64_t)(head_dim > v_dim ? head_dim : v_dim) >= ((uint64_t)1 << 31))
-    return AF_ERR_SHAPE;
-  if (window < 0 || window > capacity) return AF_ERR_PARAM;
-  c->k = k_storage;
-  c->v = v_storage;
-  c->num_kv_heads = num_kv_heads;
-  c->head_dim = head_dim;
-  c->v_dim = v_dim;
-  c->capacity = capacity;
-  c->window = window;
-  c->length = 0;
+  st = af_kv_check(num_kv_heads, head_dim, v_dim, capacity, AF_MAX_DIM, window, 0);
+  if (st != AF_OK) return st;
+  AF_KV_CACHE_FILL(c, k_storage, v_storage, num_kv_heads, head_dim, v_dim, capacity, window);
   return AF_OK;
 }
 
@@ -549,17 +538,8 @@ af_status af_kv_cache_init(af_kv_cache* c, float* k_storage, float* v_storage,
 static af_status af_kv_cache_check(const af_kv_cache* c) {
   if (c == NULL || c->k == NULL || c->v == NULL) return AF_ERR_NULL;
   if (!af_aligned(c->k, 4) || !af_aligned(c->v, 4)) return AF_ERR_ALIGN;
-  if (c->num_kv_heads < 1 || c->head_dim < 1 || c->v_dim < 1 || c->capacity < 1 ||
-      c->num_kv_heads > AF_MAX_DIM || c->head_dim > AF_MAX_DIM || c->v_dim > AF_MAX_DIM ||
-      c->capacity > AF_MAX_DIM ||
-      (uint64_t)c->num_kv_heads * (uint64_t)c->capacity *
-              (uint64_t)(c->head_dim > c->v_dim ? c->head_dim : c->v_dim) >=
-          ((uint64_t)1 << 31))
-    return AF_ERR_SHAPE;
-  if (c->window < 0 || c->window > c->capacity || c->length < 0 ||
-      (c->window == 0 && c->length > c->capacity))
-    return AF_ERR_PARAM;
-  return AF_OK;
+  return af_kv_check(c->num_kv_heads, c->head_dim, c->v_dim, c->capacity, AF_MAX_DIM, c->window,
+                     c->length);
 }
 
 af_status af_kv_cache_append(af_kv_cache* c, const float* k_new,
@@ -607,11 +587,9 @@ af_status af_decode_f32_ex(float* out, float* lse, const float* q, const af_kv_c
   if (arena_bytes < af_decode_f32_workspace_bytes(c, num_heads) || ((uintptr_t)arena & 3u))
     return AF_ERR_ARENA;
   sbuf = (float*)arena;
-  /* Visible positions [first, length). With a window they are the last
-   * `window` positions; without, all (length <= capacity then). */
-  n = c->length;
-  if (c->window > 0 && n > c->window) n = c->window;
-  first = c->length - n;
+  /* Visible positions [first, length): the last `window` ones, or all
+   * (length <= capacity then). */
+  af_kv_visible(c->length, c->window, &first, &n);
   for (h = 0; h < num_heads; ++h) {
     const int32_t g = h / (num_heads / c->num_kv_heads);
     const float* kh = c->k + (size_t)g * c->capacity * c->head_dim;
@@ -626,13 +604,8 @@ af_status af_decode_f32_ex(float* out, float* lse, const float* q, const af_kv_c
     rs.acc = out + (size_t)h * c->v_dim;
     for (d = 0; d < c->v_dim; ++d) rs.acc[d] = 0.f;
     if (alibi_slopes) { /* key at position p: -slope * (length - 1 - p) */
-      rb.kind = AF_BIAS_ALIBI;
-      rb.mrow = NULL;
-      rb.msj = 0;
-      rb.diag = c->length - 1;
+      af_row_bias_decode(&rb, c->length);
       rb.slope = alibi_slopes[h];
-      rb.slope_s8 = 0;
-      rb.alibi32 = 0;
       rbp = &rb;
     }
     /* The ring holds positions in slot order; visit them oldest first, as

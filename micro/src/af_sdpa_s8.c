@@ -1583,39 +1583,19 @@ af_status af_sdpa_s8(int8_t* out, const int8_t* q, const int8_t* k,
 af_status af_kv_cache_s8_init(af_kv_cache_s8* c, int8_t* k_storage, int8_t* v_storage,
                               int32_t num_kv_heads, int32_t head_dim, int32_t v_dim,
                               int32_t capacity, int32_t window) {
+  af_status st;
   if (c == NULL || k_storage == NULL || v_storage == NULL) return AF_ERR_NULL;
-  if (num_kv_heads < 1 || head_dim < 1 || v_dim < 1 || capacity < 1 ||
-      num_kv_heads > AF_MAX_DIM || head_dim > AF_MAX_DIM || v_dim > AF_MAX_DIM ||
-      capacity > 32768 ||
-      (uint64_t)num_kv_heads * (uint64_t)capacity *
-              (uint64_t)(head_dim > v_dim ? head_dim : v_dim) >= ((uint64_t)1 << 31))
-    return AF_ERR_SHAPE;
-  if (window < 0 || window > capacity) return AF_ERR_PARAM;
-  c->k = k_storage;
-  c->v = v_storage;
-  c->num_kv_heads = num_kv_heads;
-  c->head_dim = head_dim;
-  c->v_dim = v_dim;
-  c->capacity = capacity;
-  c->window = window;
-  c->length = 0;
+  st = af_kv_check(num_kv_heads, head_dim, v_dim, capacity, 32768, window, 0);
+  if (st != AF_OK) return st;
+  AF_KV_CACHE_FILL(c, k_storage, v_storage, num_kv_heads, head_dim, v_dim, capacity, window);
   return AF_OK;
 }
 
 /* The struct is the caller's: re-checked before it indexes anything. */
 static af_status af_kv_cache_s8_check(const af_kv_cache_s8* c) {
   if (c == NULL || c->k == NULL || c->v == NULL) return AF_ERR_NULL;
-  if (c->num_kv_heads < 1 || c->head_dim < 1 || c->v_dim < 1 || c->capacity < 1 ||
-      c->num_kv_heads > AF_MAX_DIM || c->head_dim > AF_MAX_DIM || c->v_dim > AF_MAX_DIM ||
-      c->capacity > 32768 ||
-      (uint64_t)c->num_kv_heads * (uint64_t)c->capacity *
-              (uint64_t)(c->head_dim > c->v_dim ? c->head_dim : c->v_dim) >=
-          ((uint64_t)1 << 31))
-    return AF_ERR_SHAPE;
-  if (c->window < 0 || c->window > c->capacity || c->length < 0 ||
-      (c->window == 0 && c->length > c->capacity))
-    return AF_ERR_PARAM;
-  return AF_OK;
+  return af_kv_check(c->num_kv_heads, c->head_dim, c->v_dim, c->capacity, 32768, c->window,
+                     c->length);
 }
 
 af_status af_kv_cache_s8_append(af_kv_cache_s8* c, const int8_t* k_new, const int8_t* v_new) {
@@ -1664,9 +1644,7 @@ af_status af_decode_s8(int8_t* out, const int8_t* q, const af_kv_cache_s8* c, in
   sbuf = (int32_t*)arena;
   acc = sbuf + AF_S8_KEY_TILE;
   /* Visible positions [first, length): the last `window` ones, or all. */
-  n = c->length;
-  if (c->window > 0 && n > c->window) n = c->window;
-  first = c->length - n;
+  af_kv_visible(c->length, c->window, &first, &n);
   while (((int64_t)n << (22 - wshift)) >= ((int64_t)1 << 31)) ++wshift;
   for (h = 0; h < c->v_dim; ++h) acc[h] = 0;
   for (h = 0; h < num_heads; ++h) {
@@ -1685,11 +1663,7 @@ af_status af_decode_s8(int8_t* out, const int8_t* q, const af_kv_cache_s8* c, in
     r.started = 0;
     r.acc = acc; /* zero: before the first head, then af_s8_finish */
     if (alibi_s8 != NULL) { /* key at position pos: -((slope * (length-1-pos) + 128) >> 8) */
-      rb.kind = AF_BIAS_ALIBI;
-      rb.mrow = NULL;
-      rb.msj = 0;
-      rb.diag = c->length - 1;
-      rb.slope = 0.f;
+      af_row_bias_decode(&rb, c->length);
       rb.slope_s8 = alibi_s8[h];
       rb.alibi32 = rb.slope_s8 >= 0 && (int64_t)rb.slope_s8 * c->capacity + 128 < 2147483647 &&
                    (int64_t)rb.slope_s8 * ((int64_t)c->length) + 128 < 2147483647;

@@ -264,12 +264,9 @@ S8Problem Quantise(const Problem& p) {
   return r;
 }
 
-// Max |out8 - expected| in LSB; -1 on a failed call.
-int S8MaxError(S8Problem& c) {
-  Ref r;
-  Reference(c.f, c.f.q, c.f.k, c.f.v, &r);
-  af_s8_params p;
-  EXPECT_EQ(af_s8_prepare(&p, &c.sq, &c.sk, &c.sv, &c.so, 1, c.f.scale), AF_OK);
+// The options of an int8 problem: its window, its bool mask, or its float
+// mask and ALiBi slopes converted to raw-score units (stored in c).
+af_sdpa_opts S8Opts(S8Problem& c) {
   af_sdpa_opts o = AF_SDPA_OPTS_INIT;
   o.window_left = c.f.window_left;
   o.window_right = c.f.window_right;
@@ -292,6 +289,16 @@ int S8MaxError(S8Problem& c) {
               AF_OK);
     o.alibi_s8 = c.alibi_s8.data();
   }
+  return o;
+}
+
+// Max |out8 - expected| in LSB; -1 on a failed call.
+int S8MaxError(S8Problem& c) {
+  Ref r;
+  Reference(c.f, c.f.q, c.f.k, c.f.v, &r);
+  af_s8_params p;
+  EXPECT_EQ(af_s8_prepare(&p, &c.sq, &c.sk, &c.sv, &c.so, 1, c.f.scale), AF_OK);
+  const af_sdpa_opts o = S8Opts(c);
   std::vector<int8_t> out(r.out.size(), 99);
   const size_t ws = af_sdpa_s8_workspace_bytes(&c.f.s);
   std::vector<uint32_t> arena(ws / 4 + 8, 0xA5A5A5A5u);
@@ -405,28 +412,7 @@ TEST(MicroProbe, S8RowsAreExactScoresAndBoundedWeights) {
     const af_sdpa_shape& s = c.f.s;
     af_s8_params prm;
     ASSERT_EQ(af_s8_prepare(&prm, &c.sq, &c.sk, &c.sv, &c.so, 1, c.f.scale), AF_OK);
-    af_sdpa_opts o = AF_SDPA_OPTS_INIT;
-    o.window_left = c.f.window_left;
-    o.window_right = c.f.window_right;
-    std::copy(c.f.mask_shape, c.f.mask_shape + 4, o.mask_shape);
-    if (c.f.mask_type == AF_MASK_BOOL) {
-      o.mask_type = AF_MASK_BOOL;
-      o.mask = c.f.mask_b.data();
-    } else if (c.f.mask_type == AF_MASK_F32) {
-      c.mask_s32.resize(c.f.mask_f.size());
-      ASSERT_EQ(af_s8_mask_prepare(c.mask_s32.data(), c.f.mask_f.data(),
-                                   int32_t(c.mask_s32.size()), c.sq, c.sk, c.f.scale),
-                AF_OK);
-      o.mask_type = AF_MASK_S32;
-      o.mask = c.mask_s32.data();
-    }
-    if (!c.f.alibi.empty()) {
-      c.alibi_s8.resize(c.f.alibi.size());
-      ASSERT_EQ(af_s8_alibi_prepare(c.alibi_s8.data(), c.f.alibi.data(), s.num_heads, &c.sq,
-                                    &c.sk, 1, c.f.scale),
-                AF_OK);
-      o.alibi_s8 = c.alibi_s8.data();
-    }
+    const af_sdpa_opts o = S8Opts(c);
     const double unit = double(c.sq) * c.sk, unit_scaled = unit * c.f.scale;
     const double *sc = Stage(r, "scores"), *mk = Stage(r, "masked"), *w = Stage(r, "weights");
     std::vector<int32_t> a(s.kv_len), m(s.kv_len), wt(s.kv_len);

@@ -8,7 +8,7 @@
  * the final RMSNorm and the tied head. Feeds the prompt, greedily generates
  * TL_GEN tokens and compares every one with PyTorch's (tiny_llama_expected.
  * json). Returns the number of mismatching tokens (0 = identical). No heap.
- * Prints the retired instructions per generated token (counter.h). */
+ * Prints the retired instructions per generated token (tiny_harness.h). */
 #include <stdio.h>
 
 #include "attnflow/micro.h"
@@ -19,7 +19,7 @@ typedef struct {
 
 #include "tiny_llama_weights.h"
 
-#include "counter.h"
+#include "tiny_harness.h"
 
 #define TL_DH (TL_D / TL_H)
 static float kstore[TL_LAYERS][TL_T * TL_HKV * TL_DH], vstore[TL_LAYERS][TL_T * TL_HKV * TL_DH];
@@ -55,43 +55,13 @@ static int step(int token, int pos) {
   return af_linear_f32(logits, h, tl_tok, NULL, TL_D, TL_V) != AF_OK; /* tied head */
 }
 
-static int argmax(void) {
-  int i, best = 0;
-  for (i = 1; i < TL_V; ++i)
-    if (logits[i] > logits[best]) best = i; /* first max on ties, as torch.argmax */
-  return best;
-}
-
 int main(void) {
-  int l, pos = 0, i, tok, bad = 0;
-  char text[TL_GEN + 1];
-  uint32_t c0;
-  uint64_t total = 0;
+  static char text[TL_GEN + 1];
+  static const tiny_check ref = {"TINY LLAMA f32", tiny_pick_f32, TL_V, logits, NULL, tl_expected,
+                                  NULL, tl_vocab, text};
+  int l;
   for (l = 0; l < TL_LAYERS; ++l)
     if (af_kv_cache_init(&cache[l], kstore[l], vstore[l], TL_HKV, TL_DH, TL_DH, TL_T, 0) != AF_OK)
       return 100;
-  counter_init();
-  for (i = 0; i < TL_PROMPT_LEN; ++i)
-    if (step(tl_prompt[i], pos++)) return 101;
-  for (i = 0; i < TL_GEN; ++i) {
-    tok = argmax();
-    if (tok != tl_expected[i]) {
-      if (!bad)
-        printf("TINY LLAMA f32: first mismatch at generated token %d: got %d '%c', expected %d '%c'\n",
-               i, tok, tl_vocab[tok], tl_expected[i], tl_vocab[tl_expected[i]]);
-      ++bad;
-    }
-    text[i] = tl_vocab[tok];
-    if (i + 1 < TL_GEN) {
-      c0 = counter();
-      if (step(tok, pos++)) return 102;
-      total += instr(c0, counter());
-    }
-  }
-  text[TL_GEN] = 0;
-  printf("TINY LLAMA f32 generated: \"%s\"\n", text);
-  printf("TINY LLAMA f32: %d/%d tokens identical to PyTorch\n", TL_GEN - bad, TL_GEN);
-  printf("TINY LLAMA f32: %lu instructions per generated token (mean of %d decode steps)\n",
-         (unsigned long)(total / (TL_GEN - 1)), TL_GEN - 1);
-  return bad > 99 ? 99 : bad;
+  return tiny_generate(step, tl_prompt, TL_PROMPT_LEN, TL_GEN, &ref);
 }

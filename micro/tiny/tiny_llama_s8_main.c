@@ -13,7 +13,7 @@
 #include <stdio.h>
 
 #include "attnflow/micro.h"
-#include "counter.h"
+#include "tiny_harness.h"
 
 typedef struct {
   const int32_t *norm1, *norm2;
@@ -62,48 +62,16 @@ static int step(int tok, int pos) {
       return 1;
   }
   if (af_rmsnorm_s8(h8, r, s8_normf, TL_D, TL_EPS)) return 1;
-  for (i = 0; i < TL_V; ++i) {
-    int32_t acc = 0;
-    int j;
-    for (j = 0; j < TL_D; ++j) acc += (int32_t)s8_tok[i * TL_D + j] * h8[j];
-    logits[i] = acc;
-  }
+  tiny_tied_head_s8(logits, s8_tok, h8, TL_V, TL_D);
   return 0;
 }
 
 int main(void) {
-  int i, j, l, pos = 0, tok, bad = 0, bad_tok = 0;
-  uint32_t c0;
-  uint64_t total = 0;
+  static const tiny_check ref = {"TINY LLAMA int8", tiny_pick_s32, TL_V, NULL, logits,
+                                  s8_expected_ids, s8_expected_logits, NULL, NULL};
+  int l;
   for (l = 0; l < TL_LAYERS; ++l)
     if (af_kv_cache_s8_init(&cache[l], kstore[l], vstore[l], TL_HKV, DH, DH, TL_T, 0) != AF_OK)
       return 100;
-  counter_init();
-  for (i = 0; i < TL_PROMPT_LEN; ++i)
-    if (step(tl_prompt[i], pos++)) return 101;
-  for (i = 0; i < TL_GEN; ++i) {
-    int best = 0;
-    for (j = 0; j < TL_V; ++j)
-      if (logits[j] != s8_expected_logits[i * TL_V + j]) {
-        if (!bad)
-          printf("TINY LLAMA int8: first logit mismatch at step %d, token %d: got %ld, NumPy %ld\n",
-                 i, j, (long)logits[j], (long)s8_expected_logits[i * TL_V + j]);
-        ++bad;
-        break;
-      }
-    for (j = 1; j < TL_V; ++j)
-      if (logits[j] > logits[best]) best = j;
-    tok = best;
-    if (tok != s8_expected_ids[i]) ++bad_tok;
-    if (i + 1 < TL_GEN) {
-      c0 = counter();
-      if (step(tok, pos++)) return 102;
-      total += instr(c0, counter());
-    }
-  }
-  printf("TINY LLAMA int8: %d/%d steps with logits bit-identical to the NumPy model, %d/%d tokens equal\n",
-         TL_GEN - bad, TL_GEN, TL_GEN - bad_tok, TL_GEN);
-  printf("TINY LLAMA int8: %lu instructions per generated token (mean of %d decode steps)\n",
-         (unsigned long)(total / (TL_GEN - 1)), TL_GEN - 1);
-  return bad + bad_tok > 99 ? 99 : bad + bad_tok;
+  return tiny_generate(step, tl_prompt, TL_PROMPT_LEN, TL_GEN, &ref);
 }

@@ -20,7 +20,7 @@ typedef struct {
 
 #include "tiny_weights.h"
 
-#include "counter.h"
+#include "tiny_harness.h"
 
 #define TINY_DH (TINY_D / TINY_H)
 static float kstore[TINY_LAYERS][TINY_T * TINY_D], vstore[TINY_LAYERS][TINY_T * TINY_D];
@@ -58,45 +58,14 @@ static int step(int token, int pos) {
   return af_linear_f32(logits, h, tiny_tok, NULL, TINY_D, TINY_V) != AF_OK;
 }
 
-static int argmax(void) {
-  int i, best = 0;
-  for (i = 1; i < TINY_V; ++i)
-    if (logits[i] > logits[best]) best = i; /* first max on ties, as torch.argmax */
-  return best;
-}
-
 int main(void) {
-  int l, pos = 0, i, tok, bad = 0;
-  char text[TINY_GEN + 1];
-  uint32_t c0 = 0;
-  uint64_t total = 0;
+  static char text[TINY_GEN + 1];
+  static const tiny_check ref = {"TINY f32", tiny_pick_f32, TINY_V, logits, NULL, tiny_expected,
+                                  NULL, tiny_vocab, text};
+  int l;
   for (l = 0; l < TINY_LAYERS; ++l)
     if (af_kv_cache_init(&cache[l], kstore[l], vstore[l], TINY_H, TINY_DH, TINY_DH, TINY_T, 0) !=
         AF_OK)
       return 100;
-  counter_init();
-  for (i = 0; i < TINY_PROMPT_LEN; ++i)
-    if (step(tiny_prompt[i], pos++)) return 101;
-  for (i = 0; i < TINY_GEN; ++i) {
-    tok = argmax();
-    if (tok != tiny_expected[i]) {
-      if (!bad)
-        printf("TINY f32: first mismatch at generated token %d: got %d '%c', expected %d '%c'\n",
-               i, tok, tiny_vocab[tok], tiny_expected[i], tiny_vocab[tiny_expected[i]]);
-      ++bad;
-    }
-    text[i] = tiny_vocab[tok];
-    if (i + 1 < TINY_GEN) {
-      /* Counted per step; the 24-bit SysTick cannot wrap within one. */
-      c0 = counter();
-      if (step(tok, pos++)) return 102;
-      total += instr(c0, counter());
-    }
-  }
-  text[TINY_GEN] = 0;
-  printf("TINY f32 generated: \"%s\"\n", text);
-  printf("TINY f32: %d/%d tokens identical to PyTorch\n", TINY_GEN - bad, TINY_GEN);
-  printf("TINY f32: %lu instructions per generated token (mean of %d decode steps)\n",
-         (unsigned long)(total / (TINY_GEN - 1)), TINY_GEN - 1);
-  return bad > 99 ? 99 : bad;
+  return tiny_generate(step, tiny_prompt, TINY_PROMPT_LEN, TINY_GEN, &ref);
 }

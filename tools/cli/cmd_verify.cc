@@ -244,32 +244,32 @@ int RunVerify(const VerifyArgs& a) {
   return differ > 0 ? kExitCheckFailed : kExitOk;
 }
 
+void AddVerifyOptions(CLI::App& sub, VerifyArgs& a) {
+  sub.add_option("files", a.files, "Case files (or GOT EXPECTED with --compare)")
+      ->required();
+  sub.add_flag("--compare", a.compare,
+               "Compare the stages in GOT with the same-named tensors in EXPECTED. GOT: a "
+               "safetensors file, a device dump (AFDUMP text log, docs/device-dump.md), a "
+               "STAGE.npy file or a directory of STAGE.npy files");
+  sub.add_option("--case", a.dump_case,
+                 "--compare with a device dump: the block of this case (default: the only one)");
+  sub.add_option("--device-impl", a.device_impl,
+                 "--compare with a device dump: the block of this implementation, e.g. "
+                 "micro-f32 or micro-s8 (default: the only one)");
+  sub.add_option("--impl", a.impl, "reference (float64 oracle) or kernels (fast path)")
+      ->check(CLI::IsMember({"reference", "kernels"}));
+  sub.add_option("--atol", a.atol, "Absolute tolerance (default: the case's, else 1e-4)")
+      ->check(NonNegative());
+  sub.add_option("--rtol", a.rtol, "Relative tolerance (default: the case's, else 1e-4)")
+      ->check(NonNegative());
+  sub.add_flag("-q,--quiet", a.quiet, "Only the verdict line per case");
+  sub.add_flag("--json", a.json, "One JSON document (schema attnflow-verify/1, docs/cli.md) on stdout");
+}
+
 }  // namespace
 
 ATTNFLOW_REGISTER_COMMAND(
     verify, "verify", "Check golden cases (format v1) stage by stage; --compare GOT EXPECTED",
-    [](CLI::App& sub) -> std::function<int()> {
-      auto a = std::make_shared<VerifyArgs>();
-      sub.add_option("files", a->files, "Case files (or GOT EXPECTED with --compare)")
-          ->required();
-      sub.add_flag("--compare", a->compare,
-                   "Compare the stages in GOT with the same-named tensors in EXPECTED. GOT: a "
-                   "safetensors file, a device dump (AFDUMP text log, docs/device-dump.md), a "
-                   "STAGE.npy file or a directory of STAGE.npy files");
-      sub.add_option("--case", a->dump_case,
-                     "--compare with a device dump: the block of this case (default: the only one)");
-      sub.add_option("--device-impl", a->device_impl,
-                     "--compare with a device dump: the block of this implementation, e.g. "
-                     "micro-f32 or micro-s8 (default: the only one)");
-      sub.add_option("--impl", a->impl, "reference (float64 oracle) or kernels (fast path)")
-          ->check(CLI::IsMember({"reference", "kernels"}));
-      sub.add_option("--atol", a->atol, "Absolute tolerance (default: the case's, else 1e-4)")
-          ->check(NonNegative());
-      sub.add_option("--rtol", a->rtol, "Relative tolerance (default: the case's, else 1e-4)")
-          ->check(NonNegative());
-      sub.add_flag("-q,--quiet", a->quiet, "Only the verdict line per case");
-      sub.add_flag("--json", a->json, "One JSON document (schema attnflow-verify/1, docs/cli.md) on stdout");
-      return [a] { return RunVerify(*a); };
-    });
+    ArgsCommand<VerifyArgs>(AddVerifyOptions, RunVerify));
 
 }  // namespace attnflow::cli

@@ -227,15 +227,24 @@ expect_stage "$OUT/plant/MASK.txt" sdpa_boolmask_2d micro-f32 masked "an inverte
 expect_stage "$OUT/plant/MASK.txt" sdpa_boolmask_2d micro-s8 masked "an inverted bool mask (int8)"
 log "planted bugs named on $t: tampered output -> 'out', wrong scale -> 'scaled', inverted mask -> 'masked' (f32 and int8)"
 
-# Builds micro/tiny/MAIN for rv32imc and M4F as $OUT/$t/NAME.elf, runs it
-# under QEMU into $OUT/NAME_$t.txt and fails ("WHAT on $t") unless it exits 0
-# and prints EXPECT; logs the line matching SUMMARY and the instruction count.
-tiny_on_devices() {  # NAME MAIN EXPECT WHAT SUMMARY
-  local name=$1 main=$2 expect=$3 what=$4 summary=$5 t cc rc
+# Runs micro/tiny/NAME_main.c with its weights header (written by
+# tools/edge/EXPORT.py into $OUT/cases/NAME_weights.h) on the host, then on
+# rv32imc and M4F under QEMU ($OUT/$t/NAME.elf); fails ("WHAT on ...")
+# unless each run exits 0 and prints EXPECT; logs the line matching SUMMARY
+# and the instruction count. With OBJ, also compiles the program as an
+# rv32imc picolibc object (the freestanding build of the ESP-IDF component).
+tiny_case() {  # NAME EXPORT EXPECT WHAT SUMMARY [OBJ]
+  local name=$1 export=$2 expect=$3 what=$4 summary=$5 obj=${6:-} t cc rc
+  local main=$ROOT/micro/tiny/${name}_main.c
+  python3 "$ROOT/tools/edge/$export.py" "$OUT/cases/${name}_weights.h"
+  gcc -O2 -std=c99 -Wall -Wextra -Werror $INC -o "$OUT/host_$name" "$main" "${SRCS[@]}" -lm
+  "$OUT/host_$name" > "$OUT/${name}_host.txt" 2>&1 && grep -q "$expect" "$OUT/${name}_host.txt" ||
+    fail "$what on the host: $(cat "$OUT/${name}_host.txt")"
+  log "host: $(grep "$summary" "$OUT/${name}_host.txt")"
   for t in rv32imc m4f; do
     cc=$(edge_cc $t)
     $cc $(edge_cflags $t) -O2 -std=c99 -Wall -Wextra -Werror $INC \
-      $(edge_ldflags $t) -o "$OUT/$t/$name.elf" "$ROOT/micro/tiny/$main" "$OUT/$t"/af_*.o -lm
+      $(edge_ldflags $t) -o "$OUT/$t/$name.elf" "$main" "$OUT/$t"/af_*.o -lm
     set +e
     edge_qemu $t "$OUT/$t/$name.elf" > "$OUT/${name}_$t.txt" 2>&1
     rc=$?
@@ -244,51 +253,33 @@ tiny_on_devices() {  # NAME MAIN EXPECT WHAT SUMMARY
       fail "$what on $t (exit $rc): $(cat "$OUT/${name}_$t.txt")"
     log "$t: $(grep "$summary" "$OUT/${name}_$t.txt"); $(grep -o '[0-9]* instructions per generated token' "$OUT/${name}_$t.txt")"
   done
+  if [[ -n $obj ]]; then
+    riscv64-unknown-elf-gcc $(edge_cflags rv32imc) -O2 --specs=picolibc.specs -std=c99 $INC -c \
+      "$main" -o "$OUT/rv32imc/${name}_main.o"
+  fi
 }
 
 # 4. The tiny char-level decoder (docs/edge.md "tiny model"): weights in
 # flash, greedy generation of 64 tokens in f32 on rv32imc (soft-float) and
 # Cortex-M4F; every token must equal the committed PyTorch tokens.
-python3 "$ROOT/tools/edge/tiny/export_header.py" "$OUT/cases/tiny_weights.h"
-gcc -O2 -std=c99 -Wall -Wextra -Werror $INC -o "$OUT/host_tiny" "$ROOT/micro/tiny/tiny_main.c" "${SRCS[@]}" -lm
-"$OUT/host_tiny" > "$OUT/tiny_host.txt" 2>&1 && grep -q "TINY f32: 64/64 tokens identical to PyTorch" "$OUT/tiny_host.txt" ||
-  fail "tiny decoder on the host: $(cat "$OUT/tiny_host.txt")"
-log "host: $(grep 'tokens identical' "$OUT/tiny_host.txt")"
-tiny_on_devices tiny tiny_main.c "TINY f32: 64/64 tokens identical to PyTorch" \
+tiny_case tiny tiny/export_header "TINY f32: 64/64 tokens identical to PyTorch" \
   "tiny decoder" 'tokens identical'
 
 # 4b. The int8 tiny decoder: integer-only on the device; every step's int32
 # logits must equal the NumPy model's (tools/edge/tiny/int8_model.py, committed
 # in tests/data/edge/tiny_s8.safetensors) on the host, rv32imc and M4F.
-python3 "$ROOT/tools/edge/tiny/export_s8_header.py" "$OUT/cases/tiny_s8_weights.h"
-gcc -O2 -std=c99 -Wall -Wextra -Werror $INC -o "$OUT/host_tiny_s8" "$ROOT/micro/tiny/tiny_s8_main.c" "${SRCS[@]}" -lm
-"$OUT/host_tiny_s8" > "$OUT/tiny_s8_host.txt" 2>&1 && grep -q "TINY int8: 64/64 steps with logits bit-identical" "$OUT/tiny_s8_host.txt" ||
-  fail "int8 tiny decoder on the host: $(cat "$OUT/tiny_s8_host.txt")"
-tiny_on_devices tiny_s8 tiny_s8_main.c \
+tiny_case tiny_s8 tiny/export_s8_header \
   "TINY int8: 64/64 steps with logits bit-identical to the NumPy model, 64/64 tokens equal" \
-  "int8 tiny decoder" 'TINY int8: 64'
-riscv64-unknown-elf-gcc $(edge_cflags rv32imc) -O2 --specs=picolibc.specs -std=c99 $INC -c \
-  "$ROOT/micro/tiny/tiny_s8_main.c" -o "$OUT/rv32imc/tiny_s8_main.o"
+  "int8 tiny decoder" 'TINY int8: 64' obj
 
 # 4c. The tiny Llama-style decoder (RMSNorm, RoPE, GQA, SwiGLU): f32 tokens
 # against PyTorch's; int8 (int8 weights and int8 KV cache, af_decode_s8)
 # logits against its NumPy integer model, every step, bit for bit.
-python3 "$ROOT/tools/edge/tiny_llama/export_header.py" "$OUT/cases/tiny_llama_weights.h"
-gcc -O2 -std=c99 -Wall -Wextra -Werror $INC -o "$OUT/host_tiny_llama" "$ROOT/micro/tiny/tiny_llama_main.c" "${SRCS[@]}" -lm
-"$OUT/host_tiny_llama" > "$OUT/tiny_llama_host.txt" 2>&1 && grep -q "TINY LLAMA f32: 64/64 tokens identical to PyTorch" "$OUT/tiny_llama_host.txt" ||
-  fail "tiny Llama decoder on the host: $(cat "$OUT/tiny_llama_host.txt")"
-log "host: $(grep 'tokens identical' "$OUT/tiny_llama_host.txt")"
-tiny_on_devices tiny_llama tiny_llama_main.c "TINY LLAMA f32: 64/64 tokens identical to PyTorch" \
+tiny_case tiny_llama tiny_llama/export_header "TINY LLAMA f32: 64/64 tokens identical to PyTorch" \
   "tiny Llama decoder" 'tokens identical'
-python3 "$ROOT/tools/edge/tiny_llama/export_s8_header.py" "$OUT/cases/tiny_llama_s8_weights.h"
-gcc -O2 -std=c99 -Wall -Wextra -Werror $INC -o "$OUT/host_tiny_llama_s8" "$ROOT/micro/tiny/tiny_llama_s8_main.c" "${SRCS[@]}" -lm
-"$OUT/host_tiny_llama_s8" > "$OUT/tiny_llama_s8_host.txt" 2>&1 && grep -q "TINY LLAMA int8: 64/64 steps with logits bit-identical" "$OUT/tiny_llama_s8_host.txt" ||
-  fail "int8 tiny Llama decoder on the host: $(cat "$OUT/tiny_llama_s8_host.txt")"
-tiny_on_devices tiny_llama_s8 tiny_llama_s8_main.c \
+tiny_case tiny_llama_s8 tiny_llama/export_s8_header \
   "TINY LLAMA int8: 64/64 steps with logits bit-identical to the NumPy model, 64/64 tokens equal" \
-  "int8 tiny Llama decoder" 'TINY LLAMA int8: 64'
-riscv64-unknown-elf-gcc $(edge_cflags rv32imc) -O2 --specs=picolibc.specs -std=c99 $INC -c \
-  "$ROOT/micro/tiny/tiny_llama_s8_main.c" -o "$OUT/rv32imc/tiny_llama_s8_main.o"
+  "int8 tiny Llama decoder" 'TINY LLAMA int8: 64' obj
 
 # 5. The ESP-IDF component, built as ESP-IDF builds it (its own CMakeLists.txt
 # and source list) through the mock, linked into golden_app and run.

@@ -6,38 +6,14 @@ the system python3). Weights become exact float32 hexadecimal literals of the
 float16 values. Usage: export_header.py OUT.h"""
 import json
 import os
-import struct
 import sys
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
-DATA = os.path.join(ROOT, "tests", "data", "edge")
-
-
-def read_safetensors(path):
-    raw = open(path, "rb").read()
-    n = struct.unpack("<Q", raw[:8])[0]
-    header = json.loads(raw[8:8 + n])
-    meta = header.pop("__metadata__", {})
-    base = 8 + n
-    out = {}
-    for name, info in header.items():
-        assert info["dtype"] == "F16", (name, info["dtype"])
-        a, b = info["data_offsets"]
-        count = (b - a) // 2
-        out[name] = (info["shape"], struct.unpack("<%de" % count, raw[base + a:base + b]))
-    return meta, out
-
-
-def c_array(name, values):
-    lines = ["static const float %s[%d] = {" % (name, len(values))]
-    for i in range(0, len(values), 6):
-        lines.append("  " + " ".join(float(v).hex() + "f," for v in values[i:i + 6]))
-    lines.append("};")
-    return "\n".join(lines)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from tiny_header import DATA, float_array, read_safetensors, token_arrays, write  # noqa: E402
 
 
 def main():
-    meta, t = read_safetensors(os.path.join(DATA, "tiny_model.safetensors"))
+    meta, t = read_safetensors("tiny_model.safetensors")
     exp = json.load(open(os.path.join(DATA, "tiny_expected.json")))
     vocab = json.loads(meta["vocab"])
     d, h, ff, layers, tmax = (int(meta[k]) for k in ("d_model", "heads", "ff", "layers", "max_len"))
@@ -48,25 +24,22 @@ def main():
              "#define TINY_T %d" % tmax,
              "#define TINY_PROMPT_LEN %d" % len(exp["prompt_ids"]),
              "#define TINY_GEN %d" % len(exp["generated_ids"])]
-    esc = "".join("\\%03o" % ord(c) for c in vocab)
-    parts.append('static const char tiny_vocab[] = "%s";' % esc)
-    parts.append("static const int tiny_prompt[] = {%s};" % ", ".join(map(str, exp["prompt_ids"])))
-    parts.append("static const int tiny_expected[] = {%s};" % ", ".join(map(str, exp["generated_ids"])))
-    parts.append(c_array("tiny_tok", t["tok"][1]))
-    parts.append(c_array("tiny_pos", t["pos"][1]))
+    parts += token_arrays("tiny", vocab, exp)
+    parts.append(float_array("tiny_tok", t["tok"]))
+    parts.append(float_array("tiny_pos", t["pos"]))
     fields = ["ln1.weight", "ln1.bias", "wq.weight", "wq.bias", "wk.weight", "wk.bias", "wv.weight",
               "wv.bias", "wo.weight", "wo.bias", "ln2.weight", "ln2.bias", "w1.weight", "w1.bias",
               "w2.weight", "w2.bias"]
     for l in range(layers):
         for f in fields:
-            parts.append(c_array("tiny_l%d_%s" % (l, f.replace(".", "_")), t["layers.%d.%s" % (l, f)][1]))
-    parts.append(c_array("tiny_lnf_weight", t["lnf.weight"][1]))
-    parts.append(c_array("tiny_lnf_bias", t["lnf.bias"][1]))
+            parts.append(float_array("tiny_l%d_%s" % (l, f.replace(".", "_")), t["layers.%d.%s" % (l, f)]))
+    parts.append(float_array("tiny_lnf_weight", t["lnf.weight"]))
+    parts.append(float_array("tiny_lnf_bias", t["lnf.bias"]))
     parts.append("static const tiny_layer tiny_layers[TINY_LAYERS] = {")
     for l in range(layers):
         parts.append("  {" + ", ".join("tiny_l%d_%s" % (l, f.replace(".", "_")) for f in fields) + "},")
     parts.append("};")
-    open(sys.argv[1], "w").write("\n".join(parts) + "\n")
+    write(sys.argv[1], parts)
 
 
 if __name__ == "__main__":

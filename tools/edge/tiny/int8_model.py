@@ -48,6 +48,27 @@ def read_safetensors(path):
     return meta, out
 
 
+_INT_DTYPES = {"I8": ("<i1", np.int8), "I16": ("<i2", np.int16), "I32": ("<i4", np.int32)}
+
+
+def write_int_safetensors(name, tensors, metadata):
+    """Writes tests/data/edge/NAME: tensors [(name, "I8" | "I16" | "I32", array)],
+    each value checked to fit its dtype, and the metadata strings."""
+    header, blobs, off = {}, [], 0
+    for tname, dt, arr in tensors:
+        a = np.ascontiguousarray(arr, dtype=_INT_DTYPES[dt][1])
+        assert np.array_equal(a.astype(np.int64), np.asarray(arr, dtype=np.int64)), tname
+        raw = a.astype(_INT_DTYPES[dt][0]).tobytes()
+        header[tname] = {"dtype": dt, "shape": list(a.shape), "data_offsets": [off, off + len(raw)]}
+        blobs.append(raw)
+        off += len(raw)
+    header["__metadata__"] = metadata
+    hj = json.dumps(header, separators=(",", ":")).encode()
+    hj += b" " * (-len(hj) % 8)
+    with open(os.path.join(DATA, name), "wb") as f:
+        f.write(struct.pack("<Q", len(hj)) + hj + b"".join(blobs))
+
+
 def lut_from_c():
     src = open(os.path.join(ROOT, "micro", "src", "af_sdpa_s8.c")).read()
     body = src[src.index("kExp2NegQ15[256] = {"):]
@@ -339,22 +360,10 @@ def main():
     tensors += [("lnf_g", "I32", lnf["G"]), ("lnf_b", "I32", lnf["B"]),
                 ("prompt", "I32", np.array(prompt)), ("expected_ids", "I32", np.array(gen)),
                 ("expected_logits", "I32", np.array(logits_log))]
-    header, blobs, off = {}, [], 0
-    for name, dt, arr in tensors:
-        arr = np.ascontiguousarray(arr, dtype=np.int8 if dt == "I8" else np.int32)
-        assert np.all(np.asarray(arr) == arr)
-        raw = arr.astype("<i1" if dt == "I8" else "<i4").tobytes()
-        header[name] = {"dtype": dt, "shape": list(arr.shape), "data_offsets": [off, off + len(raw)]}
-        blobs.append(raw)
-        off += len(raw)
-    header["__metadata__"] = {"format": "attnflow-tiny-s8/1", "d_model": str(D), "heads": str(H),
-                              "ff": str(FF), "layers": str(L), "max_len": str(T), "vocab_size": str(V),
-                              "eps": str(EPS), "residual_scale_log2": str(-RSH)}
-    hj = json.dumps(header, separators=(",", ":")).encode()
-    hj += b" " * (-len(hj) % 8)
-    with open(os.path.join(DATA, "tiny_s8.safetensors"), "wb") as f:
-        f.write(struct.pack("<Q", len(hj)) + hj + b"".join(blobs))
-
+    write_int_safetensors("tiny_s8.safetensors", tensors,
+                          {"format": "attnflow-tiny-s8/1", "d_model": str(D), "heads": str(H),
+                           "ff": str(FF), "layers": str(L), "max_len": str(T), "vocab_size": str(V),
+                           "eps": str(EPS), "residual_scale_log2": str(-RSH)})
 
 if __name__ == "__main__":
     main()

@@ -21,16 +21,13 @@ import json
 import os
 import sys
 
-import numpy as np
 import torch
 import torch.nn.functional as F
-from safetensors.numpy import save_file
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
-DATA = os.path.join(ROOT, "tests", "data", "edge")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import tiny_train  # noqa: E402
+
 D, H, FF, LAYERS, T = 64, 4, 128, 2, 128
-PROMPT = "The kernel "
-GEN = 64
 
 
 class Tiny(torch.nn.Module):
@@ -64,59 +61,15 @@ class Tiny(torch.nn.Module):
 
 
 def main():
-    torch.manual_seed(1234)
-    np.random.seed(1234)
-    torch.set_num_threads(1)
-    torch.use_deterministic_algorithms(True)
-    text = open(os.path.join(DATA, "tiny_text.txt"), encoding="ascii").read()
-    vocab = sorted(set(text))
-    stoi = {c: i for i, c in enumerate(vocab)}
-    data = torch.tensor([stoi[c] for c in text], dtype=torch.long)
-    model = Tiny(len(vocab))
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01)
-    steps = int(os.environ.get("TINY_STEPS", "2000"))
-    g = torch.Generator().manual_seed(99)
-    for step in range(steps):
-        ix = torch.randint(0, len(data) - 65, (32,), generator=g)
-        xb = torch.stack([data[i:i + 64] for i in ix])
-        yb = torch.stack([data[i + 1:i + 65] for i in ix])
-        loss = F.cross_entropy(model(xb).reshape(-1, len(vocab)), yb.reshape(-1))
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        if step % 250 == 0 or step == steps - 1:
-            print(f"step {step} loss {loss.item():.4f}", flush=True)
-    # Round to float16, reload as float32: the model every other
-    # implementation reproduces.
-    tensors = {}
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            h = p.detach().to(torch.float16)
-            tensors[name] = h.numpy()
-            p.copy_(h.to(torch.float32))
-    save_file(tensors, os.path.join(DATA, "tiny_model.safetensors"),
-              metadata={"vocab": json.dumps("".join(vocab)), "d_model": str(D),
-                        "heads": str(H), "ff": str(FF), "layers": str(LAYERS),
-                        "max_len": str(T), "format": "attnflow-tiny/1"})
-    # Greedy generation in float32.
-    ids = [stoi[c] for c in PROMPT]
-    with torch.no_grad():
-        for _ in range(GEN):
-            logits = model(torch.tensor([ids]))[0, -1]
-            ids.append(int(torch.argmax(logits).item()))  # first max on ties
-        logits = model(torch.tensor([ids[:-1]]))[0, -1]
-        top2 = torch.topk(logits, 2).values
-    out = {
-        "prompt": PROMPT,
-        "prompt_ids": ids[:len(PROMPT)],
-        "generated_ids": ids[len(PROMPT):],
-        "generated_text": "".join(vocab[i] for i in ids[len(PROMPT):]),
-        "last_step_logit_gap_top2": float(top2[0] - top2[1]),
-        "versions": {"torch": torch.__version__, "numpy": np.__version__},
-        "steps": steps,
-        "final_loss": float(loss.item()),
-    }
-    json.dump(out, open(os.path.join(DATA, "tiny_expected.json"), "w"), indent=1)
+    model, vocab, steps, loss = tiny_train.train(Tiny, seed=1234, batch_seed=99)
+    tiny_train.save_f16(model, "tiny_model.safetensors",
+                        {"vocab": json.dumps("".join(vocab)), "d_model": str(D), "heads": str(H),
+                         "ff": str(FF), "layers": str(LAYERS), "max_len": str(T),
+                         "format": "attnflow-tiny/1"})
+    ids, logits = tiny_train.generate(model, vocab)
+    out = tiny_train.expected(ids, vocab, {"last_step_logit_gap_top2": tiny_train.top2_gap(logits[-1])},
+                              steps, loss)
+    tiny_train.write_expected("tiny_expected.json", out)
     print(json.dumps(out, indent=1))
 
 

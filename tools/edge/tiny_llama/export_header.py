@@ -13,38 +13,16 @@ import os
 import struct
 import sys
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
-DATA = os.path.join(ROOT, "tests", "data", "edge")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from tiny_header import DATA, float_array, read_safetensors, token_arrays, write  # noqa: E402
 
 
 def f32(x):
     return struct.unpack("<f", struct.pack("<f", x))[0]
 
 
-def read_safetensors(path):
-    raw = open(path, "rb").read()
-    n = struct.unpack("<Q", raw[:8])[0]
-    header = json.loads(raw[8:8 + n])
-    meta = header.pop("__metadata__", {})
-    base = 8 + n
-    out = {}
-    for name, info in header.items():
-        assert info["dtype"] == "F16", (name, info["dtype"])
-        a, b = info["data_offsets"]
-        out[name] = struct.unpack("<%de" % ((b - a) // 2), raw[base + a:base + b])
-    return meta, out
-
-
-def c_array(name, values):
-    lines = ["static const float %s[%d] = {" % (name, len(values))]
-    for i in range(0, len(values), 6):
-        lines.append("  " + " ".join(float(v).hex() + "f," for v in values[i:i + 6]))
-    lines.append("};")
-    return "\n".join(lines)
-
-
 def main():
-    meta, t = read_safetensors(os.path.join(DATA, "tiny_llama.safetensors"))
+    meta, t = read_safetensors("tiny_llama.safetensors")
     exp = json.load(open(os.path.join(DATA, "tiny_llama_expected.json")))
     vocab = json.loads(meta["vocab"])
     d, h, hkv, ff, layers, tmax = (int(meta[k]) for k in
@@ -57,17 +35,14 @@ def main():
              "#define TL_T %d" % tmax, "#define TL_EPS %sf" % float(meta["rms_eps"]).hex(),
              "#define TL_PROMPT_LEN %d" % len(exp["prompt_ids"]),
              "#define TL_GEN %d" % len(exp["generated_ids"])]
-    esc = "".join("\\%03o" % ord(c) for c in vocab)
-    parts.append('static const char tl_vocab[] = "%s";' % esc)
-    parts.append("static const int tl_prompt[] = {%s};" % ", ".join(map(str, exp["prompt_ids"])))
-    parts.append("static const int tl_expected[] = {%s};" % ", ".join(map(str, exp["generated_ids"])))
-    parts.append(c_array("tl_tok", t["tok"]))
+    parts += token_arrays("tl", vocab, exp)
+    parts.append(float_array("tl_tok", t["tok"]))
     fields = ["norm1", "wq.weight", "wk.weight", "wv.weight", "wo.weight", "norm2", "gate.weight",
               "up.weight", "down.weight"]
     for l in range(layers):
         for f in fields:
-            parts.append(c_array("tl_l%d_%s" % (l, f.replace(".", "_")), t["layers.%d.%s" % (l, f)]))
-    parts.append(c_array("tl_normf", t["normf"]))
+            parts.append(float_array("tl_l%d_%s" % (l, f.replace(".", "_")), t["layers.%d.%s" % (l, f)]))
+    parts.append(float_array("tl_normf", t["normf"]))
     parts.append("static const tl_layer tl_layers[TL_LAYERS] = {")
     for l in range(layers):
         parts.append("  {" + ", ".join("tl_l%d_%s" % (l, f.replace(".", "_")) for f in fields) + "},")
@@ -81,9 +56,9 @@ def main():
             a = f32(f32(float(p)) * fr)
             cos_v.append(f32(math.cos(a)))
             sin_v.append(f32(math.sin(a)))
-    parts.append(c_array("tl_rope_cos", cos_v))
-    parts.append(c_array("tl_rope_sin", sin_v))
-    open(sys.argv[1], "w").write("\n".join(parts) + "\n")
+    parts.append(float_array("tl_rope_cos", cos_v))
+    parts.append(float_array("tl_rope_sin", sin_v))
+    write(sys.argv[1], parts)
 
 
 if __name__ == "__main__":

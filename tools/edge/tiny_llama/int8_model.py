@@ -35,33 +35,19 @@ Usage: int8_model.py   (numpy; .cache/edgevenv has it; not run in CI)
 import json
 import math
 import os
-import struct
 import sys
 
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tiny"))
-from int8_model import (LUT, clamp8, exp_params, mulq, qmult, round_shift,  # noqa: E402
-                        sdpa_s8_row)
+from int8_model import (LUT, clamp8, exp_params, mulq, qmult, read_safetensors,  # noqa: E402
+                        round_shift, sdpa_s8_row, write_int_safetensors)
 
 ROOT = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
 DATA = os.path.join(ROOT, "tests", "data", "edge")
 RSH = 12  # residual scale 2^-12
 BREAK_LSB = 2.0  # a stage "breaks" when int8 is further than this from float (its own LSB)
-
-
-def read_safetensors(path):
-    raw = open(path, "rb").read()
-    n = struct.unpack("<Q", raw[:8])[0]
-    header = json.loads(raw[8:8 + n])
-    meta = header.pop("__metadata__", {})
-    out = {}
-    for name, info in header.items():
-        a, b = info["data_offsets"]
-        out[name] = np.frombuffer(raw[8 + n + a:8 + n + b], dtype=np.float16).astype(
-            np.float64).reshape(info["shape"])
-    return meta, out
 
 
 def llround(x):
@@ -388,24 +374,11 @@ def main():
                     ("l%d_em" % l, "I32", np.array(P["em"])), ("l%d_om" % l, "I32", np.array(P["om"]))]
     tensors += [("normf", "I32", normf), ("prompt", "I32", np.array(prompt)),
                 ("expected_ids", "I32", np.array(gen)), ("expected_logits", "I32", np.array(logits_log))]
-    header, blobs, off = {}, [], 0
-    np_dt = {"I8": ("<i1", np.int8), "I16": ("<i2", np.int16), "I32": ("<i4", np.int32)}
-    for name, dt, arr in tensors:
-        a = np.ascontiguousarray(arr, dtype=np_dt[dt][1])
-        assert np.array_equal(a.astype(np.int64), np.asarray(arr, dtype=np.int64)), name
-        raw = a.astype(np_dt[dt][0]).tobytes()
-        header[name] = {"dtype": dt, "shape": list(a.shape), "data_offsets": [off, off + len(raw)]}
-        blobs.append(raw)
-        off += len(raw)
-    header["__metadata__"] = {"format": "attnflow-tiny-llama-s8/1", "d_model": str(D),
-                              "heads": str(H), "kv_heads": str(HKV), "ff": str(FF),
-                              "layers": str(NL), "max_len": str(T), "vocab_size": str(V),
-                              "eps": str(eps_int), "residual_scale_log2": str(-RSH)}
-    hj = json.dumps(header, separators=(",", ":")).encode()
-    hj += b" " * (-len(hj) % 8)
-    with open(os.path.join(DATA, "tiny_llama_s8.safetensors"), "wb") as f:
-        f.write(struct.pack("<Q", len(hj)) + hj + b"".join(blobs))
-
+    write_int_safetensors("tiny_llama_s8.safetensors", tensors,
+                          {"format": "attnflow-tiny-llama-s8/1", "d_model": str(D),
+                           "heads": str(H), "kv_heads": str(HKV), "ff": str(FF),
+                           "layers": str(NL), "max_len": str(T), "vocab_size": str(V),
+                           "eps": str(eps_int), "residual_scale_log2": str(-RSH)})
 
 if __name__ == "__main__":
     main()

@@ -24,19 +24,17 @@ import json
 import os
 import sys
 
-import numpy as np
 import torch
 import torch.nn.functional as F
-from safetensors.numpy import save_file
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
-DATA = os.path.join(ROOT, "tests", "data", "edge")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import tiny_train  # noqa: E402
+from tiny_train import GEN, PROMPT  # noqa: E402
+
 D, H, HKV, FF, LAYERS, T = 64, 4, 2, 128, 2, 256
 DH = D // H
 THETA = 10000.0
 EPS = 1e-5
-PROMPT = "The kernel "
-GEN = 64
 
 
 def rms(x, w):
@@ -89,61 +87,17 @@ class TinyLlama(torch.nn.Module):
 
 
 def main():
-    torch.manual_seed(2026)
-    np.random.seed(2026)
-    torch.set_num_threads(1)
-    torch.use_deterministic_algorithms(True)
-    text = open(os.path.join(DATA, "tiny_text.txt"), encoding="ascii").read()
-    vocab = sorted(set(text))
-    stoi = {c: i for i, c in enumerate(vocab)}
-    data = torch.tensor([stoi[c] for c in text], dtype=torch.long)
-    model = TinyLlama(len(vocab))
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01)
-    steps = int(os.environ.get("TINY_STEPS", "2000"))
-    g = torch.Generator().manual_seed(77)
-    for step in range(steps):
-        ix = torch.randint(0, len(data) - 65, (32,), generator=g)
-        xb = torch.stack([data[i:i + 64] for i in ix])
-        yb = torch.stack([data[i + 1:i + 65] for i in ix])
-        loss = F.cross_entropy(model(xb).reshape(-1, len(vocab)), yb.reshape(-1))
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        if step % 250 == 0 or step == steps - 1:
-            print(f"step {step} loss {loss.item():.4f}", flush=True)
-    tensors = {}
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            h = p.detach().to(torch.float16)
-            tensors[name] = h.numpy()
-            p.copy_(h.to(torch.float32))
-    save_file(tensors, os.path.join(DATA, "tiny_llama.safetensors"),
-              metadata={"vocab": json.dumps("".join(vocab)), "d_model": str(D), "heads": str(H),
-                        "kv_heads": str(HKV), "ff": str(FF), "layers": str(LAYERS),
-                        "max_len": str(T), "rope_theta": str(THETA), "rms_eps": str(EPS),
-                        "format": "attnflow-tiny-llama/1"})
-    ids = [stoi[c] for c in PROMPT]
-    with torch.no_grad():
-        for _ in range(GEN):
-            logits = model(torch.tensor([ids]))[0, -1]
-            ids.append(int(torch.argmax(logits).item()))  # first max on ties
-        all_logits = model(torch.tensor([ids[:-1]]))[0]
-        gaps = []
-        for i in range(GEN):
-            top2 = torch.topk(all_logits[len(PROMPT) - 1 + i], 2).values
-            gaps.append(float(top2[0] - top2[1]))
-    out = {
-        "prompt": PROMPT,
-        "prompt_ids": ids[:len(PROMPT)],
-        "generated_ids": ids[len(PROMPT):],
-        "generated_text": "".join(vocab[i] for i in ids[len(PROMPT):]),
-        "top2_logit_gaps": gaps,
-        "smallest_top2_logit_gap": min(gaps),
-        "versions": {"torch": torch.__version__, "numpy": np.__version__},
-        "steps": steps,
-        "final_loss": float(loss.item()),
-    }
-    json.dump(out, open(os.path.join(DATA, "tiny_llama_expected.json"), "w"), indent=1)
+    model, vocab, steps, loss = tiny_train.train(TinyLlama, seed=2026, batch_seed=77)
+    tiny_train.save_f16(model, "tiny_llama.safetensors",
+                        {"vocab": json.dumps("".join(vocab)), "d_model": str(D), "heads": str(H),
+                         "kv_heads": str(HKV), "ff": str(FF), "layers": str(LAYERS),
+                         "max_len": str(T), "rope_theta": str(THETA), "rms_eps": str(EPS),
+                         "format": "attnflow-tiny-llama/1"})
+    ids, logits = tiny_train.generate(model, vocab)
+    gaps = [tiny_train.top2_gap(logits[len(PROMPT) - 1 + i]) for i in range(GEN)]
+    out = tiny_train.expected(ids, vocab, {"top2_logit_gaps": gaps, "smallest_top2_logit_gap": min(gaps)},
+                              steps, loss)
+    tiny_train.write_expected("tiny_llama_expected.json", out)
     print(json.dumps({k: v for k, v in out.items() if k != "top2_logit_gaps"}, indent=1))
 
 
