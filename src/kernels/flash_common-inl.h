@@ -22,6 +22,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
 #include "kernels/internal.h"
 
@@ -544,6 +545,39 @@ HWY_INLINE void RangeMaskCols(float* HWY_RESTRICT st, size_t rows, size_t n_keys
     const auto drop = hn::Or(hn::Lt(jv, hn::Load(di, first + i)), hn::Lt(hn::Load(di, last + i), jv));
     hn::Store(hn::IfThenElse(hn::RebindMask(df, drop), ninf, hn::Load(df, p)), df, p);
   });
+}
+
+// Softcap in the log2 domain: x2 -> c2 * tanh(x2 / c2) with c2 =
+// softcap * log2(e) (= log2(e) * softcap * tanh(x / softcap) for x2 =
+// x * log2(e)). Highway's Tanh (at most 4 ulp).
+HWY_INLINE VF SoftcapVec(DF df, VF x, VF c2) {
+  return hn::Mul(c2, hn::Tanh(df, hn::Div(x, c2)));
+}
+
+// Softcap, St layout, keys [0, n_keys) of the live row vectors.
+HWY_INLINE void SoftcapCols(float* HWY_RESTRICT st, size_t rows, size_t n_keys, float c2,
+                            const uint8_t* HWY_RESTRICT rowpair_live) {
+  const DF df;
+  const VF cv = hn::Set(df, c2);
+  ForEachStCol(st, rows, n_keys, 0, rowpair_live, [&](size_t, float* p, VI) {
+    hn::Store(SoftcapVec(df, hn::Load(df, p), cv), df, p);
+  });
+}
+
+// Softcap, row-major layout (decode): rows with live[r], keys [0, n_pad)
+// (n_pad a multiple of the lane count).
+HWY_INLINE void SoftcapRows(float* HWY_RESTRICT s, size_t pitch, size_t n_rows, size_t n_pad,
+                            float c2, const uint8_t* HWY_RESTRICT live) {
+  const DF df;
+  const size_t N = hn::Lanes(df);
+  const VF cv = hn::Set(df, c2);
+  for (size_t r = 0; r < n_rows; ++r) {
+    if (!live[r]) continue;
+    float* row = s + r * pitch;
+    for (size_t j = 0; j < n_pad; j += N) {
+      hn::Store(SoftcapVec(df, hn::Load(df, row + j), cv), df, row + j);
+    }
+  }
 }
 
 // ALiBi, St layout: st[j][i] -= slope2[i] * |diag[i] - (j0+j)|.

@@ -6,6 +6,7 @@
 // for the whole GQA group. Per kv tile:
 //   pack K [tkv][dp] and V [tkv][dvp] (fp32, converted from F16/BF16)
 //   S^T = K . Q^T     (QkTile; Q^T pre-scaled by scale*log2 e; fused max)
+//   softcap           (SoftcapCols, when set)
 //   masks             (ALiBi, explicit mask, index ranges on partial tiles)
 //   online softmax    (SoftmaxCols: max, exp2, sum, alpha)
 //   O = O*alpha + P.V (PvTile)
@@ -57,6 +58,7 @@ void PrefillTask(const Problem& P, const Plan& pl, int64_t task,
   const int64_t p0 = qtile * tq;
   const int64_t n_pos = std::min<int64_t>(tq, P.Lq - p0);
   const int64_t valid_kv = P.valid_kv[b];
+  const int64_t diag_kv = P.diag_kv[b];
 
   float* qt = scratch + L.qt;
   float* kt = scratch + L.kt;
@@ -89,9 +91,9 @@ void PrefillTask(const Problem& P, const Plan& pl, int64_t task,
     live[r] = 0;
     if (!valid) continue;
     const KeyRange kr = VisibleKeys(P.causal, P.window_left, P.window_right, i,
-                                    P.Lq, P.Lk, valid_kv);
-    diag[r] = static_cast<int32_t>(Diagonal(i, P.Lq, P.Lk));
-    if (P.slope2 != nullptr) slope[r] = P.slope2[h_begin + hl];
+                                    P.Lq, diag_kv, valid_kv);
+    diag[r] = static_cast<int32_t>(Diagonal(i, P.Lq, diag_kv));
+    if (P.slope2 != nullptr) slope[r] = P.slope2[b * P.slope_bs + h_begin + hl];
     if (kr.first > kr.last) continue;  // dead row: finalized as 0 / -inf
     first[r] = static_cast<int32_t>(kr.first);
     last[r] = static_cast<int32_t>(kr.last);
@@ -172,6 +174,7 @@ void PrefillTask(const Problem& P, const Plan& pl, int64_t task,
     const bool direct_v = P.vt == DType::kF32 && P.vs[3] == 1 &&
                           static_cast<size_t>(P.Dv) == dvp;
     const bool has_alibi = P.slope2 != nullptr;
+    const bool has_softcap = P.softcap2 > 0.0f;
     const int64_t t_begin = u_first / tkv, t_end = u_last / tkv;
     for (int64_t t = t_begin; t <= t_end; ++t) {
       const int64_t js = std::max(t * tkv, u_first);
@@ -212,8 +215,9 @@ void PrefillTask(const Problem& P, const Plan& pl, int64_t task,
         vpitch = dvp;
       }
       const bool need_range = !(js >= max_first && je - 1 <= min_last);
-      const bool fused_max = !(need_range || has_mask || has_alibi);
+      const bool fused_max = !(need_range || has_mask || has_alibi || has_softcap);
       QkTile<kDim>(qt, rows, kp, kpitch, tail, dp, dim, n, st, tmax, pairlive);
+      if (has_softcap) SoftcapCols(st, rows, n, P.softcap2, pairlive);
       if (has_alibi) AlibiCols(st, rows, n, js, diag, slope, pairlive);
       if (has_mask) {
         for (size_t r = 0; r < rows; ++r) {

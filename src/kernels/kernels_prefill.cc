@@ -97,6 +97,10 @@ float RowScore(const Problem& P, int64_t b, int64_t h, int64_t hk, int64_t i,
   float acc = 0.0f;
   for (int64_t d = 0; d < P.D; ++d) acc += q[d * P.qs[3]] * LoadAsF32(P.k, P.kt, k0 + d * P.ks[3]);
   float x = acc * scale;
+  if (P.softcap > 0.0) {
+    const float cap = static_cast<float>(P.softcap);
+    x = cap * std::tanh(x / cap);
+  }
   if (P.mask != nullptr) {
     const int64_t mo = b * P.ms[0] + h * P.ms[1] + i * P.ms[2] + j * P.ms[3];
     const float mv = LoadAsF32(P.mask, P.mt, mo);
@@ -106,7 +110,9 @@ float RowScore(const Problem& P, int64_t b, int64_t h, int64_t hk, int64_t i,
       x += mv;
     }
   }
-  if (P.slope != nullptr) x += static_cast<float>(AlibiBias(P.slope[h], i, j, P.Lq, P.Lk));
+  if (P.slope != nullptr) {
+    x += static_cast<float>(AlibiBias(P.slope[b * P.slope_bs + h], i, j, P.Lq, P.diag_kv[b]));
+  }
   return x;
 }
 
@@ -116,7 +122,7 @@ void RecomputeRowScalar(const Problem& P, int64_t b, int64_t h, int64_t i) {
   constexpr float kInf = std::numeric_limits<float>::infinity();
   const int64_t hk = h / P.G;
   const KeyRange kr = VisibleKeys(P.causal, P.window_left, P.window_right, i, P.Lq,
-                                  P.Lk, P.valid_kv[b]);
+                                  P.diag_kv[b], P.valid_kv[b]);
   const float scale = static_cast<float>(static_cast<double>(P.scale2) / kLog2e);
   float* out = P.out + b * P.os[0] + h * P.os[1] + i * P.os[2];
   float* lse = P.lse != nullptr ? P.lse + b * P.ls[0] + h * P.ls[1] + i * P.ls[2] : nullptr;

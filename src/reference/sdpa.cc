@@ -1,7 +1,8 @@
 // sdpa.cc — the float64 reference attention (the oracle; it stays forever).
 //
 // Straightforward row-by-row evaluation of docs/semantics.md in double
-// precision. No tiling, no SIMD, no threads: clarity over speed. Stages are
+// precision (softcap, per-batch ALiBi slopes and the per-sequence diagonal
+// included; the "scaled" stage is before the softcap, "masked" after it). No tiling, no SIMD, no threads: clarity over speed. Stages are
 // materialised only when a StageSink asks for them (cheap when off).
 //
 // Non-finite inputs (documented in docs/semantics.md):
@@ -84,18 +85,15 @@ Status Sdpa(const TensorView& out, const TensorView& lse, const TensorView& q,
   double* const o = w + Lk;
 
   for (int64_t b = 0; b < B; ++b) {
-    const int64_t valid_kv =
-        opt.kv_lens.empty_view()
-            ? Lk
-            : static_cast<int64_t>(opt.kv_lens.load(b * opt.kv_lens.strides[0]));
+    const int64_t valid_kv = ValidKvLen(opt.kv_lens, b, Lk);
+    const int64_t diag_kv = DiagonalKvLen(opt.kv_align, Lk, valid_kv);
     for (int64_t h = 0; h < H; ++h) {
       const int64_t hk = KvHeadFor(h, H, Hkv);
-      const double slope = opt.alibi_slopes.empty_view()
-                               ? 0.0
-                               : opt.alibi_slopes.load(h * opt.alibi_slopes.strides[0]);
+      const double slope =
+          opt.alibi_slopes.empty_view() ? 0.0 : AlibiSlope(opt.alibi_slopes, b, h);
       for (int64_t i = 0; i < Lq; ++i) {
         const KeyRange kr = VisibleKeys(opt.causal, opt.window_left,
-                                        opt.window_right, i, Lq, Lk, valid_kv);
+                                        opt.window_right, i, Lq, diag_kv, valid_kv);
         double row_max = kNegInf;
         bool row_nan = false;
         for (int64_t j = 0; j < Lk; ++j) {
@@ -105,7 +103,7 @@ Status Sdpa(const TensorView& out, const TensorView& lse, const TensorView& q,
           }
           s[j] = acc;
           double x = acc * d.scale;
-          double mx = x;
+          double mx = Softcap(x, opt.softcap);
           bool allowed = j >= kr.first && j <= kr.last;
           if (has_mask) {
             const double mv = mask.load(mask.offset(b, h, i, j));
@@ -115,7 +113,7 @@ Status Sdpa(const TensorView& out, const TensorView& lse, const TensorView& q,
               mx += mv;
             }
           }
-          if (!opt.alibi_slopes.empty_view()) mx += AlibiBias(slope, i, j, Lq, Lk);
+          if (!opt.alibi_slopes.empty_view()) mx += AlibiBias(slope, i, j, Lq, diag_kv);
           if (!allowed || mx == kNegInf) {
             mx = kNegInf;
           } else if (std::isnan(mx)) {

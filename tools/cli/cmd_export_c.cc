@@ -161,6 +161,8 @@ int RunExport(const ExportArgs& a) {
   if (c->kind != "sdpa" && c->kind != "mha") return refuse("kind '" + c->kind + "'");
   if (!c->opt.attn_mask.empty_view()) return refuse("attn_mask");
   if (!c->opt.alibi_slopes.empty_view()) return refuse("ALiBi");
+  if (c->opt.softcap != 0.0) return refuse("softcap");
+  if (c->opt.kv_align != KvAlign::kPadded) return refuse("per-sequence diagonal alignment");
   if (c->opt.window_left >= 0 || c->opt.window_right >= 0) return refuse("a sliding window");
   if (c->kind == "mha") return ExportMha(a, c.value(), refuse);
   const TensorView &q = c->q, &k = c->k, &v = c->v;

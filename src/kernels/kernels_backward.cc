@@ -1,0 +1,73 @@
+// kernels_backward.cc — compiles the FlashAttention-2 style backward
+// (flash_backward-inl.h) once per Highway target and exports its two passes
+// through HWY_DYNAMIC_DISPATCH (the same target policy as the forward,
+// src/core/hwy_targets.h, so the recomputed scores are the forward's).
+#include "core/hwy_targets.h"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/kernels_backward.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+#include "kernels/flash_backward-inl.h"
+#include "kernels/flash_common-inl.h"
+#include "kernels/internal.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace attnflow {
+namespace kernels {
+namespace HWY_NAMESPACE {
+
+bool RunBackwardKvTaskT(const BwdProblem& p, const Plan& plan, int64_t task, float* scratch) {
+  switch (plan.fast_d) {
+    case 64:
+      return BwdKvTask<64>(p, plan, task, scratch);
+    case 128:
+      return BwdKvTask<128>(p, plan, task, scratch);
+    default:
+      return BwdKvTask<0>(p, plan, task, scratch);
+  }
+}
+
+bool RunBackwardQTaskT(const BwdProblem& p, const Plan& plan, int64_t task, float* scratch) {
+  switch (plan.fast_d) {
+    case 64:
+      return BwdQTask<64>(p, plan, task, scratch);
+    case 128:
+      return BwdQTask<128>(p, plan, task, scratch);
+    default:
+      return BwdQTask<0>(p, plan, task, scratch);
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace kernels
+}  // namespace attnflow
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+#include <cstring>
+
+namespace attnflow {
+namespace kernels {
+
+HWY_EXPORT(RunBackwardKvTaskT);
+HWY_EXPORT(RunBackwardQTaskT);
+
+void InitBwdScratch(const Plan& plan, float* scratch) {
+  const BwdScratchLayout L = MakeBwdScratchLayout(plan);
+  const size_t big = static_cast<size_t>(plan.rows > plan.tkv ? plan.rows : plan.tkv);
+  for (size_t i = 0; i < big; ++i) scratch[L.ones + i] = 1.0f;
+  std::memset(scratch + L.ones8, 1, big);
+}
+
+bool RunBackwardKvTask(const BwdProblem& p, const Plan& plan, int64_t task, float* scratch) {
+  return HWY_DYNAMIC_DISPATCH(RunBackwardKvTaskT)(p, plan, task, scratch);
+}
+
+bool RunBackwardQTask(const BwdProblem& p, const Plan& plan, int64_t task, float* scratch) {
+  return HWY_DYNAMIC_DISPATCH(RunBackwardQTaskT)(p, plan, task, scratch);
+}
+
+}  // namespace kernels
+}  // namespace attnflow
+#endif  // HWY_ONCE
