@@ -11,9 +11,12 @@
 // and follow attnflow/semantics.h exactly. See docs/kernels.md.
 //
 // Fast kernels cover: q F32, k/v F32/F16/BF16 (any mix), out F32, lse F32
-// (optional), any strides, head dims 1..256, GQA/MQA, bool and float masks
-// (F32/F64/F16/BF16, broadcast), kv_lens, causal (both alignments), sliding
-// window, ALiBi, custom scale. Anything else goes to reference::Sdpa.
+// or F64 (optional; the LSE is computed in double and rounded once to its
+// dtype: an F64 LSE keeps the precision an exact backward needs), any
+// strides, head dims 1..256, GQA/MQA, bool and float masks (F32/F64/F16/
+// BF16, broadcast), kv_lens and the per-sequence diagonal, causal (both
+// alignments), sliding window, ALiBi ([H] or [B,H]), softcap, custom scale.
+// Anything else goes to reference::Sdpa.
 #pragma once
 
 #include <cstdint>
@@ -76,15 +79,18 @@ Status Attention(const TensorView& out, const TensorView& lse,
 
 // The gradient of Attention with respect to q, k and v (FlashAttention-2
 // backward): the softmax is recomputed tile by tile from the forward's
-// log-sum-exp, in two passes (dK/dV per key tile, dQ per query tile) whose
-// reduction order depends only on the shape, so results are bit-identical
-// for any thread count. See docs/kernels.md "Backward".
-//   dout [B,H,Lq,Dv]  out [B,H,Lq,Dv], lse [B,H,Lq]: the forward's results
+// log-sum-exp, in three passes (row sums D_i and dQ per query tile, dK/dV
+// per key tile) whose reduction order depends only on the shape, so results
+// are bit-identical for any thread count. See docs/kernels.md "Backward".
+//   dout [B,H,Lq,Dv]; lse [B,H,Lq]: the forward's (an F64 LSE from Attention
+//   keeps the recomputed probabilities equal to the forward's); out: the
+//   forward's output, used only by the reference fallback's validation
 //   dlse [B,H,Lq]: the gradient flowing into lse (absent = zero)
 //   dq [B,H,Lq,D], dk [B,Hkv,Lk,D], dv [B,Hkv,Lk,Dv]: absent = not wanted
 // Semantics and options as Attention (dk/dv of a kv head sum its GQA
 // group; rows without a visible key contribute nothing). The fast kernel
-// ("tiled_backward") needs q, out, dout, dlse and dq/dk/dv F32, lse F32/F64, k/v
+// ("tiled_backward") needs q, dout, dlse and dq/dk/dv F32, lse F32/F64 (out is
+// not used: the row sums D_i are recomputed from P and dP), k/v
 // F32/F16/BF16 and 1 <= D, Dv <= 256; anything else (or kopt.force =
 // kReference) runs reference::SdpaBackward, which needs neither out nor lse.
 // A non-finite fast result (NaN/Inf inputs) is recomputed by the reference.

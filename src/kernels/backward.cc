@@ -4,11 +4,15 @@
 //
 // Rules (docs/kernels.md "Backward"):
 //  1. ValidateSdpaBackward("attention_backward", ...).
-//  2. The fast kernel needs q, out, dout F32, lse F32/F64 (out and lse present),
+//  2. The fast kernel needs q, dout F32, lse F32/F64 (present; out unused),
 //     dq/dk/dv F32 or absent, k/v F32/F16/BF16, 1 <= D, Dv <= 256 and
 //     Lq, Lk < 2^30; otherwise (or forced) reference::SdpaBackward runs.
-//  3. Pre-pass (serial, float64 sums): per row lse2 = lse * log2(e) (+inf
-//     when lse is -inf: the row saw no key) and delta = dout . out - dlse.
+//  3. Pre-pass (serial): per row lse2 = lse * log2(e) as two floats (+inf
+//     when lse is -inf: the row saw no key); then the delta pass (parallel,
+//     by query tile): delta = sum_j P_ij dP_ij - dlse_i from the kernel's own
+//     P and dP (not dout . out as in FlashAttention: the rows of dS then sum
+//     to 0 up to rounding, the property of the plain softmax gradient; the
+//     forward's out is not needed).
 //  4. Pass A (dk, dv) and pass B (dq) over tasks fixed by the shape; every
 //     output element is written by one task in a fixed order, so results do
 //     not depend on the thread count. A non-finite written value sends the
@@ -49,13 +53,12 @@ std::string WhyNotFast(const TensorView& dq, const TensorView& dk, const TensorV
   if (dout.dtype != DType::kF32) {
     return std::string("dout is ") + DTypeName(dout.dtype) + " (need F32)";
   }
-  if (out.empty_view() || out.dtype != DType::kF32) {
-    return "the forward's out is absent or not F32";
-  }
   if (lse.empty_view() || (lse.dtype != DType::kF32 && lse.dtype != DType::kF64)) {
     return "the forward's lse is absent or not F32/F64";
   }
-  if (!dlse.empty_view() && dlse.dtype != DType::kF32) return "dlse is not F32";
+  if (!dlse.empty_view() && dlse.dtype != DType::kF32 && dlse.dtype != DType::kF64) {
+    return "dlse is not F32/F64";
+  }
   for (const TensorView* g : {&dq, &dk, &dv}) {
     if (!g->empty_view() && g->dtype != DType::kF32) return "a gradient output is not F32";
   }
@@ -186,7 +189,6 @@ Status AttentionBackward(const TensorView& dq, const TensorView& dk, const Tenso
   float* lse2 = rowbuf->data<float>();
   float* lse2_lo = lse2 + rows_total;
   float* delta = lse2_lo + rows_total;
-  const float* op = static_cast<const float*>(out.data);
   for (int64_t b = 0; b < d.batch; ++b) {
     for (int64_t h = 0; h < d.num_heads; ++h) {
       for (int64_t i = 0; i < d.q_len; ++i) {
@@ -200,17 +202,10 @@ Status AttentionBackward(const TensorView& dq, const TensorView& dk, const Tenso
           lse2[row] = static_cast<float>(l2);
           lse2_lo[row] = std::isfinite(lse2[row]) ? static_cast<float>(l2 - lse2[row]) : 0.0f;
         }
-        double acc = 0.0;
-        const float* orow = op + b * out.strides[0] + h * out.strides[1] + i * out.strides[2];
-        const float* grow = BP.dout + b * BP.dos[0] + h * BP.dos[1] + i * BP.dos[2];
-        for (int64_t c = 0; c < d.v_dim; ++c) {
-          acc += static_cast<double>(orow[c * out.strides[3]]) *
-                 static_cast<double>(grow[c * BP.dos[3]]);
-        }
-        if (!dlse.empty_view()) {
-          acc -= dlse.load(b * dlse.strides[0] + h * dlse.strides[1] + i * dlse.strides[2]);
-        }
-        delta[row] = static_cast<float>(acc);
+        delta[row] = dlse.empty_view()
+                         ? 0.0f
+                         : static_cast<float>(-dlse.load(b * dlse.strides[0] + h * dlse.strides[1] +
+                                                         i * dlse.strides[2]));
       }
     }
   }
@@ -234,6 +229,11 @@ Status AttentionBackward(const TensorView& dq, const TensorView& dk, const Tenso
   float* base = static_cast<float*>(scratch.p);
   for (size_t w = 0; w < workers; ++w) kernels::InitBwdScratch(pl, base + w * wf);
   std::atomic<bool> finite{true};
+  if (d.q_len > 0) {  // delta = sum_j P dP - dlse per row, before both gradient passes
+    pool.ParallelFor(n_b, [&](int64_t task, int worker) {
+      kernels::RunBackwardDeltaTask(BP, pl, task, base + static_cast<size_t>(worker) * wf);
+    });
+  }
   if (BP.dk != nullptr || BP.dv != nullptr) {
     pool.ParallelFor(n_a, [&](int64_t task, int worker) {
       if (!kernels::RunBackwardKvTask(BP, pl, task, base + static_cast<size_t>(worker) * wf)) {

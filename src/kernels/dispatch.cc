@@ -148,9 +148,9 @@ std::string FastUnsupportedReason(const TensorView& out, const TensorView& lse,
     return std::string("out dtype ") + DTypeName(out.dtype) +
            " not supported by fast kernels (need F32)";
   }
-  if (!lse.empty_view() && lse.dtype != DType::kF32) {
+  if (!lse.empty_view() && lse.dtype != DType::kF32 && lse.dtype != DType::kF64) {
     return std::string("lse dtype ") + DTypeName(lse.dtype) +
-           " not supported by fast kernels (need F32)";
+           " not supported by fast kernels (need F32 or F64)";
   }
   if (!KvDtypeOk(k.dtype) || !KvDtypeOk(v.dtype)) {
     return std::string("k/v dtype ") + DTypeName(k.dtype) + "/" + DTypeName(v.dtype) +
@@ -470,7 +470,8 @@ Status ResolveProblem(const char* op, const SdpaDims& d, const TensorView& out,
     P->os[i] = out.strides[i];
   }
   if (!lse.empty_view()) {
-    P->lse = static_cast<float*>(lse.data);
+    P->lse = lse.data;
+    P->lse_f64 = lse.dtype == DType::kF64;
     for (int i = 0; i < 3; ++i) P->ls[i] = lse.strides[i];
   }
   P->causal = opt.causal;

@@ -45,6 +45,7 @@ namespace HWY_NAMESPACE {
 struct BwdTile {
   float *qt, *dot, *qr, *dor, *kt, *vt, *st, *dpt, *tt, *tmax, *acc_a, *acc_b, *lse2, *lse2_lo,
       *delta, *ones, *slope;
+  double* dacc;
   int32_t *first, *last, *diag, *livei;
   uint8_t *live, *pairlive, *ones8;
   int64_t u_first, u_last, max_first, min_last;
@@ -66,6 +67,7 @@ inline BwdTile MakeBwdTile(const Plan& pl, float* scratch) {
   t.tmax = scratch + L.tmax;
   t.acc_a = scratch + L.acc_a;
   t.acc_b = scratch + L.acc_b;
+  t.dacc = reinterpret_cast<double*>(scratch + L.dacc);
   t.lse2 = scratch + L.lse2;
   t.lse2_lo = scratch + L.lse2_lo;
   t.delta = scratch + L.delta;
@@ -200,10 +202,12 @@ inline void BwdPackKv(const Problem& P, const Plan& pl, int64_t b, int64_t hk, i
 
 // One block: the tile's live rows against packed keys [js, js+n). Leaves P
 // in st and dS in dpt (St layout, every row vector written: zeros for rows
-// without a key).
+// without a key). With `delta_rows` (the delta pass) it instead adds
+// sum_j P_ij to delta_rows[2i] and sum_j P_ij dP_ij to delta_rows[2i+1] and
+// computes no dS.
 template <size_t kDim>
 void BwdBlock(const BwdProblem& BP, const Plan& pl, int64_t b, int64_t hk, int64_t hchunk,
-              int64_t qtile, int64_t js, size_t n, BwdTile* T) {
+              int64_t qtile, int64_t js, size_t n, BwdTile* T, double* delta_rows = nullptr) {
   const Problem& P = BP.P;
   const DF df;
   const DI di;
@@ -247,6 +251,29 @@ void BwdBlock(const BwdProblem& BP, const Plan& pl, int64_t b, int64_t hk, int64
                T->dpt, T->tmax, T->pairlive);
   const VF zero = hn::Zero(df);
   const VF one = hn::Set(df, 1.0f);
+  if (delta_rows != nullptr) {
+    HWY_ALIGN float part[64];  // one row vector's partial sums (N <= 64 lanes)
+    for (size_t i = 0; i < rows; i += N) {
+      if (!T->pairlive[i / (2 * N)]) continue;
+      const auto live = hn::RebindMask(df, hn::Ne(hn::Load(di, T->livei + i), hn::Zero(di)));
+      const VF l2 = hn::Load(df, T->lse2 + i);
+      const VF l2lo = hn::Load(df, T->lse2_lo + i);
+      VF acc = zero, zs = zero;
+      for (size_t j = 0; j < n; ++j) {
+        const VF p = hn::IfThenElseZero(
+            live, Exp2(df, hn::Sub(hn::Sub(hn::Load(df, T->st + j * rows + i), l2), l2lo)));
+        zs = hn::Add(zs, p);
+        // Keys with weight exactly 0 add nothing (their dP may be Inf/NaN).
+        acc = hn::Add(acc, hn::IfThenElseZero(hn::Ne(p, zero),
+                                              hn::Mul(p, hn::Load(df, T->dpt + j * rows + i))));
+      }
+      hn::Store(zs, df, part);
+      for (size_t t = 0; t < N; ++t) delta_rows[2 * (i + t)] += static_cast<double>(part[t]);
+      hn::Store(acc, df, part);
+      for (size_t t = 0; t < N; ++t) delta_rows[2 * (i + t) + 1] += static_cast<double>(part[t]);
+    }
+    return;
+  }
   for (size_t i = 0; i < rows; i += N) {
     if (!T->pairlive[i / (2 * N)]) {
       for (size_t j = 0; j < n; ++j) {
@@ -294,6 +321,54 @@ inline bool BwdStoreRows(const float* acc, size_t pitch, size_t n_rows, int64_t 
     }
   }
   return finite;
+}
+
+// Delta pass: task = (b, kv head, head chunk, query tile), like pass B. With
+// Z_i = sum_j P_ij and Y_i = sum_j P_ij dP_ij over the recomputed
+// probabilities and the kernel's own dP, it renormalises the row
+// (lse2 += log2 Z_i: P then sums to 1 with the backward's scores, whichever
+// forward kernel produced the LSE and however it was rounded) and adds
+// D_i = Y_i / Z_i to BP.delta (which holds -dlse_i), so that each row of dS
+// sums to 0 up to rounding, as in the plain softmax gradient.
+template <size_t kDim>
+void BwdDeltaTask(const BwdProblem& BP, const Plan& pl, int64_t task, float* scratch) {
+  const Problem& P = BP.P;
+  BwdTile T = MakeBwdTile(pl, scratch);
+  const int64_t qtile = task % pl.n_qtiles;
+  int64_t rest = task / pl.n_qtiles;
+  const int64_t hchunk = rest % pl.n_hchunks;
+  rest /= pl.n_hchunks;
+  const int64_t hk = rest % P.Hkv, b = rest / P.Hkv;
+  if (!BwdRows(BP, pl, b, hk, hchunk, qtile, &T)) return;
+  BwdPackQuery(BP, pl, b, hk, hchunk, qtile, false, &T);
+  const size_t rows = static_cast<size_t>(pl.rows);
+  double* acc = T.dacc;
+  for (size_t r = 0; r < 2 * rows; ++r) acc[r] = 0.0;
+  const int64_t tkv = pl.tkv;
+  for (int64_t t = T.u_first / tkv; t <= T.u_last / tkv; ++t) {
+    const int64_t js = std::max(t * tkv, T.u_first);
+    const int64_t je = std::min((t + 1) * tkv, T.u_last + 1);
+    const size_t n = static_cast<size_t>(je - js);
+    BwdPackKv(P, pl, b, hk, js, n, &T);
+    BwdBlock<kDim>(BP, pl, b, hk, hchunk, qtile, js, n, &T, acc);
+  }
+  const int64_t h_begin = hk * P.G + hchunk * pl.hc;
+  const int64_t p0 = qtile * pl.tq;
+  for (size_t r = 0; r < rows; ++r) {
+    if (!T.live[r]) continue;
+    const int64_t hl = static_cast<int64_t>(r) / pl.tq, pp = static_cast<int64_t>(r) % pl.tq;
+    const size_t row = static_cast<size_t>((b * P.H + h_begin + hl) * P.Lq + p0 + pp);
+    const double z = acc[2 * r], y = acc[2 * r + 1];
+    if (z > 0.0 && std::isfinite(z) && std::isfinite(y)) {
+      const double l2 =
+          static_cast<double>(BP.lse2[row]) + static_cast<double>(BP.lse2_lo[row]) + std::log2(z);
+      BP.lse2[row] = static_cast<float>(l2);
+      BP.lse2_lo[row] = static_cast<float>(l2 - static_cast<double>(BP.lse2[row]));
+      BP.delta[row] = static_cast<float>(static_cast<double>(BP.delta[row]) + y / z);
+    } else {  // NaN/Inf inputs: keep the forward's LSE; the result check recomputes exactly
+      BP.delta[row] = static_cast<float>(static_cast<double>(BP.delta[row]) + y);
+    }
+  }
 }
 
 // Pass A: task = (b, kv head, key tile). Returns false if a written value is

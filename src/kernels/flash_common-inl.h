@@ -668,7 +668,8 @@ HWY_INLINE void ApplyMaskRow(const Problem& P, int64_t b, int64_t h, int64_t i,
   }
 }
 
-// Writes one finished row: out = o / l, lse = (m + log2 l) * ln2. Rows that
+// Writes one finished row: out = o / l, lse = (m + log2 l) * ln2 (double,
+// stored as the lse output's dtype: StoreLse). Rows that
 // see no key (dead by index, or l == 0 after masking) get out 0, lse -inf.
 // A non-finite result is recomputed by RecomputeRowScalar (exact handling of
 // NaN/Inf in hidden keys; legitimately NaN/Inf rows stay so). Unit-stride
@@ -680,10 +681,10 @@ HWY_INLINE void FinalizeRow(const Problem& P, int64_t b, int64_t h, int64_t i,
                             bool dead) {
   float* out = P.out + b * P.os[0] + h * P.os[1] + i * P.os[2];
   const int64_t s3 = P.os[3];
-  float lse;
+  double lse;
   if (dead || l == 0.0f) {
     for (int64_t c = 0; c < P.Dv; ++c) out[c * s3] = 0.0f;
-    lse = kNegInfF;
+    lse = -std::numeric_limits<double>::infinity();
   } else {
     bool finite = true;
     int64_t c = 0;
@@ -708,10 +709,10 @@ HWY_INLINE void FinalizeRow(const Problem& P, int64_t b, int64_t h, int64_t i,
       if (!finite || !std::isfinite(m) || !std::isfinite(l)) return RecomputeRowScalar(P, b, h, i);
       return;
     }
-    lse = static_cast<float>((static_cast<double>(m) + std::log2(static_cast<double>(l))) * kLn2);
+    lse = (static_cast<double>(m) + std::log2(static_cast<double>(l))) * kLn2;
     if (!finite || !std::isfinite(lse)) return RecomputeRowScalar(P, b, h, i);
   }
-  if (P.lse != nullptr) P.lse[b * P.ls[0] + h * P.ls[1] + i * P.ls[2]] = lse;
+  if (P.lse != nullptr) StoreLse(P, b, h, i, lse);
 }
 
 }  // namespace HWY_NAMESPACE

@@ -43,7 +43,8 @@ struct Problem {
   int64_t vs[4] = {};
   float* out = nullptr;
   int64_t os[4] = {};
-  float* lse = nullptr;  // nullptr = not wanted
+  void* lse = nullptr;  // nullptr = not wanted; F32, or F64 with lse_f64
+  bool lse_f64 = false;
   int64_t ls[3] = {};
 
   Causal causal = Causal::kNone;
@@ -61,6 +62,17 @@ struct Problem {
   float softcap2 = 0.0f;              // softcap * log2(e); 0 = no softcap
   double softcap = 0.0;               // the softcap as given (scalar fallback)
 };
+
+// Stores the natural-log LSE of row (b, h, i), computed in double, as the
+// lse output's dtype (F32: rounded once; F64: kept, for an exact backward).
+inline void StoreLse(const Problem& P, int64_t b, int64_t h, int64_t i, double v) {
+  const int64_t off = b * P.ls[0] + h * P.ls[1] + i * P.ls[2];
+  if (P.lse_f64) {
+    static_cast<double*>(P.lse)[off] = v;
+  } else {
+    static_cast<float*>(P.lse)[off] = static_cast<float>(v);
+  }
+}
 
 // The per-batch / per-head arrays a resolved Problem points into.
 struct ProblemStorage {
@@ -162,10 +174,12 @@ struct BwdProblem {
   int64_t dvs[4] = {};
   // [B*H*Lq] row-major (b, h, i): lse * log2(e) as an unevaluated sum
   // lse2 + lse2_lo of two floats (+inf, 0 for rows whose forward saw no key)
-  // and delta = dout_i . out_i - dlse_i.
-  const float* lse2 = nullptr;
-  const float* lse2_lo = nullptr;
-  const float* delta = nullptr;
+  // and delta = sum_j P_ij dP_ij - dlse_i. The delta pass renormalises lse2
+  // to the backward's own scores (lse2 += log2 sum_j P_ij) and writes delta
+  // (which starts as -dlse_i).
+  float* lse2 = nullptr;
+  float* lse2_lo = nullptr;
+  float* delta = nullptr;
   float scale = 1.0f;  // natural-domain scale (dq, dk)
 };
 
@@ -174,8 +188,8 @@ struct BwdProblem {
 // P / dP,dS / tanh tiles [tkv][rows]; accumulators acc_a (dK [tkv][dp] or
 // dQ [rows][dp]) and acc_b (dV [tkv][dvp]); per-row scalars.
 struct BwdScratchLayout {
-  size_t qt, dot, qr, dor, kt, vt, st, dpt, tt, tmax, acc_a, acc_b, lse2, lse2_lo, delta, ones,
-      slope,
+  size_t qt, dot, qr, dor, kt, vt, st, dpt, tt, tmax, acc_a, acc_b, dacc, lse2, lse2_lo, delta,
+      ones, slope,
       first, last, diag, livei, live, pairlive, ones8, total;
 };
 inline BwdScratchLayout MakeBwdScratchLayout(const Plan& pl) {
@@ -202,6 +216,7 @@ inline BwdScratchLayout MakeBwdScratchLayout(const Plan& pl) {
   s.tmax = take(rows);
   s.acc_a = take(big * dp);
   s.acc_b = take(tkv * dvp);
+  s.dacc = take(4 * rows);  // two doubles per row (the delta pass)
   s.lse2 = take(rows);
   s.lse2_lo = take(rows);
   s.delta = take(rows);
@@ -241,6 +256,7 @@ void RecomputeRowScalar(const Problem& p, int64_t b, int64_t h, int64_t i);
 // `scratch` must hold MakeBwdScratchLayout(plan).total floats with `ones`
 // (float 1.0) and `ones8` (uint8 1) filled by InitBwdScratch.
 void InitBwdScratch(const Plan& plan, float* scratch);
+void RunBackwardDeltaTask(const BwdProblem& p, const Plan& plan, int64_t task, float* scratch);
 bool RunBackwardKvTask(const BwdProblem& p, const Plan& plan, int64_t task, float* scratch);
 bool RunBackwardQTask(const BwdProblem& p, const Plan& plan, int64_t task, float* scratch);
 

@@ -17,6 +17,17 @@ namespace attnflow {
 namespace kernels {
 namespace HWY_NAMESPACE {
 
+void RunBackwardDeltaTaskT(const BwdProblem& p, const Plan& plan, int64_t task, float* scratch) {
+  switch (plan.fast_d) {
+    case 64:
+      return BwdDeltaTask<64>(p, plan, task, scratch);
+    case 128:
+      return BwdDeltaTask<128>(p, plan, task, scratch);
+    default:
+      return BwdDeltaTask<0>(p, plan, task, scratch);
+  }
+}
+
 bool RunBackwardKvTaskT(const BwdProblem& p, const Plan& plan, int64_t task, float* scratch) {
   switch (plan.fast_d) {
     case 64:
@@ -50,6 +61,7 @@ HWY_AFTER_NAMESPACE();
 namespace attnflow {
 namespace kernels {
 
+HWY_EXPORT(RunBackwardDeltaTaskT);
 HWY_EXPORT(RunBackwardKvTaskT);
 HWY_EXPORT(RunBackwardQTaskT);
 
@@ -58,6 +70,10 @@ void InitBwdScratch(const Plan& plan, float* scratch) {
   const size_t big = static_cast<size_t>(plan.rows > plan.tkv ? plan.rows : plan.tkv);
   for (size_t i = 0; i < big; ++i) scratch[L.ones + i] = 1.0f;
   std::memset(scratch + L.ones8, 1, big);
+}
+
+void RunBackwardDeltaTask(const BwdProblem& p, const Plan& plan, int64_t task, float* scratch) {
+  HWY_DYNAMIC_DISPATCH(RunBackwardDeltaTaskT)(p, plan, task, scratch);
 }
 
 bool RunBackwardKvTask(const BwdProblem& p, const Plan& plan, int64_t task, float* scratch) {

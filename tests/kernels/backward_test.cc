@@ -83,15 +83,16 @@ Grads RefGrads(const BInputs& b) {
   return g;
 }
 
-// The forward with the fast kernels (out, lse F32), as an autograd caller
-// would have saved it.
+// The forward with the fast kernels, as an autograd caller would have saved
+// it: out F32, lse F64 (full precision: the backward's probabilities then
+// match the forward's) or F32.
 struct Fwd {
   Tensor out, lse;
 };
-Fwd Forward(const BInputs& b) {
+Fwd Forward(const BInputs& b, DType lse_dtype = DType::kF64) {
   const Spec& s = b.in.s;
   Fwd f{testing::Zeros(DType::kF32, {s.B, s.H, s.Lq, s.dv()}),
-        testing::Zeros(DType::kF32, {s.B, s.H, s.Lq})};
+        testing::Zeros(lse_dtype, {s.B, s.H, s.Lq})};
   const Status st = Attention(f.out.view(), f.lse.view(), b.in.q, b.in.k, b.in.v, b.in.opt);
   EXPECT_TRUE(st.ok()) << st.ToString();
   return f;
@@ -211,18 +212,17 @@ void CheckGrad(const char* what, const Tensor& got, const Tensor& naive, const T
     err_n = std::max(err_n, std::fabs(nv - r));
     mx = std::max(mx, std::fabs(r));
   }
-  // The slack: P is recomputed from the forward's float32 LSE (FlashAttention's
-  // scheme), whose rounding (a few ulps of the score) the plain fp32
-  // backward does not have; with one visible key the plain gradient of the
-  // logits is exactly 0 and only the slack is left.
-  EXPECT_LE(err, 2.0 * err_n + 1e-5 * std::max(1.0, mx))
+  // The slack (a few float32 ulps of the gradient's scale): near-degenerate
+  // rows (one visible key, a one-element head dim) whose plain gradient is
+  // exact or nearly so.
+  EXPECT_LE(err, 2.0 * err_n + 5e-7 * std::max(1.0, mx))
       << what << ": tiled backward err " << err << " vs plain fp32 err " << err_n << " " << name;
 }
 
-void CheckFastAgainstReference(const BSpec& bs) {
-  SCOPED_TRACE(bs.Name());
+void CheckFastAgainstReference(const BSpec& bs, DType lse_dtype = DType::kF64) {
+  SCOPED_TRACE(bs.Name() + " lse " + DTypeName(lse_dtype));
   const BInputs b = MakeB(bs);
-  const Fwd f = Forward(b);
+  const Fwd f = Forward(b, lse_dtype);
   KernelChoice ch;
   const Grads fast = FastGrads(b, f, nullptr, &ch);
   EXPECT_EQ(ch.kernel, KernelKind::kTiledBackward) << ch.reason;
@@ -428,7 +428,7 @@ TEST(TiledBackward, SweepAgainstReference) {
     if (g() % 4 == 0) b.softcap = 0.5 + static_cast<double>(g() % 30);
     b.dlse = g() % 6 == 0;
     s.strided = g() % 4 == 0;
-    CheckFastAgainstReference(b);
+    CheckFastAgainstReference(b, n % 5 == 0 ? DType::kF32 : DType::kF64);
   }
 }
 
