@@ -5,7 +5,7 @@
 // (P = exp2(S2 - lse2), S2 the log2-domain score of the forward: the same
 // QkTile arithmetic, so the same fp32 scores), then, per (query tile x key
 // tile) block, in St layout (st[j * rows + i]):
-//   S^T  = K . Q^T                  (QkTile, Q^T pre-scaled by scale*log2 e)
+//   S^T  = K . Q^T                  (QkTile, scores times scale*log2 e)
 //   softcap (tanh kept for its derivative), ALiBi, mask, index ranges
 //   P    = exp2(S - lse2)           (lse2 = lse*log2 e as hi + lo floats;
 //                                    0 for rows without a key)
@@ -144,8 +144,8 @@ inline bool BwdRows(const BwdProblem& BP, const Plan& pl, int64_t b, int64_t hk,
   return T->u_last >= T->u_first;
 }
 
-// Packs the query side of the tile: Q^T [D][rows] scaled into the log2
-// domain and dO^T [Dv][rows] (zero for rows that are not live), and with
+// Packs the query side of the tile: Q^T [D][rows] (unscaled: QkTile scales
+// the scores, as in the forward) and dO^T [Dv][rows] (zero for rows that are not live), and with
 // `rows_too` also the row-major Q [rows][dp] and dO [rows][dvp] (pass A).
 inline void BwdPackQuery(const BwdProblem& BP, const Plan& pl, int64_t b, int64_t hk,
                          int64_t hchunk, int64_t qtile, bool rows_too, BwdTile* T) {
@@ -155,7 +155,6 @@ inline void BwdPackQuery(const BwdProblem& BP, const Plan& pl, int64_t b, int64_
   const int64_t tq = pl.tq;
   const int64_t h_begin = hk * P.G + hchunk * pl.hc;
   const int64_t p0 = qtile * tq;
-  const float sc = P.scale2;
   for (size_t r = 0; r < rows; ++r) {
     const int64_t hl = static_cast<int64_t>(r) / tq, pp = static_cast<int64_t>(r) % tq;
     if (!T->live[r]) {
@@ -172,7 +171,7 @@ inline void BwdPackQuery(const BwdProblem& BP, const Plan& pl, int64_t b, int64_
     const float* g = BP.dout + b * BP.dos[0] + h * BP.dos[1] + i * BP.dos[2];
     for (int64_t d = 0; d < P.D; ++d) {
       const float x = q[d * P.qs[3]];
-      T->qt[static_cast<size_t>(d) * rows + r] = x * sc;
+      T->qt[static_cast<size_t>(d) * rows + r] = x;
       if (rows_too) T->qr[r * dp + static_cast<size_t>(d)] = x;
     }
     for (size_t d = static_cast<size_t>(P.D); d < dp; ++d) {
@@ -220,8 +219,8 @@ void BwdBlock(const BwdProblem& BP, const Plan& pl, int64_t b, int64_t hk, int64
   const int64_t p0 = qtile * tq;
   const int64_t je = js + static_cast<int64_t>(n);
   // Scores (log2 domain), then the forward's transformations in its order.
-  QkTile<kDim>(T->qt, rows, T->kt, dp, T->kt + full * dp, dp, static_cast<size_t>(P.D), n, T->st,
-               T->tmax, T->pairlive);
+  QkTile<kDim>(T->qt, rows, T->kt, dp, T->kt + full * dp, dp, static_cast<size_t>(P.D), n,
+               P.scale2, T->st, T->tmax, T->pairlive);
   const bool softcap = P.softcap2 > 0.0f;
   if (softcap) {
     const VF c2 = hn::Set(df, P.softcap2);
@@ -248,7 +247,7 @@ void BwdBlock(const BwdProblem& BP, const Plan& pl, int64_t b, int64_t hk, int64
   }
   // dP^T = V . dO^T.
   QkTile<kDim>(T->dot, rows, T->vt, dvp, T->vt + full * dvp, dvp, static_cast<size_t>(P.Dv), n,
-               T->dpt, T->tmax, T->pairlive);
+               1.0f, T->dpt, T->tmax, T->pairlive);
   const VF zero = hn::Zero(df);
   const VF one = hn::Set(df, 1.0f);
   if (delta_rows != nullptr) {
