@@ -457,6 +457,7 @@ Status ResolveProblem(const char* op, const SdpaDims& d, const TensorView& out,
   P->D = d.head_dim;
   P->Dv = d.v_dim;
   P->scale2 = static_cast<float>(d.scale * kernels::kLog2e);
+  P->scale2_lo = static_cast<float>(d.scale * kernels::kLog2e - static_cast<double>(P->scale2));
   P->q = static_cast<const float*>(q.data);
   P->k = k.data;
   P->kt = k.dtype;

@@ -220,7 +220,7 @@ void BwdBlock(const BwdProblem& BP, const Plan& pl, int64_t b, int64_t hk, int64
   const int64_t je = js + static_cast<int64_t>(n);
   // Scores (log2 domain), then the forward's transformations in its order.
   QkTile<kDim>(T->qt, rows, T->kt, dp, T->kt + full * dp, dp, static_cast<size_t>(P.D), n,
-               P.scale2, T->st, T->tmax, T->pairlive);
+               P.scale2, P.scale2_lo, T->st, T->tmax, T->pairlive);
   const bool softcap = P.softcap2 > 0.0f;
   if (softcap) {
     const VF c2 = hn::Set(df, P.softcap2);
@@ -247,7 +247,7 @@ void BwdBlock(const BwdProblem& BP, const Plan& pl, int64_t b, int64_t hk, int64
   }
   // dP^T = V . dO^T.
   QkTile<kDim>(T->dot, rows, T->vt, dvp, T->vt + full * dvp, dvp, static_cast<size_t>(P.Dv), n,
-               1.0f, T->dpt, T->tmax, T->pairlive);
+               1.0f, 0.0f, T->dpt, T->tmax, T->pairlive);
   const VF zero = hn::Zero(df);
   const VF one = hn::Set(df, 1.0f);
   if (delta_rows != nullptr) {

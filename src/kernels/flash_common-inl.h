@@ -176,7 +176,7 @@ constexpr size_t kQkChunk = 64;
 template <size_t kDim>
 HWY_INLINE void QkBlock(DF df, const float* HWY_RESTRICT qt, size_t rows,
                         const float* HWY_RESTRICT kp, size_t kpitch,
-                        size_t dim_rt, VF sc, float* HWY_RESTRICT st, VF& mx0,
+                        size_t dim_rt, VF sc, VF sc_lo, float* HWY_RESTRICT st, VF& mx0,
                         VF& mx1) {
   const size_t N = hn::Lanes(df);
   const size_t dim = kDim ? kDim : dim_rt;
@@ -215,8 +215,8 @@ HWY_INLINE void QkBlock(DF df, const float* HWY_RESTRICT qt, size_t rows,
   }
   HWY_UNROLL(16)
   for (int r = 0; r < kQkKeys; ++r) {
-    a0[r] = hn::Mul(a0[r], sc);
-    a1[r] = hn::Mul(a1[r], sc);
+    a0[r] = hn::MulAdd(a0[r], sc, hn::Mul(a0[r], sc_lo));
+    a1[r] = hn::MulAdd(a1[r], sc, hn::Mul(a1[r], sc_lo));
     hn::Store(a0[r], df, st + r * rows);
     hn::Store(a1[r], df, st + r * rows + N);
     mx0 = hn::Max(mx0, a0[r]);
@@ -232,7 +232,7 @@ HWY_INLINE void QkBlock(DF df, const float* HWY_RESTRICT qt, size_t rows,
 template <size_t kDim, int kKeys>
 HWY_INLINE void QkBlock1(DF df, const float* HWY_RESTRICT qt, size_t rows,
                          const float* HWY_RESTRICT kp, size_t kpitch,
-                         size_t dim_rt, VF sc, float* HWY_RESTRICT st, VF& mx) {
+                         size_t dim_rt, VF sc, VF sc_lo, float* HWY_RESTRICT st, VF& mx) {
   const size_t dim = kDim ? kDim : dim_rt;
   VF a[kKeys];
   for (size_t e0 = 0; e0 < dim; e0 += kQkChunk) {
@@ -257,7 +257,7 @@ HWY_INLINE void QkBlock1(DF df, const float* HWY_RESTRICT qt, size_t rows,
   }
   HWY_UNROLL(16)
   for (int r = 0; r < kKeys; ++r) {
-    a[r] = hn::Mul(a[r], sc);
+    a[r] = hn::MulAdd(a[r], sc, hn::Mul(a[r], sc_lo));
     hn::Store(a[r], df, st + r * rows);
     mx = hn::Max(mx, a[r]);
   }
@@ -275,26 +275,27 @@ template <size_t kDim>
 HWY_INLINE void QkTile(const float* HWY_RESTRICT qt, size_t rows,
                        const float* HWY_RESTRICT kp, size_t kpitch,
                        const float* HWY_RESTRICT tail, size_t tail_pitch,
-                       size_t dim, size_t n_keys, float sc, float* HWY_RESTRICT st,
+                       size_t dim, size_t n_keys, float sc, float sc_lo, float* HWY_RESTRICT st,
                        float* HWY_RESTRICT tile_max,
                        const uint8_t* HWY_RESTRICT rowpair_live) {
   const DF df;
   const size_t N = hn::Lanes(df);
   const VF scv = hn::Set(df, sc);
+  const VF sclv = hn::Set(df, sc_lo);
   const size_t full_keys = n_keys / kQkKeys * kQkKeys;
   size_t i0 = 0;
   for (; i0 + 2 * N <= rows; i0 += 2 * N) {
     if (!rowpair_live[i0 / (2 * N)]) continue;
     VF mx0 = hn::Set(df, kNegInfF), mx1 = mx0;
     for (size_t j = 0; j < full_keys; j += kQkKeys) {
-      QkBlock<kDim>(df, qt + i0, rows, kp + j * kpitch, kpitch, dim, scv,
+      QkBlock<kDim>(df, qt + i0, rows, kp + j * kpitch, kpitch, dim, scv, sclv,
                     st + j * rows + i0, mx0, mx1);
     }
     if (full_keys < n_keys) {
       // Partial last block: padded K rows are zero; keep them out of the max.
       const size_t j = full_keys;
       VF d0 = hn::Set(df, kNegInfF), d1 = d0;
-      QkBlock<kDim>(df, qt + i0, rows, tail, tail_pitch, dim, scv, st + j * rows + i0,
+      QkBlock<kDim>(df, qt + i0, rows, tail, tail_pitch, dim, scv, sclv, st + j * rows + i0,
                     d0, d1);
       for (size_t jj = j; jj < n_keys; ++jj) {
         mx0 = hn::Max(mx0, hn::Load(df, st + jj * rows + i0));
@@ -309,16 +310,16 @@ HWY_INLINE void QkTile(const float* HWY_RESTRICT qt, size_t rows,
     size_t j = 0;
     // Two key blocks at once keep as many accumulators as QkBlock.
     for (; j + 2 * kQkKeys <= full_keys; j += 2 * kQkKeys) {
-      QkBlock1<kDim, 2 * kQkKeys>(df, qt + i0, rows, kp + j * kpitch, kpitch, dim, scv,
+      QkBlock1<kDim, 2 * kQkKeys>(df, qt + i0, rows, kp + j * kpitch, kpitch, dim, scv, sclv,
                                   st + j * rows + i0, mx);
     }
     for (; j < full_keys; j += kQkKeys) {
-      QkBlock1<kDim, kQkKeys>(df, qt + i0, rows, kp + j * kpitch, kpitch, dim, scv,
+      QkBlock1<kDim, kQkKeys>(df, qt + i0, rows, kp + j * kpitch, kpitch, dim, scv, sclv,
                               st + j * rows + i0, mx);
     }
     if (full_keys < n_keys) {
       VF d = hn::Set(df, kNegInfF);
-      QkBlock1<kDim, kQkKeys>(df, qt + i0, rows, tail, tail_pitch, dim, scv,
+      QkBlock1<kDim, kQkKeys>(df, qt + i0, rows, tail, tail_pitch, dim, scv, sclv,
                               st + j * rows + i0, d);
       for (size_t jj = j; jj < n_keys; ++jj) mx = hn::Max(mx, hn::Load(df, st + jj * rows + i0));
     }
@@ -671,10 +672,9 @@ HWY_INLINE void ApplyMaskRowT(const T* HWY_RESTRICT mrow, int64_t mstride,
     float* p = s + j * ks;
     if constexpr (std::is_same_v<T, uint8_t>) {
       if (mv == 0) *p = kNegInfF;
-    } else if constexpr (std::is_same_v<T, double>) {
-      *p = static_cast<float>(static_cast<double>(*p) + mv * kLog2e);
     } else {
-      *p += mv * static_cast<float>(kLog2e);
+      // One rounding: the log2-domain mask value and the sum in double.
+      *p = static_cast<float>(static_cast<double>(*p) + static_cast<double>(mv) * kLog2e);
     }
   }
 }
@@ -682,10 +682,10 @@ HWY_INLINE void ApplyMaskRowT(const T* HWY_RESTRICT mrow, int64_t mstride,
 HWY_INLINE void ApplyMaskRowHalf(const uint16_t* HWY_RESTRICT mrow,
                                  int64_t mstride, size_t n,
                                  float* HWY_RESTRICT s, size_t ks, bool bf16) {
-  const float c = static_cast<float>(kLog2e);
   for (size_t j = 0; j < n; ++j) {
     const uint16_t bits = mrow[static_cast<int64_t>(j) * mstride];
-    s[j * ks] += (bf16 ? BF16ToF32(bits) : F16ToF32(bits)) * c;
+    const double mv = bf16 ? BF16ToF32(bits) : F16ToF32(bits);
+    s[j * ks] = static_cast<float>(static_cast<double>(s[j * ks]) + mv * kLog2e);
   }
 }
 

@@ -214,7 +214,7 @@ void PrefillTask(const Problem& P, const Plan& pl, int64_t task,
       }
       const bool need_range = !(js >= max_first && je - 1 <= min_last);
       const bool fused_max = !(need_range || has_mask || has_alibi || has_softcap);
-      QkTile<kDim>(qt, rows, kp, kpitch, tail, dp, dim, n, P.scale2, st, tmax, pairlive);
+      QkTile<kDim>(qt, rows, kp, kpitch, tail, dp, dim, n, P.scale2, P.scale2_lo, st, tmax, pairlive);
       if (has_softcap) SoftcapCols(st, rows, n, P.softcap2, pairlive);
       if (has_alibi) AlibiCols(st, rows, n, js, diag, slope, pairlive);
       if (has_mask) {

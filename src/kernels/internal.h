@@ -31,7 +31,10 @@ constexpr double kLn2 = 0.69314718055994530941723212145818;
 // Everything the kernels read: raw pointers + element strides.
 struct Problem {
   int64_t B = 0, H = 0, Hkv = 0, G = 1, Lq = 0, Lk = 0, D = 0, Dv = 0;
-  float scale2 = 0.0f;  // scale * log2(e): folded into the packed Q tile
+  float scale2 = 0.0f;  // scale * log2(e), rounded to float
+  // scale * log2(e) - scale2: QkTile multiplies each finished score by the
+  // unevaluated sum scale2 + scale2_lo (no rounding of the constant).
+  float scale2_lo = 0.0f;
 
   const float* q = nullptr;
   int64_t qs[4] = {};
