@@ -220,7 +220,7 @@ def test_half_inputs_compute_in_float32_and_return_their_dtype(dtype):
     ref = math_attention(qq, kk, vv, causal="top_left")
     ref.sum().backward()
     # float32 compute: the only 16-bit rounding is the final cast.
-    assert float((out.detach().double() - ref).abs().max()) <= 2 * 2.0 ** -8 * float(ref.abs().max())
+    assert float((out.detach().double() - ref).abs().max()) <= 2 * 2.0 ** -8 * float(ref.detach().abs().max())
     tol = 4 * 2.0 ** -8 if dtype == torch.bfloat16 else 4 * 2.0 ** -11
     for a, b in ((q.grad, qq.grad), (k.grad, kk.grad), (v.grad, vv.grad)):
         assert float((a.double() - b).abs().max()) <= tol * max(1.0, float(b.abs().max()))
