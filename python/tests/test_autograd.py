@@ -22,7 +22,7 @@ import torch
 import attnflow
 from attnflow import flash
 
-FLOOR = 2e-6
+FLOOR = 1e-6
 
 
 def math_attention(q, k, v, *, mask=None, causal="none", scale=None, kv_lens=None, window=None,
@@ -220,7 +220,8 @@ def test_half_inputs_compute_in_float32_and_return_their_dtype(dtype):
     ref = math_attention(qq, kk, vv, causal="top_left")
     ref.sum().backward()
     # float32 compute: the only 16-bit rounding is the final cast.
-    assert float((out.detach().double() - ref).abs().max()) <= 2 * 2.0 ** -8 * float(ref.detach().abs().max())
+    r = ref.detach()
+    assert float((out.detach().double() - r).abs().max()) <= 2 * 2.0 ** -8 * float(r.abs().max())
     tol = 4 * 2.0 ** -8 if dtype == torch.bfloat16 else 4 * 2.0 ** -11
     for a, b in ((q.grad, qq.grad), (k.grad, kk.grad), (v.grad, vv.grad)):
         assert float((a.double() - b).abs().max()) <= tol * max(1.0, float(b.abs().max()))
