@@ -9,7 +9,6 @@
 //   ./attention_bench --benchmark_filter=Prefill --benchmark_repetitions=5
 //   ./attention_bench --benchmark_filter=PrefillRss   (alone: peak RSS counter)
 #include <benchmark/benchmark.h>
-#include <sys/resource.h>
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #endif
@@ -22,6 +21,7 @@
 #include <vector>
 
 #include "attnflow/attention.h"
+#include "attnflow/bench.h"
 #include "attnflow/kernels.h"
 #include "attnflow/rng.h"
 #include "attnflow/tensor.h"
@@ -198,7 +198,8 @@ void BM_ReadBandwidth(benchmark::State& state) {
   state.counters["GBs"] = benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
-// Peak RSS of a large non-causal prefill (run alone; ru_maxrss is per process).
+// Peak RSS of a large non-causal prefill (run alone: the figure is the
+// whole process's, PeakRssSinceExecBytes).
 void BM_PrefillRss(benchmark::State& state) {
   const int64_t L = state.range(0), D = 64, H = 8;
   Tensor q = Fill(DType::kF32, {1, H, L, D}, 1);
@@ -212,12 +213,11 @@ void BM_PrefillRss(benchmark::State& state) {
     const Status st = Attention(out.view(), TensorView(), q.view(), k.view(), v.view(), {}, kopt);
     if (!st.ok()) state.SkipWithError(st.ToString().c_str());
   }
-  struct rusage ru;
-  getrusage(RUSAGE_SELF, &ru);
+  const double rss_mib = static_cast<double>(PeakRssSinceExecBytes()) / (1 << 20);
   const double in_out_mib = 4.0 * static_cast<double>(q.nbytes()) / (1 << 20);
-  state.counters["rss_MiB"] = static_cast<double>(ru.ru_maxrss) / 1024.0;
+  state.counters["rss_MiB"] = rss_mib;
   state.counters["in_out_MiB"] = in_out_mib;
-  state.counters["over_MiB"] = static_cast<double>(ru.ru_maxrss) / 1024.0 - in_out_mib;
+  state.counters["over_MiB"] = rss_mib - in_out_mib;
   state.counters["GFLOPs"] = benchmark::Counter(4.0 * H * D * static_cast<double>(L) * L * 1e-9,
                                                 benchmark::Counter::kIsIterationInvariantRate);
 }

@@ -53,4 +53,10 @@ if(ATTNFLOW_BUILD_TESTS)
            COMMAND bash ${CMAKE_SOURCE_DIR}/tests/dist/ring_fail.sh $<TARGET_FILE:attnflow>
                    "${ATTNFLOW_MPIRUN}")
   set_tests_properties(mpi.ring_fail PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS 2)
+  # Hostile starts (tests/regress/generators/ring.sh) and `ring verify CASE` on
+  # the golden cases (tests/dist/ring_hostile.sh).
+  add_test(NAME mpi.ring_hostile
+           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/dist/ring_hostile.sh $<TARGET_FILE:attnflow>
+                   "${ATTNFLOW_MPIRUN}" ${CMAKE_SOURCE_DIR})
+  set_tests_properties(mpi.ring_hostile PROPERTIES LABELS mpi TIMEOUT 600 PROCESSORS 2)
 endif()

@@ -27,6 +27,7 @@ const $ = (id) => document.getElementById(id);
 const el = (tag, attrs, ...kids) => {
   const e = document.createElement(tag);
   if (attrs) for (const [k, v] of Object.entries(attrs)) {
+    if (v == null) continue;  // an absent attribute
     if (k === "class") e.className = v; else if (k === "text") e.textContent = v;
     else if (k.startsWith("on")) e.addEventListener(k.slice(2), v); else e.setAttribute(k, v);
   }
@@ -61,8 +62,84 @@ function whyMissing(s) {
   return "No data in this trace: none of the stages " + P.stagesOf(s).join(", ") + " was captured" +
     (T && T.source ? " (source: " + T.source + ")" : "") + ".";
 }
+// The ViT and the Bahdanau loop have their own diagrams (not the block's):
+// boxes that match a player step go to it, the others scroll to the view.
+// { key, label, step (player step id) | view (view id), group, title }
+function vitBoxes() {
+  const v = P.trace.views.find((x) => x.id === "vit");
+  const n = v ? v.layers : P.trace.model.num_layers || "N";
+  const g = v && v.grid ? v.grid : { h: "?", w: "?" };
+  const blk = "each of the " + n + " pre-norm blocks (the steps show layer " + P.trace.layer + "):";
+  return [
+    { key: "image", view: "vit", label: "image (square, " + (v && v.grid && v.grid.image ? v.grid.image.w + "×" + v.grid.image.h + " px" : "resized") + ")" },
+    { key: "patches", view: "vit", label: g.h + "×" + g.w + " patches" },
+    { key: "embed", step: "embed", label: "linear patch embedding + [CLS]" },
+    { key: "pos", step: "embed", label: "+ learned positions" },
+    { key: "ln1", step: "embed", label: "LayerNorm", group: blk },
+    { key: "qkv", step: "qkv", label: "Q / K / V", group: blk },
+    { key: "attn", step: "softmax", label: "softmax(Q·Kᵀ/√d_k)", group: blk },
+    { key: "mix", step: "weighted", label: "· V, concat, W_o", group: blk },
+    { key: "res1", step: "norm1", label: "+ residual", group: blk },
+    { key: "mlp", step: "ffn", label: "LayerNorm → MLP (GELU)", group: blk },
+    { key: "res2", step: "norm2", label: "+ residual", group: blk },
+    { key: "cls", view: "vit", label: "[CLS] → patch weights (view)" },
+  ];
+}
+function bahdanauBoxes() {
+  const loop = "decoder step i:";
+  return [
+    { key: "src", view: "bahdanau", label: "source words x_1…x_S" },
+    { key: "enc", view: "bahdanau", label: "BiGRU encoder: h_j = [→h_j ; ←h_j]" },
+    { key: "s0", view: "bahdanau", label: "s_0 = tanh(W_init·←h_1 + b)" },
+    { key: "energy", view: "bahdanau", label: "e_ij = vᵀ·tanh(W_s·s_{i−1} + W_h·h_j + b)", group: loop },
+    { key: "alpha", view: "bahdanau", label: "α_i = softmax_j(e_i) — row i of the view", group: loop },
+    { key: "context", view: "bahdanau", label: "c_i = Σ_j α_ij·h_j", group: loop },
+    { key: "gru", view: "bahdanau", label: "s_i = GRU([y_{i−1} ; c_i], s_{i−1}) → y_i", group: loop },
+  ];
+}
+function buildSystemDiagram(kind) {
+  const vit = kind === "vit", boxes = vit ? vitBoxes() : bahdanauBoxes();
+  const box = el("section", { id: "lab-diagram", "data-diagram": kind, "aria-label": vit ? "The ViT, one box per stage" : "The Bahdanau loop, one box per stage" },
+    el("div", { class: "lab-dtitle", text: vit
+      ? "The Vision Transformer, end to end — click a box to go to that step (or to the patch view)"
+      : "The Bahdanau encoder–decoder: no Q·Kᵀ here — a small network scores each source state against the decoder state, once per output word (click a box for the view)" }));
+  const flow = el("div", { class: "lab-flow" });
+  let group = null;
+  boxes.forEach((b, k) => {
+    const si = b.step ? stepIndex(b.step) : -1;
+    const btn = el("button", { class: "lab-box", type: "button", "data-box": b.key, "data-step": si,
+      title: si >= 0 ? "Step " + (si + 1) + ": " + P.steps[si].title : "Scroll to the view" },
+      el("span", { class: "lab-n", text: si >= 0 ? String(si + 1) : "▾" }), b.label);
+    if (b.view) btn.dataset.view = b.view;
+    btn.addEventListener("click", () => {
+      if (si >= 0) P.go(si);
+      else { const v = document.getElementById("view-" + b.view); if (v) v.scrollIntoView({ block: "start" }); }
+    });
+    if ((b.group || null) !== (group && group.dataset.g)) {
+      group = b.group ? el("span", { class: "lab-group", "data-g": b.group },
+        el("span", { class: "lab-group-label", id: b.group === "decoder step i:" ? "lab-loop-label" : null, text: b.group })) : null;
+      if (k) flow.append(el("span", { class: "lab-arrow", text: "→" }));
+      if (group) flow.append(group);
+    } else if (k) (group || flow).append(el("span", { class: "lab-arrow", text: "→" }));
+    (group || flow).append(btn);
+  });
+  if (!vit) flow.append(el("span", { class: "lab-arrow", text: "⟲ next i" }));
+  box.append(flow);
+  if (!vit) box.append(el("div", { class: "lab-dtitle", text:
+    "Without attention the decoder would get one fixed vector (the encoder's last state) for the whole sentence; here every output step reads a fresh mix c_i of all the h_j." }));
+  return box;
+}
+// The loop label of the Bahdanau diagram follows the view's decoder step.
+function followLoop() {
+  const lab = $("lab-loop-label"), v = P.trace && P.trace.views.find((x) => x.id === "bahdanau");
+  if (!lab || !v) return;
+  const i = P.vstate[v.id] ? P.vstate[v.id].step : 0;
+  lab.textContent = "decoder step i = " + (i + 1) + " of " + v.dr + " (output ‘" + v.rowLabels[i] + "’):";
+}
 function buildDiagram() {
-  const box = el("section", { id: "lab-diagram", "aria-label": "The whole path, one box per step" },
+  const src = P.trace.source;
+  if (src === "vit" || src === "bahdanau") return buildSystemDiagram(src);
+  const box = el("section", { id: "lab-diagram", "data-diagram": "block", "aria-label": "The whole path, one box per step" },
     el("div", { class: "lab-dtitle", text: "The path through one block — click a box to go to that step (dashed: no data in this trace)" }));
   const flow = el("div", { class: "lab-flow" });
   let group = null;
@@ -89,7 +166,7 @@ function buildDiagram() {
 function highlight() {
   const cur = P.step;
   document.querySelectorAll("#lab-diagram .lab-box").forEach((b) => {
-    const on = +b.dataset.step === cur;
+    const on = +b.dataset.step === cur && (!P.trace || P.trace.stages.weights);
     b.classList.toggle("lab-current", on);
     if (on) b.setAttribute("aria-current", "step"); else b.removeAttribute("aria-current");
   });
@@ -189,9 +266,6 @@ function headIndexFor(st) {
   if (st.axes[0] === "kv_head") return Math.floor(T.heads[hi] / (T.model.num_heads / (T.model.num_kv_heads || T.model.num_heads)));
   return hi;
 }
-const PRIMARY = { embed: ["embed", "layer_in", "tok_embed", "pos", "norm"], qkv: ["q", "k", "v"], weighted: ["heads_out"],
-                  concat: ["concat"], wo: ["out"], norm1: ["norm", "residual", "ffn_norm"], ffn: ["ffn", "ffn_hidden"],
-                  norm2: ["block_out", "residual2"] };
 function currentData() {
   const T = P.trace, s = P.steps[P.step], hi = P.state.head;
   const out = { stages: {}, primary: null };
@@ -200,7 +274,7 @@ function currentData() {
     if (!D.length) return out;
     const k = Math.min(P.state.dstep, D.length - 1), d = D[k];
     out.decode = { index: k, position: d.position, kv_len: d.kv_len, token: d.token };
-    for (const n of ["scores", "scaled", "masked", "weights"]) {
+    for (const n of P.mapStages) {
       const st = d.stages[n]; if (!st) continue;
       out.stages[n] = { axes: st.axes, shape: st.shape.slice(3 - st.rank), pool: st.pool.slice(3 - st.rank),
                         head: T.heads[hi], rows: stageMatrix(st, hi), st };
@@ -215,7 +289,7 @@ function currentData() {
                       head: st.rank === 3 ? (st.axes[0] === "kv_head" ? a : T.heads[hi]) : null, rows: stageMatrix(st, a), st };
   }
   if (s.map && out.stages[s.map]) out.primary = s.map;
-  else out.primary = (PRIMARY[s.id] || []).find((n) => out.stages[n]) || names[0] || null;
+  else out.primary = s.primary.find((n) => out.stages[n]) || names[0] || null;
   return out;
 }
 function stem() {
@@ -418,5 +492,7 @@ function onStep() {
 }
 buildStatic();
 document.addEventListener("attnflow:step", onStep);
+document.addEventListener("attnflow:views", () => { if (P.trace && shown !== P.trace) onStep(); followLoop(); });
 onStep();
+followLoop();
 })();

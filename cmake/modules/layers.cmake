@@ -10,7 +10,7 @@
 # A wrong include stops the configure with the file, the line and the rule.
 #
 # Bottom to top (DEVELOPERS.md has the same table in prose):
-set(ATTNFLOW_LAYERS core io reference kernels ops nn model golden trace bench)
+set(ATTNFLOW_LAYERS core io reference kernels ops nn model golden trace player bench)
 set(ATTNFLOW_DEPS_core "")
 set(ATTNFLOW_DEPS_io core)
 set(ATTNFLOW_DEPS_reference core)
@@ -18,26 +18,35 @@ set(ATTNFLOW_DEPS_kernels core reference)
 set(ATTNFLOW_DEPS_ops core io)
 set(ATTNFLOW_DEPS_nn core io reference kernels)
 set(ATTNFLOW_DEPS_model core io reference kernels ops)
-set(ATTNFLOW_DEPS_golden core io reference kernels nn)
-set(ATTNFLOW_DEPS_trace core io reference kernels ops nn model golden)
+set(ATTNFLOW_DEPS_golden core io reference kernels nn micro)
+set(ATTNFLOW_DEPS_trace core io reference kernels ops nn model)
+# player: the page (page JSON, the HTML player, the stage table) and the
+# trace's exports; golden for the safetensors export (a golden case).
+set(ATTNFLOW_DEPS_player core io golden trace)
 set(ATTNFLOW_DEPS_bench core reference kernels)
 
 # Layers with a build of their own (cmake/<feature>.cmake), checked the same
-# way: dist (MPI, cmake/dist.cmake).
-set(ATTNFLOW_EXTRA_LAYERS dist)
+# way: dist (MPI, cmake/dist.cmake), micro (C99, cmake/micro.cmake).
+set(ATTNFLOW_EXTRA_LAYERS dist micro)
 set(ATTNFLOW_DEPS_dist core reference kernels)
 set(ATTNFLOW_HEADERS_dist dist)
+# micro: the heap-free C99 library of micro/ (cmake/micro.cmake), used by the
+# golden layer's device export (export-c checks cases with the library's own
+# validation and int8 preparation).
+set(ATTNFLOW_DEPS_micro "")
+set(ATTNFLOW_HEADERS_micro micro)
 
 # Which layer owns each public header include/attnflow/<name>.h.
 set(ATTNFLOW_HEADERS_core status tensor semantics stages threading attention rng compare)
-set(ATTNFLOW_HEADERS_io file_util gguf npy safetensors)
+set(ATTNFLOW_HEADERS_io device_dump file_util gguf image npy safetensors)
 set(ATTNFLOW_HEADERS_reference reference)
 set(ATTNFLOW_HEADERS_kernels kernels)
 set(ATTNFLOW_HEADERS_ops ops)
 set(ATTNFLOW_HEADERS_nn nn nn_align nn_budget nn_golden nn_transfo_xl nn_vit)
 set(ATTNFLOW_HEADERS_model model sampling)
-set(ATTNFLOW_HEADERS_golden golden)
+set(ATTNFLOW_HEADERS_golden golden device_export)
 set(ATTNFLOW_HEADERS_trace trace)
+set(ATTNFLOW_HEADERS_player player)
 set(ATTNFLOW_HEADERS_bench bench)
 
 function(attnflow_header_layer header out)
@@ -106,8 +115,10 @@ endfunction()
 # this module from fuzz/, where CMAKE_SOURCE_DIR is not the root).
 get_filename_component(ATTNFLOW_REPO_ROOT "${CMAKE_CURRENT_LIST_DIR}/../.." ABSOLUTE)
 
-# The attention player page (web/player.html) compiled into the trace layer:
-# generated at build time, never committed. Sets <out_var> to the source.
+# The attention player page (web/player.html with the stage table
+# src/player/stage_table.json, web/lab.css and web/lab.js) and the stage
+# table as C++ data, compiled into the player layer: generated at build
+# time, never committed. Sets <out_var> to the source.
 function(attnflow_player_source out_var)
   find_package(Python3 REQUIRED COMPONENTS Interpreter)
   set(out ${CMAKE_BINARY_DIR}/generated/player_html.cc)
@@ -116,7 +127,8 @@ function(attnflow_player_source out_var)
     COMMAND Python3::Interpreter ${ATTNFLOW_REPO_ROOT}/web/embed_player.py ${out}
     DEPENDS ${ATTNFLOW_REPO_ROOT}/web/player.html ${ATTNFLOW_REPO_ROOT}/web/lab.js
             ${ATTNFLOW_REPO_ROOT}/web/lab.css ${ATTNFLOW_REPO_ROOT}/web/embed_player.py
-    COMMENT "Embedding web/player.html (+ web/lab.css, web/lab.js)")
+            ${ATTNFLOW_REPO_ROOT}/src/player/stage_table.json
+    COMMENT "Embedding web/player.html (+ the stage table, web/lab.css, web/lab.js)")
   set(${out_var} ${out} PARENT_SCOPE)
 endfunction()
 
@@ -124,7 +136,7 @@ endfunction()
 function(attnflow_add_layers)
   foreach(layer ${ATTNFLOW_LAYERS})
     file(GLOB_RECURSE srcs CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/${layer}/*.cc)
-    if(layer STREQUAL "trace")
+    if(layer STREQUAL "player")
       attnflow_player_source(player)
       list(APPEND srcs ${player})
     endif()

@@ -19,7 +19,7 @@
 #include "attnflow/gguf.h"
 #include "../common/tiny_llama.h"
 #include "attnflow/npy.h"
-#include "attnflow/trace.h"
+#include "attnflow/player.h"
 #include "attnflow/safetensors.h"
 #include "attnflow/tensor.h"
 
@@ -281,8 +281,8 @@ void NpyAndTrace(const fs::path& root) {
       ++g_failures;
       continue;
     }
-    trace::PageOptions po;
-    Result<std::string> json = trace::TraceToJson(tr.value(), po);
+    player::PageOptions po;
+    Result<std::string> json = player::TraceToJson(tr.value(), po);
     if (json.ok()) WriteText(t, "toy_" + std::to_string(tokens) + "_tokens.json", json.value());
     else ++g_failures;
   }

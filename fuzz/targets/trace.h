@@ -10,14 +10,14 @@
 #include <string_view>
 
 #include "../common/fuzz_common.h"
-#include "attnflow/trace.h"
+#include "attnflow/player.h"
 
 namespace attnflow_fuzz {
 
 inline void FuzzTrace(const uint8_t* data, size_t size) {
   using namespace attnflow;
   const std::string_view text(reinterpret_cast<const char*>(data), size);
-  Result<trace::TraceSummary> s = trace::ReadTraceJson(text, "fuzz.trace.json");
+  Result<player::TraceSummary> s = player::ReadTraceJson(text, "fuzz.trace.json");
   if (!s.ok()) {
     FUZZ_CHECK(s.status().code() == StatusCode::kCorrupt ||
                    s.status().code() == StatusCode::kResourceExhausted,
@@ -28,7 +28,7 @@ inline void FuzzTrace(const uint8_t* data, size_t size) {
   }
   FUZZ_CHECK(s->num_tokens >= 0 && s->num_heads_shown >= 0 && s->decode_steps >= 0 && s->pool >= 1,
              "accepted page with negative counts");
-  Result<std::string> html = trace::RenderPlayerHtml(text);
+  Result<std::string> html = player::RenderPlayerHtml(text);
   FUZZ_CHECK(html.ok(), "an accepted page does not render: " + html.status().ToString());
 }
 

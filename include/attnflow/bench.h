@@ -54,8 +54,15 @@ class PlainReadBuffer {
 // Name of the SIMD target the peak loop used (e.g. "AVX3_ZEN4").
 std::string PeakTargetName();
 
-// Peak resident set size of this process so far, in bytes.
-int64_t PeakRssBytes();
+// The one peak-RSS figure of attnflow (the CLI's reports, the benches):
+// the peak resident set size of this program since it started, i.e. since
+// the execve that loaded it, in bytes — Linux's VmHWM of /proc/self/status.
+// Not getrusage's ru_maxrss: Linux carries that over an execve, so a
+// program started by a larger process (a fork + exec from Python with torch
+// loaded, a benchmark driver) reports the parent's peak. Where /proc is not
+// readable: ru_maxrss (the same figure unless such an exec happened); -1 if
+// neither can be read.
+int64_t PeakRssSinceExecBytes();
 
 // ---- the attention benchmark harness (behind `attnflow bench`) ---------------
 //

@@ -79,6 +79,15 @@ struct RingOptions {
 Result<Tensor> ShardRows(const TensorView& global, Layout layout, int rank,
                          int num_ranks);
 
+// Collective inverse of ShardRows: every rank passes its rows `local` (dim 2
+// of a rank-3 or rank-4 F32 tensor, in the local order ShardRows gives, the
+// other dims equal on every rank) of a sequence of global length `len`;
+// rank `root` gets the global tensor in *global, the others an empty Tensor.
+// Argument errors are agreed collectively (the same status on every rank);
+// waits at most timeout_s for any message (kInternal on timeout).
+Status GatherRows(MPI_Comm comm, Tensor* global, const TensorView& local, Layout layout,
+                  int64_t len, int root, double timeout_s);
+
 // Per ring step (prefill) or per phase (decode) on this rank.
 struct StepStats {
   double step_s = 0;     // wall time of the step

@@ -1,6 +1,6 @@
 // attnflow/file_util.h — whole-file reads, guarded read-only mappings
-// (FileBytes), atomic (all-or-nothing) writes, and UTF-8 validation of file
-// contents.
+// (FileBytes), atomic (all-or-nothing) writes of files and export
+// directories, path joining, and UTF-8 validation of file contents.
 //
 // Invariants:
 //  * WriteFileAtomic never leaves a partial file at `path`: data goes to a
@@ -55,6 +55,16 @@ Status WriteDirectoryAtomic(const std::string& dir, const std::string& ext,
 // Convenience: atomically writes exactly `bytes`.
 Status WriteFileAtomic(const std::string& path, std::string_view bytes);
 
+// kInvalidArgument "<op>: the output '<output>' is the input file '<input>'
+// (same device and inode); write to another path" when `output` names the
+// same file as `input` (compared by device and inode after following
+// symlinks: also through a symlink, a hard link or another spelling of the
+// path); Ok when it does not or when either path does not exist. A command
+// that reads `input` while it writes `output` calls this before writing, so
+// that it never replaces its own input.
+Status CheckOutputIsNotInput(const std::string& op, const std::string& input,
+                             const std::string& output);
+
 // Reads a whole regular file. kIoError if it cannot be opened or read, or is a
 // directory.
 Result<std::vector<uint8_t>> ReadFileBytes(const std::string& path);
@@ -71,8 +81,9 @@ Result<std::string> ReadFileString(const std::string& path);
 // is mapped (a re-download, `cp` over it, a full disk), touching the lost
 // pages would kill the process with SIGBUS (exit 135, no message); instead
 // the handler writes "attnflow: error: '<path>': the file was truncated while
-// in use (read fault at byte N of M) ..." to stderr and ends the process with
-// exit code kMappedFileChangedExit. A fault outside every guarded mapping is
+// in use (read fault at byte N of M) ..." to stderr, removes the temporary of
+// every output still being written (WriteFileAtomic, WriteDirectoryAtomic)
+// and ends the process with exit code kMappedFileChangedExit. A fault outside every guarded mapping is
 // passed on to the previous handler (or the default action). Bytes rewritten
 // in place without a size change are not detected (docs/errors.md, row H1).
 // MAP_POPULATE reads the whole file in at Map time.
@@ -108,6 +119,10 @@ class FileBytes {
 // Exit code of a process whose guarded mapping lost its file's bytes (see
 // FileBytes): 2, the CLI's code for an unreadable or invalid input file.
 inline constexpr int kMappedFileChangedExit = 2;
+
+// `dir` + "/" + `name` (no second '/' when `dir` ends in one; `name` alone
+// when `dir` is empty).
+std::string JoinPath(const std::string& dir, const std::string& name);
 
 // Strict UTF-8: no overlong forms, no surrogates, nothing above U+10FFFF, no
 // truncated sequences (the rule of the safetensors and GGUF formats).

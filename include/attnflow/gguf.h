@@ -15,7 +15,8 @@
 //    (no allocation is sized by an unchecked count; counts that would overflow
 //    are rejected), strings are valid UTF-8, keys and tensor names are unique
 //    and non-empty, arrays nest at most kGgufMaxArrayDepth deep.
-//  * general.alignment, when present, is a u32 power of two.
+//  * general.alignment, when present, is a u32 power of two of at most
+//    kGgufMaxAlignment.
 //  * Each tensor has 1..4 dims, each >= 0 with an overflow-checked product,
 //    a supported type (F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K Q5_K Q6_K;
 //    other known ggml types
@@ -71,6 +72,11 @@ bool GgmlRowBytes(GgmlType t, int64_t n, int64_t* bytes);
 constexpr int kGgufMaxArrayDepth = 4;
 constexpr int kGgufMaxDims = 4;
 constexpr uint32_t kGgufDefaultAlignment = 32;
+// Largest general.alignment read or written: the largest page size in use
+// (64 KiB on some arm64 systems); ggml writes 32. Every tensor is padded to
+// the alignment, so a larger one only inflates files (a 161-byte file asking
+// for 2^31 would make a 2 GiB copy).
+constexpr uint32_t kGgufMaxAlignment = 65536;
 
 // One metadata value. Scalars are arrays of length 1 with is_array=false.
 // Integer types (and bool) live in `ints` (U64 as its bit pattern), F32/F64 in
@@ -193,8 +199,10 @@ struct GgufOutTensor {
 // Writes a GGUF v3 file atomically (WriteFileAtomic: nothing at `path` on
 // failure): the metadata in the given order, the tensor infos, then each
 // tensor's data at `alignment`, one tensor in memory at a time. Checks names
-// (unique, 1..63 bytes), dims (1..4, ne[0] a multiple of the block size) and
-// value/type consistency; errors name the key or tensor.
+// (unique, 1..63 bytes), dims (1..4, ne[0] a multiple of the block size),
+// value/type consistency and the alignment (a power of two of at most
+// kGgufMaxAlignment; a "general.alignment" entry must equal it); errors name
+// the key or tensor.
 Status WriteGguf(const std::string& path, const std::vector<std::pair<std::string, GgufValue>>& kv,
                  const std::vector<GgufOutTensor>& tensors, uint32_t alignment = kGgufDefaultAlignment);
 
@@ -219,8 +227,20 @@ struct QuantizeStats {
 // Reads `in`, chooses each tensor's type with ChooseQuantTypes, copies
 // tensors already of that type byte for byte, dequantises the others to F32
 // (DequantizeRow) and quantises them (QuantizeRow), rows split over
-// `threads` workers (the bytes do not depend on the count), and writes `out`
-// with general.file_type = mix and general.quantization_version = 2.
+// `threads` workers (<= 0: hardware concurrency; the bytes do not depend on
+// the count), and writes `out` with general.file_type = mix,
+// general.quantization_version = 2 and the default alignment 32 (as
+// llama.cpp's quantize; a general.alignment entry of the input is rewritten
+// to 32). Refused before anything is written: `out` naming the same file as
+// `in` (CheckOutputIsNotInput). Refused while converting, naming the tensor,
+// the row and the value (nothing is written): a row that the target type
+// cannot hold (every quantised type stores its scales as float16, so e.g.
+// Q8_0 overflows above about 8.3e6 and Q4_0 above about 5.2e5; F16 above
+// 65504) or that holds NaN or an infinity. A row with a weight beyond half
+// the float16 range (the only rows whose scales can overflow) is read back
+// and kept only if every value is finite and within half its largest
+// weight. llama.cpp's quantize refuses the same rows ("quantized
+// data validation failed": ggml_validate_row_data finds the inf/NaN scale).
 Status QuantizeGguf(const std::string& in, const std::string& out, QuantMix mix, int threads,
                     QuantizeStats* stats);
 

@@ -80,9 +80,46 @@ enum class VerifyImpl { kReference, kKernels };
 Result<CaseReport> VerifyGoldenCase(const GoldenCase& c, VerifyImpl impl,
                                     const KernelOptions& kopt = {});
 
-// Compares the stages present in `got` with the same-named tensors of
-// `expected` (canonical order first, then other names alphabetically).
+// ---- `verify --compare`: a port's stages against a golden case -------------
+// One stage tensor a port produced, compared by name.
+struct NamedTensor {
+  std::string name;
+  TensorView view;  // any dtype; absent (rank -1) when shape has > 4 dims
+  Shape shape;      // the full shape (a device dump allows rank 8)
+};
+
+// The stages of GOT, from any source (LoadGotStages).
+struct GotStages {
+  std::string path;
+  std::string source;          // "safetensors", "device-dump", "npy", "npy-dir"
+  std::string implementation;  // a dump block's impl, else "file"
+  std::string kind;            // a dump block's kind, else "" (not stated)
+  std::string block_case;      // a dump block's case name
+  int64_t block_line = 0;      // a dump block's header line
+  std::vector<NamedTensor> stages;
+  std::shared_ptr<const void> owner;  // keeps the views' storage alive
+};
+
+// Reads GOT: a directory (every regular `*.npy` file in it is one stage,
+// named by its file stem; at least one), a `.npy` file (by its magic: one
+// stage named by the file stem), a safetensors file (every tensor), or a
+// device dump (docs/device-dump.md; recognised by a line starting
+// "AFDUMP attnflow-dump/"), whose block is chosen by `dump_case` and
+// `dump_impl` ("" = any; SelectDumpBlock). Asking for a block of anything
+// but a dump is kInvalidArgument. Errors name the path.
+Result<GotStages> LoadGotStages(const std::string& path, const std::string& dump_case = "",
+                                const std::string& dump_impl = "");
+
+// Compares the stages of `got` with the same-named tensors of `expected`
+// (canonical order first, then other names alphabetically), any dtypes
+// through TensorView::load; a stage whose integer dtype differs from the
+// expected tensor's is a mismatch (an int8 dump belongs with int8
+// expectations), as is a shape that differs. A dump block whose kind
+// differs from expected's is kInvalidArgument.
 // Tolerances: explicit values if >= 0, else expected's metadata, else 1e-4.
+Result<CaseReport> CompareStages(const GotStages& got, const SafetensorsFile& expected,
+                                 double atol, double rtol);
+// The same for a safetensors GOT already open.
 Result<CaseReport> CompareFiles(const SafetensorsFile& got,
                                 const SafetensorsFile& expected, double atol,
                                 double rtol);

@@ -18,7 +18,17 @@
  *    buffer, no full score row); fp32 accumulation, no fast-math.
  *  - The int8 path (af_sdpa_s8) executes integer instructions only; its
  *    parameters (af_s8_params) are prepared once, on the host or at start-up,
- *    by af_s8_prepare(), which is the only function that uses floating point.
+ *    by af_s8_prepare() (and af_s8_alibi_prepare / af_s8_mask_prepare), the
+ *    only functions that use floating point.
+ *  - Masks, ALiBi and sliding windows (af_sdpa_opts) follow semantics.h too:
+ *    a bool mask (nonzero = may attend) or an additive mask broadcast to
+ *    [B,H,Lq,Lk]; windows relative to the bottom-right diagonal
+ *    d = i + Lk - Lq (FlashAttention convention, -1 = unbounded); ALiBi adds
+ *    -slope[h] * |d - j| to the scaled score after the mask. Every constraint
+ *    is ANDed. Keys outside the row's window/causal/padding range are never
+ *    read.
+ *  - Pointers to float and int32 data must be 4-byte aligned
+ *    (AF_ERR_ALIGN otherwise: Cortex-M FPU loads fault on misaligned data).
  */
 #ifndef ATTNFLOW_MICRO_H_
 #define ATTNFLOW_MICRO_H_
@@ -36,7 +46,8 @@ typedef enum {
   AF_ERR_SHAPE = 2,    /* a dimension is out of range or inconsistent */
   AF_ERR_ARENA = 3,    /* arena too small (or misaligned) */
   AF_ERR_PARAM = 4,    /* a parameter (scale, kv_lens, window) is invalid */
-  AF_ERR_FULL = 5      /* KV cache full and no sliding window */
+  AF_ERR_FULL = 5,     /* KV cache full and no sliding window */
+  AF_ERR_ALIGN = 6     /* a pointer is not aligned to its element type */
 } af_status;
 
 /* Short name of a status code ("ok", "null pointer", ...). */
@@ -65,6 +76,67 @@ typedef struct {
  * call), num_heads % num_kv_heads == 0, total element counts < 2^31. */
 af_status af_sdpa_check_shape(const af_sdpa_shape* s);
 
+/* ----------------------------------------------- masks, ALiBi, windows --- */
+
+typedef enum {
+  AF_MASK_NONE = 0,
+  AF_MASK_BOOL = 1, /* uint8_t, nonzero = may attend (f32 and int8 paths) */
+  AF_MASK_F32 = 2,  /* float, added to the scaled scores; -INFINITY hides the
+                       key (f32 paths) */
+  AF_MASK_S32 = 3   /* int32_t, added to the raw int32 q.k scores of the int8
+                       path; AF_S8_MASKED hides the key (af_s8_mask_prepare
+                       converts a float mask) */
+} af_mask_type;
+
+/* The int8 path's "masked" score value (a key that may not be attended). */
+#define AF_S8_MASKED (-2147483647 - 1)
+
+/* Optional attention options; initialise with AF_SDPA_OPTS_INIT or
+ * af_sdpa_opts_init() (a zeroed struct means window 0 on both sides, i.e.
+ * only the diagonal key: not "no window").
+ *  mask / mask_type / mask_shape: one mask, row-major with extents
+ *    mask_shape = [B or 1, H or 1, Lq or 1, Lk or 1] (numpy broadcasting of
+ *    a rank 2..4 mask, right-aligned and padded with 1s);
+ *  window_left / window_right: key j of query row i is visible only if
+ *    (window_left < 0 || j >= d - window_left) &&
+ *    (window_right < 0 || j <= d + window_right), d = i + Lk - Lq;
+ *  alibi_slopes (f32 paths): [H] floats, bias -slope[h] * |d - j| added to
+ *    the scaled score (after the mask);
+ *  alibi_s8 (int8 path): [H] slopes in Q8 raw-score units from
+ *    af_s8_alibi_prepare: bias = -((alibi_s8[h] * |d - j| + 128) >> 8)
+ *    added to the raw score (after the mask);
+ *  v_layout: AF_V_ROWS (v [B,Hkv,Lk,Dv]) or, int8 path only, AF_V_COLS
+ *    (v [B,Hkv,Dv,Lk]).
+ * int8 path: an AF_MASK_S32 value is clamped to [-2^30, 2^30] (other than
+ * AF_S8_MASKED), then the raw score plus mask plus ALiBi is clamped to
+ * [-2^30, 2^30 - 1] (a bias that large already gives the key weight 0 next
+ * to any visible key of ordinary score). */
+typedef enum {
+  AF_V_ROWS = 0, /* v [B, Hkv, Lk, Dv]: each key's values adjacent (default) */
+  AF_V_COLS = 1  /* v [B, Hkv, Dv, Lk]: each value dimension's keys adjacent
+                    (int8 path only): P.V becomes a dot product over keys,
+                    two keys per SMLAD on Cortex-M, and the layout of the
+                    int8 KV cache (af_kv_cache_s8) */
+} af_v_layout;
+
+typedef struct {
+  af_mask_type mask_type;
+  const void* mask;
+  int32_t mask_shape[4];
+  int32_t window_left, window_right;
+  const float* alibi_slopes;
+  const int32_t* alibi_s8;
+  af_v_layout v_layout; /* AF_V_COLS: int8 path only */
+} af_sdpa_opts;
+
+#define AF_SDPA_OPTS_INIT {AF_MASK_NONE, 0, {1, 1, 1, 1}, -1, -1, 0, 0, AF_V_ROWS}
+void af_sdpa_opts_init(af_sdpa_opts* o);
+
+/* Validates options against a shape (int8 = 1 for the int8 path, which takes
+ * AF_MASK_BOOL or AF_MASK_S32 and alibi_s8; the f32 paths take AF_MASK_BOOL
+ * or AF_MASK_F32 and alibi_slopes). NULL options are valid (none). */
+af_status af_sdpa_check_opts(const af_sdpa_opts* o, const af_sdpa_shape* s, int int8);
+
 /* ---------------------------------------------------------------- f32 --- */
 
 /* Arena bytes af_sdpa_f32 needs for shape s (0 if the shape is invalid). */
@@ -78,6 +150,24 @@ size_t af_sdpa_f32_workspace_bytes(const af_sdpa_shape* s);
 af_status af_sdpa_f32(float* out, float* lse, const float* q, const float* k,
                       const float* v, const int32_t* kv_lens, float scale,
                       const af_sdpa_shape* s, void* arena, size_t arena_bytes);
+
+/* af_sdpa_f32 with masks, ALiBi and windows (o may be NULL). */
+af_status af_sdpa_f32_ex(float* out, float* lse, const float* q, const float* k,
+                         const float* v, const int32_t* kv_lens, float scale,
+                         const af_sdpa_shape* s, const af_sdpa_opts* o, void* arena,
+                         size_t arena_bytes);
+
+/* Stage probe (golden checks on the device, docs/edge.md "Stages on the
+ * device"): the whole key row of query row i of head h, batch b, computed
+ * with the kernel's own arithmetic (the same dot product, scaling, mask and
+ * ALiBi arithmetic and exp): scores = q.k, scaled = scores * scale, masked =
+ * scaled + mask + ALiBi (-INFINITY for a key the row may not see), weights =
+ * softmax(masked) (all 0 for a row with no visible key), *lse. Every output
+ * ([kv_len] floats, lse one) may be NULL. No arena. */
+af_status af_sdpa_f32_probe(float* scores, float* scaled, float* masked, float* weights,
+                            float* lse, const float* q, const float* k, const int32_t* kv_lens,
+                            float scale, const af_sdpa_shape* s, const af_sdpa_opts* o,
+                            int32_t b, int32_t h, int32_t i);
 
 /* Decode over a ring-buffer KV cache (one sequence, f32). The cache holds at
  * most `capacity` positions per kv head: k [Hkv, capacity, D],
@@ -105,6 +195,12 @@ size_t af_decode_f32_workspace_bytes(const af_kv_cache* c, int32_t num_heads);
 af_status af_decode_f32(float* out, float* lse, const float* q,
                         const af_kv_cache* c, int32_t num_heads, float scale,
                         void* arena, size_t arena_bytes);
+/* af_decode_f32 with ALiBi: alibi_slopes [num_heads] or NULL; the bias of
+ * the key at position p is -slope[h] * (length - 1 - p). The cache struct is
+ * validated on every call (fields as af_kv_cache_init leaves them). */
+af_status af_decode_f32_ex(float* out, float* lse, const float* q, const af_kv_cache* c,
+                           int32_t num_heads, float scale, const float* alibi_slopes,
+                           void* arena, size_t arena_bytes);
 
 /* ---------------------------------------------------------------- MHA --- */
 
@@ -133,11 +229,19 @@ typedef struct {
   float *q, *k, *v, *lse, *heads_out, *concat;
 } af_mha_stages_f32;
 
+/* 0 for an invalid shape or one whose arena would not fit in size_t (the
+ * size is computed in 64 bits, so it never wraps on 32-bit targets). */
 size_t af_mha_f32_workspace_bytes(const af_mha_shape* s);
 af_status af_mha_f32(float* out, const float* x_q, const float* x_k, const float* x_v,
                      const int32_t* kv_lens, const af_mha_weights_f32* w, float scale,
                      const af_mha_shape* s, void* arena, size_t arena_bytes,
                      const af_mha_stages_f32* stages);
+/* af_mha_f32 with masks, ALiBi and windows (af_sdpa_opts on the per-head
+ * attention, shape [B,H,Lq,Lk]; o may be NULL). */
+af_status af_mha_f32_ex(float* out, const float* x_q, const float* x_k, const float* x_v,
+                        const int32_t* kv_lens, const af_mha_weights_f32* w, float scale,
+                        const af_mha_shape* s, const af_sdpa_opts* o, void* arena,
+                        size_t arena_bytes, const af_mha_stages_f32* stages);
 
 /* ------------------------------------------------------ block pieces --- */
 /* LayerNorm over n values (biased variance, as PyTorch), w/b may be NULL
@@ -149,8 +253,26 @@ af_status af_rmsnorm_f32(float* y, const float* x, const float* w, int32_t n, fl
 /* y[out] = W[out,in] . x[in] + b (b may be NULL); y must not alias x. */
 af_status af_linear_f32(float* y, const float* x, const float* w, const float* b, int32_t in,
                         int32_t out);
-void af_relu_f32(float* x, int32_t n);
-void af_add_f32(float* y, const float* x, int32_t n); /* residual: y += x */
+af_status af_relu_f32(float* x, int32_t n);
+af_status af_add_f32(float* y, const float* x, int32_t n); /* residual: y += x */
+
+/* Rotary position embedding of a [num_heads, head_dim] vector at one
+ * position, in place; cos/sin [head_dim/2] are that position's row
+ * (af_rope_table_f32): pair i rotates by theta_i = pos * base^(-2i/head_dim).
+ * Layouts: AF_ROPE_HALF pairs (i, i + D/2) (Llama, NeoX, HF transformers);
+ * AF_ROPE_INTERLEAVED pairs (2i, 2i+1) (GPT-J, the Llama paper's code).
+ * head_dim must be even. */
+typedef enum { AF_ROPE_HALF = 0, AF_ROPE_INTERLEAVED = 1 } af_rope_layout;
+af_status af_rope_f32(float* x, int32_t num_heads, int32_t head_dim, const float* cos,
+                      const float* sin, af_rope_layout layout);
+/* cos/sin [head_dim/2] of position pos for base theta (float64 angles,
+ * rounded once; the preparing side, e.g. a table in flash). */
+af_status af_rope_table_f32(float* cos, float* sin, int32_t pos, int32_t head_dim, double theta);
+/* SiLU x * sigmoid(x) and GELU (erf form, as torch.nn.GELU()), in place;
+ * SwiGLU out = silu(gate) * up (out may alias gate or up). */
+af_status af_silu_f32(float* x, int32_t n);
+af_status af_gelu_f32(float* x, int32_t n);
+af_status af_swiglu_f32(float* out, const float* gate, const float* up, int32_t n);
 
 /* --------------------------------------------------------------- int8 --- */
 
@@ -204,7 +326,39 @@ af_status af_linear_s8_residual(int32_t* r, const int8_t* x, const int8_t* w, co
                                 const af_qmult* m, int32_t in, int32_t out);
 af_status af_layernorm_s8(int8_t* y, const int32_t* x, const int32_t* g, const int32_t* b,
                           int32_t n, int32_t eps);
-void af_relu_s8(int8_t* x, int32_t n);
+af_status af_relu_s8(int8_t* x, int32_t n);
+/* RMSNorm over an int32 vector (integer only, like af_layernorm_s8 without
+ * the mean and the bias): ms = floor(sum x^2 / n), r = floor(sqrt(ms + eps)),
+ * t = (x * floor(2^32 / r)) >> 16 (Q16), y8 = sat8((t * g + 2^23) >> 24) with
+ * g the folded gamma (af_rmsnorm_s8_fold). */
+af_status af_rmsnorm_s8(int8_t* y, const int32_t* x, const int32_t* g, int32_t n, int32_t eps);
+/* The folded parameters of af_rmsnorm_s8 (preparing side, float): for an
+ * int32 input of scale s_x (real = s_x * x) and an int8 output of scale s_out,
+ * g[i] = round(gamma[i] / s_out * 2^8) and eps_int = max(1, round(eps / s_x^2))
+ * (eps of the real variance). AF_ERR_PARAM when a value does not fit. */
+af_status af_rmsnorm_s8_fold(int32_t* g, int32_t* eps_int, const float* gamma, int32_t n,
+                             float s_x, float s_out, float eps);
+/* RoPE on an int8 [num_heads, head_dim] vector in place, integer only:
+ * cos/sin [head_dim/2] in Q15 (af_rope_table_s8), each rotated value
+ * round((a*c - b*s) / 2^15) saturated to int8 (same scale in and out: a
+ * scale calibrated on pair magnitudes, sqrt(a^2 + b^2) <= 127, never
+ * saturates; the error is <= 0.5 LSB + 2^-15 relative, docs/edge.md). */
+af_status af_rope_s8(int8_t* x, int32_t num_heads, int32_t head_dim, const int16_t* cos_q15,
+                     const int16_t* sin_q15, af_rope_layout layout);
+af_status af_rope_table_s8(int16_t* cos_q15, int16_t* sin_q15, int32_t pos, int32_t head_dim,
+                           double theta);
+/* Table-based activations of int8 values (integer only at run time): a
+ * 256-entry table maps every int8 input to its int8 output,
+ * table[x + 128] = sat8(round(act(x * s_in) / s_out)), built once on the
+ * preparing side by af_act_table_s8. af_act_s8 applies it in place. */
+typedef enum { AF_ACT_SILU = 0, AF_ACT_GELU = 1, AF_ACT_RELU = 2 } af_act;
+af_status af_act_table_s8(int8_t* table, af_act act, float s_in, float s_out);
+af_status af_act_s8(int8_t* x, int32_t n, const int8_t* table);
+/* SwiGLU in int8: out = sat8(mulq(silu_table[gate] * up, m)), with
+ * silu_table from af_act_table_s8(AF_ACT_SILU, s_gate, s_act) and m the
+ * multiplier s_act * s_up / s_out (out may alias gate or up). */
+af_status af_swiglu_s8(int8_t* out, const int8_t* gate, const int8_t* up, int32_t n,
+                       const int8_t* silu_table, af_qmult m);
 
 size_t af_sdpa_s8_workspace_bytes(const af_sdpa_shape* s);
 
@@ -213,15 +367,133 @@ size_t af_sdpa_s8_workspace_bytes(const af_sdpa_shape* s);
  * online (per key tile) rescaling of the int32 accumulators; out int8 =
  * round((sum w*v / sum w) * sv/so), saturated to [-128, 127].
  * Requires kv_len <= 32768. */
+/* Largest |out8 - expected| the golden checks allow, in output LSB: the
+ * float64 reference on the dequantised inputs, rounded once, against the
+ * kernel (derivation and measurements: docs/edge.md "int8 error bounds"). */
+#define AF_S8_BOUND_LSB 2
+
 af_status af_sdpa_s8(int8_t* out, const int8_t* q, const int8_t* k,
                      const int8_t* v, const int32_t* kv_lens,
                      const af_s8_params* p, const af_sdpa_shape* s,
                      void* arena, size_t arena_bytes);
 
+/* af_sdpa_s8 with masks (AF_MASK_BOOL or AF_MASK_S32), ALiBi (alibi_s8) and
+ * windows; o may be NULL. */
+af_status af_sdpa_s8_ex(int8_t* out, const int8_t* q, const int8_t* k, const int8_t* v,
+                        const int32_t* kv_lens, const af_s8_params* p, const af_sdpa_shape* s,
+                        const af_sdpa_opts* o, void* arena, size_t arena_bytes);
+
+/* Stage probe of the int8 path (as af_sdpa_f32_probe, integer results):
+ * scores [kv_len] = q.k (int32, exact); masked [kv_len] = scores + mask +
+ * ALiBi clamped as the kernel does, AF_S8_MASKED for a key the row may not
+ * see; weights [kv_len] = the kernel's integer weights of the row against
+ * its final max (Q15 >> wshift, 0 for hidden keys); *weight_sum = their sum
+ * (0 for a row with no visible key; weights / weight_sum is the softmax).
+ * Any output may be NULL. */
+af_status af_sdpa_s8_probe(int32_t* scores, int32_t* masked, int32_t* weights,
+                           int32_t* weight_sum, const int8_t* q, const int8_t* k,
+                           const int32_t* kv_lens, const af_s8_params* p,
+                           const af_sdpa_shape* s, const af_sdpa_opts* o, int32_t b,
+                           int32_t h, int32_t i);
+
+/* ----------------------------------------------------------- int8 MHA --- */
+/* Multi-head attention with int8 projections (torch.nn.MultiheadAttention
+ * semantics as af_mha_f32, GQA/MQA, batch first), integer only:
+ *   q8 = sat8(mulq(x8_q . w8_q[row] + b_q[row], m_q[row])) split into H heads
+ *   (likewise k8, v8 into Hkv heads), heads_out8 = af_sdpa_s8_ex(q8, k8, v8)
+ *   with p (the scales of q, k, v and heads_out), concat, out8 =
+ *   sat8(mulq(concat8 . w8_o[row] + b_o[row], m_o[row])).
+ * Weights int8 with one scale per output row folded into the multipliers
+ * m_* = s_in * s_w[row] / s_out; biases int32 in accumulator units
+ * (s_in * s_w[row]) or NULL. Stages (any pointer NULL): q [B,H,Lq,Dh],
+ * k/v [B,Hkv,Lk,Dh], heads_out [B,H,Lq,Dh], concat [B,Lq,E], all int8. */
+typedef struct {
+  const int8_t *w_q, *w_k, *w_v, *w_o;
+  const int32_t *b_q, *b_k, *b_v, *b_o; /* each may be NULL */
+  const af_qmult *m_q, *m_k, *m_v, *m_o;
+} af_mha_weights_s8;
+typedef struct {
+  int8_t *q, *k, *v, *heads_out, *concat;
+} af_mha_stages_s8;
+/* 0 for an invalid shape (as af_mha_f32_workspace_bytes). */
+size_t af_mha_s8_workspace_bytes(const af_mha_shape* s);
+af_status af_mha_s8(int8_t* out, const int8_t* x_q, const int8_t* x_k, const int8_t* x_v,
+                    const int32_t* kv_lens, const af_mha_weights_s8* w, const af_s8_params* p,
+                    const af_mha_shape* s, const af_sdpa_opts* o, void* arena, size_t arena_bytes,
+                    const af_mha_stages_s8* stages);
+
+/* ---------------------------------------------------- int8 KV cache --- */
+/* Ring buffer of int8 K and V (one sequence), the int8 twin of af_kv_cache:
+ *   k [Hkv, capacity, D]   (a position's key row adjacent),
+ *   v [Hkv, Dv, capacity]  (AF_V_COLS: a value dimension's positions
+ *                           adjacent, so P.V is a dot product over keys).
+ * Position p lives in slot p % capacity; window as af_kv_cache (0: all
+ * positions, the cache refuses to grow past capacity; > 0: the last `window`
+ * positions, older slots overwritten). The cache holds int8 values only:
+ * their scales are the caller's (one per kv head, symmetric, fixed: the
+ * scales of the k and v projections), folded into the af_s8_params of
+ * af_decode_s8 (sk, sv per query head, equal within a GQA group). Bytes per
+ * token: Hkv * (D + Dv). The same format is the host's int8 cache
+ * (attnflow bench decode --kv-dtype int8). */
+typedef struct {
+  int8_t* k;
+  int8_t* v;
+  int32_t num_kv_heads, head_dim, v_dim, capacity, window;
+  int32_t length; /* positions appended so far */
+} af_kv_cache_s8;
+
+af_status af_kv_cache_s8_init(af_kv_cache_s8* c, int8_t* k_storage, int8_t* v_storage,
+                              int32_t num_kv_heads, int32_t head_dim, int32_t v_dim,
+                              int32_t capacity, int32_t window);
+/* Appends one position: k_new [Hkv, D], v_new [Hkv, Dv] (int8, in the
+ * cache's scales). */
+af_status af_kv_cache_s8_append(af_kv_cache_s8* c, const int8_t* k_new, const int8_t* v_new);
+size_t af_decode_s8_workspace_bytes(const af_kv_cache_s8* c, int32_t num_heads);
+/* One decode step for the newest position, integer only: q [H, D] int8,
+ * out [H, Dv] int8; p as for af_sdpa_s8 (per tensor or per query head);
+ * alibi_s8 [H] or NULL (bias -((alibi_s8[h] * (length - 1 - pos) + 128) >> 8)).
+ * The arithmetic is af_sdpa_s8's for one query row over the visible
+ * positions, oldest first, in at most two ring segments (each tiled from its
+ * start); the cache struct is re-validated on every call. */
+af_status af_decode_s8(int8_t* out, const int8_t* q, const af_kv_cache_s8* c, int32_t num_heads,
+                       const af_s8_params* p, const int32_t* alibi_s8, void* arena,
+                       size_t arena_bytes);
+
+/* ALiBi for the int8 path (float, preparing side): alibi_s8[h] =
+ * round(slopes[h] / (sq * sk * scale) * 256) for each of num_heads query
+ * heads; sq/sk as for af_s8_prepare ([n], n = 1 or num_heads).
+ * AF_ERR_PARAM for a negative or non-finite slope or one that overflows. */
+af_status af_s8_alibi_prepare(int32_t* alibi_s8, const float* slopes, int32_t num_heads,
+                              const float* sq, const float* sk, int32_t n, float scale);
+/* An additive float mask (as AF_MASK_F32) -> AF_MASK_S32 for per-tensor
+ * scales: round(mask / (sq * sk * scale)) clamped to [-2^30, 2^30], and
+ * AF_S8_MASKED for -INFINITY. AF_ERR_PARAM for NaN or +INFINITY. */
+af_status af_s8_mask_prepare(int32_t* out, const float* mask, int32_t count, float sq, float sk,
+                             float scale);
+
 /* Exposed for tests and the NumPy model: 2^(-u/256) in Q15 for u >= 0
  * (0 for u >= 256*16), and TFLite's MultiplyByQuantizedMultiplier. */
 int32_t af_s8_exp2_neg_q15(int32_t u);
 int32_t af_s8_mul_by_qmult(int32_t x, af_qmult m);
+
+/* ------------------------------------------------------- stage dumps --- */
+/* Writers of the AFDUMP text format (docs/device-dump.md), for a port that
+ * wants its stages checked on the host (`attnflow verify --compare LOG CASE`).
+ * Text goes to the caller's `write(ctx, text, n)` (a UART, semihosting,
+ * a buffer); no printf, no heap. Names are C identifiers up to 63 chars. */
+typedef void (*af_write_fn)(void* ctx, const char* text, size_t n);
+typedef enum { AF_DUMP_F32 = 0, AF_DUMP_I8 = 1, AF_DUMP_I32 = 2 } af_dump_dtype;
+
+af_status af_dump_begin(af_write_fn write, void* ctx, const char* case_name, const char* kind,
+                        const char* impl);
+/* Declares a stage (rank 0..8). */
+af_status af_dump_tensor(af_write_fn write, void* ctx, const char* stage, af_dump_dtype dtype,
+                         int32_t rank, const int32_t* dims);
+/* Elements [offset, offset + count) of a declared stage; data is float,
+ * int8_t or int32_t as the dtype says. */
+af_status af_dump_part(af_write_fn write, void* ctx, const char* stage, af_dump_dtype dtype,
+                       uint32_t offset, const void* data, uint32_t count);
+af_status af_dump_done(af_write_fn write, void* ctx, const char* case_name);
 
 #ifdef __cplusplus
 }

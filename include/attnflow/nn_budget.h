@@ -68,8 +68,9 @@ Result<Budget> ComputeBudget(const ModelShape& shape, int64_t seq_len,
                              int64_t context = 0);
 
 // Known configurations: "bert-base", "gpt2-small", "llama-3-8b" (GQA 32/8,
-// SwiGLU, RMSNorm) and "transformer-base" (Vaswani et al. encoder stack
-// shape, post-norm ReLU).
+// SwiGLU, RMSNorm), "transformer-base" (Vaswani et al. encoder stack
+// shape, post-norm ReLU) and "tiny" (the micro kit's char-level decoder,
+// tools/edge/tiny/config.json; f32 cache on the device).
 const std::vector<ModelShape>& KnownModelShapes();
 Result<ModelShape> FindModelShape(const std::string& name);
 // A JSON object with the ModelShape field names (act/norm as strings).
@@ -95,6 +96,9 @@ std::string FormatBudget(const Budget& b);
 //                         cached K/V element is read once per decode step)
 //   max_context         = floor((ram − weight bytes) / kv_bytes_per_token)
 //                         (0 when the weights alone do not fit; ram 0 = not asked)
+// This is the host view (`budget --ram`): weights in the same memory as the
+// cache, activations not counted. A microcontroller keeps its weights in
+// flash: ComputeDeviceBudget below.
 // ---------------------------------------------------------------------------
 struct WeightDType {
   const char* name;
@@ -112,6 +116,117 @@ struct MemoryBudget {
 };
 Result<MemoryBudget> ComputeMemory(const Budget& b, int64_t ram_bytes);
 std::string FormatMemory(const MemoryBudget& m);
+
+// ---------------------------------------------------------------------------
+// Microcontroller budget (`attnflow budget --device`, docs/nn.md "Device
+// budget"): one decode step at a time, as the micro kit's tiny decoders run
+// (micro/tiny/tiny_main.c in f32, tiny_s8_main.c in int8).
+//   flash = the weights and constants in the chosen storage:
+//     f32 / f16: total_params · 4 / 2 bytes;
+//     int8 (the layout of tools/edge/tiny/int8_model.py): every linear
+//       [out, in] is int8 weights out·in + int32 biases out·4 (if the model
+//       has biases) + one fixed-point multiplier per output row (af_qmult,
+//       8 bytes) out·8; each norm int32 folded gamma (and beta for
+//       LayerNorm) E·4 (·2); embeddings int8 plus one multiplier each (8);
+//       per layer the attention's exp and output multipliers (2 · 8, one
+//       scale set); an untied head V·E int8 + V·8 multipliers.
+//   RAM = kv_bytes_per_token · context + activations + arena, where
+//     kv_bytes_per_token: f32 cache num_layers·2·Hkv·Dh·4; int8 cache
+//       num_layers·2·Hkv·(Dh + kv_scale_bytes), kv_scale_bytes = scale bytes
+//       per layer, K or V, kv head and token (0 = static per-tensor scales in
+//       flash, as the int8 tiny decoder; e.g. 4 for an f32 scale per token
+//       and head: the int8 KV-cache API does not exist yet, so this is a
+//       parameter);
+//     activations of one decode step (listed by ComputeDeviceBudget): f32
+//       path: residual, norm output, q, the new token's k and v, attention
+//       output, projection output, FFN hidden (2·F when gated), logits, all
+//       f32 (plus int8 q and attention output when the cache is int8); int8
+//       path: int32 residual and logits, int8 norm output, q, k, v,
+//       attention output and FFN hidden;
+//     arena: the micro library's attention workspace, reused by every layer
+//       and head: f32 cache 2·AF_KEY_TILE·4 = 256 bytes (af_sdpa_f32; covers
+//       af_decode_f32's 128), int8 cache 2·(AF_S8_KEY_TILE + Dv)·4
+//       (af_sdpa_s8_workspace_bytes).
+//   max context from RAM = floor((ram − activations − arena) / kv per token);
+//   the model's own limit = max_positions (learned positions; 0 = none);
+//   the usable context is the smaller, and the report says which binds.
+// Not counted: program code, stack, the program's other data, an RTOS or a
+// radio stack (a target's RAM is what is left for the model, see notes).
+// ---------------------------------------------------------------------------
+// The micro library's key tiles (include/attnflow/micro.h AF_KEY_TILE and
+// AF_S8_KEY_TILE; tests/nn/device_budget_test.cc checks they agree).
+inline constexpr int64_t kMicroKeyTile = 32;
+inline constexpr int64_t kMicroS8KeyTile = 24;
+
+enum class DeviceWeights { kF32, kF16, kInt8 };
+enum class DeviceKv { kF32, kInt8 };
+const char* DeviceWeightsName(DeviceWeights w);  // "f32", "f16", "int8"
+const char* DeviceKvName(DeviceKv k);            // "f32", "int8"
+bool ParseDeviceWeights(const std::string& s, DeviceWeights* out);
+bool ParseDeviceKv(const std::string& s, DeviceKv* out);
+
+struct DeviceTarget {
+  std::string name;         // "esp32-c3"
+  std::string description;  // "ESP32-C3 (RISC-V rv32imc, 160 MHz)"
+  int64_t ram_bytes = 0;    // RAM the model may use
+  int64_t flash_bytes = 0;
+  std::string note;         // where the numbers come from, what they leave out
+};
+// esp32-c3, stm32f407, nrf5340 (app core).
+const std::vector<DeviceTarget>& DeviceTargets();
+Result<DeviceTarget> FindDeviceTarget(const std::string& name);
+
+struct DeviceBudgetOptions {
+  DeviceTarget target;  // ram_bytes and flash_bytes > 0
+  DeviceWeights weights = DeviceWeights::kF32;
+  DeviceKv kv = DeviceKv::kF32;
+  int64_t kv_scale_bytes = 0;  // int8 cache only (see above)
+  int64_t context = 0;         // tokens the cache is sized for; 0 = the usable maximum
+};
+
+struct ByteItem {
+  std::string name;     // "token embedding", "residual x", ...
+  std::string formula;  // "V*E*1 + 8"
+  int64_t bytes = 0;
+};
+
+// One storage choice in a few numbers (the comparison table).
+struct DeviceChoice {
+  DeviceWeights weights = DeviceWeights::kF32;
+  DeviceKv kv = DeviceKv::kF32;
+  int64_t flash_bytes = 0, ram_fixed_bytes = 0, kv_bytes_per_token = 0;
+  int64_t max_context_ram = 0, max_context = 0;
+  bool flash_fits = false;
+  std::string binds;
+};
+
+struct DeviceBudget {
+  ModelShape shape;
+  int64_t head_dim = 0, num_kv_heads = 0, total_params = 0;
+  DeviceBudgetOptions opt;
+  std::vector<ByteItem> flash;  // weights and constants
+  int64_t flash_bytes = 0;
+  bool flash_fits = false;
+  std::vector<ByteItem> activations;  // one decode step
+  int64_t activation_bytes = 0;
+  ByteItem arena;
+  int64_t kv_bytes_per_token = 0;
+  int64_t ram_fixed_bytes = 0;  // activations + arena
+  int64_t max_context_ram = 0;  // 0 when the fixed part alone does not fit
+  int64_t model_limit = 0;      // max_positions (0 = the model states none)
+  int64_t max_context = 0;      // min(max_context_ram, model_limit if > 0)
+  std::string binds;            // "RAM", "learned positions", "RAM and learned positions"
+  int64_t context = 0;          // opt.context, else max_context
+  int64_t kv_bytes = 0;         // at context
+  int64_t ram_bytes = 0;        // ram_fixed_bytes + kv_bytes
+  bool ram_fits = false;
+  std::vector<DeviceChoice> choices;  // every valid (weights, kv cache) pair
+};
+
+// int8 weights run the int8 path, which keeps an int8 cache: weights int8
+// with an f32 cache is kInvalidArgument. Every count is overflow-checked.
+Result<DeviceBudget> ComputeDeviceBudget(const ModelShape& shape, const DeviceBudgetOptions& opt);
+std::string FormatDeviceBudget(const DeviceBudget& b);
 
 // ---------------------------------------------------------------------------
 // The three axes of Vaswani et al. 2017, Table 1, with real numbers for n

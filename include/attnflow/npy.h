@@ -8,7 +8,7 @@
 //  * WriteNpy is atomic (WriteFileAtomic): a failed write leaves nothing
 //    behind and an existing file untouched.
 //  * The reader is strict: only version 1.0/2.0 headers, little-endian (or
-//    byte-order-free) F32/F64/I64/I32/U8/BOOL, fortran_order False, rank <= 4,
+//    byte-order-free) F32/F64/I64/I32/I8/U8/BOOL, fortran_order False, rank <= 4,
 //    and a data size that matches the shape exactly; anything else is an
 //    error naming the file. No exception escapes.
 #pragma once
@@ -22,7 +22,7 @@
 namespace attnflow {
 
 // The bytes of a .npy file holding `t` (any strides; stored row-major).
-// Supported dtypes: F32 F64 I64 I32 U8 BOOL (kUnimplemented otherwise).
+// Supported dtypes: F32 F64 I64 I32 I8 U8 BOOL (kUnimplemented otherwise).
 Result<std::vector<uint8_t>> EncodeNpy(const TensorView& t);
 
 // Writes `t` to `path` atomically. kIoError names the path on failure.

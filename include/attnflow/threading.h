@@ -30,12 +30,22 @@
 // a worker that saw the new generation while the caller still held the
 // mutex used to block in the kernel on it, a futex sleep and wake-up for
 // every parallel region — hundreds per decoded token).
+//
+// Starting: a pool asked for more threads than the system lets this process
+// start (a process/thread limit such as `ulimit -u` or a container's pid
+// limit, an address-space limit such as `ulimit -v` that leaves no room for
+// another stack) runs with the workers that did start; it never throws,
+// hangs or aborts. More than kMaxPoolThreads are never started. Either
+// shortfall is reported once through the handler set with
+// SetThreadWarningHandler (the CLI prints it as a warning); results do not
+// depend on how many workers run.
 #pragma once
 
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 #include <atomic>
@@ -44,13 +54,18 @@ namespace attnflow {
 
 class ThreadPool {
  public:
-  // num_threads <= 0: hardware concurrency.
+  // num_threads <= 0: hardware concurrency. Starts at most num_threads - 1
+  // worker threads (the caller is worker 0), fewer when the system refuses
+  // one (see "Starting" above).
   explicit ThreadPool(int num_threads);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int NumWorkers() const { return num_workers_; }
+  // The worker count asked for (after resolving <= 0 to the hardware
+  // concurrency); larger than NumWorkers() when threads could not start.
+  int RequestedWorkers() const { return requested_workers_; }
   void ParallelFor(int64_t num_tasks,
                    const std::function<void(int64_t task, int worker)>& fn);
 
@@ -58,7 +73,8 @@ class ThreadPool {
   void WorkerLoop(int worker);
   void RunTasks(int worker, uint64_t gen);
 
-  int num_workers_;
+  int num_workers_ = 1;
+  int requested_workers_ = 1;
   std::vector<std::thread> threads_;
   std::mutex call_mu_;  // serialises ParallelFor calls
   std::mutex mu_;
@@ -77,8 +93,23 @@ class ThreadPool {
 // How long (microseconds) an idle worker spins before blocking.
 inline constexpr int kSpinMicros = 200;
 
-// Process-wide default pool, sized by ATTNFLOW_NUM_THREADS or hardware
-// concurrency. Created on first use.
+// Most workers one pool runs (a larger request, e.g. ATTNFLOW_NUM_THREADS=
+// 1000000, is capped here instead of creating threads until the system
+// refuses).
+inline constexpr int kMaxPoolThreads = 1024;
+
+// Called at most once per installed handler (so once per process in the
+// CLI), with one line saying how many workers a pool asked for, how many
+// run and why (the system's error, the cap, or an unusable
+// ATTNFLOW_NUM_THREADS). nullptr (the default) reports nothing. The handler
+// must not create a ThreadPool.
+using ThreadWarningHandler = void (*)(const std::string& message);
+void SetThreadWarningHandler(ThreadWarningHandler handler);
+
+// Process-wide default pool, sized by ATTNFLOW_NUM_THREADS (a whole number;
+// 0 or unset: hardware concurrency; anything else unusable is reported through
+// the warning handler and treated as unset) or hardware concurrency. Created
+// on first use.
 ThreadPool& DefaultPool();
 
 }  // namespace attnflow

@@ -1,7 +1,8 @@
 // attnflow/trace.h — the attention player's data: run an input through the
-// frozen toy block or a real model with stage capture on, check it, and
-// export it (page JSON, the self-contained HTML player, safetensors, .npy,
-// CSV, PNG/SVG heatmaps). Prose, formats and the page: docs/player.md.
+// frozen toy block, a real model or one of the chapter's seeded systems
+// with stage capture on, and keep every stage (a Trace). What a Trace
+// becomes — the page JSON, the HTML player, the exports — is the player
+// layer's (attnflow/player.h). Prose, formats and the page: docs/player.md.
 //
 // Invariants:
 //  * A Trace holds every stage at full precision (float64 for the toy and the
@@ -10,19 +11,13 @@
 //    (docs/golden-format.md: q k v scores scaled masked weights lse heads_out
 //    concat out) plus the block-level names of attnflow/model.h (embed
 //    residual norm ffn block_out) and a few toy-only extras (tok_embed pos
-//    layer_in ffn_hidden residual2). Stages appear in TraceStageOrder().
+//    layer_in ffn_hidden residual2). Stages appear in TraceStageOrder(), the
+//    order of the page's stage table (src/player/stage_table.json).
 //  * The attention stages of a trace are the reference's own recorded stages
 //    (reference::Mha / reference::Sdpa with a StageRecorder, or a model's
 //    StageCapture, which runs the reference on the captured layer); nothing
 //    here re-derives softmax or masking.
-//  * The page JSON (format "attnflow-trace/1") drops the batch dimension and
-//    pools views longer than PageOptions::max_tokens (it says so in
-//    "view.note"); safetensors, .npy and CSV exports are never pooled.
-//  * Readers of page JSON validate everything (it comes from outside):
-//    a malformed, truncated or inconsistent file is kCorrupt with a message
-//    naming the file, the byte offset or the field.
-//  * Every file is written atomically (WriteFileAtomic); no exception
-//    escapes; errors are Status values.
+//  * No exception escapes; errors are Status values.
 #pragma once
 
 #include <cstdint>
@@ -32,6 +27,7 @@
 #include <vector>
 
 #include "attnflow/attention.h"
+#include "attnflow/image.h"
 #include "attnflow/model.h"
 #include "attnflow/nn.h"
 #include "attnflow/nn_align.h"
@@ -42,15 +38,16 @@
 
 namespace attnflow::trace {
 
-constexpr const char* kTraceFormatV1 = "attnflow-trace/1";
-// Above this many tokens the page pools its L×L and token views (128: a
-// 512-token SmolLM2 page stays under 8 MB; docs/cli.md, "Size").
-constexpr int64_t kDefaultPageTokens = 128;
-
 struct TraceToken {
   int32_t id = 0;
-  std::string text;
+  std::string text;   // the vocabulary string (byte-level BPE spells " cat" as "Ġcat")
+  std::string bytes;  // what it spells (Tokenizer::TokenBytes); empty: the same as text
 };
+// A token as people read it (the CLI's summaries): its bytes (text when
+// empty), a space shown as ␣, a newline as ↵, a tab as ⇥ (the page's
+// convention), control bytes and invalid UTF-8 (a partial byte-level piece)
+// as \xNN.
+std::string ShownToken(const TraceToken& t);
 
 struct NamedTensor {
   std::string name;
@@ -146,6 +143,7 @@ struct Trace {
 // tok_embed pos embed layer_in q k v scores scaled masked weights lse
 // heads_out concat out residual norm ffn_norm ffn_hidden ffn residual2
 // block_out ("norm"/"ffn_norm": a pre-norm model's attention / FFN input norm)
+// — the stages of the page's stage table, in its order (a test checks it).
 const std::vector<std::string>& TraceStageOrder();
 
 // ---- the four-token toy (frozen inputs, shared with `attnflow demo`) -------
@@ -231,18 +229,6 @@ struct SeededVit {
 Result<SeededVit> MakeSeededVit(uint64_t seed);
 constexpr uint64_t kVitSeed = 20240611, kBahdanauSeed = 1409, kTransformerSeed = 1706;
 
-// An 8-bit RGB image.
-struct RgbImage {
-  int64_t width = 0, height = 0;
-  std::vector<uint8_t> rgb;  // height × width × 3
-};
-// Reads a PNG (libpng; any bit depth, palette, alpha dropped on white) or a
-// binary PPM (P6, maxval 1..65535). kInvalidArgument / kCorrupt naming the
-// file for a wrong magic, truncated data, zero size or a declared size over
-// kMaxImagePixels.
-constexpr int64_t kMaxImagePixels = int64_t{1} << 26;
-Result<RgbImage> ReadImageFile(const std::string& path);
-Result<RgbImage> DecodeImage(std::string_view bytes, const std::string& label);
 // Centre-crops to a square and resizes (box filter over the source pixels
 // each output pixel covers, area-weighted) to side × side.
 RgbImage CropResize(const RgbImage& in, int64_t side);
@@ -279,88 +265,5 @@ Result<SeededTransformer> MakeSeededTransformer(uint64_t seed);
 // The encoder–decoder Transformer on a toy translation pair. Stages: encoder
 // layer `layer`; views "enc_self", "dec_self" (causal), "cross" (Lt × Ls).
 Result<Trace> TraceTransformer(int64_t layer);
-
-// ---- page JSON, checks, the player -----------------------------------------
-struct PageOptions {
-  int64_t max_tokens = kDefaultPageTokens;  // pool views above this length
-  std::vector<int64_t> heads;               // query heads shown; empty = all
-  // Stage data as base64 little-endian floats with constant runs and
-  // cell-by-cell verified derivations ("enc"/"segs"/"b64"/"base" instead of
-  // "data"; see page_json.cc). Lossless: every value is the one the text form
-  // would hold. Used for the HTML page (about 5 times smaller); --json keeps
-  // the plain "data" arrays.
-  bool compact = false;
-  // Views (Trace::views) pool above this many rows/cols (all layers of a long
-  // input would otherwise dominate the page).
-  int64_t max_view_tokens = 64;
-};
-Result<std::string> TraceToJson(const Trace& trace, const PageOptions& opt);
-// A batch's page: the first trace's page JSON with "batch.pages" holding
-// every other sentence's page JSON and null for the first (the top level is
-// its page, so each sentence is stored once; the player's sentence picker
-// switches between them). traces = TraceEncoderBatch's result.
-Result<std::string> BatchToJson(const std::vector<Trace>& traces, const PageOptions& opt);
-
-enum class CheckState { kPass, kFail, kSkip };
-struct TraceCheck {
-  std::string name;
-  CheckState state = CheckState::kSkip;
-  std::string detail;
-};
-// What a valid page JSON holds, and the numeric checks the page's panel
-// also runs (rows sum to one, masked and future weights are zero, ...).
-struct TraceSummary {
-  std::string source, model;
-  int64_t num_tokens = 0, num_heads_shown = 0, decode_steps = 0;
-  int64_t pool = 1;  // 1 = full resolution
-  std::string note;  // the page's "view.note" (pooling), may be empty
-  std::vector<TraceCheck> checks;
-  struct View {
-    std::string id, kind;
-    int64_t num_layers = 0, num_heads = 0, rows = 0, cols = 0, pool = 1;
-    int64_t data_rows = 0, data_cols = 0;
-    std::vector<double> data;  // [layers, heads, data_rows, data_cols], as on the page
-  };
-  std::vector<View> views;
-  bool all_pass() const;
-};
-// kCorrupt (label, byte offset or field) for anything malformed.
-Result<TraceSummary> ReadTraceJson(std::string_view json,
-                                   const std::string& label);
-Result<TraceSummary> ReadTraceJsonFile(const std::string& path);
-
-// The player page (web/player.html, embedded at build time) with the trace
-// JSON inlined: one self-contained file, no network access.
-std::string_view PlayerTemplate();
-Result<std::string> RenderPlayerHtml(std::string_view trace_json);
-
-// ---- exports ------------------------------------------------------------------
-Status WriteTextFile(const std::string& path, std::string_view text);
-// All stages (full precision) under their golden names, decode steps as
-// "decode.<s>.<stage>", the toy's inputs, and metadata (format, kind, causal,
-// scale, num_heads, ..., tokens as JSON).
-Status WriteTraceSafetensors(const std::string& path, const Trace& trace);
-// One NumPy .npy per stage ("<stage>.npy", "decode.<s>.<stage>.npy") plus
-// token_ids.npy; the directory is created if missing. `written` (optional)
-// receives the paths.
-Status WriteTraceNpy(const std::string& dir, const Trace& trace,
-                     std::vector<std::string>* written);
-// Spreadsheet CSVs: "<stage>_h<h>.csv" (query × key, or token × dim per head),
-// "<stage>.csv" (token × dim), decode rows "decode_<stage>_h<h>.csv".
-Status WriteTraceCsv(const std::string& dir, const Trace& trace,
-                     const std::vector<int64_t>& heads,
-                     std::vector<std::string>* written);
-enum class ImageFormat { kPng, kSvg };
-// Heatmaps of scores, masked and weights per head (+ decode weights rows):
-// "<stage>_h<h>.png|svg". Masked cells are hatched grey, not dark.
-Status WriteTraceHeatmaps(const std::string& dir, const Trace& trace,
-                          const std::vector<int64_t>& heads, ImageFormat format,
-                          std::vector<std::string>* written);
-
-// Low-level encoders (tested on their own).
-// RGB8 image -> PNG bytes (stored deflate blocks, CRC-32, Adler-32).
-Result<std::string> EncodePng(int64_t width, int64_t height,
-                              const std::vector<uint8_t>& rgb);
-// (.npy files are written by the one encoder, attnflow/npy.h EncodeNpy.)
 
 }  // namespace attnflow::trace

@@ -5,8 +5,12 @@
  * ticks-per-instruction factor is calibrated with a loop of known length
  * (docs/edge.md). Each kernel runs once on L=128, D=64, 4 heads, causal
  * top_left (B=1, Hkv=4); a naive three-pass C version with a full score row
- * runs on the same data. Prints one "BENCH name instr macs arena" line per
- * kernel. Inputs are deterministic pseudo-random. */
+ * runs on the same data; then the option paths on the same problem: an
+ * all-true bool mask [L, L] (the per-key mask work, no key hidden), a
+ * sliding window of 64 keys (window_left = 63) and ALiBi. Prints one
+ * "BENCH name instr N macs M instr_per_mac X arena A" line per kernel; M
+ * counts the useful MACs (Q.K and P.V over the visible keys only). Inputs are
+ * deterministic pseudo-random. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -18,7 +22,10 @@
 #define H 4
 
 static float qf[H * L * D], kf[H * L * D], vf[H * L * D], of[H * L * D];
-static int8_t q8[H * L * D], k8[H * L * D], v8[H * L * D], o8[H * L * D];
+static uint8_t mask_all[L * L];
+static float slopes[H] = {0.25f, 0.0625f, 0.015625f, 0.00390625f};
+static int32_t slopes8[H];
+static int8_t q8[H * L * D], k8[H * L * D], v8[H * L * D], o8[H * L * D], v8t[H * L * D];
 static uint32_t arena[4096];
 
 #if defined(__riscv)
@@ -107,8 +114,9 @@ static void naive_s8(int8_t* out, const int8_t* q, const int8_t* k, const int8_t
     }
 }
 
+static uint32_t g_macs = 2u * D * H * (L * (L + 1) / 2);
 static void report(const char* name, uint32_t instr, uint32_t arena_bytes) {
-  const uint32_t macs = 2u * D * H * (L * (L + 1) / 2);
+  const uint32_t macs = g_macs;
   printf("BENCH %-10s instr %10lu macs %8lu instr_per_mac %d.%02d arena %lu\n", name,
          (unsigned long)instr, (unsigned long)macs, (int)(instr / macs),
          (int)((instr % macs) * 100u / macs), (unsigned long)arena_bytes);
@@ -169,5 +177,63 @@ int main(void) {
   naive_s8(o8, q8, k8, v8, &p);
   c1 = counter();
   report("naive_s8", INSTR(c0, c1), (uint32_t)(sizeof row_i + D * 4));
+  {
+    /* The option paths on the same problem. */
+    af_sdpa_opts mo = AF_SDPA_OPTS_INIT, wo = AF_SDPA_OPTS_INIT, ao = AF_SDPA_OPTS_INIT;
+    uint32_t wm = 0;
+    memset(mask_all, 1, sizeof mask_all);
+    mo.mask_type = AF_MASK_BOOL;
+    mo.mask = mask_all;
+    mo.mask_shape[2] = L;
+    mo.mask_shape[3] = L;
+    wo.window_left = 63;
+    for (i = 0; i < L; ++i) wm += (uint32_t)(i < 64 ? i + 1 : 64);
+    if (af_s8_alibi_prepare(slopes8, slopes, H, &sq, &sk, 1, scale) != AF_OK) return 4;
+#ifndef BENCH_SKIP_F32
+    ao.alibi_slopes = slopes;
+    c0 = counter();
+    if (af_sdpa_f32_ex(of, 0, qf, kf, vf, 0, scale, &s, &mo, arena, sizeof arena) != AF_OK) return 5;
+    c1 = counter();
+    report("kit_f32_mask", INSTR(c0, c1), (uint32_t)af_sdpa_f32_workspace_bytes(&s));
+    c0 = counter();
+    if (af_sdpa_f32_ex(of, 0, qf, kf, vf, 0, scale, &s, &ao, arena, sizeof arena) != AF_OK) return 6;
+    c1 = counter();
+    report("kit_f32_alibi", INSTR(c0, c1), (uint32_t)af_sdpa_f32_workspace_bytes(&s));
+    g_macs = 2u * D * H * wm;
+    c0 = counter();
+    if (af_sdpa_f32_ex(of, 0, qf, kf, vf, 0, scale, &s, &wo, arena, sizeof arena) != AF_OK) return 7;
+    c1 = counter();
+    report("kit_f32_win", INSTR(c0, c1), (uint32_t)af_sdpa_f32_workspace_bytes(&s));
+    g_macs = 2u * D * H * (L * (L + 1) / 2);
+#endif
+    ao.alibi_slopes = 0;
+    ao.alibi_s8 = slopes8;
+    {
+      /* V in the column layout (AF_V_COLS: [H, D, L]), the int8 cache's. */
+      af_sdpa_opts co = AF_SDPA_OPTS_INIT;
+      int hh, jj, dd;
+      for (hh = 0; hh < H; ++hh)
+        for (jj = 0; jj < L; ++jj)
+          for (dd = 0; dd < D; ++dd) v8t[(hh * D + dd) * L + jj] = v8[(hh * L + jj) * D + dd];
+      co.v_layout = AF_V_COLS;
+      c0 = counter();
+      if (af_sdpa_s8_ex(o8, q8, k8, v8t, 0, &p, &s, &co, arena, sizeof arena) != AF_OK) return 11;
+      c1 = counter();
+      report("kit_s8_cols", INSTR(c0, c1), (uint32_t)af_sdpa_s8_workspace_bytes(&s));
+    }
+    c0 = counter();
+    if (af_sdpa_s8_ex(o8, q8, k8, v8, 0, &p, &s, &mo, arena, sizeof arena) != AF_OK) return 8;
+    c1 = counter();
+    report("kit_s8_mask", INSTR(c0, c1), (uint32_t)af_sdpa_s8_workspace_bytes(&s));
+    c0 = counter();
+    if (af_sdpa_s8_ex(o8, q8, k8, v8, 0, &p, &s, &ao, arena, sizeof arena) != AF_OK) return 9;
+    c1 = counter();
+    report("kit_s8_alibi", INSTR(c0, c1), (uint32_t)af_sdpa_s8_workspace_bytes(&s));
+    g_macs = 2u * D * H * wm;
+    c0 = counter();
+    if (af_sdpa_s8_ex(o8, q8, k8, v8, 0, &p, &s, &wo, arena, sizeof arena) != AF_OK) return 10;
+    c1 = counter();
+    report("kit_s8_win", INSTR(c0, c1), (uint32_t)af_sdpa_s8_workspace_bytes(&s));
+  }
   return 0;
 }

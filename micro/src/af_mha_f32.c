@@ -1,7 +1,8 @@
 /* af_mha_f32.c — multi-head attention with projections (f32) for the micro
  * library (include/attnflow/micro.h): projections, head split, the streaming
- * SDPA of af_sdpa_f32, concat and output projection, one batch element at a
- * time so the arena holds O(L*E) activations of one sequence only.
+ * SDPA of af_sdpa_f32_ex (masks, ALiBi, windows: the batch element's slice of
+ * the mask), concat and output projection, one batch element at a time so
+ * the arena holds O(L*E) activations of one sequence only.
  * Invariants: no heap; fp32 accumulation in input-feature order; shapes
  * validated before anything is written; optional stage outputs for golden
  * checks. */
@@ -9,36 +10,19 @@
 
 #include "af_internal.h"
 
-static af_status af_mha_check(const af_mha_shape* s, af_sdpa_shape* sd) {
-  int32_t dh;
-  if (s == NULL) return AF_ERR_NULL;
-  if (s->batch < 0 || s->q_len < 0 || s->kv_len < 0 || s->embed < 1 || s->num_heads < 1 ||
-      s->num_kv_heads < 1 || s->embed > AF_MAX_DIM || s->num_heads > s->embed)
-    return AF_ERR_SHAPE;
-  if (s->embed % s->num_heads != 0 || s->num_heads % s->num_kv_heads != 0) return AF_ERR_SHAPE;
-  dh = s->embed / s->num_heads;
-  sd->batch = 1;
-  sd->num_heads = s->num_heads;
-  sd->num_kv_heads = s->num_kv_heads;
-  sd->q_len = s->q_len;
-  sd->kv_len = s->kv_len;
-  sd->head_dim = dh;
-  sd->v_dim = dh;
-  sd->causal = s->causal;
-  if ((uint64_t)(s->q_len > s->kv_len ? s->q_len : s->kv_len) * (uint64_t)s->embed *
-          (uint64_t)(s->batch > 0 ? s->batch : 1) >= ((uint64_t)1 << 31))
-    return AF_ERR_SHAPE;
-  return af_sdpa_check_shape(sd);
-}
-
 size_t af_mha_f32_workspace_bytes(const af_mha_shape* s) {
   af_sdpa_shape sd;
-  size_t n;
-  if (af_mha_check(s, &sd) != AF_OK) return 0;
-  /* q + heads_out [H*Lq*Dh each], k + v [Hkv*Lk*Dh each], one concat row. */
-  n = (size_t)2 * s->q_len * s->embed + (size_t)2 * s->kv_len * s->num_kv_heads * sd.head_dim +
-      (size_t)s->embed + (size_t)s->num_heads * s->q_len;
-  return n * sizeof(float) + AF_ALIGN4(af_sdpa_f32_workspace_bytes(&sd));
+  uint64_t n;
+  if (af_mha_check_shape(s, &sd) != AF_OK) return 0;
+  /* q + heads_out [H*Lq*Dh each], k + v [Hkv*Lk*Dh each], one concat row,
+   * the lse of one sequence; in 64 bits so it cannot wrap on a 32-bit
+   * size_t (0 = does not fit the address space). */
+  n = (uint64_t)2 * s->q_len * s->embed +
+      (uint64_t)2 * s->kv_len * s->num_kv_heads * sd.head_dim + (uint64_t)s->embed +
+      (uint64_t)s->num_heads * s->q_len;
+  n = n * sizeof(float) + AF_ALIGN4(af_sdpa_f32_workspace_bytes(&sd));
+  if (n > (uint64_t)(size_t)-1 || n >= ((uint64_t)1 << 32)) return 0;
+  return (size_t)n;
 }
 
 /* y[rows, H_, L, Dh] (head-major) = x [L, E] . w^T + b for `rows` output
@@ -57,22 +41,32 @@ static void af_project_heads(float* y, const float* x, const float* w, const flo
   }
 }
 
-af_status af_mha_f32(float* out, const float* x_q, const float* x_k, const float* x_v,
-                     const int32_t* kv_lens, const af_mha_weights_f32* w, float scale,
-                     const af_mha_shape* s, void* arena, size_t arena_bytes,
-                     const af_mha_stages_f32* stages) {
+af_status af_mha_f32_ex(float* out, const float* x_q, const float* x_k, const float* x_v,
+                        const int32_t* kv_lens, const af_mha_weights_f32* w, float scale,
+                        const af_mha_shape* s, const af_sdpa_opts* o, void* arena,
+                        size_t arena_bytes, const af_mha_stages_f32* stages) {
   af_sdpa_shape sd;
-  af_status st = af_mha_check(s, &sd);
+  af_status st = af_mha_check_shape(s, &sd);
+  size_t ws;
   int32_t b;
   if (st != AF_OK) return st;
   if (out == NULL || x_q == NULL || x_k == NULL || x_v == NULL || w == NULL || w->w_q == NULL ||
       w->w_k == NULL || w->w_v == NULL || w->w_o == NULL || arena == NULL)
     return AF_ERR_NULL;
+  if (!af_aligned(out, 4) || !af_aligned(x_q, 4) || !af_aligned(x_k, 4) ||
+      !af_aligned(x_v, 4) || !af_aligned(kv_lens, 4) || !af_aligned(w->w_q, 4) ||
+      !af_aligned(w->w_k, 4) || !af_aligned(w->w_v, 4) || !af_aligned(w->w_o, 4) ||
+      !af_aligned(w->b_q, 4) || !af_aligned(w->b_k, 4) || !af_aligned(w->b_v, 4) ||
+      !af_aligned(w->b_o, 4))
+    return AF_ERR_ALIGN;
+  if (stages && (!af_aligned(stages->q, 4) || !af_aligned(stages->k, 4) ||
+                 !af_aligned(stages->v, 4) || !af_aligned(stages->lse, 4) ||
+                 !af_aligned(stages->heads_out, 4) || !af_aligned(stages->concat, 4)))
+    return AF_ERR_ALIGN;
   if (!(scale > 0.f && scale <= 3.0e38f)) return AF_ERR_PARAM;
-  if (kv_lens)
-    for (b = 0; b < s->batch; ++b)
-      if (kv_lens[b] < 0 || kv_lens[b] > s->kv_len) return AF_ERR_PARAM;
-  if (arena_bytes < af_mha_f32_workspace_bytes(s) || ((uintptr_t)arena & 3u)) return AF_ERR_ARENA;
+  if ((st = af_mha_check_call(s, &sd, kv_lens, o, 0)) != AF_OK) return st;
+  ws = af_mha_f32_workspace_bytes(s);
+  if (ws == 0 || arena_bytes < ws || ((uintptr_t)arena & 3u)) return AF_ERR_ARENA;
   {
     const int32_t E = s->embed, H = s->num_heads, Hkv = s->num_kv_heads, dh = sd.head_dim;
     const int32_t Lq = s->q_len, Lk = s->kv_len, Ekv = Hkv * dh;
@@ -87,10 +81,13 @@ af_status af_mha_f32(float* out, const float* x_q, const float* x_k, const float
     const size_t sa_bytes = af_sdpa_f32_workspace_bytes(&sd);
     for (b = 0; b < s->batch; ++b) {
       int32_t i, f, h;
+      af_sdpa_opts ob;
+      if (o != NULL) af_mha_seq_opts(&ob, o, b); /* its slice of the mask */
       af_project_heads(qh, x_q + (size_t)b * Lq * E, w->w_q, w->b_q, Lq, E, E, dh);
       af_project_heads(kh, x_k + (size_t)b * Lk * E, w->w_k, w->b_k, Lk, E, Ekv, dh);
       af_project_heads(vh, x_v + (size_t)b * Lk * E, w->w_v, w->b_v, Lk, E, Ekv, dh);
-      st = af_sdpa_f32(oh, lse, qh, kh, vh, kv_lens ? kv_lens + b : NULL, scale, &sd, sa, sa_bytes);
+      st = af_sdpa_f32_ex(oh, lse, qh, kh, vh, kv_lens ? kv_lens + b : NULL, scale, &sd,
+                          o ? &ob : NULL, sa, sa_bytes);
       if (st != AF_OK) return st;
       if (stages) {
         if (stages->q) memcpy(stages->q + (size_t)b * nq, qh, nq * sizeof(float));
@@ -100,7 +97,7 @@ af_status af_mha_f32(float* out, const float* x_q, const float* x_k, const float
         if (stages->heads_out) memcpy(stages->heads_out + (size_t)b * nq, oh, nq * sizeof(float));
       }
       for (i = 0; i < Lq; ++i) {
-        float* o = out + ((size_t)b * Lq + i) * E;
+        float* o_row = out + ((size_t)b * Lq + i) * E;
         for (h = 0; h < H; ++h)
           memcpy(row + (size_t)h * dh, oh + ((size_t)h * Lq + i) * dh, (size_t)dh * sizeof(float));
         if (stages && stages->concat)
@@ -110,10 +107,18 @@ af_status af_mha_f32(float* out, const float* x_q, const float* x_k, const float
           float acc = w->b_o ? w->b_o[f] : 0.f;
           int32_t e;
           for (e = 0; e < E; ++e) acc += row[e] * wr[e];
-          o[f] = acc;
+          o_row[f] = acc;
         }
       }
     }
   }
   return AF_OK;
+}
+
+af_status af_mha_f32(float* out, const float* x_q, const float* x_k, const float* x_v,
+                     const int32_t* kv_lens, const af_mha_weights_f32* w, float scale,
+                     const af_mha_shape* s, void* arena, size_t arena_bytes,
+                     const af_mha_stages_f32* stages) {
+  return af_mha_f32_ex(out, x_q, x_k, x_v, kv_lens, w, scale, s, NULL, arena, arena_bytes,
+                       stages);
 }

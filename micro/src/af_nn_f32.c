@@ -1,6 +1,7 @@
 /* af_nn_f32.c — the f32 building blocks of a transformer block for the micro
  * library (include/attnflow/micro.h): LayerNorm, RMSNorm, linear layer,
- * ReLU, residual add. No heap; fp32 accumulation in index order; outputs may
+ * ReLU, residual add, RoPE (both layouts) and its table, SiLU, GELU,
+ * SwiGLU. No heap; fp32 accumulation in index order; outputs may
  * alias inputs only where stated. */
 #include <math.h>
 
@@ -11,6 +12,8 @@ af_status af_layernorm_f32(float* y, const float* x, const float* w, const float
   float mean = 0.f, var = 0.f, inv;
   int32_t i;
   if (y == NULL || x == NULL) return AF_ERR_NULL;
+  if (!af_aligned(y, 4) || !af_aligned(x, 4) || !af_aligned(w, 4) || !af_aligned(b, 4))
+    return AF_ERR_ALIGN;
   if (n < 1) return AF_ERR_SHAPE;
   if (!(eps > 0.f)) return AF_ERR_PARAM;
   for (i = 0; i < n; ++i) mean += x[i];
@@ -29,6 +32,7 @@ af_status af_rmsnorm_f32(float* y, const float* x, const float* w, int32_t n, fl
   float ss = 0.f, inv;
   int32_t i;
   if (y == NULL || x == NULL) return AF_ERR_NULL;
+  if (!af_aligned(y, 4) || !af_aligned(x, 4) || !af_aligned(w, 4)) return AF_ERR_ALIGN;
   if (n < 1) return AF_ERR_SHAPE;
   if (!(eps > 0.f)) return AF_ERR_PARAM;
   for (i = 0; i < n; ++i) ss += x[i] * x[i];
@@ -41,6 +45,8 @@ af_status af_linear_f32(float* y, const float* x, const float* w, const float* b
                         int32_t out) {
   int32_t o, i;
   if (y == NULL || x == NULL || w == NULL) return AF_ERR_NULL;
+  if (!af_aligned(y, 4) || !af_aligned(x, 4) || !af_aligned(w, 4) || !af_aligned(b, 4))
+    return AF_ERR_ALIGN;
   if (in < 1 || out < 1 || (uint64_t)in * (uint64_t)out >= ((uint64_t)1 << 31)) return AF_ERR_SHAPE;
   if (y == x) return AF_ERR_PARAM; /* y must not alias x */
   for (o = 0; o < out; ++o) {
@@ -52,13 +58,96 @@ af_status af_linear_f32(float* y, const float* x, const float* w, const float* b
   return AF_OK;
 }
 
-void af_relu_f32(float* x, int32_t n) {
+af_status af_relu_f32(float* x, int32_t n) {
   int32_t i;
+  if (x == NULL) return AF_ERR_NULL;
+  if (!af_aligned(x, 4)) return AF_ERR_ALIGN;
+  if (n < 0) return AF_ERR_SHAPE;
   for (i = 0; i < n; ++i)
     if (x[i] < 0.f) x[i] = 0.f;
+  return AF_OK;
 }
 
-void af_add_f32(float* y, const float* x, int32_t n) {
+af_status af_add_f32(float* y, const float* x, int32_t n) {
   int32_t i;
+  if (y == NULL || x == NULL) return AF_ERR_NULL;
+  if (!af_aligned(y, 4) || !af_aligned(x, 4)) return AF_ERR_ALIGN;
+  if (n < 0) return AF_ERR_SHAPE;
   for (i = 0; i < n; ++i) y[i] += x[i];
+  return AF_OK;
+}
+
+/* ------------------------------------------------ RoPE and activations --- */
+
+af_status af_rope_f32(float* x, int32_t num_heads, int32_t head_dim, const float* cos_t,
+                      const float* sin_t, af_rope_layout layout) {
+  int32_t h, i;
+  if (x == NULL || cos_t == NULL || sin_t == NULL) return AF_ERR_NULL;
+  if (!af_aligned(x, 4) || !af_aligned(cos_t, 4) || !af_aligned(sin_t, 4)) return AF_ERR_ALIGN;
+  if (num_heads < 1 || head_dim < 2 || head_dim % 2 || num_heads > AF_MAX_DIM ||
+      head_dim > AF_MAX_DIM || (uint64_t)num_heads * (uint64_t)head_dim >= ((uint64_t)1 << 31))
+    return AF_ERR_SHAPE;
+  if (layout != AF_ROPE_HALF && layout != AF_ROPE_INTERLEAVED) return AF_ERR_PARAM;
+  for (h = 0; h < num_heads; ++h) {
+    float* xh = x + (size_t)h * head_dim;
+    for (i = 0; i < head_dim / 2; ++i) {
+      float* a = layout == AF_ROPE_HALF ? xh + i : xh + 2 * i;
+      float* b = layout == AF_ROPE_HALF ? xh + i + head_dim / 2 : xh + 2 * i + 1;
+      const float u = *a, v = *b;
+      *a = u * cos_t[i] - v * sin_t[i];
+      *b = u * sin_t[i] + v * cos_t[i];
+    }
+  }
+  return AF_OK;
+}
+
+af_status af_rope_table_f32(float* cos_t, float* sin_t, int32_t pos, int32_t head_dim,
+                            double theta) {
+  int32_t i;
+  if (cos_t == NULL || sin_t == NULL) return AF_ERR_NULL;
+  if (head_dim < 2 || head_dim % 2 || head_dim > AF_MAX_DIM || pos < 0) return AF_ERR_SHAPE;
+  if (!(theta > 1.0) || !(theta < 1e300)) return AF_ERR_PARAM;
+  for (i = 0; i < head_dim / 2; ++i) {
+    /* theta_i = pos * theta^(-2i/D), as HF transformers' inv_freq */
+    const double ang = (double)pos * pow(theta, -2.0 * i / head_dim);
+    cos_t[i] = (float)cos(ang);
+    sin_t[i] = (float)sin(ang);
+  }
+  return AF_OK;
+}
+
+/* sigmoid(x) without overflow: e = exp(-|x|) <= 1. */
+static float af_sigmoid(float x) {
+  const float e = expf(x < 0.f ? x : -x);
+  return x < 0.f ? e / (1.f + e) : 1.f / (1.f + e);
+}
+
+af_status af_silu_f32(float* x, int32_t n) {
+  int32_t i;
+  if (x == NULL) return AF_ERR_NULL;
+  if (!af_aligned(x, 4)) return AF_ERR_ALIGN;
+  if (n < 0) return AF_ERR_SHAPE;
+  for (i = 0; i < n; ++i) x[i] = x[i] * af_sigmoid(x[i]);
+  return AF_OK;
+}
+
+af_status af_gelu_f32(float* x, int32_t n) {
+  int32_t i;
+  if (x == NULL) return AF_ERR_NULL;
+  if (!af_aligned(x, 4)) return AF_ERR_ALIGN;
+  if (n < 0) return AF_ERR_SHAPE;
+  for (i = 0; i < n; ++i) x[i] = 0.5f * x[i] * (1.f + erff(x[i] * 0.70710678118654752f));
+  return AF_OK;
+}
+
+af_status af_swiglu_f32(float* out, const float* gate, const float* up, int32_t n) {
+  int32_t i;
+  if (out == NULL || gate == NULL || up == NULL) return AF_ERR_NULL;
+  if (!af_aligned(out, 4) || !af_aligned(gate, 4) || !af_aligned(up, 4)) return AF_ERR_ALIGN;
+  if (n < 0) return AF_ERR_SHAPE;
+  for (i = 0; i < n; ++i) {
+    const float g = gate[i];
+    out[i] = g * af_sigmoid(g) * up[i];
+  }
+  return AF_OK;
 }

@@ -1,7 +1,9 @@
 /* af_quant.c — preparation of the int8 parameters (include/attnflow/micro.h):
- * real scales -> fixed-point multipliers. This is the ONLY micro source that
- * uses floating point; run it on the host or once at start-up. The kernels in
- * af_sdpa_s8.c consume the integer results only. */
+ * real scales -> fixed-point multipliers (exp and output multipliers), ALiBi
+ * slopes and additive float masks -> raw-score units. It is the only source
+ * of the int8 path that uses floating point; run it on the host or once at
+ * start-up. The kernels in af_sdpa_s8.c and af_nn_s8.c consume the integer
+ * results only. */
 #include <math.h>
 
 #include "af_internal.h"
@@ -63,6 +65,107 @@ af_status af_s8_prepare(af_s8_params* p, const float* sq, const float* sk,
     }
     st = af_quantize_multiplier(&p->out_mult[h], (double)sv[h] / so[h]);
     if (st != AF_OK) return st;
+  }
+  return AF_OK;
+}
+
+af_status af_s8_alibi_prepare(int32_t* alibi_s8, const float* slopes, int32_t num_heads,
+                              const float* sq, const float* sk, int32_t n, float scale) {
+  int32_t h;
+  if (alibi_s8 == NULL || slopes == NULL || sq == NULL || sk == NULL) return AF_ERR_NULL;
+  if (num_heads < 1 || num_heads > AF_MAX_DIM || !(n == 1 || n == num_heads)) return AF_ERR_PARAM;
+  if (!(scale > 0.f) || !isfinite(scale)) return AF_ERR_PARAM;
+  for (h = 0; h < num_heads; ++h) {
+    const int32_t sh = n == 1 ? 0 : h;
+    double unit, v;
+    if (!(sq[sh] > 0.f) || !(sk[sh] > 0.f) || !isfinite(sq[sh]) || !isfinite(sk[sh]))
+      return AF_ERR_PARAM;
+    if (!(slopes[h] >= 0.f) || !isfinite(slopes[h])) return AF_ERR_PARAM;
+    unit = (double)sq[sh] * sk[sh] * scale; /* one raw-score unit, in scaled-score units */
+    v = (double)slopes[h] / unit * 256.0;
+    if (!(v < 2147483647.0)) return AF_ERR_PARAM;
+    alibi_s8[h] = (int32_t)llround(v);
+  }
+  return AF_OK;
+}
+
+af_status af_s8_mask_prepare(int32_t* out, const float* mask, int32_t count, float sq, float sk,
+                             float scale) {
+  int32_t i;
+  double unit;
+  if (out == NULL || mask == NULL) return AF_ERR_NULL;
+  if (count < 0) return AF_ERR_SHAPE;
+  if (!(sq > 0.f) || !(sk > 0.f) || !(scale > 0.f) || !isfinite(sq) || !isfinite(sk) ||
+      !isfinite(scale))
+    return AF_ERR_PARAM;
+  unit = (double)sq * sk * scale;
+  for (i = 0; i < count; ++i) {
+    const float m = mask[i];
+    double v;
+    if (m == -INFINITY) {
+      out[i] = AF_S8_MASKED;
+      continue;
+    }
+    if (!(m < INFINITY)) return AF_ERR_PARAM; /* NaN or +inf */
+    v = (double)m / unit;
+    v = v < -1073741824.0 ? -1073741824.0 : (v > 1073741824.0 ? 1073741824.0 : v);
+    out[i] = (int32_t)llround(v);
+  }
+  return AF_OK;
+}
+
+af_status af_rmsnorm_s8_fold(int32_t* g, int32_t* eps_int, const float* gamma, int32_t n,
+                             float s_x, float s_out, float eps) {
+  int32_t i;
+  double e;
+  if (g == NULL || eps_int == NULL || gamma == NULL) return AF_ERR_NULL;
+  if (n < 1 || n > 65536) return AF_ERR_SHAPE;
+  if (!(s_x > 0.f) || !(s_out > 0.f) || !isfinite(s_x) || !isfinite(s_out) || !(eps >= 0.f) ||
+      !isfinite(eps))
+    return AF_ERR_PARAM;
+  for (i = 0; i < n; ++i) {
+    const double v = (double)gamma[i] / s_out * 256.0;
+    if (!(v > -2147483647.0 && v < 2147483647.0)) return AF_ERR_PARAM;
+    g[i] = (int32_t)llround(v);
+  }
+  e = (double)eps / ((double)s_x * s_x);
+  if (!(e < 2147483647.0)) return AF_ERR_PARAM;
+  *eps_int = e < 1.0 ? 1 : (int32_t)llround(e);
+  return AF_OK;
+}
+
+af_status af_rope_table_s8(int16_t* cos_q15, int16_t* sin_q15, int32_t pos, int32_t head_dim,
+                           double theta) {
+  int32_t i;
+  if (cos_q15 == NULL || sin_q15 == NULL) return AF_ERR_NULL;
+  if (head_dim < 2 || head_dim % 2 || head_dim > AF_MAX_DIM || pos < 0) return AF_ERR_SHAPE;
+  if (!(theta > 1.0) || !(theta < 1e300)) return AF_ERR_PARAM;
+  for (i = 0; i < head_dim / 2; ++i) {
+    const double ang = (double)pos * pow(theta, -2.0 * i / head_dim);
+    const double c = cos(ang) * 32768.0, s = sin(ang) * 32768.0;
+    /* Q15, 1.0 saturated to 32767 */
+    cos_q15[i] = (int16_t)(c >= 32767.0 ? 32767 : (c <= -32768.0 ? -32768 : llround(c)));
+    sin_q15[i] = (int16_t)(s >= 32767.0 ? 32767 : (s <= -32768.0 ? -32768 : llround(s)));
+  }
+  return AF_OK;
+}
+
+af_status af_act_table_s8(int8_t* table, af_act act, float s_in, float s_out) {
+  int32_t i;
+  if (table == NULL) return AF_ERR_NULL;
+  if (!(s_in > 0.f) || !(s_out > 0.f) || !isfinite(s_in) || !isfinite(s_out)) return AF_ERR_PARAM;
+  if (act != AF_ACT_SILU && act != AF_ACT_GELU && act != AF_ACT_RELU) return AF_ERR_PARAM;
+  for (i = -128; i < 128; ++i) {
+    const double x = (double)i * s_in;
+    double y;
+    if (act == AF_ACT_SILU)
+      y = x / (1.0 + exp(-x));
+    else if (act == AF_ACT_GELU)
+      y = 0.5 * x * (1.0 + erf(x * 0.70710678118654752));
+    else
+      y = x > 0.0 ? x : 0.0;
+    y = floor(y / s_out + 0.5); /* round half up, as the integer path */
+    table[i + 128] = (int8_t)(y > 127.0 ? 127 : (y < -128.0 ? -128 : y));
   }
   return AF_OK;
 }

@@ -1,14 +1,20 @@
 /* af_sdpa_f32.c — f32 scaled dot-product attention for microcontrollers:
- * streaming over key tiles of AF_KEY_TILE with an online softmax, and a
- * decode step over a ring-buffer KV cache (include/attnflow/micro.h).
+ * streaming over key tiles of AF_KEY_TILE with an online softmax, masks,
+ * ALiBi and sliding windows (af_sdpa_opts), a per-row stage probe for golden
+ * checks, and a decode step over a ring-buffer KV cache
+ * (include/attnflow/micro.h).
  *
  * Invariants: no heap; the arena holds one tile of AF_KEY_TILE scores per
  * query row in flight (two rows are processed together), nothing
  * proportional to Lq*Lk or to a whole score row; each row accumulates
- * directly in its `out` row (which must not overlap the inputs). Keys outside a row's visible range are never read,
- * so masked keys cost nothing and no -inf arithmetic happens; a row with no
- * visible key writes zeros and lse = -inf. fp32 accumulation, in key order
- * (deterministic). */
+ * directly in its `out` row (which must not overlap the inputs). Keys outside
+ * a row's visible range [first, last] (causal, padding, window) are never
+ * read; keys a mask hides inside it get weight exactly 0 and a tile with no
+ * visible key changes nothing, so no -inf arithmetic reaches the running
+ * max; a row with no visible key writes zeros and lse = -inf. The plain path
+ * (no mask, no ALiBi) does no per-key work beyond q.k, exp and p.v. fp32
+ * accumulation, in key order (deterministic). af_sdpa_f32_probe uses the
+ * same dot product, scaling, bias and exp as the kernel. */
 #include <math.h>
 #include <string.h>
 
@@ -52,7 +58,7 @@ static float af_exp_neg(float x) {
   p = AF_FMA(p, r, 1.f);
   p = AF_FMA(p, r, 1.f);
   bits = (uint32_t)(n + 127) << 23; /* n >= -126 here */
-  memcpy(&scale, &bits, sizeof scale);
+  AF_COPY(&scale, &bits, sizeof scale);
   return p * scale;
 }
 
@@ -130,16 +136,59 @@ AF_INLINE void af_pv4_f32(float* acc, const float* p, const float* v, int32_t Dv
 #undef AF_PV_STEP
 }
 
-/* One tile of raw scores (t_n >= 1) of one row: scale, raise the max
- * (rescaling acc and l), scores -> exp weights in place, l += sum. */
+/* Test-only mutation hooks (tools/edge/run_edge.sh builds the library with
+ * one of them to prove the device harness names the stage a planted bug
+ * breaks first: 'scaled' for a wrong scale, 'masked' for an inverted bool
+ * mask). Never defined in a real build. */
+#ifdef AF_TEST_PLANT_SCALE_BUG
+#define AF_SCALE(s) ((s) * 1.03125f)
+#else
+#define AF_SCALE(s) (s)
+#endif
+#ifdef AF_TEST_PLANT_MASK_BUG
+#define AF_BOOL_HIDES(m) ((m) != 0)
+#else
+#define AF_BOOL_HIDES(m) ((m) == 0)
+#endif
+
+/* Per-key work of a masked / ALiBi row on scaled scores x[0..t_n) of keys
+ * j0 ..: a hidden key becomes -INFINITY, else the additive mask and then the
+ * ALiBi bias are added (the reference's order: scaled + mask + ALiBi). */
+static void af_bias_f32(float* x, int32_t t_n, const af_row_bias* rb, int32_t j0) {
+  int32_t t;
+  for (t = 0; t < t_n; ++t) {
+    const int32_t j = j0 + t;
+    float y = x[t];
+    if (rb->kind & AF_BIAS_BOOL) {
+      if (AF_BOOL_HIDES(((const uint8_t*)rb->mrow)[(size_t)j * rb->msj])) {
+        x[t] = -INFINITY;
+        continue;
+      }
+    } else if (rb->kind & AF_BIAS_F32) {
+      y += ((const float*)rb->mrow)[(size_t)j * rb->msj];
+    }
+    if (rb->kind & AF_BIAS_ALIBI) y += -rb->slope * (float)AF_ABS_DIST(rb->diag, j);
+    x[t] = y;
+  }
+}
+
+/* One tile of raw scores (t_n >= 1) of one row, keys j0 ..: scale, bias (rb
+ * NULL: none), raise the max (rescaling acc and l), scores -> exp weights in
+ * place, l += sum. A tile whose keys are all hidden leaves the row as it was
+ * (weights 0). */
 static void af_softmax_tile_f32(af_row_state* st, float* sbuf, int32_t t_n, float scale,
-                                int32_t Dv) {
+                                int32_t Dv, const af_row_bias* rb, int32_t j0) {
   float tmax, m_new;
   int32_t t;
-  for (t = 0; t < t_n; ++t) sbuf[t] *= scale;
+  for (t = 0; t < t_n; ++t) sbuf[t] *= AF_SCALE(scale);
+  if (rb != NULL) af_bias_f32(sbuf, t_n, rb, j0);
   tmax = sbuf[0];
   for (t = 1; t < t_n; ++t)
     if (sbuf[t] > tmax) tmax = sbuf[t];
+  if (!(tmax > -INFINITY)) { /* every key of the tile hidden */
+    for (t = 0; t < t_n; ++t) sbuf[t] = 0.f;
+    return;
+  }
   if (st->n == 0) {
     m_new = tmax;
   } else {
@@ -215,10 +264,11 @@ AF_INLINE void af_pv2x4_f32(float* acc, const float* p, const float* r, const fl
 }
 #undef AF_PV2_STEP
 
-/* Folds keys k[0..n) / v[0..n) (row strides D / Dv) into one row's state. */
+/* Folds keys k[0..n) / v[0..n) (row strides D / Dv; absolute index of k[0]
+ * is j_base) into one row's state. */
 AF_INLINE void af_row_update_impl(af_row_state* st, const float* q, const float* k,
-                                  const float* v, int32_t n, int32_t D, int32_t Dv,
-                                  float scale, float* sbuf) {
+                                  const float* v, int32_t j_base, int32_t n, int32_t D,
+                                  int32_t Dv, float scale, float* sbuf, const af_row_bias* rb) {
   int32_t j0, t;
   for (j0 = 0; j0 < n; j0 += AF_KEY_TILE) {
     const int32_t t_n = (n - j0) < AF_KEY_TILE ? (n - j0) : AF_KEY_TILE;
@@ -226,17 +276,18 @@ AF_INLINE void af_row_update_impl(af_row_state* st, const float* q, const float*
     const float* vt = v + (size_t)j0 * Dv;
     for (t = 0; t + 4 <= t_n; t += 4) af_qk4_f32(sbuf + t, q, kt + (size_t)t * D, D);
     for (; t < t_n; ++t) sbuf[t] = af_dot_f32(q, kt + (size_t)t * D, D);
-    af_softmax_tile_f32(st, sbuf, t_n, scale, Dv);
+    af_softmax_tile_f32(st, sbuf, t_n, scale, Dv, rb, j_base + j0);
     for (t = 0; t + 4 <= t_n; t += 4) af_pv4_f32(st->acc, sbuf + t, vt + (size_t)t * Dv, Dv);
     for (; t < t_n; ++t) af_axpy_f32(st->acc, sbuf[t], vt + (size_t)t * Dv, Dv);
   }
 }
 
 /* Two consecutive rows (q0, q0 + D; accumulators s0->acc, s0->acc + Dv) over
- * the same keys k[0..n). */
+ * the same keys k[0..n) (absolute index of k[0]: j_base). */
 AF_INLINE void af_rows2_update_impl(af_row_state* s0, af_row_state* s1, const float* q,
-                                    const float* k, const float* v, int32_t n, int32_t D,
-                                    int32_t Dv, float scale, float* sb0, float* sb1) {
+                                    const float* k, const float* v, int32_t j_base, int32_t n,
+                                    int32_t D, int32_t Dv, float scale, float* sb0, float* sb1,
+                                    const af_row_bias* rb0, const af_row_bias* rb1) {
   int32_t j0, t;
   for (j0 = 0; j0 < n; j0 += AF_KEY_TILE) {
     const int32_t t_n = (n - j0) < AF_KEY_TILE ? (n - j0) : AF_KEY_TILE;
@@ -247,8 +298,8 @@ AF_INLINE void af_rows2_update_impl(af_row_state* s0, af_row_state* s1, const fl
       sb0[t] = af_dot_f32(q, kt + (size_t)t * D, D);
       sb1[t] = af_dot_f32(q + D, kt + (size_t)t * D, D);
     }
-    af_softmax_tile_f32(s0, sb0, t_n, scale, Dv);
-    af_softmax_tile_f32(s1, sb1, t_n, scale, Dv);
+    af_softmax_tile_f32(s0, sb0, t_n, scale, Dv, rb0, j_base + j0);
+    af_softmax_tile_f32(s1, sb1, t_n, scale, Dv, rb1, j_base + j0);
     for (t = 0; t + 4 <= t_n; t += 4)
       af_pv2x4_f32(s0->acc, sb0 + t, sb1 + t, vt + (size_t)t * Dv, Dv);
     for (; t < t_n; ++t) {
@@ -258,39 +309,57 @@ AF_INLINE void af_rows2_update_impl(af_row_state* s0, af_row_state* s1, const fl
   }
 }
 
-/* Rows i (n0 keys) and i+1 (n1 keys, or none when n1 < 0 means "no second
- * row"): common keys jointly, then each row's extra keys alone. */
+/* Rows i (keys [f0, l0]) and, when `two`, i+1 (keys [f1, l1]): the keys both
+ * see jointly (every K/V element loaded once serves two rows), then each
+ * row's other keys alone (at most two segments per row, visited by one loop
+ * so the single-row code exists once). rb0/rb1: the rows' per-key work or
+ * NULL. */
 AF_INLINE void af_pair_impl(af_row_state* s0, af_row_state* s1, const float* q, const float* k,
-                            const float* v, int32_t n0, int32_t n1, int32_t two, int32_t D,
-                            int32_t Dv, float scale, float* sb0, float* sb1) {
-  int32_t nc = 0;
+                            const float* v, int32_t f0, int32_t l0, int32_t f1, int32_t l1,
+                            int32_t two, int32_t D, int32_t Dv, float scale, float* sb0,
+                            float* sb1, const af_row_bias* rb0, const af_row_bias* rb1) {
+  int32_t from[4], to[4], rowsel[4], n = 0, x;
   if (two) {
-    nc = n0 < n1 ? n0 : n1;
-    if (nc < 0) nc = 0;
-    if (nc > 0) af_rows2_update_impl(s0, s1, q, k, v, nc, D, Dv, scale, sb0, sb1);
-    if (n1 > nc)
-      af_row_update_impl(s1, q + D, k + (size_t)nc * D, v + (size_t)nc * Dv, n1 - nc, D, Dv,
-                         scale, sb1);
+    const int32_t cf = f0 > f1 ? f0 : f1, cl = l0 < l1 ? l0 : l1;
+    if (cf <= cl) {
+      af_rows2_update_impl(s0, s1, q, k + (size_t)cf * D, v + (size_t)cf * Dv, cf, cl - cf + 1,
+                           D, Dv, scale, sb0, sb1, rb0, rb1);
+      from[n] = f1, to[n] = cf - 1, rowsel[n++] = 1;
+      from[n] = cl + 1, to[n] = l1, rowsel[n++] = 1;
+      from[n] = f0, to[n] = cf - 1, rowsel[n++] = 0;
+      from[n] = cl + 1, to[n] = l0, rowsel[n++] = 0;
+    } else {
+      from[n] = f1, to[n] = l1, rowsel[n++] = 1;
+      from[n] = f0, to[n] = l0, rowsel[n++] = 0;
+    }
+  } else {
+    from[n] = f0, to[n] = l0, rowsel[n++] = 0;
   }
-  if (n0 > nc)
-    af_row_update_impl(s0, q, k + (size_t)nc * D, v + (size_t)nc * Dv, n0 - nc, D, Dv, scale,
-                       sb0);
+  for (x = 0; x < n; ++x) {
+    if (from[x] > to[x]) continue;
+    af_row_update_impl(rowsel[x] ? s1 : s0, rowsel[x] ? q + D : q, k + (size_t)from[x] * D,
+                       v + (size_t)from[x] * Dv, from[x], to[x] - from[x] + 1, D, Dv, scale,
+                       rowsel[x] ? sb1 : sb0, rowsel[x] ? rb1 : rb0);
+  }
 }
 
 static void af_pair_d64(af_row_state* s0, af_row_state* s1, const float* q, const float* k,
-                        const float* v, int32_t n0, int32_t n1, int32_t two, float scale,
-                        float* sb0, float* sb1) {
-  af_pair_impl(s0, s1, q, k, v, n0, n1, two, 64, 64, scale, sb0, sb1);
+                        const float* v, int32_t f0, int32_t l0, int32_t f1, int32_t l1,
+                        int32_t two, float scale, float* sb0, float* sb1,
+                        const af_row_bias* rb0, const af_row_bias* rb1) {
+  af_pair_impl(s0, s1, q, k, v, f0, l0, f1, l1, two, 64, 64, scale, sb0, sb1, rb0, rb1);
 }
 static void af_pair_any(af_row_state* s0, af_row_state* s1, const float* q, const float* k,
-                        const float* v, int32_t n0, int32_t n1, int32_t two, int32_t D,
-                        int32_t Dv, float scale, float* sb0, float* sb1) {
-  af_pair_impl(s0, s1, q, k, v, n0, n1, two, D, Dv, scale, sb0, sb1);
+                        const float* v, int32_t f0, int32_t l0, int32_t f1, int32_t l1,
+                        int32_t two, int32_t D, int32_t Dv, float scale, float* sb0, float* sb1,
+                        const af_row_bias* rb0, const af_row_bias* rb1) {
+  af_pair_impl(s0, s1, q, k, v, f0, l0, f1, l1, two, D, Dv, scale, sb0, sb1, rb0, rb1);
 }
 /* Single row (decode): generic copy. */
 static void af_row_update(af_row_state* st, const float* q, const float* k, const float* v,
-                          int32_t n, int32_t D, int32_t Dv, float scale, float* sbuf) {
-  af_row_update_impl(st, q, k, v, n, D, Dv, scale, sbuf);
+                          int32_t j_base, int32_t n, int32_t D, int32_t Dv, float scale,
+                          float* sbuf, const af_row_bias* rb) {
+  af_row_update_impl(st, q, k, v, j_base, n, D, Dv, scale, sbuf, rb);
 }
 
 static void af_row_finish(float* out, float* lse, const af_row_state* st,
@@ -317,17 +386,28 @@ size_t af_sdpa_f32_workspace_bytes(const af_sdpa_shape* s) {
   return (size_t)2 * AF_KEY_TILE * sizeof(float); /* accumulators live in `out` */
 }
 
-af_status af_sdpa_f32(float* out, float* lse, const float* q, const float* k,
-                      const float* v, const int32_t* kv_lens, float scale,
-                      const af_sdpa_shape* s, void* arena, size_t arena_bytes) {
+/* Everything af_sdpa_f32_ex and the probe check before touching memory. */
+static af_status af_sdpa_f32_check(const float* q, const float* k, const int32_t* kv_lens,
+                                   float scale, const af_sdpa_shape* s, const af_sdpa_opts* o) {
   af_status st = af_sdpa_check_shape(s);
+  if (st != AF_OK) return st;
+  if (q == NULL || k == NULL) return AF_ERR_NULL;
+  if (!af_aligned(q, 4) || !af_aligned(k, 4) || !af_aligned(kv_lens, 4)) return AF_ERR_ALIGN;
+  if (!af_scale_ok(scale)) return AF_ERR_PARAM;
+  if ((st = af_check_kv_lens(kv_lens, s)) != AF_OK) return st;
+  return af_sdpa_check_opts(o, s, 0);
+}
+
+af_status af_sdpa_f32_ex(float* out, float* lse, const float* q, const float* k,
+                         const float* v, const int32_t* kv_lens, float scale,
+                         const af_sdpa_shape* s, const af_sdpa_opts* o, void* arena,
+                         size_t arena_bytes) {
+  af_status st = af_sdpa_f32_check(q, k, kv_lens, scale, s, o);
   int32_t b, h, i;
   float* sbuf;
   if (st != AF_OK) return st;
-  if (out == NULL || q == NULL || k == NULL || v == NULL || arena == NULL)
-    return AF_ERR_NULL;
-  if (!af_scale_ok(scale)) return AF_ERR_PARAM;
-  if ((st = af_check_kv_lens(kv_lens, s)) != AF_OK) return st;
+  if (out == NULL || v == NULL || arena == NULL) return AF_ERR_NULL;
+  if (!af_aligned(out, 4) || !af_aligned(lse, 4) || !af_aligned(v, 4)) return AF_ERR_ALIGN;
   if (arena_bytes < af_sdpa_f32_workspace_bytes(s) || ((uintptr_t)arena & 3u))
     return AF_ERR_ARENA;
   sbuf = (float*)arena; /* two score tiles; the rows accumulate in `out` */
@@ -343,10 +423,21 @@ af_status af_sdpa_f32(float* out, float* lse, const float* q, const float* k,
         for (i = 0; i < Lq; i += 2) {
           const size_t row = ((size_t)b * H + h) * Lq + i;
           const int32_t two = i + 1 < Lq;
-          const int32_t n0 = af_last_key(s, i, valid) + 1;
-          const int32_t n1 = two ? af_last_key(s, i + 1, valid) + 1 : 0;
+          int32_t f0, l0, f1 = 0, l1 = -1;
           af_row_state r0, r1;
+          af_row_bias rb[2];
+          const af_row_bias *rb0 = NULL, *rb1 = NULL;
           int32_t d;
+          af_row_keys(s, o, i, valid, &f0, &l0);
+          if (two) af_row_keys(s, o, i + 1, valid, &f1, &l1);
+          if (o != NULL) {
+            af_row_bias_init(&rb[0], s, o, b, h, i);
+            af_row_bias_init(&rb[1], s, o, b, h, two ? i + 1 : i);
+            if (rb[0].kind) {
+              rb0 = &rb[0];
+              rb1 = &rb[1];
+            }
+          }
           r0.m = r1.m = 0.f;
           r0.l = r1.l = 0.f;
           r0.n = r1.n = 0;
@@ -354,11 +445,11 @@ af_status af_sdpa_f32(float* out, float* lse, const float* q, const float* k,
           r1.acc = r0.acc + Dv; /* only touched when `two` */
           for (d = 0; d < (two ? 2 : 1) * Dv; ++d) r0.acc[d] = 0.f;
           if (D == 64 && Dv == 64)
-            af_pair_d64(&r0, &r1, q + row * D, kh, vh, n0, n1, two, scale, sbuf,
-                        sbuf + AF_KEY_TILE);
+            af_pair_d64(&r0, &r1, q + row * D, kh, vh, f0, l0, f1, l1, two, scale, sbuf,
+                        sbuf + AF_KEY_TILE, rb0, rb1);
           else
-            af_pair_any(&r0, &r1, q + row * D, kh, vh, n0, n1, two, D, Dv, scale, sbuf,
-                        sbuf + AF_KEY_TILE);
+            af_pair_any(&r0, &r1, q + row * D, kh, vh, f0, l0, f1, l1, two, D, Dv, scale, sbuf,
+                        sbuf + AF_KEY_TILE, rb0, rb1);
           af_row_finish(out + row * Dv, lse ? lse + row : NULL, &r0, Dv);
           if (two) af_row_finish(out + (row + 1) * Dv, lse ? lse + row + 1 : NULL, &r1, Dv);
         }
@@ -368,12 +459,72 @@ af_status af_sdpa_f32(float* out, float* lse, const float* q, const float* k,
   return AF_OK;
 }
 
+af_status af_sdpa_f32(float* out, float* lse, const float* q, const float* k,
+                      const float* v, const int32_t* kv_lens, float scale,
+                      const af_sdpa_shape* s, void* arena, size_t arena_bytes) {
+  return af_sdpa_f32_ex(out, lse, q, k, v, kv_lens, scale, s, NULL, arena, arena_bytes);
+}
+
+/* ------------------------------------------------------------- probe --- */
+
+/* Score of key j for the probe: the kernel's dot product, scale and bias
+ * (-INFINITY outside [f, l]). */
+static float af_probe_key(float* raw, float* scaled, const float* qr, const float* kh, int32_t j,
+                          int32_t D, float scale, int32_t f, int32_t l, const af_row_bias* rb) {
+  float x = af_dot_f32(qr, kh + (size_t)j * D, D);
+  if (raw) *raw = x;
+  x *= AF_SCALE(scale);
+  if (scaled) *scaled = x;
+  if (j < f || j > l) return -INFINITY;
+  if (rb->kind) af_bias_f32(&x, 1, rb, j);
+  return x;
+}
+
+af_status af_sdpa_f32_probe(float* scores, float* scaled, float* masked, float* weights,
+                            float* lse, const float* q, const float* k, const int32_t* kv_lens,
+                            float scale, const af_sdpa_shape* s, const af_sdpa_opts* o,
+                            int32_t b, int32_t h, int32_t i) {
+  af_status st = af_sdpa_f32_check(q, k, kv_lens, scale, s, o);
+  int32_t f, l, j;
+  float m = -INFINITY, sum = 0.f;
+  af_row_bias rb;
+  const float *qr, *kh;
+  if (st != AF_OK) return st;
+  if (b < 0 || b >= s->batch || h < 0 || h >= s->num_heads || i < 0 || i >= s->q_len)
+    return AF_ERR_PARAM;
+  if (!af_aligned(scores, 4) || !af_aligned(scaled, 4) || !af_aligned(masked, 4) ||
+      !af_aligned(weights, 4) || !af_aligned(lse, 4))
+    return AF_ERR_ALIGN;
+  qr = q + (((size_t)b * s->num_heads + h) * s->q_len + i) * s->head_dim;
+  kh = k + ((size_t)b * s->num_kv_heads + h / (s->num_heads / s->num_kv_heads)) * s->kv_len *
+               s->head_dim;
+  af_row_keys(s, o, i, kv_lens ? kv_lens[b] : s->kv_len, &f, &l);
+  af_row_bias_init(&rb, s, o, b, h, i);
+  for (j = 0; j < s->kv_len; ++j) {
+    const float x = af_probe_key(scores ? scores + j : NULL, scaled ? scaled + j : NULL, qr, kh,
+                                 j, s->head_dim, scale, f, l, &rb);
+    if (masked) masked[j] = x;
+    if (x > m) m = x;
+  }
+  if (m > -INFINITY)
+    for (j = 0; j < s->kv_len; ++j)
+      sum += af_exp_neg(af_probe_key(NULL, NULL, qr, kh, j, s->head_dim, scale, f, l, &rb) - m);
+  if (weights)
+    for (j = 0; j < s->kv_len; ++j)
+      weights[j] = m > -INFINITY ? af_exp_neg(af_probe_key(NULL, NULL, qr, kh, j, s->head_dim,
+                                                           scale, f, l, &rb) - m) / sum
+                                 : 0.f;
+  if (lse) *lse = m > -INFINITY ? m + logf(sum) : -INFINITY;
+  return AF_OK;
+}
+
 /* ------------------------------------------------------------ decode --- */
 
 af_status af_kv_cache_init(af_kv_cache* c, float* k_storage, float* v_storage,
                            int32_t num_kv_heads, int32_t head_dim,
                            int32_t v_dim, int32_t capacity, int32_t window) {
   if (c == NULL || k_storage == NULL || v_storage == NULL) return AF_ERR_NULL;
+  if (!af_aligned(k_storage, 4) || !af_aligned(v_storage, 4)) return AF_ERR_ALIGN;
   if (num_kv_heads < 1 || head_dim < 1 || v_dim < 1 || capacity < 1 ||
       num_kv_heads > AF_MAX_DIM || head_dim > AF_MAX_DIM || v_dim > AF_MAX_DIM ||
       capacity > AF_MAX_DIM ||
@@ -392,10 +543,32 @@ af_status af_kv_cache_init(af_kv_cache* c, float* k_storage, float* v_storage,
   return AF_OK;
 }
 
+/* The cache struct is the caller's: every field is checked again before it
+ * is used to index (a changed window, capacity or length must not reach
+ * memory beyond the storage). */
+static af_status af_kv_cache_check(const af_kv_cache* c) {
+  if (c == NULL || c->k == NULL || c->v == NULL) return AF_ERR_NULL;
+  if (!af_aligned(c->k, 4) || !af_aligned(c->v, 4)) return AF_ERR_ALIGN;
+  if (c->num_kv_heads < 1 || c->head_dim < 1 || c->v_dim < 1 || c->capacity < 1 ||
+      c->num_kv_heads > AF_MAX_DIM || c->head_dim > AF_MAX_DIM || c->v_dim > AF_MAX_DIM ||
+      c->capacity > AF_MAX_DIM ||
+      (uint64_t)c->num_kv_heads * (uint64_t)c->capacity *
+              (uint64_t)(c->head_dim > c->v_dim ? c->head_dim : c->v_dim) >=
+          ((uint64_t)1 << 31))
+    return AF_ERR_SHAPE;
+  if (c->window < 0 || c->window > c->capacity || c->length < 0 ||
+      (c->window == 0 && c->length > c->capacity))
+    return AF_ERR_PARAM;
+  return AF_OK;
+}
+
 af_status af_kv_cache_append(af_kv_cache* c, const float* k_new,
                              const float* v_new) {
   int32_t g, slot;
-  if (c == NULL || k_new == NULL || v_new == NULL || c->k == NULL) return AF_ERR_NULL;
+  af_status st = af_kv_cache_check(c);
+  if (st != AF_OK) return st;
+  if (k_new == NULL || v_new == NULL) return AF_ERR_NULL;
+  if (!af_aligned(k_new, 4) || !af_aligned(v_new, 4)) return AF_ERR_ALIGN;
   if (c->window == 0 && c->length >= c->capacity) return AF_ERR_FULL;
   if (c->length == 0x7fffffff) return AF_ERR_FULL;
   slot = c->length % c->capacity;
@@ -414,16 +587,23 @@ size_t af_decode_f32_workspace_bytes(const af_kv_cache* c, int32_t num_heads) {
   return (size_t)AF_KEY_TILE * sizeof(float); /* accumulators live in `out` */
 }
 
-af_status af_decode_f32(float* out, float* lse, const float* q,
-                        const af_kv_cache* c, int32_t num_heads, float scale,
-                        void* arena, size_t arena_bytes) {
+af_status af_decode_f32_ex(float* out, float* lse, const float* q, const af_kv_cache* c,
+                           int32_t num_heads, float scale, const float* alibi_slopes,
+                           void* arena, size_t arena_bytes) {
   int32_t h, first, n;
   float* sbuf;
-  if (out == NULL || q == NULL || c == NULL || arena == NULL || c->k == NULL)
-    return AF_ERR_NULL;
+  af_status st = af_kv_cache_check(c);
+  if (st != AF_OK) return st;
+  if (out == NULL || q == NULL || arena == NULL) return AF_ERR_NULL;
+  if (!af_aligned(out, 4) || !af_aligned(lse, 4) || !af_aligned(q, 4) ||
+      !af_aligned(alibi_slopes, 4))
+    return AF_ERR_ALIGN;
   if (num_heads < 1 || num_heads > AF_MAX_DIM || num_heads % c->num_kv_heads != 0)
     return AF_ERR_SHAPE;
   if (!af_scale_ok(scale)) return AF_ERR_PARAM;
+  if (alibi_slopes)
+    for (h = 0; h < num_heads; ++h)
+      if (!(alibi_slopes[h] >= -3.0e38f && alibi_slopes[h] <= 3.0e38f)) return AF_ERR_PARAM;
   if (arena_bytes < af_decode_f32_workspace_bytes(c, num_heads) || ((uintptr_t)arena & 3u))
     return AF_ERR_ARENA;
   sbuf = (float*)arena;
@@ -437,22 +617,41 @@ af_status af_decode_f32(float* out, float* lse, const float* q,
     const float* kh = c->k + (size_t)g * c->capacity * c->head_dim;
     const float* vh = c->v + (size_t)g * c->capacity * c->v_dim;
     af_row_state rs;
+    af_row_bias rb;
+    const af_row_bias* rbp = NULL;
     int32_t d, s0 = first % c->capacity, seg;
     rs.m = 0.f;
     rs.l = 0.f;
     rs.n = 0;
     rs.acc = out + (size_t)h * c->v_dim;
     for (d = 0; d < c->v_dim; ++d) rs.acc[d] = 0.f;
+    if (alibi_slopes) { /* key at position p: -slope * (length - 1 - p) */
+      rb.kind = AF_BIAS_ALIBI;
+      rb.mrow = NULL;
+      rb.msj = 0;
+      rb.diag = c->length - 1;
+      rb.slope = alibi_slopes[h];
+      rb.slope_s8 = 0;
+      rb.alibi32 = 0;
+      rbp = &rb;
+    }
     /* The ring holds positions in slot order; visit them oldest first, as
      * at most two contiguous segments. */
     seg = c->capacity - s0 < n ? c->capacity - s0 : n;
     if (seg > 0)
       af_row_update(&rs, q + (size_t)h * c->head_dim, kh + (size_t)s0 * c->head_dim,
-                    vh + (size_t)s0 * c->v_dim, seg, c->head_dim, c->v_dim, scale, sbuf);
+                    vh + (size_t)s0 * c->v_dim, first, seg, c->head_dim, c->v_dim, scale, sbuf,
+                    rbp);
     if (n - seg > 0)
-      af_row_update(&rs, q + (size_t)h * c->head_dim, kh, vh, n - seg, c->head_dim,
-                    c->v_dim, scale, sbuf);
+      af_row_update(&rs, q + (size_t)h * c->head_dim, kh, vh, first + seg, n - seg, c->head_dim,
+                    c->v_dim, scale, sbuf, rbp);
     af_row_finish(out + (size_t)h * c->v_dim, lse ? lse + h : NULL, &rs, c->v_dim);
   }
   return AF_OK;
+}
+
+af_status af_decode_f32(float* out, float* lse, const float* q,
+                        const af_kv_cache* c, int32_t num_heads, float scale,
+                        void* arena, size_t arena_bytes) {
+  return af_decode_f32_ex(out, lse, q, c, num_heads, scale, NULL, arena, arena_bytes);
 }

@@ -38,9 +38,11 @@ from . import _attnflow as _core
 from ._arrays import TORCH, as_array, broadcast_to, dtype_name, empty, kind_of, reshape, torch_module
 
 _OP = "attnflow.scaled_dot_product_attention"
-_CAUSAL = {"none": 0, "top_left": 1, "bottom_right": 2}
-_KERNEL = {"auto": 0, "reference": 1, "tiled_prefill": 2, "split_kv_decode": 3}
-_KV_ALIGN = {"padded": 0, "per_sequence": 1}
+_CAUSAL = dict(_core.CAUSAL)  # name -> code: the C++ enums' (python/src/module.cc)
+_KERNEL = dict(_core.KERNELS)
+_KV_ALIGN = dict(_core.KV_ALIGN)
+_C_NONE, _C_TOP_LEFT = _CAUSAL["none"], _CAUSAL["top_left"]
+_K_AUTO, _K_REFERENCE = _KERNEL["auto"], _KERNEL["reference"]
 _KV_DTYPES = ("float32", "float16", "bfloat16")
 _FLOAT_DTYPES = ("float32", "float16", "bfloat16", "float64")
 _NAN = float("nan")
@@ -108,17 +110,17 @@ def _to4(x, kind: str):
 
 
 def _causal_code(is_causal: bool, causal: Any, op: str) -> int:
-    c = 1 if is_causal else 0
+    c = _C_TOP_LEFT if is_causal else _C_NONE
     if causal is None or causal is False:
         return c
     if causal is True:
-        cc = 1
+        cc = _C_TOP_LEFT
     elif isinstance(causal, str) and causal in _CAUSAL:
         cc = _CAUSAL[causal]
     else:
         raise ValueError(f"{op}: causal must be None, 'none', 'top_left' or 'bottom_right', "
                          f"got {causal!r}")
-    if is_causal and cc != 1:
+    if is_causal and cc != _C_TOP_LEFT:
         raise ValueError(f"{op}: is_causal=True (top-left) conflicts with causal={causal!r}")
     return cc
 
@@ -252,8 +254,9 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: f
         if (B == Bk == value.shape[0] and Hk == value.shape[1]
                 and (H == Hk or (enable_gqa and Hk > 0 and H % Hk == 0))):
             out = _T_EMPTY((B, H, L, value.shape[3]))
-            _core.sdpa(out, None, query, key, value, None, None, None, 1 if is_causal else 0,
-                       _scale_value(scale, _OP), -1, -1, 0)
+            _core.sdpa(out, None, query, key, value, None, None, None,
+                       _C_TOP_LEFT if is_causal else _C_NONE, _scale_value(scale, _OP), -1, -1,
+                       _K_AUTO)
             return out
     # The same fast path for plain NumPy float32 rank-4 arrays (float32 /
     # float16 K/V, non-negative strides: no copy is ever needed).
@@ -269,8 +272,9 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: f
         if (B == Bk == value.shape[0] and Hk == value.shape[1]
                 and (H == Hk or (enable_gqa and Hk > 0 and H % Hk == 0))):
             out = np.empty((B, H, L, value.shape[3]), _NP_F32)
-            _core.sdpa(out, None, query, key, value, None, None, None, 1 if is_causal else 0,
-                       _scale_value(scale, _OP), -1, -1, 0)
+            _core.sdpa(out, None, query, key, value, None, None, None,
+                       _C_TOP_LEFT if is_causal else _C_NONE, _scale_value(scale, _OP), -1, -1,
+                       _K_AUTO)
             return out
     return _sdpa_general(_OP, query, key, value, attn_mask, dropout_p, is_causal, scale,
                          enable_gqa, return_lse, causal, kv_lens, window, alibi_slopes, softcap,
@@ -367,7 +371,7 @@ def _sdpa_general(op, query, key, value, attn_mask, dropout_p, is_causal, scale,
     Dv = v4.shape[3]
     if out_dtype in ("float16", "bfloat16"):
         q4 = q4.float() if kind == TORCH else q4.astype(np.float32)  # documented copy
-    elif out_dtype == "float64" and not explain_only and kcode != 1:
+    elif out_dtype == "float64" and not explain_only and kcode != _K_REFERENCE:
         warnings.warn(f"{op}: float64 inputs run the float64 reference (exact, single-threaded, "
                       f"about two orders of magnitude slower than the float32 kernels); cast to "
                       f"float32 for speed, or pass kernel='reference' to silence this warning",
@@ -477,7 +481,7 @@ def _sdpa_op(torch, op, query, key, value, attn_mask, is_causal, c, s, enable_gq
         if grad and alibi.requires_grad:
             raise RuntimeError(f"{op}: alibi_slopes requires grad, but attnflow has no gradient "
                                f"with respect to the slopes; detach them")
-    if q4.dtype == f64 and kcode != 1 and not torch.compiler.is_compiling():
+    if q4.dtype == f64 and kcode != _K_REFERENCE and not torch.compiler.is_compiling():
         warnings.warn(f"{op}: float64 inputs run the float64 reference (exact, single-threaded, "
                       f"about two orders of magnitude slower than the float32 kernels); cast to "
                       f"float32 for speed, or pass kernel='reference' to silence this warning",

@@ -80,8 +80,7 @@ def sdpa_backward(dout: Tensor, dlse: Optional[Tensor], q: Tensor, k: Tensor, v:
     dv = torch.empty(v.shape, dtype=cd)
     _core.sdpa_backward(dq, dk, dv, _as(dout, cd), dlse, _as(q, cd), k, v,
                         _as(out, cd), lse, attn_mask, kv_lens, alibi_slopes, causal,
-                        scale, window_left, window_right, softcap, kv_align,
-                        1 if kernel == 1 else 0)
+                        scale, window_left, window_right, softcap, kv_align, kernel)
     return _as(dq, q.dtype), _as(dk, k.dtype), _as(dv, v.dtype)
 
 

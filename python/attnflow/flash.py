@@ -30,7 +30,13 @@ from typing import Optional, Sequence, Tuple, Union
 
 import torch
 
-from ._sdpa import _ops, _scale_value, _softcap_value, scaled_dot_product_attention
+from ._sdpa import _CAUSAL, _ops, _scale_value, _softcap_value, scaled_dot_product_attention
+
+
+def _causal_code(causal: bool) -> int:
+    """FlashAttention's causal (bottom-right aligned) as a code of _attnflow.CAUSAL."""
+    return _CAUSAL["bottom_right" if causal else "none"]
+
 
 __all__ = [
     "flash_attn_func", "flash_attn_kvpacked_func", "flash_attn_qkvpacked_func",
@@ -149,7 +155,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: in
     if alibi_slopes is not None:
         alibi = alibi_slopes if isinstance(alibi_slopes, torch.Tensor) else torch.tensor(
             alibi_slopes, dtype=torch.float64)
-    out, lse = _ops(torch).varlen(q, k, v, cu_q, cu_k, alibi, 2 if causal else 0,
+    out, lse = _ops(torch).varlen(q, k, v, cu_q, cu_k, alibi, _causal_code(causal),
                                   _scale_value(softmax_scale, op), wl, wr,
                                   _softcap_value(softcap, op))
     return (out, lse.to(torch.float32), None) if return_attn_probs else out
@@ -239,7 +245,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
                 k_cache[b, pos] = k[b].to(k_cache.dtype)
                 v_cache[b, pos] = v[b].to(v_cache.dtype)
         seqlens = seqlens + Lnew
-    c = 2 if causal else 0
+    c = _causal_code(causal)
     if paged:
         alibi = None
         if alibi_slopes is not None:

@@ -15,7 +15,7 @@ from . import _attnflow as _core
 
 __all__ = ["StageRow", "Report", "verify", "write"]
 
-_CAUSAL = {"none": 0, "top_left": 1, "bottom_right": 2}
+_CAUSAL = dict(_core.CAUSAL)  # name -> code: the C++ enum's (python/src/module.cc)
 
 
 @dataclass(frozen=True)

@@ -45,10 +45,12 @@
 
 #include "attnflow/attention.h"
 #include "attnflow/compare.h"
+#include "attnflow/file_util.h"
 #include "attnflow/golden.h"
 #include "attnflow/kernels.h"
 #include "attnflow/model.h"
 #include "attnflow/ops.h"
+#include "attnflow/player.h"
 #include "attnflow/reference.h"
 #include "attnflow/sampling.h"
 #include "attnflow/stages.h"
@@ -100,6 +102,32 @@ void Check(const af::Status& s) {
 [[noreturn]] void RaiseValue(const std::string& msg) {
   PyErr_SetString(PyExc_ValueError, msg.c_str());
   throw nb::python_error();
+}
+
+// The enums the package passes as integers: their codes are the C++ enum
+// values, published by name as _attnflow.CAUSAL, _attnflow.KERNELS and
+// _attnflow.KV_ALIGN (the names of CausalName / KernelKindName /
+// KvAlignName), so the Python side keeps no table.
+constexpr af::Causal kCausals[] = {af::Causal::kNone, af::Causal::kTopLeft,
+                                   af::Causal::kBottomRight};
+constexpr af::KernelKind kKernels[] = {af::KernelKind::kAuto, af::KernelKind::kReference,
+                                       af::KernelKind::kTiledPrefill,
+                                       af::KernelKind::kSplitKvDecode};
+constexpr af::KvAlign kKvAligns[] = {af::KvAlign::kPadded, af::KvAlign::kPerSequence};
+af::Causal CausalOfCode(int code) {
+  for (af::Causal c : kCausals)
+    if (static_cast<int>(c) == code) return c;
+  RaiseValue("attnflow: " + std::to_string(code) + " is not a causal code of _attnflow.CAUSAL");
+}
+af::KernelKind KernelOfCode(int code) {
+  for (af::KernelKind k : kKernels)
+    if (static_cast<int>(k) == code) return k;
+  RaiseValue("attnflow: " + std::to_string(code) + " is not a kernel code of _attnflow.KERNELS");
+}
+af::KvAlign KvAlignOfCode(int code) {
+  for (af::KvAlign a : kKvAligns)
+    if (static_cast<int>(a) == code) return a;
+  RaiseValue("attnflow: " + std::to_string(code) + " is not a kv_align code of _attnflow.KV_ALIGN");
 }
 
 bool ToDType(nb::dlpack::dtype t, af::DType* out) {
@@ -271,7 +299,7 @@ void ParseSdpaArgs(const char* op, nb::handle out, nb::handle lse, nb::handle q,
   a->q = ViewOfHandle(q, op, "query", &a->arrays);
   a->k = ViewOfHandle(k, op, "key", &a->arrays);
   a->v = ViewOfHandle(v, op, "value", &a->arrays);
-  a->opt.causal = static_cast<af::Causal>(causal);
+  a->opt.causal = CausalOfCode(causal);
   a->opt.scale = scale;
   a->opt.attn_mask = ViewOfHandle(mask, op, "attn_mask", &a->arrays);
   a->opt.kv_lens = ViewOfHandle(kv_lens, op, "kv_lens", &a->arrays);
@@ -279,7 +307,7 @@ void ParseSdpaArgs(const char* op, nb::handle out, nb::handle lse, nb::handle q,
   a->opt.window_left = window_left;
   a->opt.window_right = window_right;
   a->opt.softcap = softcap;
-  a->opt.kv_align = kv_align == 1 ? af::KvAlign::kPerSequence : af::KvAlign::kPadded;
+  a->opt.kv_align = KvAlignOfCode(kv_align);
 }
 
 // The pool of the attention entry points (set_num_threads); null = the
@@ -352,15 +380,15 @@ class DictSink : public af::StageSink {
 
 // ---- attention ---------------------------------------------------------------
 
-// out/lse are caller-allocated; kernel 0 auto, 1 reference, 2 tiled, 3 decode.
+// kernel: a code of _attnflow.KERNELS (kAuto: the dispatcher chooses).
 af::KernelOptions KernelOpts(int kernel, af::ThreadPool* pool) {
   af::KernelOptions ko;
   ko.pool = pool;
-  if (kernel == 2) ko.force = af::KernelKind::kTiledPrefill;
-  if (kernel == 3) ko.force = af::KernelKind::kSplitKvDecode;
+  ko.force = KernelOfCode(kernel);
   return ko;
 }
 
+// out/lse are caller-allocated; kernel: a code of _attnflow.KERNELS.
 void Sdpa(nb::handle out, nb::handle lse, nb::handle q, nb::handle k, nb::handle v,
           nb::handle mask, nb::handle kv_lens, nb::handle alibi, int causal, double scale,
           int64_t window_left, int64_t window_right, int kernel, double softcap, int kv_align) {
@@ -368,20 +396,21 @@ void Sdpa(nb::handle out, nb::handle lse, nb::handle q, nb::handle k, nb::handle
   ParseSdpaArgs("attnflow.scaled_dot_product_attention", out, lse, q, k, v, mask, kv_lens,
                 alibi, causal, scale, window_left, window_right, softcap, kv_align, &a);
   const std::shared_ptr<af::ThreadPool> pool = CurrentPool();
+  const af::KernelOptions ko = KernelOpts(kernel, pool.get());
   af::Status st;
   {
     nb::gil_scoped_release release;
-    if (kernel == 1 || a.q.dtype == af::DType::kF64) {
+    if (ko.force == af::KernelKind::kReference || a.q.dtype == af::DType::kF64) {
       st = af::reference::Sdpa(a.out, a.lse, a.q, a.k, a.v, a.opt);
     } else {
-      st = af::Attention(a.out, a.lse, a.q, a.k, a.v, a.opt, KernelOpts(kernel, pool.get()));
+      st = af::Attention(a.out, a.lse, a.q, a.k, a.v, a.opt, ko);
     }
   }
   Check(st);
 }
 
 // The gradient: dq/dk/dv caller-allocated (None = not wanted). float64
-// queries (or kernel 1) run the float64 reference backward.
+// queries (or the "reference" kernel) run the float64 reference backward.
 void SdpaBackward(nb::handle dq, nb::handle dk, nb::handle dv, nb::handle dout,
                   nb::handle dlse, nb::handle q, nb::handle k, nb::handle v, nb::handle out,
                   nb::handle lse, nb::handle mask, nb::handle kv_lens, nb::handle alibi,
@@ -397,10 +426,11 @@ void SdpaBackward(nb::handle dq, nb::handle dk, nb::handle dv, nb::handle dout,
                        go = ViewOfHandle(dout, op, "dout", &a.arrays),
                        gl = ViewOfHandle(dlse, op, "dlse", &a.arrays);
   const std::shared_ptr<af::ThreadPool> pool = CurrentPool();
+  const bool reference = KernelOfCode(kernel) == af::KernelKind::kReference;
   af::Status st;
   {
     nb::gil_scoped_release release;
-    if (kernel == 1 || a.q.dtype == af::DType::kF64) {
+    if (reference || a.q.dtype == af::DType::kF64) {
       st = af::reference::SdpaBackward(gq, gk, gv, go, gl, a.q, a.k, a.v, a.opt);
     } else {
       af::KernelOptions ko;
@@ -426,7 +456,7 @@ void SdpaVarlen(nb::handle out, nb::handle lse, nb::handle q, nb::handle k, nb::
   const af::TensorView cq = ViewOfHandle(cu_q, op, "cu_seqlens_q", &a.arrays),
                        ck = ViewOfHandle(cu_k, op, "cu_seqlens_k", &a.arrays);
   a.opt.alibi_slopes = ViewOfHandle(alibi, op, "alibi_slopes", &a.arrays);
-  a.opt.causal = static_cast<af::Causal>(causal);
+  a.opt.causal = CausalOfCode(causal);
   a.opt.scale = scale;
   a.opt.window_left = window_left;
   a.opt.window_right = window_right;
@@ -457,7 +487,7 @@ void SdpaVarlenBackward(nb::handle dq, nb::handle dk, nb::handle dv, nb::handle 
                        ck = view(cu_k, "cu_seqlens_k");
   af::SdpaOptions opt;
   opt.alibi_slopes = view(alibi, "alibi_slopes");
-  opt.causal = static_cast<af::Causal>(causal);
+  opt.causal = CausalOfCode(causal);
   opt.scale = scale;
   opt.window_left = window_left;
   opt.window_right = window_right;
@@ -487,7 +517,7 @@ void SdpaPaged(nb::handle out, nb::handle lse, nb::handle q, nb::handle k_cache,
                        sl = view(cache_seqlens, "cache_seqlens");
   af::SdpaOptions opt;
   opt.alibi_slopes = view(alibi, "alibi_slopes");
-  opt.causal = static_cast<af::Causal>(causal);
+  opt.causal = CausalOfCode(causal);
   opt.scale = scale;
   opt.window_left = window_left;
   opt.window_right = window_right;
@@ -511,8 +541,7 @@ std::string Explain(nb::handle out, nb::handle lse, nb::handle q, nb::handle k, 
   ParseSdpaArgs("attnflow.explain", out, lse, q, k, v, mask, kv_lens, alibi, causal, scale,
                 window_left, window_right, softcap, kv_align, &a);
   af::KernelChoice choice;
-  af::KernelOptions ko = KernelOpts(kernel, nullptr);
-  if (kernel == 1) ko.force = af::KernelKind::kReference;
+  const af::KernelOptions ko = KernelOpts(kernel, nullptr);
   Check(af::ExplainAttention(a.out, a.lse, a.q, a.k, a.v, a.opt, ko, &choice));
   return std::string(af::KernelKindName(choice.kernel)) + " " + choice.ToString();
 }
@@ -641,7 +670,7 @@ void GoldenWrite(const std::string& path, const std::string& kind, int64_t batch
   s.kv_len = kv_len;
   s.head_dim = head_dim;
   s.v_dim = v_dim;
-  s.causal = static_cast<af::Causal>(causal);
+  s.causal = CausalOfCode(causal);
   s.scale = scale;
   s.mask = mask;
   s.mask_shape = mask_shape;
@@ -824,7 +853,7 @@ nb::dict RunTrace(nb::handle model, const std::string& text, int64_t layer,
   af::trace::ModelTraceOptions mo;
   mo.layer = layer;
   mo.decode_steps = decode_steps;
-  af::trace::PageOptions po;
+  af::player::PageOptions po;
   po.max_tokens = max_tokens;
   po.heads = heads;
   af::Result<std::vector<af::trace::Trace>> traces = af::Status();
@@ -834,7 +863,7 @@ nb::dict RunTrace(nb::handle model, const std::string& text, int64_t layer,
     nb::gil_scoped_release release;
     if (!sentences.empty()) {
       traces = af::trace::TraceEncoderBatch(*enc->m, sentences, mo);
-      if (traces.ok()) json = af::trace::BatchToJson(*traces, po);
+      if (traces.ok()) json = af::player::BatchToJson(*traces, po);
     } else {
       af::Result<af::trace::Trace> tr = af::Status();
       if (enc != nullptr) {
@@ -852,15 +881,15 @@ nb::dict RunTrace(nb::handle model, const std::string& text, int64_t layer,
       if (tr.ok()) {
         traces = std::vector<af::trace::Trace>();
         traces->push_back(std::move(tr).value());
-        json = af::trace::TraceToJson(traces->front(), po);
+        json = af::player::TraceToJson(traces->front(), po);
       } else {
         traces = tr.status();
       }
     }
     if (json.ok() && !html_path.empty()) {
-      html = af::trace::RenderPlayerHtml(*json);
+      html = af::player::RenderPlayerHtml(*json);
       if (html.ok()) {
-        af::Status st = af::trace::WriteTextFile(html_path, *html);
+        af::Status st = af::WriteFileAtomic(html_path, *html);
         if (!st.ok()) html = st;
       }
     }
@@ -888,6 +917,13 @@ nb::dict RunTrace(nb::handle model, const std::string& text, int64_t layer,
 
 NB_MODULE(_attnflow, m) {
   m.doc() = "attnflow compiled core (see the attnflow package for the public API)";
+  nb::dict causal_codes, kernel_codes, align_codes;
+  for (af::Causal c : kCausals) causal_codes[af::CausalName(c)] = static_cast<int>(c);
+  for (af::KernelKind k : kKernels) kernel_codes[af::KernelKindName(k)] = static_cast<int>(k);
+  for (af::KvAlign a : kKvAligns) align_codes[af::KvAlignName(a)] = static_cast<int>(a);
+  m.attr("CAUSAL") = causal_codes;
+  m.attr("KERNELS") = kernel_codes;
+  m.attr("KV_ALIGN") = align_codes;
 
   m.def("sdpa", &Sdpa, "out"_a, "lse"_a.none(), "query"_a, "key"_a, "value"_a,
         "attn_mask"_a.none(), "kv_lens"_a.none(), "alibi_slopes"_a.none(), "causal"_a,

@@ -62,7 +62,6 @@ const char* TargetName() { return hwy::TargetName(HWY_TARGET); }
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
-#include <sys/resource.h>
 
 #include <algorithm>
 #include <atomic>
@@ -183,11 +182,6 @@ double TimePlainRead(ThreadPool& pool, const float* buf, int64_t n) {
 
 std::string PeakTargetName() { return HWY_DYNAMIC_DISPATCH(bench_impl::TargetName)(); }
 
-int64_t PeakRssBytes() {
-  struct rusage ru;
-  getrusage(RUSAGE_SELF, &ru);
-  return static_cast<int64_t>(ru.ru_maxrss) * 1024;
-}
 
 }  // namespace attnflow
 #endif  // HWY_ONCE

@@ -3,13 +3,24 @@
 // Invariants: every task of a call runs exactly once; a call returns only
 // when all its tasks are done (it does not wait for idle workers to check
 // in); a worker can claim a task only of the generation it is running, and
-// reads fn_ only after such a claim.
+// reads fn_ only after such a claim. A worker that the system refuses to
+// start ends the start-up with the workers started so far (ids 1..n stay
+// contiguous); nothing is thrown out of the constructor, which would destroy
+// joinable threads (std::terminate) or condition variables that started
+// workers wait on (a hang in pthread_cond_destroy).
 #include "attnflow/threading.h"
 
 #include <algorithm>
+#include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <climits>
 #include <cstdlib>
+#include <new>
 #include <string>
+#include <system_error>
+
+#include "core/thread_start.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -45,6 +56,22 @@ bool SpinUntil(Done done) {
   }
 }
 
+internal::ThreadStarter g_starter = nullptr;
+std::atomic<ThreadWarningHandler> g_warning_handler{nullptr};
+std::atomic<bool> g_warned{false};
+
+std::thread StartThread(std::function<void()> fn) {
+  if (g_starter != nullptr) return g_starter(std::move(fn));
+  return std::thread(std::move(fn));
+}
+
+// Reports `message` through the handler, once per process.
+void WarnOnce(const std::string& message) {
+  const ThreadWarningHandler h = g_warning_handler.load();
+  if (h == nullptr || g_warned.exchange(true)) return;
+  h(message);
+}
+
 struct InTask {
   const ThreadPool* saved_pool;
   int saved_worker;
@@ -59,14 +86,45 @@ struct InTask {
 };
 }  // namespace
 
+namespace internal {
+void SetThreadStarterForTesting(ThreadStarter starter) { g_starter = starter; }
+}  // namespace internal
+
+void SetThreadWarningHandler(ThreadWarningHandler handler) {
+  g_warning_handler.store(handler);
+  g_warned.store(false);
+}
+
 ThreadPool::ThreadPool(int num_threads) {
   if (num_threads <= 0) {
     num_threads = static_cast<int>(std::thread::hardware_concurrency());
     if (num_threads <= 0) num_threads = 1;
   }
-  num_workers_ = num_threads;
-  for (int w = 1; w < num_workers_; ++w) {
-    threads_.emplace_back([this, w] { WorkerLoop(w); });
+  requested_workers_ = num_threads;
+  const int target = std::min(num_threads, kMaxPoolThreads);
+  std::string why;
+  try {
+    threads_.reserve(static_cast<size_t>(target - 1));
+    for (int w = 1; w < target; ++w) {
+      threads_.push_back(StartThread([this, w] { WorkerLoop(w); }));
+    }
+  } catch (const std::system_error& e) {
+    why = e.code() == std::errc::resource_unavailable_try_again
+              ? "the system refused another thread (EAGAIN: a process or thread limit such as "
+                "ulimit -u or a container's pid limit, or no address space left for its stack "
+                "under ulimit -v)"
+              : std::string("the system refused another thread: ") + e.what();
+  } catch (const std::bad_alloc&) {
+    why = "out of memory while starting it";
+  }
+  num_workers_ = static_cast<int>(threads_.size()) + 1;
+  if (num_workers_ < num_threads) {
+    if (why.empty()) {
+      why = "at most " + std::to_string(kMaxPoolThreads) + " threads per pool";
+    }
+    WarnOnce("asked for " + std::to_string(num_threads) + " threads, running with " +
+             std::to_string(num_workers_) + ": " + why +
+             "; results do not depend on the thread count");
   }
 }
 
@@ -174,7 +232,18 @@ void ThreadPool::ParallelFor(
 ThreadPool& DefaultPool() {
   static ThreadPool* pool = [] {
     int n = 0;
-    if (const char* env = std::getenv("ATTNFLOW_NUM_THREADS")) n = std::atoi(env);
+    if (const char* env = std::getenv("ATTNFLOW_NUM_THREADS"); env != nullptr && *env != 0) {
+      char* end = nullptr;
+      errno = 0;
+      const long v = std::strtol(env, &end, 10);
+      if (errno != 0 || end == env || *end != 0 || v < 0 || v > INT_MAX) {
+        WarnOnce(std::string("ATTNFLOW_NUM_THREADS='") + env +
+                 "' is not a whole number from 0 to " + std::to_string(INT_MAX) +
+                 "; using the hardware concurrency");
+      } else {
+        n = static_cast<int>(v);
+      }
+    }
     return new ThreadPool(n);
   }();
   return *pool;

@@ -14,6 +14,9 @@
 //    collectives are non-blocking (MPI_I*) so that a missing rank cannot hang
 //    a caller either. Only the calling thread touches MPI.
 //  * K/V travel as raw bytes (F32/F16/BF16 unchanged): K then V, contiguous.
+//  * A ring step computes on a helper thread while this thread drives MPI;
+//    when no thread can be started it computes inline (same result, no
+//    overlap), never std::terminate.
 #include <mpi.h>
 
 #include <algorithm>
@@ -370,6 +373,74 @@ Result<Tensor> ShardRows(const TensorView& global, Layout layout, int rank, int 
   return t;
 }
 
+Status GatherRows(MPI_Comm comm, Tensor* global, const TensorView& local, Layout layout,
+                  int64_t len, int root, double timeout_s) {
+  int rank = 0, p = 0;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &p);
+  *global = Tensor();
+  Status st;
+  const std::string pre = "gather_rows (rank " + std::to_string(rank) + " of " +
+                          std::to_string(p) + ")";
+  if (local.rank != 3 && local.rank != 4) {
+    st = InvalidArgument(pre + ": expected a rank 3 or 4 view, got " + local.describe());
+  } else if (local.dtype != DType::kF32) {
+    st = InvalidArgument(pre + ": expected F32, got " + local.describe());
+  } else if (root < 0 || root >= p || len < 0 ||
+             local.shape[2] != ShardLength(layout, len, rank, p)) {
+    st = InvalidArgument(pre + ": local rows " + local.describe() + " are not this rank's " +
+                         std::to_string(len < 0 ? 0 : ShardLength(layout, len, rank, p)) +
+                         " of " + std::to_string(len) + " (" + LayoutName(layout) +
+                         "), or root " + std::to_string(root) + " is not a rank");
+  }
+  const int64_t a = local.rank >= 3 ? local.shape[0] : 0, b = local.rank >= 3 ? local.shape[1] : 0;
+  const int64_t inner = local.rank == 4 ? local.shape[3] : 1;
+  // Every count must fit MPI's int.
+  if (st.ok() && static_cast<double>(a) * b * len * inner > std::numeric_limits<int>::max()) {
+    st = InvalidArgument(pre + ": " + std::to_string(len) + " rows of " + local.describe() +
+                         " are too many elements to gather in one message");
+  }
+  Result<Tensor> mine = Tensor();
+  if (st.ok()) {
+    mine = Tensor::FromView(local);  // contiguous
+    if (!mine.ok()) st = mine.status();
+  }
+  ATTNFLOW_RETURN_IF_ERROR(AgreeOnStatus(comm, st, timeout_s));
+  std::vector<int> counts(p), displs(p);
+  for (int r = 0, off = 0; r < p; ++r) {
+    counts[r] = static_cast<int>(a * b * ShardLength(layout, len, r, p) * inner);
+    displs[r] = off;
+    off += counts[r];
+  }
+  std::vector<float> all;
+  if (rank == root) all.resize(static_cast<size_t>(std::max<int64_t>(1, a * b * len * inner)));
+  std::vector<MPI_Request> req(1);
+  MPI_Igatherv(mine->numel() > 0 ? mine->data<float>() : nullptr, counts[rank], MPI_FLOAT,
+               all.data(), counts.data(), displs.data(), MPI_FLOAT, root, comm, &req[0]);
+  ATTNFLOW_RETURN_IF_ERROR(WaitAll(&req, timeout_s, nullptr, pre + ": gather of the rows"));
+  if (rank != root) return Status::Ok();
+  Shape shape(local.shape.begin(), local.shape.begin() + local.rank);
+  shape[2] = len;
+  Result<Tensor> g = Tensor::Zeros(DType::kF32, shape);
+  ATTNFLOW_RETURN_IF_ERROR(g.status());
+  float* dst = g->data<float>();
+  for (int r = 0; r < p; ++r) {
+    const int64_t lr = ShardLength(layout, len, r, p);
+    const float* src = all.data() + displs[r];
+    for (int64_t i = 0; i < a; ++i)
+      for (int64_t j = 0; j < b; ++j) {
+        int64_t row = 0;  // local row within rank r's shard
+        for (const Range& c : SequenceShard(layout, len, r, p))
+          for (int64_t gi = c.begin; gi < c.end; ++gi, ++row) {
+            std::memcpy(dst + ((i * b + j) * len + gi) * inner,
+                        src + ((i * b + j) * lr + row) * inner, sizeof(float) * inner);
+          }
+      }
+  }
+  *global = std::move(g).value();
+  return Status::Ok();
+}
+
 int64_t ShardLength(Layout layout, int64_t len, int rank, int num_ranks) {
   int64_t s = 0;
   for (const Range& r : SequenceShard(layout, len, rank, num_ranks)) s += r.size();
@@ -564,14 +635,22 @@ Status RingAttention(MPI_Comm comm, const TensorView& out, const TensorView& lse
       compute();
     } else {
       std::atomic<bool> busy{true};
-      std::thread worker([&] { compute(); busy.store(false); });
+      std::thread worker;
+      try {
+        worker = std::thread([&] { compute(); busy.store(false); });
+      } catch (const std::exception&) {
+        // No thread to spare (a process or address-space limit): compute
+        // here, then complete the transfer (no overlap, same result).
+        compute();
+        busy.store(false);
+      }
       const Status ws = WaitAll(
           &reqs, ropt.timeout_s, [&] { return busy.load(); },
           std::string(kOp) + " (rank " + std::to_string(rank) + " of " + std::to_string(p) +
               ") step " + std::to_string(s) + ": K/V block from rank " +
               std::to_string(prev_rank),
           &comm_done, t_post);
-      worker.join();
+      if (worker.joinable()) worker.join();
       ATTNFLOW_RETURN_IF_ERROR(ws);
     }
     ATTNFLOW_RETURN_IF_ERROR(compute_st);

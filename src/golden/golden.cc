@@ -3,11 +3,15 @@
 // See attnflow/golden.h for the invariants and docs/golden-format.md.
 #include "attnflow/reference.h"
 #include "attnflow/golden.h"
+#include "attnflow/device_dump.h"
+#include "attnflow/file_util.h"
+#include "attnflow/npy.h"
 #include "attnflow/rng.h"
 
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <filesystem>
 #include <set>
 
 namespace attnflow {
@@ -295,14 +299,134 @@ Result<CaseReport> VerifyGoldenCase(const GoldenCase& c, VerifyImpl impl,
   return rep;
 }
 
-Result<CaseReport> CompareFiles(const SafetensorsFile& got,
-                                const SafetensorsFile& expected, double atol,
-                                double rtol) {
+namespace {
+
+// The stages of a safetensors file (views into it; rank > 4 tensors absent
+// with their full shape).
+std::vector<NamedTensor> SafetensorsStages(const SafetensorsFile& f) {
+  std::vector<NamedTensor> out;
+  for (const auto& n : f.names()) {
+    NamedTensor t;
+    t.name = n;
+    const SafetensorsTensorInfo* info = f.Find(n);
+    t.shape = info->shape;
+    if (Result<TensorView> v = f.Get(n); v.ok()) t.view = v.value();
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+std::string FileStem(const std::string& path) {
+  return std::filesystem::path(path).stem().string();
+}
+
+NamedTensor FromTensor(const std::string& name, const Tensor& t) {
+  return NamedTensor{name, t.view(), t.shape()};
+}
+
+Result<GotStages> LoadNpyDirectory(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  std::vector<std::string> files;
+  fs::directory_iterator it(path, ec), end;
+  if (ec) return IoError("verify: cannot read directory '" + path + "': " + ec.message());
+  for (; it != end; it.increment(ec)) {
+    if (ec) return IoError("verify: cannot read directory '" + path + "': " + ec.message());
+    const fs::path p = it->path();
+    std::error_code e2;
+    if (p.extension() == ".npy" && fs::is_regular_file(p, e2)) files.push_back(p.string());
+  }
+  if (files.empty()) {
+    return InvalidArgument("verify: directory '" + path +
+                           "' holds no .npy file (each STAGE.npy in it is one stage)");
+  }
+  std::sort(files.begin(), files.end());
+  auto tensors = std::make_shared<std::vector<Tensor>>();
+  GotStages g;
+  g.path = path;
+  g.source = "npy-dir";
+  g.implementation = "file";
+  for (const std::string& f : files) {
+    Result<Tensor> t = ReadNpy(f);
+    if (!t.ok()) return t.status();
+    tensors->push_back(std::move(t).value());
+  }
+  for (size_t i = 0; i < files.size(); ++i) g.stages.push_back(FromTensor(FileStem(files[i]), (*tensors)[i]));
+  g.owner = tensors;
+  return g;
+}
+
+}  // namespace
+
+Result<GotStages> LoadGotStages(const std::string& path, const std::string& dump_case,
+                                const std::string& dump_impl) {
+  const bool select = !dump_case.empty() || !dump_impl.empty();
+  auto not_a_dump = [&](const std::string& what) {
+    return InvalidArgument("verify: --case and --device-impl choose a block of a device dump; '" +
+                           path + "' is " + what);
+  };
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    if (select) return not_a_dump("a directory of .npy files");
+    return LoadNpyDirectory(path);
+  }
+  Result<FileBytes> bytes = FileBytes::Map(path, "verify: '" + path + "': ", "stage");
+  if (!bytes.ok()) return bytes.status();
+  const std::string_view text(reinterpret_cast<const char*>(bytes->data()), bytes->size());
+  GotStages g;
+  g.path = path;
+  g.implementation = "file";
+  if (text.size() >= 6 && text.substr(0, 6) == std::string_view("\x93NUMPY", 6)) {
+    if (select) return not_a_dump("a .npy file");
+    Result<Tensor> t = ReadNpy(path);
+    if (!t.ok()) return t.status();
+    auto owned = std::make_shared<Tensor>(std::move(t).value());
+    g.source = "npy";
+    g.stages.push_back(FromTensor(FileStem(path), *owned));
+    g.owner = owned;
+    return g;
+  }
+  Result<SafetensorsFile> st = SafetensorsFile::Open(path);
+  if (st.ok()) {
+    if (select) return not_a_dump("a safetensors file");
+    auto owned = std::make_shared<const SafetensorsFile>(std::move(st).value());
+    g.source = "safetensors";
+    g.stages = SafetensorsStages(*owned);
+    g.owner = owned;
+    return g;
+  }
+  if (!LooksLikeDeviceDump(text)) {
+    return Corrupt("verify: '" + path + "' is not a safetensors file (" + st.status().message() +
+                   "), nor a .npy file, a directory of .npy files or a device dump (no line "
+                   "starts with 'AFDUMP attnflow-dump/', docs/device-dump.md)");
+  }
+  Result<DeviceDump> dump = ParseDeviceDump(text, path);
+  if (!dump.ok()) return dump.status();
+  Result<const DumpBlock*> b = SelectDumpBlock(dump.value(), dump_case, dump_impl);
+  if (!b.ok()) return b.status();
+  auto owned = std::make_shared<DumpBlock>(*b.value());
+  g.source = "device-dump";
+  g.implementation = owned->impl;
+  g.kind = owned->kind;
+  g.block_case = owned->case_name;
+  g.block_line = owned->line;
+  for (const DumpStage& s : owned->stages) g.stages.push_back(NamedTensor{s.name, s.view(), s.shape});
+  g.owner = owned;
+  return g;
+}
+
+Result<CaseReport> CompareStages(const GotStages& got, const SafetensorsFile& expected,
+                                 double atol, double rtol) {
   CaseReport rep;
-  rep.path = got.path();
-  rep.implementation = "file";
+  rep.path = got.path;
+  rep.implementation = got.implementation;
   auto meta = expected.metadata();
   rep.kind = meta.count("kind") ? meta["kind"] : "sdpa";
+  if (!got.kind.empty() && got.kind != rep.kind) {
+    return InvalidArgument("verify: " + got.path + ": block case=" + got.block_case +
+                           " (line " + std::to_string(got.block_line) + ") is kind " + got.kind +
+                           ", but " + expected.path() + " is a " + rep.kind + " case");
+  }
   double a = kGoldenDefaultTol, r = kGoldenDefaultTol;
   for (auto [key, dst] : {std::pair<const char*, double*>{"atol", &a}, {"rtol", &r}}) {
     auto it = meta.find(key);
@@ -314,42 +438,56 @@ Result<CaseReport> CompareFiles(const SafetensorsFile& got,
   }
   if (atol >= 0) a = atol;
   if (rtol >= 0) r = rtol;
-  std::vector<std::string> order;
-  std::set<std::string> seen;
+  std::map<std::string, const NamedTensor*> by_name;
+  for (const NamedTensor& t : got.stages) by_name.emplace(t.name, &t);
+  std::vector<const NamedTensor*> order;
   for (const auto& s : GoldenStageOrder(rep.kind)) {
-    if (got.Has(s)) {
-      order.push_back(s);
-      seen.insert(s);
+    auto it = by_name.find(s);
+    if (it != by_name.end()) {
+      order.push_back(it->second);
+      by_name.erase(it);
     }
   }
-  std::vector<std::string> rest;
-  for (const auto& n : got.names())
-    if (!seen.count(n)) rest.push_back(n);
-  std::sort(rest.begin(), rest.end());
-  order.insert(order.end(), rest.begin(), rest.end());
-  for (const auto& s : order) {
+  for (const auto& [name, t] : by_name) order.push_back(t);  // the rest, alphabetically
+  for (const NamedTensor* t : order) {
+    const std::string& s = t->name;
+    StageReport sr;
+    sr.stage = s;
     if (!expected.Has(s)) {
-      StageReport sr;
-      sr.stage = s;
       sr.note = "not in the expected file";
       rep.stages.push_back(sr);
       continue;
     }
-    Result<TensorView> g = got.Get(s);
     Result<TensorView> e = expected.Get(s);
-    if (!g.ok()) return g.status();
     if (!e.ok()) return e.status();
-    if (!IsFloat(g->dtype) && g->dtype != e->dtype) {
-      StageReport sr;
-      sr.stage = s;
+    const TensorView& g = t->view;
+    if (g.rank < 0) {  // more dims than any attnflow tensor: never the expected shape
       sr.compared = true;
-      sr.note = std::string("dtype ") + DTypeName(g->dtype) + " vs " + DTypeName(e->dtype);
+      sr.note = "shape " + ShapeString(t->shape) + " differs from expected " + e->shape_string();
       rep.stages.push_back(sr);
       continue;
     }
-    rep.stages.push_back(CompareStage(s, g.value(), e.value(), a, r));
+    if (!IsFloat(g.dtype) && g.dtype != e->dtype) {
+      sr.compared = true;
+      sr.note = std::string("dtype ") + DTypeName(g.dtype) + " vs " + DTypeName(e->dtype) +
+                " in the expected file";
+      rep.stages.push_back(sr);
+      continue;
+    }
+    rep.stages.push_back(CompareStage(s, g, e.value(), a, r));
   }
   return rep;
+}
+
+Result<CaseReport> CompareFiles(const SafetensorsFile& got,
+                                const SafetensorsFile& expected, double atol,
+                                double rtol) {
+  GotStages g;
+  g.path = got.path();
+  g.source = "safetensors";
+  g.implementation = "file";
+  g.stages = SafetensorsStages(got);
+  return CompareStages(g, expected, atol, rtol);
 }
 
 // ---------------------------------------------------------------------------

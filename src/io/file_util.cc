@@ -44,11 +44,12 @@ void SplitPath(const std::string& path, std::string* dir, std::string* base) {
 
 std::atomic<uint64_t> g_tmp_counter{0};
 
-// ---- temporary paths removed on SIGINT / SIGTERM / SIGHUP -------------------
-// A fixed table the signal handler reads without locks (state 2 = live).
+// ---- temporary paths removed on SIGINT / SIGTERM / SIGHUP / SIGXFSZ / SIGBUS --
+// A fixed table the signal handlers read without locks (state 2 = live).
 // The handler unlinks every live temporary file (rmdir for directories,
 // after unlinking their entries), restores the previous disposition and
-// re-raises, so the process still ends by the signal.
+// re-raises, so the process still ends by the signal. The SIGBUS guard of
+// mapped files (below) removes them too before it ends the process.
 constexpr int kTempSlots = 32;
 constexpr size_t kTempPath = 4096;
 struct TempSlot {
@@ -57,13 +58,19 @@ struct TempSlot {
   char path[kTempPath];
 };
 TempSlot g_temps[kTempSlots];
-constexpr int kCleanupSignals[] = {SIGINT, SIGTERM, SIGHUP};
-struct sigaction g_prev_cleanup[3];
+// SIGXFSZ: a write past `ulimit -f` (the CLI ignores it, so its writes fail
+// with EFBIG instead).
+constexpr int kCleanupSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGXFSZ};
+constexpr int kNumCleanupSignals = 4;
+struct sigaction g_prev_cleanup[kNumCleanupSignals];
 std::once_flag g_cleanup_once;
 
 void RemoveTempDirEntries(const char* dir);
 
-void CleanupHandler(int sig) {
+// Async-signal-safe: removes every live temporary (files and directories).
+// Called by the handlers of every signal that ends the process while an
+// output may be half written (CleanupHandler, SigbusHandler).
+void RemoveLiveTemps() {
   for (TempSlot& t : g_temps) {
     if (t.state.load(std::memory_order_acquire) != 2) continue;
     if (t.is_dir) {
@@ -73,7 +80,11 @@ void CleanupHandler(int sig) {
       ::unlink(t.path);
     }
   }
-  for (int i = 0; i < 3; ++i) {
+}
+
+void CleanupHandler(int sig) {
+  RemoveLiveTemps();
+  for (int i = 0; i < kNumCleanupSignals; ++i) {
     if (kCleanupSignals[i] != sig) continue;
     const struct sigaction& prev = g_prev_cleanup[i];
     if (prev.sa_handler == SIG_IGN) return;
@@ -92,7 +103,7 @@ int RegisterTemp(const std::string& path, bool is_dir) {
     std::memset(&sa, 0, sizeof(sa));
     sa.sa_handler = CleanupHandler;
     sigemptyset(&sa.sa_mask);
-    for (int i = 0; i < 3; ++i) {
+    for (int i = 0; i < kNumCleanupSignals; ++i) {
       struct sigaction cur;
       if (::sigaction(kCleanupSignals[i], nullptr, &cur) != 0) continue;
       // Leave an ignored signal ignored (nohup) and a SA_SIGINFO handler alone.
@@ -208,8 +219,9 @@ Status WriteFileAtomic(const std::string& path,
     return IoError("cannot write '" + path +
                    "': no free temporary file name in '" + dir + "'");
   }
-  // Removed by the signal handler if SIGINT/SIGTERM/SIGHUP comes before the
-  // rename; unregistered on every return below.
+  // Removed by the signal handlers if SIGINT/SIGTERM/SIGHUP/SIGXFSZ or a
+  // guarded mapping's SIGBUS comes before the rename; unregistered on every
+  // return below.
   struct TempGuard {
     int slot;
     ~TempGuard() { UnregisterTemp(slot); }
@@ -375,6 +387,17 @@ Status WriteDirectoryAtomic(const std::string& dir_in, const std::string& ext,
   return Status::Ok();
 }
 
+Status CheckOutputIsNotInput(const std::string& op, const std::string& input,
+                             const std::string& output) {
+  struct stat in_st, out_st;
+  if (::stat(input.c_str(), &in_st) != 0 || ::stat(output.c_str(), &out_st) != 0) {
+    return Status::Ok();
+  }
+  if (in_st.st_dev != out_st.st_dev || in_st.st_ino != out_st.st_ino) return Status::Ok();
+  return InvalidArgument(op + ": the output '" + output + "' is the input file '" + input +
+                         "' (same device and inode); write to another path");
+}
+
 Status WriteFileAtomic(const std::string& path, std::string_view bytes) {
   return WriteFileAtomic(path, [&](std::FILE* f) -> Status {
     if (!bytes.empty() &&
@@ -500,6 +523,7 @@ void SigbusHandler(int sig, siginfo_t* info, void* ctx) {
     WriteDec(size);
     WriteStr(" mapped); a model file must not be rewritten in place while attnflow "
              "uses it (replace it by rename instead)\n");
+    RemoveLiveTemps();  // an output being written is not left behind
     ::_exit(kMappedFileChangedExit);
   }
   // Not ours: hand over to whoever was there before.
@@ -623,6 +647,11 @@ Result<FileBytes> FileBytes::Map(const std::string& path, const std::string& pre
   }
   ::close(fd);  // the mapping stays valid
   return m;
+}
+
+std::string JoinPath(const std::string& dir, const std::string& name) {
+  if (dir.empty()) return name;
+  return dir.back() == '/' ? dir + name : dir + "/" + name;
 }
 
 bool IsValidUtf8(std::string_view s) {

@@ -325,6 +325,11 @@ Status GgufFile::Parse(FileBytes src, std::string label) {
         return Err(StatusCode::kCorrupt, "general.alignment",
                    std::to_string(al) + " is not a power of two");
       }
+      if (al > kGgufMaxAlignment) {
+        return Err(StatusCode::kCorrupt, "general.alignment",
+                   std::to_string(al) + " is larger than the limit " +
+                       std::to_string(kGgufMaxAlignment) + " (ggml writes 32)");
+      }
       alignment_ = static_cast<uint32_t>(al);
     }
 

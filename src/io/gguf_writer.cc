@@ -10,10 +10,13 @@
 // only changes who computes which rows.
 #include <algorithm>
 #include <atomic>
+#include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <mutex>
 #include <set>
 
+#include "attnflow/file_util.h"
 #include "attnflow/gguf.h"
 #include "attnflow/threading.h"
 #include "io/gguf_bytes.h"
@@ -25,6 +28,12 @@ constexpr uint32_t kMagic = 0x46554747;  // "GGUF"
 
 using gguf_bytes::Put;
 using gguf_bytes::PutStr;
+
+std::string FormatFloat(float v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.4g", static_cast<double>(v));
+  return b;
+}
 
 // Encodes element i of v (scalar when !v.is_array) of type t.
 Status PutElem(std::vector<uint8_t>& b, const GgufValue& v, GgufType t, size_t i, int depth,
@@ -118,6 +127,48 @@ bool UseMoreBits(int i, int n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 
 
 const char* TypeName(GgmlType t) { return GgmlTypeName(static_cast<uint32_t>(t)); }
 
+// Every scale of these formats (Q8_0 Q4_0 Q5_0: max|x|/levels; Q4_1 Q5_1 and
+// the K-quants: range/levels and the minimum; Q6_K: max|x|/32, then /128) is
+// at most the row's range 2*max|x|, and F16 stores x itself: a row whose
+// weights stay within half the float16 range cannot overflow a float16
+// scale, and needs no read-back check.
+constexpr double kF16Max = 65504.0;
+bool MayOverflowF16(const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    if (std::fabs(x[i]) > kF16Max / 2) return true;
+  return false;
+}
+
+// A quantised row that may overflow is kept only if it reads back as finite
+// numbers (llama.cpp's ggml_validate_row_data checks the same: no inf/NaN
+// scale) within half its largest weight (a K-quant search whose float16
+// scale overflowed can return a zeroed row, finite but not the weights).
+// `x` is the source row (finite: QuantizeRow refuses NaN/inf), `back` its
+// quantised form read back.
+Status CheckRepresentable(const float* x, const float* back, int64_t n, GgmlType to) {
+  int64_t worst = 0, bad = -1;
+  double err = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (std::fabs(x[i]) > std::fabs(x[worst])) worst = i;
+    if (!std::isfinite(back[i])) {
+      if (bad < 0) bad = i;
+      continue;
+    }
+    err = std::max(err, std::fabs(static_cast<double>(back[i]) - x[i]));
+  }
+  const double amax = std::fabs(static_cast<double>(x[worst]));
+  if (bad < 0 && err <= 0.5 * amax) return Status::Ok();
+  std::string what = bad >= 0 ? "element " + std::to_string(bad) + " would read back as " +
+                                    FormatFloat(back[bad])
+                              : "it would read back up to " + FormatFloat(static_cast<float>(err)) +
+                                    " away from the weights";
+  return OutOfRange("the largest weight " + FormatFloat(x[worst]) + " (element " +
+                    std::to_string(worst) + ") is too large for " + TypeName(to) +
+                    ": its float16 scales overflow and " + what +
+                    " (llama.cpp's quantize refuses such a row too); scale the weights down or "
+                    "keep this tensor in F32/BF16");
+}
+
 }  // namespace
 
 bool ParseQuantMix(std::string_view name, QuantMix* mix) {
@@ -191,9 +242,10 @@ Result<std::vector<GgmlType>> ChooseQuantTypes(QuantMix mix, const std::vector<s
 
 Status WriteGguf(const std::string& path, const std::vector<std::pair<std::string, GgufValue>>& kv,
                  const std::vector<GgufOutTensor>& tensors, uint32_t alignment) {
-  if (alignment == 0 || (alignment & (alignment - 1)) != 0) {
+  if (alignment == 0 || (alignment & (alignment - 1)) != 0 || alignment > kGgufMaxAlignment) {
     return InvalidArgument("gguf writer: " + path + ": alignment " + std::to_string(alignment) +
-                           " is not a power of two");
+                           " is not a power of two of at most " +
+                           std::to_string(kGgufMaxAlignment));
   }
   std::vector<uint8_t> h;
   Put<uint32_t>(h, kMagic);
@@ -204,6 +256,13 @@ Status WriteGguf(const std::string& path, const std::vector<std::pair<std::strin
   for (const auto& [key, value] : kv) {
     if (key.empty() || !keys.insert(key).second) {
       return InvalidArgument("gguf writer: " + path + ": metadata key '" + key + "' is empty or repeated");
+    }
+    if (key == "general.alignment" &&
+        (value.is_array || value.type != GgufType::kU32 || value.ints.size() != 1 ||
+         value.ints[0] != static_cast<int64_t>(alignment))) {
+      return InvalidArgument("gguf writer: " + path +
+                             ": metadata 'general.alignment' must be the u32 " +
+                             std::to_string(alignment) + " the data is written at");
     }
     PutStr(h, key);
     Put<uint32_t>(h, static_cast<uint32_t>(value.is_array ? GgufType::kArray : value.type));
@@ -252,6 +311,7 @@ Status WriteGguf(const std::string& path, const std::vector<std::pair<std::strin
 
 Status QuantizeGguf(const std::string& in, const std::string& out, QuantMix mix, int threads,
                     QuantizeStats* stats) {
+  ATTNFLOW_RETURN_IF_ERROR(CheckOutputIsNotInput("quantize", in, out));
   Result<GgufFile> fr = GgufFile::Open(in);
   if (!fr.ok()) return fr.status();
   const GgufFile& f = *fr;
@@ -280,6 +340,9 @@ Status QuantizeGguf(const std::string& in, const std::string& out, QuantMix mix,
       v = u32;
       v.ints = {2};
       have_qv = true;
+    } else if (key == "general.alignment") {  // the output is written at 32
+      v = u32;
+      v.ints = {static_cast<int64_t>(kGgufDefaultAlignment)};
     }
     kv.emplace_back(key, std::move(v));
   }
@@ -293,7 +356,7 @@ Status QuantizeGguf(const std::string& in, const std::string& out, QuantMix mix,
   }
 
   QuantizeStats st;
-  ThreadPool pool(std::max(1, threads));
+  ThreadPool pool(threads);
   std::vector<GgufOutTensor> outs;
   for (size_t k = 0; k < f.tensors().size(); ++k) {
     const GgufTensorInfo& t = f.tensors()[k];
@@ -316,21 +379,31 @@ Status QuantizeGguf(const std::string& in, const std::string& out, QuantMix mix,
         int64_t in_row = 0, out_row = 0;
         GgmlRowBytes(t.type, cols, &in_row);
         GgmlRowBytes(to, cols, &out_row);
+        // Per worker: the row as F32, and the quantised row read back.
         std::vector<std::vector<float>> scratch(static_cast<size_t>(pool.NumWorkers()),
-                                                std::vector<float>(static_cast<size_t>(cols)));
+                                                std::vector<float>(static_cast<size_t>(2 * cols)));
         std::mutex mu;
         Status first = Status::Ok();
-        std::atomic<bool> failed{false};
+        // The lowest failing row is reported, whatever the thread count:
+        // after a failure only rows below it still run.
+        std::atomic<int64_t> first_row{rows};
         pool.ParallelFor(rows, [&](int64_t r, int worker) {
-          if (failed.load()) return;
+          if (r > first_row.load()) return;
           float* x = scratch[static_cast<size_t>(worker)].data();
+          float* back = x + cols;
           Status s = DequantizeRow(x, f.TensorData(t) + r * in_row, t.type, cols);
           if (s.ok()) s = QuantizeRow(dst + r * out_row, x, to, cols);
+          if (s.ok() && MayOverflowF16(x, cols)) {
+            s = DequantizeRow(back, dst + r * out_row, to, cols);
+            if (s.ok()) s = CheckRepresentable(x, back, cols, to);
+          }
           if (!s.ok()) {
             std::lock_guard<std::mutex> lock(mu);
-            if (!failed.exchange(true)) {
-              first = InvalidArgument("quantize: tensor '" + t.name + "' row " + std::to_string(r) + " (" +
-                                      TypeName(t.type) + " -> " + TypeName(to) + "): " + s.message());
+            if (r < first_row.load()) {
+              first_row.store(r);
+              first = Status(s.code(), "quantize: tensor '" + t.name + "' row " + std::to_string(r) +
+                                           " (" + TypeName(t.type) + " -> " + TypeName(to) +
+                                           "): " + s.message());
             }
           }
         });
@@ -343,7 +416,7 @@ Status QuantizeGguf(const std::string& in, const std::string& out, QuantMix mix,
     st.bytes_out += static_cast<uint64_t>(row * rows);
     outs.push_back(std::move(o));
   }
-  ATTNFLOW_RETURN_IF_ERROR(WriteGguf(out, kv, outs, f.alignment()));
+  ATTNFLOW_RETURN_IF_ERROR(WriteGguf(out, kv, outs, kGgufDefaultAlignment));
   if (stats) *stats = st;
   return Status::Ok();
 }

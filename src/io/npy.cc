@@ -22,6 +22,7 @@ const char* Descr(DType t) {
     case DType::kF64: return "<f8";
     case DType::kI64: return "<i8";
     case DType::kI32: return "<i4";
+    case DType::kI8: return "|i1";
     case DType::kU8: return "|u1";
     case DType::kBool: return "|b1";
     default: return nullptr;
@@ -34,7 +35,8 @@ bool ParseDescr(const std::string& d, DType* t) {
     DType t;
   } kTable[] = {{{"<f4", "f4"}, DType::kF32}, {{"<f8", "f8"}, DType::kF64},
                 {{"<i8", "i8"}, DType::kI64}, {{"<i4", "i4"}, DType::kI32},
-                {{"|u1", "u1"}, DType::kU8},  {{"|b1", "b1"}, DType::kBool}};
+                {{"|i1", "i1"}, DType::kI8},  {{"|u1", "u1"}, DType::kU8},
+                {{"|b1", "b1"}, DType::kBool}};
   for (const auto& e : kTable) {
     if (d == e.names[0] || d == e.names[1]) {
       *t = e.t;
@@ -42,6 +44,7 @@ bool ParseDescr(const std::string& d, DType* t) {
     }
   }
   // Single-byte types may also be written with '<' or '='.
+  if (d == "<i1" || d == "=i1") return *t = DType::kI8, true;
   if (d == "<u1" || d == "=u1") return *t = DType::kU8, true;
   if (d == "<b1" || d == "=b1") return *t = DType::kBool, true;
   return false;

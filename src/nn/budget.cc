@@ -115,6 +115,13 @@ const std::vector<ModelShape>& KnownModelShapes() {
       // ReLU, post-norm); the paper's shared 37000-token BPE, tied head.
       {.name = "transformer-base", .num_layers = 6, .d_model = 512, .num_heads = 8,
        .ffn_dim = 2048, .act = Activation::kRelu, .vocab_size = 37000, .tied_lm_head = true},
+      // The micro kit's char-level decoder (tools/edge/tiny/train.py; the
+      // same numbers as tools/edge/tiny/config.json): pre-LayerNorm, learned
+      // positions, final LayerNorm, tied head, f32 cache on the device.
+      {.name = "tiny", .num_layers = 2, .d_model = 64, .num_heads = 4, .ffn_dim = 128,
+       .act = Activation::kRelu, .norm = NormKind::kLayerNorm, .vocab_size = 92,
+       .max_positions = 128, .final_norm = true, .tied_lm_head = true,
+       .kv_bytes_per_element = 4},
   };
   return k;
 }
@@ -272,6 +279,38 @@ Result<ModelShape> ParseModelShapeJson(const std::string& text) {
   return s;
 }
 
+namespace {
+// Text formatting of the budget tables: exact integers grouped by thousands
+// ("8,030,261,248"), next to a short decimal form ("8.03 G"); bytes in
+// binary units ("1.00 GiB"). --json keeps the plain integers.
+std::string Grouped(int64_t v) {
+  std::string digits = std::to_string(v < 0 ? -v : v), out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return v < 0 ? "-" + out : out;
+}
+
+std::string Short(double v) {
+  const char* u[] = {"", " k", " M", " G", " T", " P", " E"};
+  int i = 0;
+  while (v >= 1000.0 && i < 6) v /= 1000.0, ++i;
+  char h[32];
+  std::snprintf(h, sizeof(h), i == 0 ? "%.0f%s" : "%.2f%s", v, u[i]);
+  return h;
+}
+
+std::string Bytes(double v) {
+  const char* u[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  int i = 0;
+  while (v >= 1024.0 && i < 6) v /= 1024.0, ++i;
+  char h[48];
+  std::snprintf(h, sizeof(h), i == 0 ? "%.0f %s" : "%.2f %s", v, u[i]);
+  return h;
+}
+}  // namespace
+
 std::string FormatBudget(const Budget& b) {
   const ModelShape& s = b.shape;
   std::string o;
@@ -280,13 +319,9 @@ std::string FormatBudget(const Budget& b) {
     std::snprintf(buf, sizeof(buf), fmt, args...);
     o += buf;
   };
-  auto human = [](double v) {
-    char h[32];
-    const char* u[] = {"", "K", "M", "G", "T", "P", "E"};
-    int i = 0;
-    while (v >= 1000.0 && i < 6) v /= 1000.0, ++i;
-    std::snprintf(h, sizeof(h), "%.2f%s", v, u[i]);
-    return std::string(h);
+  // "25,165,824 (25.17 M)": the exact count and its short form.
+  auto count = [](int64_t v) {
+    return v < 1000 ? Grouped(v) : Grouped(v) + " (" + Short(static_cast<double>(v)) + ")";
   };
   line("config %s: layers=%" PRId64 " d_model=%" PRId64 " heads=%" PRId64 " kv_heads=%" PRId64
        " head_dim=%" PRId64 " ffn=%" PRId64 " act=%s norm=%s vocab=%" PRId64 "\n",
@@ -294,7 +329,7 @@ std::string FormatBudget(const Budget& b) {
        ActivationName(s.act), NormKindName(s.norm), s.vocab_size);
   line("seq_len=%" PRId64 " context=%" PRId64 " (FLOPs: matmuls only, 2 per multiply-add, dense scores)\n",
        b.seq_len, b.context);
-  line("\nper layer            %16s %16s\n", "params", "FLOPs");
+  line("\nper layer            %26s %30s\n", "params", "FLOPs");
   const std::pair<const char*, std::pair<int64_t, int64_t>> rows[] = {
       {"qkv_projection", {b.layer_params.qkv, b.layer_flops.qkv}},
       {"scores (q.kT)", {0, b.layer_flops.scores}},
@@ -302,18 +337,19 @@ std::string FormatBudget(const Budget& b) {
       {"out_projection", {b.layer_params.out, b.layer_flops.out}},
       {"ffn", {b.layer_params.ffn, b.layer_flops.ffn}},
       {"norms", {b.layer_params.norms, 0}},
+      {"layer total", {b.layer_params.total(), b.layer_flops.total()}},
   };
   for (const auto& [name, pf] : rows)
-    line("  %-18s %16" PRId64 " %16" PRId64 "\n", name, pf.first, pf.second);
-  line("  %-18s %16" PRId64 " %16" PRId64 "\n", "layer total", b.layer_params.total(), b.layer_flops.total());
+    line("  %-18s %26s %30s\n", name, count(pf.first).c_str(), count(pf.second).c_str());
   line("\nmodel\n");
-  line("  %-24s %16" PRId64 "\n", "embedding params", b.embedding_params);
-  line("  %-24s %16" PRId64 "\n", "layer params (all)", b.layer_params.total() * s.num_layers);
-  line("  %-24s %16" PRId64 "\n", "head params", b.head_params);
-  line("  %-24s %16" PRId64 "  (%s)\n", "total params", b.total_params, human(double(b.total_params)).c_str());
-  line("  %-24s %16" PRId64 "\n", "lm head FLOPs", b.lm_head_flops);
-  line("  %-24s %16" PRId64 "  (%s)\n", "total FLOPs", b.total_flops, human(double(b.total_flops)).c_str());
-  line("  %-24s %16" PRId64 "  (%" PRId64 " bytes/element)\n", "K/V bytes per token", b.kv_bytes_per_token,
+  line("  %-24s %30s\n", "embedding params", count(b.embedding_params).c_str());
+  line("  %-24s %30s\n", "layer params (all)", count(b.layer_params.total() * s.num_layers).c_str());
+  line("  %-24s %30s\n", "head params", count(b.head_params).c_str());
+  line("  %-24s %30s\n", "total params", count(b.total_params).c_str());
+  line("  %-24s %30s\n", "lm head FLOPs", count(b.lm_head_flops).c_str());
+  line("  %-24s %30s\n", "total FLOPs", count(b.total_flops).c_str());
+  line("  %-24s %30s  (%" PRId64 " bytes/element)\n", "K/V bytes per token",
+       (Grouped(b.kv_bytes_per_token) + " (" + Bytes(static_cast<double>(b.kv_bytes_per_token)) + ")").c_str(),
        s.kv_bytes_per_element);
   return o;
 }
@@ -347,46 +383,328 @@ Result<MemoryBudget> ComputeMemory(const Budget& b, int64_t ram_bytes) {
   return m;
 }
 
-namespace {
-std::string Bytes(double v) {
-  const char* u[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
-  int i = 0;
-  while (v >= 1024.0 && i < 6) v /= 1024.0, ++i;
-  char h[48];
-  std::snprintf(h, sizeof(h), i == 0 ? "%.0f %s" : "%.2f %s", v, u[i]);
-  return h;
-}
-}  // namespace
-
 std::string FormatMemory(const MemoryBudget& m) {
   std::string o;
   char buf[256];
-  std::snprintf(buf, sizeof(buf), "\nmemory at context %" PRId64 " (one sequence)\n", m.context);
+  std::snprintf(buf, sizeof(buf), "\nmemory at context %s (one sequence)\n", Grouped(m.context).c_str());
   o += buf;
-  std::snprintf(buf, sizeof(buf), "  %-34s %14" PRId64 "  (%s)\n", "K/V cache bytes", m.kv_bytes,
-                Bytes(double(m.kv_bytes)).c_str());
+  std::snprintf(buf, sizeof(buf), "  %-34s %26s\n", "K/V cache bytes",
+                (Grouped(m.kv_bytes) + " (" + Bytes(double(m.kv_bytes)) + ")").c_str());
   o += buf;
-  std::snprintf(buf, sizeof(buf), "  %-34s %14" PRId64 "  (%s; FlashAttention never writes it)\n",
-                "materialised LxL scores, 1 layer", m.score_matrix_bytes,
-                Bytes(double(m.score_matrix_bytes)).c_str());
+  std::snprintf(buf, sizeof(buf), "  %-34s %26s  FlashAttention never writes it\n",
+                "materialised LxL scores, 1 layer",
+                (Grouped(m.score_matrix_bytes) + " (" + Bytes(double(m.score_matrix_bytes)) + ")").c_str());
   o += buf;
-  std::snprintf(buf, sizeof(buf), "  %-10s %16s %18s %16s\n", "weights", "weight bytes",
+  std::snprintf(buf, sizeof(buf), "  %-10s %14s %18s %18s\n", "weights", "weight bytes",
                 "decode step reads", m.ram_bytes > 0 ? "max context" : "");
   o += buf;
   for (const MemoryRow& r : m.rows) {
     std::string mc;
-    if (m.ram_bytes > 0) {
-      mc = r.max_context > 0 ? std::to_string(r.max_context) : "weights do not fit";
-    }
-    std::snprintf(buf, sizeof(buf), "  %-10s %16s %18s %16s\n", r.dtype.c_str(),
+    if (m.ram_bytes > 0) mc = r.max_context > 0 ? Grouped(r.max_context) + " tokens" : "does not fit";
+    std::snprintf(buf, sizeof(buf), "  %-10s %14s %18s %18s\n", r.dtype.c_str(),
                   Bytes(double(r.weight_bytes)).c_str(), Bytes(double(r.decode_read_bytes)).c_str(),
                   mc.c_str());
     o += buf;
   }
   if (m.ram_bytes > 0) {
     o += "  (max context: tokens whose K/V fit in " + Bytes(double(m.ram_bytes)) +
-         " after the weights; activations not counted)\n";
+         " after the weights; activations not counted. Host view: weights and cache in one "
+         "memory; a microcontroller keeps its weights in flash, see --device)\n";
   }
+  return o;
+}
+
+// ---------------------------------------------------------------------------
+// Microcontroller budget.
+
+const char* DeviceWeightsName(DeviceWeights w) {
+  return w == DeviceWeights::kF32 ? "f32" : w == DeviceWeights::kF16 ? "f16" : "int8";
+}
+const char* DeviceKvName(DeviceKv k) { return k == DeviceKv::kF32 ? "f32" : "int8"; }
+bool ParseDeviceWeights(const std::string& s, DeviceWeights* out) {
+  if (s == "f32") return *out = DeviceWeights::kF32, true;
+  if (s == "f16") return *out = DeviceWeights::kF16, true;
+  if (s == "int8") return *out = DeviceWeights::kInt8, true;
+  return false;
+}
+bool ParseDeviceKv(const std::string& s, DeviceKv* out) {
+  if (s == "f32") return *out = DeviceKv::kF32, true;
+  if (s == "int8") return *out = DeviceKv::kInt8, true;
+  return false;
+}
+
+const std::vector<DeviceTarget>& DeviceTargets() {
+  constexpr int64_t KiB = 1024, MiB = 1024 * 1024;
+  static const std::vector<DeviceTarget> k = {
+      {"esp32-c3", "ESP32-C3 (RISC-V rv32imc, 160 MHz)", 320 * KiB, 4 * MiB,
+       "400 KiB SRAM, of which a typical ESP-IDF app leaves about 320 KiB (assumed: measure "
+       "yours, heap_caps_get_free_size); 4 MiB flash on the chip, but ESP-IDF's default "
+       "partition table gives the app 1 MiB (use a larger app or a data partition)"},
+      {"stm32f407", "STM32F407 (Cortex-M4F, 168 MHz)", 192 * KiB, 1 * MiB,
+       "192 KiB RAM = 128 KiB SRAM (SRAM1 + SRAM2, contiguous) + 64 KiB CCM (CPU only, no "
+       "DMA): a buffer over 128 KiB must be split (e.g. one KV layer per region); 1 MiB flash"},
+      {"nrf5340", "nRF5340 application core (Cortex-M33, 128 MHz)", 512 * KiB, 1 * MiB,
+       "512 KiB RAM and 1 MiB flash of the application core (the network core's 64 KiB RAM / "
+       "256 KiB flash not counted); a Bluetooth stack takes part of both"},
+  };
+  return k;
+}
+
+Result<DeviceTarget> FindDeviceTarget(const std::string& name) {
+  std::string names;
+  for (const auto& t : DeviceTargets()) {
+    if (t.name == name) return t;
+    names += (names.empty() ? "" : ", ") + t.name;
+  }
+  return InvalidArgument("budget: unknown device '" + name + "' (known: " + names +
+                         "; or 'custom' with --ram and --flash)");
+}
+
+namespace {
+
+// Flash and activation items, and the arena, of one storage choice.
+struct DeviceParts {
+  std::vector<ByteItem> flash, act;
+  ByteItem arena;
+  int64_t kv_per_token = 0;
+};
+
+DeviceParts DeviceBytes(const ModelShape& s, const Budget& b, DeviceWeights w, DeviceKv kv,
+                        int64_t kv_scale_bytes, Acc& a) {
+  DeviceParts p;
+  const int64_t E = s.d_model, H = s.num_heads, Hkv = b.num_kv_heads, Dh = b.head_dim;
+  const int64_t F = s.ffn_dim, V = s.vocab_size, T = s.max_positions, L = s.num_layers;
+  const int64_t up_mats = IsGated(s.act) ? 2 : 1;  // FFN matrices before the activation
+  const bool ln = s.norm == NormKind::kLayerNorm;
+  auto add = [](std::vector<ByteItem>& v, std::string name, std::string f, int64_t bytes) {
+    if (bytes != 0) v.push_back({std::move(name), std::move(f), bytes});
+  };
+  if (w != DeviceWeights::kInt8) {
+    const int64_t e = w == DeviceWeights::kF32 ? 4 : 2;
+    const std::string es = std::to_string(e);
+    add(p.flash, "token embedding", "V*E*" + es, a.Mul({V, E, e}));
+    add(p.flash, "learned positions", "T*E*" + es, a.Mul({T, E, e}));
+    add(p.flash, "token types", "types*E*" + es, a.Mul({s.type_vocab, E, e}));
+    const int64_t norm = ln ? 2 * E : E;
+    add(p.flash, "embedding norm", (ln ? "2*E*" : "E*") + es, s.embedding_norm ? a.Mul({norm, e}) : 0);
+    add(p.flash, "layers", "L*(" + std::to_string(b.layer_params.total()) + " params)*" + es,
+        a.Mul({L, b.layer_params.total(), e}));
+    add(p.flash, "final norm", (ln ? "2*E*" : "E*") + es, s.final_norm ? a.Mul({norm, e}) : 0);
+    add(p.flash, "lm head (untied)", "V*E*" + es,
+        s.lm_head && !s.tied_lm_head ? a.Mul({V, E, e}) : 0);
+    add(p.flash, "pooler", "(E*E+E)*" + es, s.pooler ? a.Mul({a.Add({a.Mul({E, E}), E}), e}) : 0);
+  } else {
+    // af_linear_s8: int8 weights, int32 biases, one af_qmult (8 bytes) per output row.
+    auto lin = [&](int64_t out, int64_t in, bool bias) {
+      return a.Add({a.Mul({out, in}), bias ? a.Mul({out, 4}) : 0, a.Mul({out, 8})});
+    };
+    const int64_t norm = a.Mul({ln ? 2 : 1, E, 4});
+    add(p.flash, "token embedding", "V*E + 8", a.Add({a.Mul({V, E}), 8}));
+    add(p.flash, "learned positions", "T*E + 8", T > 0 ? a.Add({a.Mul({T, E}), 8}) : 0);
+    add(p.flash, "token types", "types*E + 8", s.type_vocab > 0 ? a.Add({a.Mul({s.type_vocab, E}), 8}) : 0);
+    add(p.flash, "embedding norm", ln ? "2*E*4" : "E*4", s.embedding_norm ? norm : 0);
+    const int64_t layer = a.Add({a.Mul({2, norm}), lin(a.Mul({H, Dh}), E, s.qkv_bias),
+                                 a.Mul({2, lin(a.Mul({Hkv, Dh}), E, s.qkv_bias)}),
+                                 lin(E, a.Mul({H, Dh}), s.out_bias),
+                                 a.Mul({up_mats, lin(F, E, s.ffn_bias)}), lin(E, F, s.ffn_bias), 16});
+    add(p.flash, "layers",
+        "L*(norms + q,k,v,o,ffn: out*in + out*4 if biased + out*8 multipliers + 16)",
+        a.Mul({L, layer}));
+    add(p.flash, "final norm", ln ? "2*E*4" : "E*4", s.final_norm ? norm : 0);
+    add(p.flash, "lm head (untied)", "V*E + V*8",
+        s.lm_head && !s.tied_lm_head ? a.Add({a.Mul({V, E}), a.Mul({V, 8})}) : 0);
+    add(p.flash, "pooler", "E*E + E*4 + E*8", s.pooler ? lin(E, E, true) : 0);
+  }
+  // Activations of one decode step.
+  if (w != DeviceWeights::kInt8) {
+    add(p.act, "residual x", "E*4", a.Mul({E, 4}));
+    add(p.act, "norm output", "E*4", a.Mul({E, 4}));
+    add(p.act, "q", "H*Dh*4", a.Mul({H, Dh, 4}));
+    add(p.act, "k, v of the new token", "2*Hkv*Dh*4", a.Mul({2, Hkv, Dh, 4}));
+    add(p.act, "attention output", "H*Dh*4", a.Mul({H, Dh, 4}));
+    add(p.act, "projection output", "E*4", a.Mul({E, 4}));
+    add(p.act, "FFN hidden", up_mats == 2 ? "2*F*4" : "F*4", a.Mul({up_mats, F, 4}));
+    add(p.act, "logits", "V*4", s.lm_head ? a.Mul({V, 4}) : 0);
+    if (kv == DeviceKv::kInt8) {
+      add(p.act, "q and attention output in int8", "2*H*Dh", a.Mul({2, H, Dh}));
+    }
+  } else {
+    add(p.act, "residual r (int32)", "E*4", a.Mul({E, 4}));
+    add(p.act, "norm output (int8)", "E", E);
+    add(p.act, "q, k, v (int8)", "(H+2*Hkv)*Dh", a.Mul({a.Add({H, a.Mul({2, Hkv})}), Dh}));
+    add(p.act, "attention output (int8)", "H*Dh", a.Mul({H, Dh}));
+    add(p.act, "FFN hidden (int8)", up_mats == 2 ? "2*F" : "F", a.Mul({up_mats, F}));
+    add(p.act, "logits (int32)", "V*4", s.lm_head ? a.Mul({V, 4}) : 0);
+  }
+  if (kv == DeviceKv::kF32) {
+    p.arena = {"attention arena (af_sdpa_f32)", "2*AF_KEY_TILE*4", 2 * kMicroKeyTile * 4};
+    p.kv_per_token = a.Mul({L, 2, Hkv, Dh, 4});
+  } else {
+    p.arena = {"attention arena (af_sdpa_s8)", "2*(AF_S8_KEY_TILE+Dv)*4",
+               a.Mul({2, a.Add({kMicroS8KeyTile, Dh}), 4})};
+    p.kv_per_token = a.Mul({L, 2, Hkv, a.Add({Dh, kv_scale_bytes})});
+  }
+  return p;
+}
+
+int64_t Sum(const std::vector<ByteItem>& v, Acc& a) {
+  int64_t t = 0;
+  for (const ByteItem& i : v) t = a.Add({t, i.bytes});
+  return t;
+}
+
+// max context from RAM, the usable maximum and what binds it.
+void Contexts(int64_t ram, int64_t fixed, int64_t per_token, int64_t model_limit,
+              int64_t* from_ram, int64_t* usable, std::string* binds) {
+  *from_ram = ram > fixed ? (ram - fixed) / per_token : 0;
+  if (model_limit > 0 && *from_ram >= model_limit) {
+    *usable = model_limit;
+    *binds = *from_ram == model_limit ? "RAM and learned positions" : "learned positions";
+  } else {
+    *usable = *from_ram;
+    *binds = "RAM";
+  }
+}
+
+}  // namespace
+
+Result<DeviceBudget> ComputeDeviceBudget(const ModelShape& shape, const DeviceBudgetOptions& opt) {
+  const std::string op = "budget --device: " + shape.name + ": ";
+  if (opt.target.ram_bytes <= 0 || opt.target.flash_bytes <= 0) {
+    return InvalidArgument(op + "RAM and flash sizes must be positive (got " +
+                           std::to_string(opt.target.ram_bytes) + " and " +
+                           std::to_string(opt.target.flash_bytes) + " bytes)");
+  }
+  if (opt.kv_scale_bytes < 0 || opt.context < 0) {
+    return InvalidArgument(op + "kv_scale_bytes and context must be >= 0");
+  }
+  if (opt.weights == DeviceWeights::kInt8 && opt.kv == DeviceKv::kF32) {
+    return InvalidArgument(op + "int8 weights run the int8 path, whose KV cache is int8 "
+                           "(micro/tiny/tiny_s8_main.c): use --kv-cache int8");
+  }
+  if (opt.kv == DeviceKv::kF32 && opt.kv_scale_bytes != 0) {
+    return InvalidArgument(op + "kv_scale_bytes applies to an int8 KV cache only");
+  }
+  Result<Budget> base = ComputeBudget(shape, 1, 0);
+  if (!base.ok()) return base.status();
+  if (base->head_dim <= 0) {
+    return InvalidArgument(op + "head_dim must be positive (got " + std::to_string(base->head_dim) + ")");
+  }
+  Acc a;
+  DeviceBudget d;
+  d.shape = shape;
+  d.head_dim = base->head_dim;
+  d.num_kv_heads = base->num_kv_heads;
+  d.total_params = base->total_params;
+  d.opt = opt;
+  d.model_limit = shape.max_positions;
+  DeviceParts p = DeviceBytes(shape, base.value(), opt.weights, opt.kv, opt.kv_scale_bytes, a);
+  d.flash = std::move(p.flash);
+  d.flash_bytes = Sum(d.flash, a);
+  d.flash_fits = d.flash_bytes <= opt.target.flash_bytes;
+  d.activations = std::move(p.act);
+  d.activation_bytes = Sum(d.activations, a);
+  d.arena = p.arena;
+  d.kv_bytes_per_token = p.kv_per_token;
+  d.ram_fixed_bytes = a.Add({d.activation_bytes, d.arena.bytes});
+  if (a.overflow) return ResourceExhausted(op + "byte counts overflow int64");
+  Contexts(opt.target.ram_bytes, d.ram_fixed_bytes, d.kv_bytes_per_token, d.model_limit,
+           &d.max_context_ram, &d.max_context, &d.binds);
+  d.context = opt.context > 0 ? opt.context : d.max_context;
+  d.kv_bytes = a.Mul({d.kv_bytes_per_token, d.context});
+  d.ram_bytes = a.Add({d.ram_fixed_bytes, d.kv_bytes});
+  d.ram_fits = d.ram_bytes <= opt.target.ram_bytes;
+  for (DeviceWeights w : {DeviceWeights::kF32, DeviceWeights::kF16, DeviceWeights::kInt8}) {
+    for (DeviceKv kv : {DeviceKv::kF32, DeviceKv::kInt8}) {
+      if (w == DeviceWeights::kInt8 && kv == DeviceKv::kF32) continue;
+      DeviceParts q = DeviceBytes(shape, base.value(), w, kv,
+                                  kv == DeviceKv::kInt8 ? opt.kv_scale_bytes : 0, a);
+      DeviceChoice c;
+      c.weights = w;
+      c.kv = kv;
+      c.flash_bytes = Sum(q.flash, a);
+      c.flash_fits = c.flash_bytes <= opt.target.flash_bytes;
+      c.ram_fixed_bytes = a.Add({Sum(q.act, a), q.arena.bytes});
+      c.kv_bytes_per_token = q.kv_per_token;
+      if (a.overflow) return ResourceExhausted(op + "byte counts overflow int64");
+      Contexts(opt.target.ram_bytes, c.ram_fixed_bytes, c.kv_bytes_per_token, d.model_limit,
+               &c.max_context_ram, &c.max_context, &c.binds);
+      d.choices.push_back(c);
+    }
+  }
+  if (a.overflow) return ResourceExhausted(op + "byte counts overflow int64");
+  return d;
+}
+
+std::string FormatDeviceBudget(const DeviceBudget& d) {
+  std::string o;
+  char buf[512];
+  auto line = [&](const char* fmt, auto... args) {
+    std::snprintf(buf, sizeof(buf), fmt, args...);
+    o += buf;
+  };
+  const ModelShape& s = d.shape;
+  const DeviceTarget& t = d.opt.target;
+  line("device budget: config %s on %s (%s)\n", s.name.c_str(), t.name.c_str(),
+       t.description.c_str());
+  line("  RAM %s, flash %s", Bytes(double(t.ram_bytes)).c_str(), Bytes(double(t.flash_bytes)).c_str());
+  o += t.note.empty() ? "\n" : ": " + t.note + "\n";
+  line("  weights %s, KV cache %s", DeviceWeightsName(d.opt.weights), DeviceKvName(d.opt.kv));
+  if (d.opt.kv == DeviceKv::kInt8) {
+    line(" (%" PRId64 " scale bytes per layer, K/V, kv head and token)", d.opt.kv_scale_bytes);
+  }
+  line("; one decode step at a time\n");
+  line("  layers=%" PRId64 " d_model=%" PRId64 " heads=%" PRId64 " kv_heads=%" PRId64
+       " head_dim=%" PRId64 " ffn=%" PRId64 " vocab=%" PRId64 " params=%" PRId64 "\n",
+       s.num_layers, s.d_model, s.num_heads, d.num_kv_heads, d.head_dim, s.ffn_dim, s.vocab_size,
+       d.total_params);
+  auto items = [&](const std::vector<ByteItem>& v) {
+    for (const ByteItem& i : v) {
+      line("    %-34s %12" PRId64 "  %s\n", i.name.c_str(), i.bytes, i.formula.c_str());
+    }
+  };
+  line("\nflash (weights and constants)\n");
+  items(d.flash);
+  line("    %-34s %12" PRId64 "  (%s of %s: %s)\n", "total", d.flash_bytes,
+       Bytes(double(d.flash_bytes)).c_str(), Bytes(double(t.flash_bytes)).c_str(),
+       d.flash_fits ? "fits" : "DOES NOT FIT");
+  line("\nRAM\n");
+  line("  activations of one decode step\n");
+  items(d.activations);
+  line("    %-34s %12" PRId64 "\n", "total", d.activation_bytes);
+  line("  %-36s %12" PRId64 "  %s\n", d.arena.name.c_str(), d.arena.bytes, d.arena.formula.c_str());
+  line("  %-36s %12" PRId64 "  %s\n", "K/V cache bytes per token", d.kv_bytes_per_token,
+       d.opt.kv == DeviceKv::kF32 ? "L*2*Hkv*Dh*4" : "L*2*Hkv*(Dh + scale bytes)");
+  line("\ncontext\n");
+  if (d.max_context_ram == 0) {
+    line("  from RAM: 0 tokens (activations and arena alone need %s of %s)\n",
+         Bytes(double(d.ram_fixed_bytes)).c_str(), Bytes(double(t.ram_bytes)).c_str());
+  } else {
+    line("  from RAM: %" PRId64 " tokens  (%s - %" PRId64 " fixed) / %" PRId64 " per token\n",
+         d.max_context_ram, Bytes(double(t.ram_bytes)).c_str(), d.ram_fixed_bytes,
+         d.kv_bytes_per_token);
+  }
+  if (d.model_limit > 0) {
+    line("  the model's own limit: %" PRId64 " learned positions\n", d.model_limit);
+  } else {
+    line("  the model's own limit: none stated (no learned positions)\n");
+  }
+  line("  usable: %" PRId64 " tokens, bound by %s%s\n", d.max_context, d.binds.c_str(),
+       d.flash_fits ? "" : " (but the weights do not fit the flash)");
+  line("  at %" PRId64 " tokens: K/V cache %s, RAM used %s of %s (%s)%s\n", d.context,
+       Bytes(double(d.kv_bytes)).c_str(), Bytes(double(d.ram_bytes)).c_str(),
+       Bytes(double(t.ram_bytes)).c_str(), d.ram_fits ? "fits" : "DOES NOT FIT",
+       d.model_limit > 0 && d.context > d.model_limit ? "; beyond the learned positions" : "");
+  line("\nevery storage choice (same target)\n");
+  line("  %-7s %-8s %12s %6s %12s %12s %10s %9s  %s\n", "weights", "kv cache", "flash", "fits",
+       "RAM fixed", "K/V / token", "from RAM", "usable", "bound by");
+  for (const DeviceChoice& c : d.choices) {
+    line("  %-7s %-8s %12s %6s %12" PRId64 " %12" PRId64 " %10" PRId64 " %9" PRId64 "  %s\n",
+         DeviceWeightsName(c.weights), DeviceKvName(c.kv), Bytes(double(c.flash_bytes)).c_str(),
+         c.flash_fits ? "yes" : "NO", c.ram_fixed_bytes, c.kv_bytes_per_token, c.max_context_ram,
+         c.max_context, c.binds.c_str());
+  }
+  o += "  (not counted: program code, stack, other data of the program, RTOS or radio stacks)\n";
   return o;
 }
 
@@ -418,12 +736,17 @@ std::string FormatLayerComparison(const std::vector<LayerTypeRow>& rows, int64_t
                 " r=%" PRId64 "\n",
                 n, d, k, r);
   o += buf;
-  std::snprintf(buf, sizeof(buf), "  %-28s %-8s %14s %12s %12s\n", "layer", "ops", "multiply-adds",
+  std::snprintf(buf, sizeof(buf), "  %-28s %-8s %24s %12s %12s\n", "layer", "ops", "multiply-adds",
                 "sequential", "max path");
   o += buf;
   for (const LayerTypeRow& x : rows) {
-    std::snprintf(buf, sizeof(buf), "  %-28s %-8s %14.4g %12.0f %12.0f\n", x.layer, x.ops_formula,
-                  x.ops, x.sequential, x.max_path);
+    // Exact (grouped) while the count is an integer a double holds exactly.
+    const std::string ops = x.ops < 9.0e15 && x.ops == std::floor(x.ops)
+                                ? Grouped(static_cast<int64_t>(x.ops)) + " (" + Short(x.ops) + ")"
+                                : Short(x.ops);
+    std::snprintf(buf, sizeof(buf), "  %-28s %-8s %24s %12s %12s\n", x.layer, x.ops_formula,
+                  ops.c_str(), Grouped(static_cast<int64_t>(x.sequential)).c_str(),
+                  Grouped(static_cast<int64_t>(x.max_path)).c_str());
     o += buf;
   }
   o += "  sequential = steps that must run one after another within the layer; max path =\n"

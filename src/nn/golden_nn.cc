@@ -488,6 +488,12 @@ Status RunKind(const std::string& kind, const Cfg& c, const CaseFile& cf, StageR
     ATTNFLOW_RETURN_IF_ERROR(c.Int("pos_grid", &vc.pos_grid, true));
     ATTNFLOW_RETURN_IF_ERROR(c.Num("norm_eps", &vc.norm_eps));
     ATTNFLOW_RETURN_IF_ERROR(c.Bool("interpolate_pos_encoding", &vc.interpolate_pos_encoding));
+    // The position-interpolation rule (nn_vit.h). Absent: "scale_factor",
+    // the only rule of the cases written before the key existed (made with
+    // transformers 4.35, tools/golden/make_nn_cases.py).
+    vc.pos_interpolation = PosInterpolation::kScaleFactor;
+    ATTNFLOW_RETURN_IF_ERROR(c.Enum("pos_interpolation", &vc.pos_interpolation,
+                                    &ParsePosInterpolation, "\"size\" or \"scale_factor\""));
     ATTNFLOW_RETURN_IF_ERROR(c.Int("num_layers", &layers, true));
     if (layers < 0 || layers > 64) {
       return Corrupt(Where(cf.path, "config 'num_layers' must be in [0, 64]"));

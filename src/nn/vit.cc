@@ -5,7 +5,8 @@
 // any arithmetic; the blocks are nn::Block (pre-norm), so the attention
 // stages are the reference SDPA's; the bicubic resize follows torch's
 // upsample_bicubic2d term by term (source index inv·(d + 0.5) − 0.5, floor,
-// four A = −0.75 coefficients, clamped reads, rows first then columns).
+// four A = −0.75 coefficients, clamped reads, rows first then columns), with
+// the source step of the named rule (PosInterpolation).
 #include "attnflow/nn_vit.h"
 
 #include <algorithm>
@@ -62,8 +63,23 @@ void ResizePlane(double* out, int64_t out_stride, const double* in, int64_t in_s
 
 }  // namespace
 
+const char* PosInterpolationName(PosInterpolation rule) {
+  return rule == PosInterpolation::kScaleFactor ? "scale_factor" : "size";
+}
+
+bool ParsePosInterpolation(std::string_view name, PosInterpolation* rule) {
+  if (name == "size") {
+    *rule = PosInterpolation::kSize;
+  } else if (name == "scale_factor") {
+    *rule = PosInterpolation::kScaleFactor;
+  } else {
+    return false;
+  }
+  return true;
+}
+
 Status VitPositions(const TensorView& out, const TensorView& pos, int64_t pos_grid, int64_t gh,
-                    int64_t gw, bool interpolate, bool square_image) {
+                    int64_t gw, bool interpolate, bool square_image, PosInterpolation rule) {
   const char* op = "vit positions";
   if (pos_grid <= 0 || gh <= 0 || gw <= 0) {
     return InvalidArgument(std::string(op) + ": grid sides must be positive (pos_grid " +
@@ -90,13 +106,18 @@ Status VitPositions(const TensorView& out, const TensorView& pos, int64_t pos_gr
   const double* src = P(pf.value());
   double* dst = P(r.value());
   for (int64_t e = 0; e < E; ++e) dst[e] = src[e];  // CLS row
-  // transformers 4.35: scale_factor = ((gh + 0.1) / G, (gw + 0.1) / G);
-  // torch uses 1 / scale_factor as the source step.
+  // The source step of torch's bicubic resize. size = (gh, gw): in / out,
+  // computed as torch's area_pixel_compute_scale does (G / gh in double).
+  // scale_factor = ((gh + 0.1) / G, (gw + 0.1) / G) (transformers < 4.42):
+  // torch uses 1 / scale_factor.
   const double g = static_cast<double>(pos_grid);
-  const double scale_h = (static_cast<double>(gh) + 0.1) / g;
-  const double scale_w = (static_cast<double>(gw) + 0.1) / g;
+  double step_h = g / static_cast<double>(gh), step_w = g / static_cast<double>(gw);
+  if (rule == PosInterpolation::kScaleFactor) {
+    step_h = 1.0 / ((static_cast<double>(gh) + 0.1) / g);
+    step_w = 1.0 / ((static_cast<double>(gw) + 0.1) / g);
+  }
   for (int64_t e = 0; e < E; ++e) {
-    ResizePlane(dst + E + e, E, src + E + e, E, pos_grid, gh, gw, 1.0 / scale_h, 1.0 / scale_w);
+    ResizePlane(dst + E + e, E, src + E + e, E, pos_grid, gh, gw, step_h, step_w);
   }
   StoreTo(out, r.value());
   return Status::Ok();
@@ -148,7 +169,8 @@ Status Vit(const TensorView& out, const TensorView& pixels, const VitWeights& w,
   Result<Tensor> pos = F64Zeros({T, E});
   if (!pos.ok()) return pos.status();
   ATTNFLOW_RETURN_IF_ERROR(Wrap(op, VitPositions(pos->view(), w.pos, cfg.pos_grid, gh, gw,
-                                                 cfg.interpolate_pos_encoding, H == W)));
+                                                 cfg.interpolate_pos_encoding, H == W,
+                                                 cfg.pos_interpolation)));
   Emit(sink, "pos", pos.value());
 
   Result<Tensor> x = F64Zeros({B, T, E});

@@ -51,30 +51,8 @@ inline double Elem(const Tensor& t, int64_t i) { return t.view().load(i); }
 // A contiguous F32 copy (rounding once).
 Result<Tensor> ToF32(const Tensor& t);
 
-// Appends a JSON string literal (quotes, escapes; invalid UTF-8 -> U+FFFD).
-void AppendJsonString(std::string* out, std::string_view s);
-// Appends a number: shortest round-trip form (of the float when `f32`),
-// "-Infinity" / "Infinity" / "NaN" as strings.
-void AppendJsonNumber(std::string* out, double v, bool f32);
-
-// mkdir -p; kIoError naming the path.
-Status MakeDirs(const std::string& dir);
-std::string JoinPath(const std::string& dir, const std::string& name);
-
 // Appends the "layers" view (views.cc): weights [1,H,L,L] of every layer.
 Status AddLayersView(const std::vector<const Tensor*>& per_layer,
                      const std::vector<TraceToken>& tokens, Causal causal, Trace* t);
-
-// Per-head heatmap source: rows × cols values, row-major, optional labels.
-struct Heatmap {
-  std::string title;
-  int64_t rows = 0, cols = 0;
-  std::vector<double> values;  // -inf = masked
-  std::vector<std::string> row_labels, col_labels;
-  bool probabilities = false;  // 0..1 sequential scale (else diverging)
-  int64_t pool = 1;            // > 1: values are pooled (stated in the title)
-};
-Result<std::string> HeatmapPng(const Heatmap& h);
-std::string HeatmapSvg(const Heatmap& h);
 
 }  // namespace attnflow::trace::internal

@@ -12,6 +12,7 @@
 // DecoderModel with StageCapture).
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <limits>
@@ -20,6 +21,7 @@
 #include "attnflow/reference.h"
 #include "attnflow/kernels.h"
 #include "attnflow/trace.h"
+#include "core/utf8.h"
 #include "trace/internal.h"
 
 namespace attnflow::trace {
@@ -278,11 +280,33 @@ void FillModelInfo(const Model& m, Trace* t) {
 std::vector<TraceToken> TokensOf(const Tokenizer& tok, const std::vector<int32_t>& ids) {
   std::vector<TraceToken> out;
   out.reserve(ids.size());
-  for (int32_t id : ids) out.push_back({id, tok.TokenText(id)});
+  for (int32_t id : ids) out.push_back({id, tok.TokenText(id), tok.TokenBytes(id)});
   return out;
 }
 
 }  // namespace
+
+std::string ShownToken(const TraceToken& t) {
+  const std::string& s = t.bytes.empty() ? t.text : t.bytes;
+  std::string out;
+  for (size_t i = 0; i < s.size();) {
+    char32_t cp = 0;
+    const int n = utf8::DecodeOne(s, i, &cp);
+    if (n == 0 || (cp < 0x20 && cp != '\n' && cp != '\t') || cp == 0x7f) {
+      char b[8];
+      std::snprintf(b, sizeof b, "\\x%02x", static_cast<unsigned char>(s[i]));
+      out += b;
+      ++i;
+      continue;
+    }
+    if (cp == ' ') out += "\u2423";        // ␣
+    else if (cp == '\n') out += "\u21b5";  // ↵
+    else if (cp == '\t') out += "\u21e5";  // ⇥
+    else out.append(s, i, static_cast<size_t>(n));
+    i += static_cast<size_t>(n);
+  }
+  return out;
+}
 
 // ---------------------------------------------------------------------------
 // The toy.
@@ -656,7 +680,7 @@ Result<Trace> TraceDecoder(DecoderModel& model, std::string_view prompt,
     }
     const int32_t next = ArgMax(logits);
     DecodeStep step;
-    step.token = {next, model.tokenizer().TokenText(next)};
+    step.token = {next, model.tokenizer().TokenText(next), model.tokenizer().TokenBytes(next)};
     step.position = model.CacheLength();
     Collector srec;
     StageCapture scap;

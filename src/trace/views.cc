@@ -2,7 +2,9 @@
 // the seeded ViT over an image (CLS -> patch weights on the patch grid), the
 // Bahdanau GRU loop (alignment growing one decoder step at a time), the
 // encoder–decoder Transformer (encoder self, decoder self (causal) and
-// decoder cross-attention), and the "layers" view (every layer's weights).
+// decoder cross-attention), and the "layers" view (every layer's weights);
+// plus the ViT's input: the centre crop + area-weighted box-filter resize
+// of an image (read by attnflow/image.h) and its pixels as HF ViT scales them.
 //
 // Invariants:
 //  * Every number in a view is a stage the nn float64 code recorded
@@ -224,6 +226,39 @@ Result<SeededVit> MakeSeededVit(uint64_t seed) {
   AF_ASSIGN(m.w.final_norm.weight, s.Fill({E}, 1.0));
   AF_ASSIGN(m.w.final_norm.bias, s.Fill({E}, 0.0));
   return m;
+}
+
+RgbImage CropResize(const RgbImage& in, int64_t side) {
+  const int64_t s = std::min(in.width, in.height);
+  const int64_t x0 = (in.width - s) / 2, y0 = (in.height - s) / 2;
+  RgbImage out;
+  out.width = out.height = side;
+  out.rgb.assign(static_cast<size_t>(side * side * 3), 0);
+  // Output pixel (oy, ox) covers source [oy·s/side, (oy+1)·s/side) (same in
+  // x): area-weighted mean of the source pixels it overlaps.
+  const double f = static_cast<double>(s) / static_cast<double>(side);
+  for (int64_t oy = 0; oy < side; ++oy) {
+    const double ya = oy * f, yb = (oy + 1) * f;
+    for (int64_t ox = 0; ox < side; ++ox) {
+      const double xa = ox * f, xb = (ox + 1) * f;
+      double acc[3] = {0, 0, 0}, wsum = 0;
+      for (int64_t y = static_cast<int64_t>(ya); y < std::min<int64_t>(s, static_cast<int64_t>(yb) + 1); ++y) {
+        const double wy = std::min<double>(y + 1, yb) - std::max<double>(y, ya);
+        if (wy <= 0) continue;
+        for (int64_t x = static_cast<int64_t>(xa); x < std::min<int64_t>(s, static_cast<int64_t>(xb) + 1); ++x) {
+          const double wx = std::min<double>(x + 1, xb) - std::max<double>(x, xa);
+          if (wx <= 0) continue;
+          const uint8_t* p = &in.rgb[static_cast<size_t>(((y0 + y) * in.width + (x0 + x)) * 3)];
+          for (int c = 0; c < 3; ++c) acc[c] += wy * wx * p[c];
+          wsum += wy * wx;
+        }
+      }
+      for (int c = 0; c < 3; ++c)
+        out.rgb[static_cast<size_t>((oy * side + ox) * 3 + c)] =
+            static_cast<uint8_t>(std::clamp(acc[c] / std::max(wsum, 1e-12) + 0.5, 0.0, 255.0));
+    }
+  }
+  return out;
 }
 
 Result<Tensor> VitPixels(const RgbImage& img) {

@@ -1,13 +1,18 @@
-// cli_lab_test.cc — runs every command of docs/lab.md, in order, on the built
-// binary, and checks what the doc says each one does.
+// cli_lab_test.cc — runs every command of docs/lab.md, in order, with the
+// INSTALLED CLI from a scratch directory, and checks what the doc says each
+// one does and every number it tells the student to compare.
 //
 // Rules (stated in docs/lab.md): every line of a ```sh block is a command run
-// from the repository root in one bash session (so `export LAB=...` carries
-// over), with the built `attnflow` and the project venv's python3 first on
-// PATH. A trailing `# exit N` is the expected exit status (0 when absent);
-// `# shows: TEXT` is text the command's output (stdout + stderr) contains.
-// Both may appear, separated by "; ". Expected values are the doc's words,
-// checked against the program's behaviour: a doc that drifts fails here.
+// in one bash session (so `export LAB=...` and `cd $LAB` carry over). The
+// session is what a learner away from the repository has: the CLI installed
+// by `cmake --install` into a temporary prefix (PREFIX/bin first on PATH,
+// LAB_PORT = PREFIX/share/attnflow/lab_port.py), the system's python3 (no
+// project venv, no NumPy), and a working directory that is not the
+// repository. A trailing `# exit N` is the expected exit status (0 when
+// absent); `# shows: TEXT` is text the command's output (stdout + stderr)
+// contains; items are separated by "; ". Numbers the doc quotes are `shows:`
+// items of the commands that print them (both sides of a comparison), so a
+// doc that drifts from the program fails here.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -69,12 +74,20 @@ TEST(CliLab, EveryCommandInTheLabDoesWhatTheDocSays) {
       std::filesystem::temp_directory_path() /
       ("attnflow_lab_test_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
+  std::filesystem::create_directories(dir / "work");
+  // Install the CLI and the lab's port as a user would.
+  const std::string build = std::filesystem::path(ATTNFLOW_CLI).parent_path().string();
+  const testing::CliResult inst = testing::RunShell(
+      "cmake --install '" + build + "' --prefix '" + (dir / "prefix").string() + "' 2>&1");
+  ASSERT_EQ(inst.code, 0) << inst.text;
+  ASSERT_TRUE(std::filesystem::exists(dir / "prefix/bin/attnflow")) << inst.text;
+  ASSERT_TRUE(std::filesystem::exists(dir / "prefix/share/attnflow/lab_port.py")) << inst.text;
   // One bash session: each command's output and status go to files.
   std::ofstream sh(dir / "lab.sh");
-  sh << "cd '" << src << "' || exit 99\n"
-     << "export PATH='" << std::filesystem::path(ATTNFLOW_CLI).parent_path().string() << ":"
-     << src << "/.cache/venv/bin':\"$PATH\"\n";
+  sh << "cd '" << (dir / "work").string() << "' || exit 99\n"
+     << "export PATH='" << (dir / "prefix/bin").string() << ":/usr/local/bin:/usr/bin:/bin'\n"
+     << "export LAB_PORT='" << (dir / "prefix/share/attnflow/lab_port.py").string() << "'\n"
+     << "unset ATTNFLOW_VENV VIRTUAL_ENV PYTHONPATH\n";
   for (size_t i = 0; i < cmds.size(); ++i)
     sh << "{ " << cmds[i].line << " ; } > '" << (dir / (std::to_string(i) + ".out")).string()
        << "' 2>&1 </dev/null; echo $? > '" << (dir / (std::to_string(i) + ".rc")).string()

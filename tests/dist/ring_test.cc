@@ -269,6 +269,48 @@ TEST(Ring, ShardsPartitionTheSequence) {
       }
 }
 
+TEST(Ring, GatherRowsInvertsShardRows) {
+  // Property: GatherRows(ShardRows(x)) == x on rank 0, bit for bit, for rank
+  // 3 and 4 tensors, both layouts, lengths shorter than the rank count
+  // (empty shards) included; an argument error is the same on every rank.
+  const int rank = Rank(), p = Size();
+  int bad = 0;
+  for (Layout lay : {Layout::kZigzag, Layout::kContiguous})
+    for (int64_t len : {int64_t{0}, int64_t{1}, int64_t{5}, int64_t{37}})
+      for (int rk : {3, 4}) {
+        const Shape shape = rk == 4 ? Shape{2, 3, len, 5} : Shape{2, 3, len};
+        Tensor x = RandomTensor(DType::kF32, shape, 7 + len);
+        Tensor mine = ShardRows(x.view(), lay, rank, p).value();
+        Tensor g;
+        const Status st = GatherRows(MPI_COMM_WORLD, &g, mine.view(), lay, len, 0, 30);
+        if (!st.ok()) {
+          ADD_FAILURE() << st.ToString();
+          ++bad;
+          continue;
+        }
+        if (rank != 0) {
+          if (g.defined()) ++bad;
+          continue;
+        }
+        if (g.shape() != x.shape() ||
+            std::memcmp(g.data<float>(), x.data<float>(), x.nbytes()) != 0) {
+          ++bad;
+        }
+      }
+  int all = 0;
+  MPI_Allreduce(&bad, &all, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  EXPECT_EQ(all, 0) << "GatherRows did not invert ShardRows";
+  // Rank 1 passes the wrong number of rows: every rank gets its message.
+  Tensor x = RandomTensor(DType::kF32, {1, 1, 9, 2}, 3);
+  Tensor mine = ShardRows(x.view(), Layout::kZigzag, rank, p).value();
+  Tensor wrong = RandomTensor(DType::kF32, {1, 1, 12, 2}, 4);
+  Tensor g;
+  const Status st = GatherRows(MPI_COMM_WORLD, &g, rank == 1 ? wrong.view() : mine.view(),
+                               Layout::kZigzag, 9, 0, 30);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+  EXPECT_NE(st.message().find("rank 1 of"), std::string::npos) << st.message();
+}
+
 TEST(Ring, ZigzagBalancesCausalWork) {
   // Property of the layout (no timing): with zigzag every rank scores the
   // same number of causal (query, key) pairs within 2 rows' worth; the

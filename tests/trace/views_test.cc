@@ -1,7 +1,8 @@
 // views_test.cc — the player's views (issue 15): the ViT patch grid, the
 // Bahdanau steps, the Transformer's encoder / decoder / cross-attention and
 // the every-layer view, read back from the page JSON the way the page gets
-// them, and the image reader's errors.
+// them, and the CLI's errors for a bad --vit image (the image codec itself:
+// tests/io/image_test.cc).
 //
 // Expected values come from the nn float64 code run here on its own
 // (nn::Vit, nn::BahdanauSeq2Seq, nn::Transformer, each with golden cases vs
@@ -21,19 +22,19 @@
 #include "attnflow/nn.h"
 #include "attnflow/nn_align.h"
 #include "attnflow/nn_vit.h"
+#include "attnflow/player.h"
 #include "attnflow/stages.h"
-#include "attnflow/trace.h"
 #include "util/cli_util.h"
 #include "util/minilm_util.h"
-
-#if defined(ATTNFLOW_HAVE_ZLIB)
-#include <zlib.h>
-#endif
 
 namespace attnflow::trace {
 namespace {
 
 using ::attnflow::testing::RunCli;
+using player::PageOptions;
+using player::ReadTraceJson;
+using player::TraceSummary;
+using player::TraceToJson;
 
 // Float32 on the page: |page - nn| <= half an ulp of float32 (+ tiny).
 constexpr double kF32Tol = 1e-7;
@@ -412,69 +413,6 @@ TEST(TraceViews, ReaderRejectsMalformedViewsAndFlagsBadRows) {
   ASSERT_TRUE(s2.ok());
   EXPECT_FALSE(s2->all_pass());
 }
-
-// ---- image input ---------------------------------------------------------------
-
-std::string Ppm(int64_t w, int64_t h, const std::string& raster) {
-  return "P6\n# a comment\n" + std::to_string(w) + " " + std::to_string(h) + "\n255\n" + raster;
-}
-
-TEST(TraceImages, PpmDecodesAndBadImagesNameTheFile) {
-  Result<RgbImage> ok = DecodeImage(Ppm(2, 1, std::string("\x01\x02\x03\xff\x00\x80", 6)), "a.ppm");
-  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
-  EXPECT_EQ(ok->width, 2);
-  EXPECT_EQ(ok->rgb, (std::vector<uint8_t>{1, 2, 3, 255, 0, 128}));
-  // 16-bit PPM: scaled to 8 bits.
-  Result<RgbImage> w16 = DecodeImage("P6 1 1 65535\n" + std::string("\xff\xff\x00\x00\x80\x00", 6), "b.ppm");
-  ASSERT_TRUE(w16.ok());
-  EXPECT_EQ(w16->rgb, (std::vector<uint8_t>{255, 0, 128}));
-  for (const auto& [bytes, words] : std::vector<std::pair<std::string, std::string>>{
-           {"", "empty"},
-           {"GIF89a....", "unknown image format"},
-           {"P3 1 1 255 0 0 0", "not supported"},
-           {"P6\n4 4\n255\n" + std::string(10, 'x'), "truncated"},
-           {"P6\n4", "missing"},
-           {"P6\n0 4\n255\n", "zero-size"},
-           {"P6\n100000 100000\n255\n", "over the limit"},
-           {"P6\n99999999999999999999 1\n255\n", "large"},
-           {"P6\n1 1\n0\n\x01\x02\x03", "maxval"}}) {
-    Result<RgbImage> r = DecodeImage(bytes, "bad.img");
-    ASSERT_FALSE(r.ok()) << words;
-    EXPECT_NE(r.status().message().find("bad.img"), std::string::npos) << r.status().message();
-    EXPECT_NE(r.status().message().find(words), std::string::npos) << r.status().message();
-  }
-}
-
-#if defined(ATTNFLOW_HAVE_PNG)
-TEST(TraceImages, PngRoundTripsAndBadPngsNameTheFile) {
-  std::vector<uint8_t> rgb;
-  for (int i = 0; i < 5 * 3; ++i)
-    for (int c = 0; c < 3; ++c) rgb.push_back(static_cast<uint8_t>(i * 16 + c * 5));
-  Result<std::string> png = EncodePng(5, 3, rgb);  // the project's own encoder
-  ASSERT_TRUE(png.ok());
-  Result<RgbImage> back = DecodeImage(png.value(), "ok.png");
-  ASSERT_TRUE(back.ok()) << back.status().ToString();
-  EXPECT_EQ(back->width, 5);
-  EXPECT_EQ(back->height, 3);
-  EXPECT_EQ(back->rgb, rgb);
-  Result<RgbImage> cut = DecodeImage(png->substr(0, png->size() / 2), "cut.png");
-  ASSERT_FALSE(cut.ok());
-  EXPECT_NE(cut.status().message().find("cut.png"), std::string::npos);
-#if defined(ATTNFLOW_HAVE_ZLIB)
-  // A valid IHDR (correct CRC) that declares 100000 x 100000 pixels: refused
-  // before anything is allocated.
-  std::string huge = png.value();
-  const unsigned char dims[8] = {0, 1, 0x86, 0xA0, 0, 1, 0x86, 0xA0};
-  std::memcpy(&huge[16], dims, 8);
-  const uLong crc = crc32(0, reinterpret_cast<const Bytef*>(huge.data() + 12), 17);
-  for (int k = 0; k < 4; ++k) huge[29 + k] = static_cast<char>((crc >> (24 - 8 * k)) & 0xff);
-  Result<RgbImage> h = DecodeImage(huge, "huge.png");
-  ASSERT_FALSE(h.ok());
-  EXPECT_NE(h.status().message().find("huge.png"), std::string::npos);
-  EXPECT_NE(h.status().message().find("limit"), std::string::npos) << h.status().message();
-#endif
-}
-#endif
 
 TEST(TraceImages, CliBadImageIsExit2WithTheFileNamed) {
   const std::string dir = ::testing::TempDir() + "views_cli";

@@ -8,18 +8,24 @@
 //  * An unknown command is named and the commands are listed.
 //  * Every option's default is in its help; every command's help ends with an
 //    example (kExamples, unless the command set its own footer).
+//  * Text the CLI did not write itself is printed through EscapeText /
+//    EscapeLine (control characters as \xNN).
 #include "cli_common.h"
 
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
+#include <csignal>
 #include <cmath>
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <vector>
 
 #include "attnflow/model.h"
+#include "attnflow/threading.h"
 
 namespace attnflow::cli {
 namespace {
@@ -45,7 +51,8 @@ const std::map<std::string, std::string>& Examples() {
                    "--max-tokens 16"},
       {"golden", "attnflow golden --kind sdpa --q-len 4 --kv-len 4 --head-dim 8 --out case.safetensors"},
       {"models", "attnflow models"},
-      {"ring", "mpirun -n 2 attnflow ring prefill --q-len 1024"},
+      {"quantize", "attnflow quantize model-f16.gguf model-q4_k_m.gguf --type q4_k_m"},
+      {"ring", "mpirun -n 3 attnflow ring verify tests/data/golden/sdpa_basic.safetensors"},
       {"trace", "attnflow trace --model minilm --text \"The cat sat.\" --html page.html"},
       {"verify", "attnflow verify tests/data/golden/*.safetensors"},
   };
@@ -83,7 +90,8 @@ bool RegisterCommand(const char* name, const char* description,
   return true;
 }
 
-std::string EscapeText(std::string_view s) {
+namespace {
+std::string Escape(std::string_view s, bool keep_newlines) {
   std::string out;
   out.reserve(s.size());
   auto hex = [&](unsigned char c) {
@@ -95,7 +103,8 @@ std::string EscapeText(std::string_view s) {
   while (i < s.size()) {
     const unsigned char c = static_cast<unsigned char>(s[i]);
     if (c < 0x80) {
-      if ((c < 0x20 && c != '\n' && c != '\t') || c == 0x7f) hex(c);
+      const bool kept = keep_newlines && (c == '\n' || c == '\t');
+      if ((c < 0x20 && !kept) || c == 0x7f) hex(c);
       else out += static_cast<char>(c);
       ++i;
       continue;
@@ -113,8 +122,13 @@ std::string EscapeText(std::string_view s) {
       cp = (cp << 6) | (d & 0x3F);
     }
     if (ok && (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))) ok = false;
-    if (ok) {
+    const bool control = ok && ((cp >= 0x80 && cp <= 0x9F) || (cp >= 0x202A && cp <= 0x202E) ||
+                                (cp >= 0x2066 && cp <= 0x2069));
+    if (ok && !control) {
       out.append(s.substr(i, n));
+      i += n;
+    } else if (control) {
+      for (size_t k = 0; k < n; ++k) hex(static_cast<unsigned char>(s[i + k]));
       i += n;
     } else {
       hex(c);
@@ -122,6 +136,19 @@ std::string EscapeText(std::string_view s) {
     }
   }
   return out;
+}
+
+// The command being run, for warnings raised below it (thread start-up).
+std::string g_current_command;
+
+void ThreadWarning(const std::string& message) { PrintWarning(g_current_command, message); }
+}  // namespace
+
+std::string EscapeText(std::string_view s) { return Escape(s, true); }
+std::string EscapeLine(std::string_view s) { return Escape(s, false); }
+
+std::string DumpJson(const nlohmann::json& j, int indent) {
+  return j.dump(indent, ' ', true, nlohmann::json::error_handler_t::replace);
 }
 
 void PrintError(const std::string& cmd, const std::string& msg) {
@@ -200,6 +227,12 @@ bool ResolveModel(const std::string& cmd, const std::string& value,
 bool StderrIsTerminal() { return ::isatty(STDERR_FILENO) == 1; }
 
 int Main(int argc, char** argv) {
+  // A pool that cannot start all its threads says so once, as a warning of
+  // the command being run.
+  SetThreadWarningHandler(&ThreadWarning);
+  // Past `ulimit -f` a write fails with EFBIG (a clear error, the temporary
+  // output removed) instead of killing the process with SIGXFSZ.
+  std::signal(SIGXFSZ, SIG_IGN);
   CLI::App app{
       "attnflow — attention as an explicit, verifiable, fast dataflow.\n"
       "Exit codes: 0 ok, 1 a check failed, 2 usage error or invalid input.",
@@ -259,6 +292,7 @@ int Main(int argc, char** argv) {
   }
   for (auto& [sub, name] : subs) {
     if (sub->parsed()) {
+      g_current_command = name;
       try {
         return actions[name]();
       } catch (const std::exception& e) {  // last-resort guard: never crash
@@ -268,6 +302,34 @@ int Main(int argc, char** argv) {
     }
   }
   return kExitUsage;
+}
+
+}  // namespace attnflow::cli
+
+namespace attnflow::cli {
+
+Result<int64_t> ParseByteSize(const std::string& option, const std::string& text) {
+  size_t pos = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &pos);
+  } catch (...) {
+    pos = 0;
+  }
+  std::string unit = text.substr(pos);
+  for (char& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  const std::pair<const char*, double> units[] = {
+      {"", 1},           {"b", 1},           {"k", 1024.0},     {"kib", 1024.0},
+      {"kb", 1e3},       {"m", 1048576.0},   {"mib", 1048576.0}, {"mb", 1e6},
+      {"g", 1073741824.0}, {"gib", 1073741824.0}, {"gb", 1e9},  {"t", 1099511627776.0},
+      {"tib", 1099511627776.0}, {"tb", 1e12}};
+  for (const auto& [u, mult] : units) {
+    if (pos > 0 && unit == u && std::isfinite(v) && v > 0 && v * mult < 9.2e18) {
+      return static_cast<int64_t>(v * mult);
+    }
+  }
+  return InvalidArgument(option + " '" + text +
+                         "' is not a positive size (e.g. 512KiB, 24GiB, 1.5GB or bytes)");
 }
 
 }  // namespace attnflow::cli

@@ -13,9 +13,16 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <cstdint>
 #include <functional>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <string_view>
+
+#include "attnflow/status.h"
+namespace attnflow {
+struct CaseReport;
+}
 
 namespace attnflow::cli {
 
@@ -33,12 +40,26 @@ int Main(int argc, char** argv);
 
 // "attnflow <cmd>: error: <msg>" on stderr (msg escaped, see EscapeText).
 void PrintError(const std::string& cmd, const std::string& msg);
-// "attnflow <cmd>: warning: <msg>" on stderr.
+// "attnflow <cmd>: warning: <msg>" on stderr (msg escaped).
 void PrintWarning(const std::string& cmd, const std::string& msg);
 
-// Valid UTF-8 is kept; invalid bytes and control bytes other than \n and \t
-// become \xNN.
+// The one escaping of text the CLI prints that it did not write itself
+// (anything read from a file, a model's vocabulary, an argument or an
+// environment variable), so that a file cannot drive the terminal: valid
+// UTF-8 is kept except control characters, which become \xNN per byte:
+// C0 controls (ESC included) other than \n and \t, DEL, the C1 controls
+// U+0080..U+009F (CSI U+009B starts an escape sequence on some terminals) and
+// the bidirectional overrides and isolates U+202A..U+202E, U+2066..U+2069
+// (they reorder what is shown). Invalid UTF-8 bytes also become \xNN.
 std::string EscapeText(std::string_view s);
+// The same for a one-line field (a name, a token, a note): \n and \t are
+// escaped too, so a field cannot start a line of its own.
+std::string EscapeLine(std::string_view s);
+// Every JSON document the CLI prints or writes: compact (indent < 0) or
+// indented; non-ASCII characters as \uXXXX (so no C1 control or bidi
+// override reaches a terminal raw; JSON readers see the same strings) and
+// invalid UTF-8 replaced by U+FFFD instead of throwing.
+std::string DumpJson(const nlohmann::json& j, int indent = -1);
 
 // Validators with readable bounds (CLI::Range prints doubles with six
 // decimals and NonNegativeNumber prints DBL_MAX in full); NaN is rejected.
@@ -53,6 +74,15 @@ CLI::Validator Finite();
 bool ResolveModel(const std::string& cmd, const std::string& value,
                   const std::string& default_key, std::string* path,
                   std::string* display);
+
+// A byte size: "320KiB", "4MiB", "1.5GB", "4096" (bytes); binary (KiB, MiB,
+// GiB, TiB) and decimal (KB, MB, GB, TB) units, case-insensitive, optional
+// "B". Errors name `option`.
+Result<int64_t> ParseByteSize(const std::string& option, const std::string& text);
+// The text report of one checked golden case (`verify`, `ring verify`): a
+// header line, one line per stage (unless quiet) and the verdict, with
+// every name from the file escaped (EscapeLine).
+void PrintCaseReport(const CaseReport& r, double atol, double rtol, bool quiet);
 
 // True when stderr is a terminal (progress lines are drawn only then).
 bool StderrIsTerminal();

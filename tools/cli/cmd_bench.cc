@@ -249,7 +249,7 @@ int RunBench(const BenchArgs& a) {
           a.mode.c_str(), kname, choice.simd_target.c_str(), pool.NumWorkers(),
           (long long)c.B, (long long)c.H, (long long)c.Hkv, (long long)c.Lq, (long long)c.Lk,
           (long long)c.D, a.causal.c_str(), a.kv_dtype.c_str(), a.repeat, tmin, tmed, gflops,
-          gbps, peak_gflops, peak_gbps, pct, pct_bw, kv_bytes, (long long)PeakRssBytes(),
+          gbps, peak_gflops, peak_gbps, pct, pct_bw, kv_bytes, (long long)PeakRssSinceExecBytes(),
           (long long)choice.tile_q, (long long)choice.tile_kv, (long long)choice.num_splits,
           read_s, res->read_median_s, read_s > 0 ? tmed / read_s : 0.0,
           a.cold ? "true" : "false", res->flush_bytes, [&] {
@@ -278,7 +278,7 @@ int RunBench(const BenchArgs& a) {
     std::fflush(stdout);
   }
   if (!a.json)
-    std::printf("peak RSS %.1f MiB\n", static_cast<double>(PeakRssBytes()) / (1 << 20));
+    std::printf("peak RSS %.1f MiB\n", static_cast<double>(PeakRssSinceExecBytes()) / (1 << 20));
   return kExitOk;
 }
 

@@ -5,6 +5,7 @@
 //   attnflow budget --config llama-3-8b --seq-len 2048
 //   attnflow budget --config my_model.json        (ModelShape fields or a HF config.json)
 //   attnflow budget --config llama-3-8b --context 8192 --ram 24GiB
+//   attnflow budget --config tiny --device esp32-c3 --weights int8 --kv-cache int8
 //   attnflow budget --compare --n 512 --d 512 --k 3 --r 64
 //   attnflow budget --list
 // Exit: 0 ok, 2 unknown config / invalid JSON / usage.
@@ -16,6 +17,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <tuple>
 
 #include "attnflow/nn_budget.h"
 #include <unistd.h>
@@ -36,33 +38,10 @@ struct BudgetArgs {
   std::string ram;  // "" = not asked
   bool compare = false;
   int64_t n = 512, d = 512, k = 3, r = 64;
+  // --device (a microcontroller: weights in flash; nn::ComputeDeviceBudget)
+  std::string device, flash, weights = "f32", kv_cache = "f32";
+  int64_t kv_scale_bytes = 0;
 };
-
-// "24GiB", "512KiB", "1.5GB", "4096" (bytes); binary (KiB, MiB, GiB, TiB) and
-// decimal (KB, MB, GB, TB) units, case-insensitive, optional "B".
-Result<int64_t> ParseByteSize(const std::string& text) {
-  size_t pos = 0;
-  double v = 0;
-  try {
-    v = std::stod(text, &pos);
-  } catch (...) {
-    pos = 0;
-  }
-  std::string unit = text.substr(pos);
-  for (char& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  const std::pair<const char*, double> units[] = {
-      {"", 1},           {"b", 1},           {"k", 1024.0},     {"kib", 1024.0},
-      {"kb", 1e3},       {"m", 1048576.0},   {"mib", 1048576.0}, {"mb", 1e6},
-      {"g", 1073741824.0}, {"gib", 1073741824.0}, {"gb", 1e9},  {"t", 1099511627776.0},
-      {"tib", 1099511627776.0}, {"tb", 1e12}};
-  for (const auto& [u, mult] : units) {
-    if (pos > 0 && unit == u && std::isfinite(v) && v > 0 && v * mult < 9.2e18) {
-      return static_cast<int64_t>(v * mult);
-    }
-  }
-  return InvalidArgument("--ram '" + text +
-                         "' is not a positive size (e.g. 512KiB, 24GiB, 1.5GB or bytes)");
-}
 
 nlohmann::json Parts(const nn::PartCounts& p) {
   return {{"qkv", p.qkv}, {"scores", p.scores}, {"aggregate", p.aggregate}, {"out", p.out},
@@ -82,18 +61,123 @@ int RunCompare(const BudgetArgs& a) {
       j["layers"].push_back({{"layer", x.layer}, {"ops_formula", x.ops_formula}, {"ops", x.ops},
                              {"sequential", x.sequential}, {"max_path", x.max_path}});
     }
-    std::printf("%s\n", j.dump().c_str());
+    std::printf("%s\n", DumpJson(j).c_str());
     return kExitOk;
   }
   std::fputs(nn::FormatLayerComparison(rows.value(), a.n, a.d, a.k, a.r).c_str(), stdout);
   return kExitOk;
 }
 
+nlohmann::json Items(const std::vector<nn::ByteItem>& v) {
+  nlohmann::json j = nlohmann::json::array();
+  for (const auto& i : v) j.push_back({{"name", i.name}, {"formula", i.formula}, {"bytes", i.bytes}});
+  return j;
+}
+
+// --device: the microcontroller view (flash for weights, RAM for the cache,
+// the activations and the arena).
+int RunDevice(const BudgetArgs& a, const nn::ModelShape& shape) {
+  nn::DeviceBudgetOptions o;
+  if (a.device == "custom") {
+    if (a.ram.empty() || a.flash.empty()) {
+      PrintError("budget", "--device custom needs --ram and --flash");
+      return kExitUsage;
+    }
+    o.target = {"custom", "sizes from --ram and --flash", 0, 0, ""};
+  } else {
+    Result<nn::DeviceTarget> t = nn::FindDeviceTarget(a.device);
+    if (!t.ok()) {
+      PrintError("budget", t.status().message());
+      return kExitUsage;
+    }
+    o.target = t.value();
+  }
+  for (auto [text, flag, dst] : {std::tuple<const std::string&, const char*, int64_t*>{
+                                     a.ram, "--ram", &o.target.ram_bytes},
+                                 {a.flash, "--flash", &o.target.flash_bytes}}) {
+    if (text.empty()) continue;
+    Result<int64_t> v = ParseByteSize(flag, text);
+    if (!v.ok()) {
+      PrintError("budget", v.status().message());
+      return kExitUsage;
+    }
+    *dst = v.value();
+    o.target.note = "RAM / flash overridden by --ram / --flash";
+  }
+  if (!nn::ParseDeviceWeights(a.weights, &o.weights) || !nn::ParseDeviceKv(a.kv_cache, &o.kv)) {
+    PrintError("budget", "--weights must be f32, f16 or int8 and --kv-cache f32 or int8");
+    return kExitUsage;
+  }
+  o.kv_scale_bytes = a.kv_scale_bytes;
+  o.context = a.context;
+  Result<nn::DeviceBudget> b = nn::ComputeDeviceBudget(shape, o);
+  if (!b.ok()) {
+    PrintError("budget", b.status().message());
+    return kExitUsage;
+  }
+  const nn::DeviceBudget& d = b.value();
+  if (!a.json) {
+    std::fputs(nn::FormatDeviceBudget(d).c_str(), stdout);
+    return kExitOk;
+  }
+  nlohmann::json choices = nlohmann::json::array();
+  for (const auto& c : d.choices) {
+    choices.push_back({{"weights", nn::DeviceWeightsName(c.weights)},
+                       {"kv_cache", nn::DeviceKvName(c.kv)},
+                       {"flash_bytes", c.flash_bytes},
+                       {"flash_fits", c.flash_fits},
+                       {"ram_fixed_bytes", c.ram_fixed_bytes},
+                       {"kv_bytes_per_token", c.kv_bytes_per_token},
+                       {"max_context_ram", c.max_context_ram},
+                       {"max_context", c.max_context},
+                       {"binds", c.binds}});
+  }
+  nlohmann::json j = {
+      {"schema", "attnflow-budget-device/1"},
+      {"config", d.shape.name},
+      {"target", {{"name", d.opt.target.name}, {"description", d.opt.target.description},
+                  {"ram_bytes", d.opt.target.ram_bytes}, {"flash_bytes", d.opt.target.flash_bytes},
+                  {"note", d.opt.target.note}}},
+      {"weights", nn::DeviceWeightsName(d.opt.weights)},
+      {"kv_cache", nn::DeviceKvName(d.opt.kv)},
+      {"kv_scale_bytes", d.opt.kv_scale_bytes},
+      {"total_params", d.total_params},
+      {"flash", Items(d.flash)},
+      {"flash_bytes", d.flash_bytes},
+      {"flash_fits", d.flash_fits},
+      {"activations", Items(d.activations)},
+      {"activation_bytes", d.activation_bytes},
+      {"arena", {{"name", d.arena.name}, {"formula", d.arena.formula}, {"bytes", d.arena.bytes}}},
+      {"kv_bytes_per_token", d.kv_bytes_per_token},
+      {"ram_fixed_bytes", d.ram_fixed_bytes},
+      {"max_context_ram", d.max_context_ram},
+      {"model_limit", d.model_limit},
+      {"max_context", d.max_context},
+      {"binds", d.binds},
+      {"context", d.context},
+      {"kv_bytes", d.kv_bytes},
+      {"ram_bytes", d.ram_bytes},
+      {"ram_fits", d.ram_fits},
+      {"choices", choices},
+  };
+  std::printf("%s\n", j.dump().c_str());
+  return kExitOk;
+}
+
 int RunBudget(const BudgetArgs& a) {
   if (a.compare) return RunCompare(a);
+  if (a.device.empty() && (!a.flash.empty() || a.weights != "f32" || a.kv_cache != "f32" ||
+                           a.kv_scale_bytes != 0)) {
+    PrintError("budget", "--flash, --weights, --kv-cache and --kv-scale-bytes need --device");
+    return kExitUsage;
+  }
+  if (!a.device.empty() && a.kv_bytes > 0) {
+    PrintError("budget", "--kv-bytes is the host view; with --device use --kv-cache f32|int8");
+    return kExitUsage;
+  }
   int64_t ram = 0;
-  if (!a.ram.empty()) {
-    Result<int64_t> r = ParseByteSize(a.ram);
+  if (!a.ram.empty() && a.device.empty()) {
+    Result<int64_t> r = ParseByteSize("--ram", a.ram);
     if (!r.ok()) {
       PrintError("budget", r.status().message());
       return kExitUsage;
@@ -132,6 +216,7 @@ int RunBudget(const BudgetArgs& a) {
       return kExitUsage;
     }
   }
+  if (!a.device.empty()) return RunDevice(a, shape.value());
   if (a.kv_bytes > 0) shape->kv_bytes_per_element = a.kv_bytes;
   Result<nn::Budget> b = nn::ComputeBudget(shape.value(), a.seq_len, a.context);
   if (!b.ok()) {
@@ -175,11 +260,12 @@ int RunBudget(const BudgetArgs& a) {
     j["memory"] = {{"context", m.context}, {"kv_bytes", m.kv_bytes},
                    {"score_matrix_bytes", m.score_matrix_bytes}, {"ram_bytes", m.ram_bytes},
                    {"weights", rows}};
-    std::printf("%s\n", j.dump().c_str());
+    std::printf("%s\n", DumpJson(j).c_str());
     return kExitOk;
   }
-  std::fputs(nn::FormatBudget(b.value()).c_str(), stdout);
-  std::fputs(nn::FormatMemory(mem.value()).c_str(), stdout);
+  // The config's name comes from the --config file: escaped.
+  std::fputs(EscapeText(nn::FormatBudget(b.value())).c_str(), stdout);
+  std::fputs(EscapeText(nn::FormatMemory(mem.value())).c_str(), stdout);
   return kExitOk;
 }
 
@@ -191,20 +277,41 @@ ATTNFLOW_REGISTER_COMMAND(
     [](CLI::App& sub) -> std::function<int()> {
       auto a = std::make_shared<BudgetArgs>();
       sub.add_option("--config", a->config,
-                     "Known config (bert-base, gpt2-small, llama-3-8b, transformer-base), a "
+                     "Known config (bert-base, gpt2-small, llama-3-8b, transformer-base, tiny), a "
                      "JSON file with ModelShape fields, or a Hugging Face config.json (model_type "
                      "bert, gpt2, llama, mistral, qwen2)");
       sub.add_option("--seq-len", a->seq_len, "New tokens per forward pass (default 512)")
           ->check(InRange(int64_t{1}, int64_t{1} << 30));
       sub.add_option("--context", a->context,
-                     "Keys each token attends to (default: seq-len; decode: cache length)")
+                     "Keys each token attends to (default: seq-len; decode: cache length). With "
+                     "--device: the tokens the cache is sized for (default: the usable maximum)")
           ->check(InRange(int64_t{0}, int64_t{1} << 30));
       sub.add_option("--kv-bytes", a->kv_bytes, "Bytes per cached K/V element (default 2)")
           ->check(InRange(int64_t{1}, int64_t{16}));
       sub.add_flag("--list", a->list, "List the known configs");
       sub.add_option("--ram", a->ram,
-                     "Also print the largest context whose K/V cache fits in this much memory "
-                     "after the weights (e.g. 512KiB, 24GiB; default: not asked)");
+                     "Host view: also print the largest context whose K/V cache fits in this "
+                     "much memory after the weights (e.g. 24GiB; weights and cache in one "
+                     "memory, activations not counted; default: not asked). With --device: "
+                     "the RAM the model may use (overrides the target's)");
+      sub.add_option("--device", a->device,
+                     "Microcontroller view: weights and constants in flash; K/V cache, the "
+                     "activations of one decode step and the attention arena in RAM; prints "
+                     "the max context from RAM, the model's own limit and which binds. "
+                     "Targets: esp32-c3 (320 KiB free RAM, 4 MiB flash), stm32f407 (192 KiB, "
+                     "1 MiB), nrf5340 (512 KiB, 1 MiB), or custom with --ram and --flash");
+      sub.add_option("--flash", a->flash, "--device: flash size (overrides the target's, e.g. 2MiB)");
+      sub.add_option("--weights", a->weights,
+                     "--device: weight storage: f32, f16, or int8 (per-row multipliers, int32 "
+                     "biases, as micro/tiny/tiny_s8_main.c) (default f32)")
+          ->check(CLI::IsMember({"f32", "f16", "int8"}));
+      sub.add_option("--kv-cache", a->kv_cache, "--device: K/V cache element type: f32 or int8 (default f32)")
+          ->check(CLI::IsMember({"f32", "int8"}));
+      sub.add_option("--kv-scale-bytes", a->kv_scale_bytes,
+                     "--device with --kv-cache int8: scale bytes per layer, K or V, kv head and "
+                     "token (default 0: static per-tensor scales in flash, as the int8 tiny "
+                     "decoder; 4 for an f32 scale per token and head)")
+          ->check(InRange(int64_t{0}, int64_t{64}));
       sub.add_flag("--compare", a->compare,
                    "Print Vaswani et al. Table 1 (per-layer ops, sequential ops, max path) for "
                    "self-attention, recurrent, convolutional and restricted attention at --n --d "

@@ -575,7 +575,7 @@ int Demo::Run(bool json) {
 
   j_["checks_passed"] = failures_ == 0;
   if (json) {
-    std::printf("%s\n", j_.dump(1).c_str());
+    std::printf("%s\n", DumpJson(j_, 1).c_str());
   } else {
     P("\nChecks: weight rows sum to 1 (0 for a fully masked row); causal and padded weights are\n"
       "exactly 0; padding changes nothing for real tokens; a shuffle without positions only\n"

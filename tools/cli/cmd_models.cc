@@ -30,7 +30,7 @@ int RunModels(bool paths_only) {
   for (const KnownModel& m : KnownModels()) {
     Result<std::string> p = LocateModel(m.key);
     if (paths_only) {
-      if (p.ok()) std::printf("%s\t%s\n", m.key.c_str(), p->c_str());
+      if (p.ok()) std::printf("%s\t%s\n", m.key.c_str(), EscapeLine(*p).c_str());
       continue;
     }
     std::printf("%-8s %s\n", m.key.c_str(), m.display_name.c_str());
@@ -39,7 +39,7 @@ int RunModels(bool paths_only) {
       continue;
     }
     ++installed;
-    std::printf("         path: %s\n", p->c_str());
+    std::printf("         path: %s\n", EscapeLine(*p).c_str());
     Result<std::unique_ptr<Model>> model = LoadModel(*p);
     if (!model.ok()) {
       std::printf("         cannot be opened: %s\n", EscapeText(model.status().message()).c_str());
@@ -48,14 +48,15 @@ int RunModels(bool paths_only) {
     const ModelInfo& i = (*model)->info();
     std::printf("         architecture %s · %lld layers · %lld heads (%lld kv) · d_model %lld · "
                 "%.1f M parameters · weights %s · %.1f MiB on disk · context %lld\n",
-                i.architecture.c_str(), (long long)i.num_layers, (long long)i.num_heads,
+                EscapeLine(i.architecture).c_str(), (long long)i.num_layers, (long long)i.num_heads,
                 (long long)i.num_kv_heads, (long long)i.hidden, i.num_params / 1e6,
-                i.weight_dtype.c_str(), DiskBytes(*p) / 1048576.0, (long long)i.max_positions);
+                EscapeLine(i.weight_dtype).c_str(), DiskBytes(*p) / 1048576.0,
+                (long long)i.max_positions);
   }
   if (!paths_only) {
     std::printf("searched (in order):\n");
     for (const ModelSearchPlace& s : ModelSearchPlaces())
-      std::printf("  %s (%s)\n", s.dir.c_str(), s.origin.c_str());
+      std::printf("  %s (%s)\n", EscapeLine(s.dir).c_str(), EscapeLine(s.origin).c_str());
     std::printf("%d of %zu known models installed\n", installed, KnownModels().size());
   }
   return kExitOk;

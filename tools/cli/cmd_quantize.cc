@@ -4,11 +4,15 @@
 // of their target type are copied; the others are dequantised to F32 and
 // quantised (a requantisation when the input is already quantised, which
 // llama.cpp only does with --allow-requantize: this command says so on
-// stderr). OUT is written atomically. Exit 0 ok, 2 usage or bad input.
+// stderr). OUT is written atomically; OUT naming IN (also through a link),
+// weights the target type cannot hold (float16 scales overflow) and NaN or
+// infinite weights are refused before anything is written. Exit 0 ok, 2
+// usage or bad input.
 #include <cstdio>
 #include <string>
 
 #include "attnflow/gguf.h"
+#include "attnflow/threading.h"
 #include "cli_common.h"
 
 namespace attnflow::cli {
@@ -34,7 +38,7 @@ int RunQuantize(const QuantizeArgs& a) {
   std::string types;
   for (const auto& [name, n] : st.type_counts) types += " " + name + "=" + std::to_string(n);
   std::printf("quantize: %s -> %s (%s): %lld tensors (%lld copied, %lld converted), %.2f MB -> %.2f MB; types:%s\n",
-              a.in.c_str(), a.out.c_str(), a.type.c_str(), static_cast<long long>(st.tensors),
+              EscapeLine(a.in).c_str(), EscapeLine(a.out).c_str(), EscapeLine(a.type).c_str(), static_cast<long long>(st.tensors),
               static_cast<long long>(st.copied), static_cast<long long>(st.requantized), st.bytes_in / 1e6,
               st.bytes_out / 1e6, types.c_str());
   return kExitOk;
@@ -48,7 +52,11 @@ ATTNFLOW_REGISTER_COMMAND(quantize, "quantize", "Write a GGUF model quantised wi
                             sub.add_option("in", a->in, "input GGUF")->required();
                             sub.add_option("out", a->out, "output GGUF (written atomically)")->required();
                             sub.add_option("--type", a->type, "q4_k_m | q5_k_m | q6_k | q8_0 | q4_0")->required();
-                            sub.add_option("--threads", a->threads, "worker threads (0: all cores; output does not depend on it)");
+                            sub.add_option("--threads", a->threads,
+                                           "worker threads (0: all cores; at most " +
+                                               std::to_string(kMaxPoolThreads) +
+                                               " run; output does not depend on it)")
+                                ->check(InRange(0, 1 << 20));
                             return [a] { return RunQuantize(*a); };
                           });
 

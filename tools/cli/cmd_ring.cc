@@ -3,6 +3,8 @@
 //
 //   mpirun -np 4 attnflow ring verify prefill --q-len 1000 --causal top_left
 //   mpirun -np 4 attnflow ring verify decode --kv-len 5000
+//   mpirun -np 4 attnflow ring verify tests/data/golden/*.safetensors
+//   mpirun -np 4 attnflow ring verify decode CASE.safetensors
 //   mpirun -np 4 attnflow ring bench prefill --q-len 16384 --iters 3
 //   mpirun -np 4 attnflow ring bench decode --kv-len 262144 --iters 20
 //
@@ -10,32 +12,50 @@
 // distributed call on its shard and compares its rows with the
 // single-process kernel and (when B*H*Lq*Lk <= 2^24) the float64 reference;
 // rank 0 prints the max errors. Exit 1 above tolerance.
+// verify CASE...: golden cases (docs/golden-format.md) instead: every rank
+// loads each case, runs the distributed path on its shard of the case's
+// inputs (prefill: q, k, v and the mask's query rows sharded by --layout;
+// decode: k/v sharded, q replicated), rank 0 gathers out and lse and
+// compares them with the case's stages at the case's tolerances, printed as
+// `attnflow verify` prints a case. Cases of another kind than sdpa, and sdpa
+// cases with a sliding window or ALiBi (not supported across ranks), are
+// skipped and say why. Exit as `verify`: 0 all match, 1 a stage differs, 2 an
+// invalid case or usage.
 // bench: local shards only (no global tensors, so memory per rank is the
 // shard's), per-step time, bytes sent, share of communication hidden behind
 // compute, load balance and peak RSS per rank.
 // Errors: argument errors are agreed collectively and printed by EVERY rank
-// with the same text (exit 2); a message timeout (dead or stalled rank)
-// prints the error and aborts the whole job (MPI_Abort, exit status 3).
+// with the same text (exit 2), within --timeout (each rank's own) of the
+// start: first every rank's own option errors, then the command itself
+// (action, mode, shapes, flags, the cases' bytes: ranks started with
+// different arguments, e.g. verify on one and bench on another, are named);
+// a message timeout (dead or stalled rank) prints the error and aborts the
+// whole job (MPI_Abort, exit status 3). Only --threads and --timeout may
+// differ between ranks.
 // Built without MPI, `attnflow ring` explains that and exits 2.
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "cli_common.h"
 
 #if defined(ATTNFLOW_HAVE_DIST)
 #include <mpi.h>
-#include <sys/resource.h>
 
 #include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
 
+#include <sys/stat.h>
+
 #include "attnflow/rng.h"
 #include "attnflow/attention.h"
+#include "attnflow/bench.h"
 #include "attnflow/compare.h"
+#include "attnflow/golden.h"
 #include "attnflow/reference.h"
 #include "attnflow/dist.h"
 #include "attnflow/kernels.h"
@@ -47,6 +67,9 @@ namespace {
 
 struct RingArgs {
   std::string action;  // verify | bench
+  std::vector<std::string> positional;  // [prefill|decode] [CASE...] (verify: cases)
+  std::vector<std::string> cases;       // golden case files (verify)
+  std::vector<std::string> shape_flags;  // shape options given (refused with cases)
   std::string mode = "prefill";
   int64_t batch = 1, heads = 8, kv_heads = 2, q_len = -1, kv_len = -1, head_dim = 64;
   std::string causal, kv_dtype = "F32", layout = "zigzag";
@@ -101,12 +124,6 @@ double AllMax(double x) {
   double y = 0;
   MPI_Allreduce(&x, &y, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   return y;
-}
-
-double PeakRssMiB() {
-  rusage ru{};
-  getrusage(RUSAGE_SELF, &ru);
-  return ru.ru_maxrss / 1024.0;  // Linux: KiB
 }
 
 struct Setup {
@@ -164,7 +181,7 @@ int Verify(const RingArgs& a, const Setup& s, ThreadPool* pool) {
   Tensor out_k = Take(Tensor::Zeros(DType::kF32, {B, H, Lq, D}));
   Tensor lse_k = Take(Tensor::Zeros(DType::kF32, {B, H, Lq}));
   Status st = Attention(out_k.view(), lse_k.view(), q.view(), k.view(), v.view(), opt, kopt);
-  st = dist::AgreeOnStatus(MPI_COMM_WORLD, st);
+  st = dist::AgreeOnStatus(MPI_COMM_WORLD, st, s.ro.timeout_s);
   if (!st.ok()) return Fail(MPI_COMM_WORLD, st, true);
   const bool with_ref = static_cast<double>(B) * H * Lq * Lk <= double(1 << 24);
   Tensor out_r, lse_r;
@@ -316,7 +333,7 @@ int Bench(const RingArgs& a, const Setup& s, ThreadPool* pool) {
   MPI_Reduce(bytes.data(), bytes_sum.data(), steps, MPI_INT64_T, MPI_SUM, 0, MPI_COMM_WORLD);
   double compute_total = 0;
   for (const auto& ss : best) compute_total += ss.compute_s;
-  const double rss = PeakRssMiB();
+  const double rss = static_cast<double>(PeakRssSinceExecBytes()) / (1 << 20);
   const double h = comm_sum > 0 ? std::max(0.0, 1.0 - exposed_sum / comm_sum) : 1.0;
   std::vector<double> rss_all(p), comp_all(p), hid_all(p);
   std::vector<int64_t> pairs_all(p);
@@ -386,21 +403,347 @@ int Bench(const RingArgs& a, const Setup& s, ThreadPool* pool) {
   return kExitOk;
 }
 
+// ---- verify CASE... ------------------------------------------------------
+
+// A copy of `v` (rank <= 4, any strides) as a contiguous tensor of `dt`.
+Result<Tensor> Converted(const TensorView& v, DType dt) {
+  if (v.dtype == dt) return Tensor::FromView(v);
+  Shape shape(v.shape.begin(), v.shape.begin() + v.rank);
+  Result<Tensor> t = Tensor::Zeros(dt, shape);
+  if (!t.ok()) return t;
+  int64_t d[4] = {1, 1, 1, 1};
+  for (int i = 0; i < v.rank; ++i) d[4 - v.rank + i] = v.shape[i];
+  int64_t n = 0;
+  for (int64_t i0 = 0; i0 < d[0]; ++i0)
+    for (int64_t i1 = 0; i1 < d[1]; ++i1)
+      for (int64_t i2 = 0; i2 < d[2]; ++i2)
+        for (int64_t i3 = 0; i3 < d[3]; ++i3) {
+          const int64_t idx[4] = {i0, i1, i2, i3};
+          int64_t off = 0;
+          for (int k = 0; k < v.rank; ++k) off += idx[4 - v.rank + k] * v.strides[k];
+          t->view().store(n++, v.load(off));
+        }
+  return t;
+}
+
+// A mask of rank 2..4 as a rank-4 view (leading dims of size 1).
+TensorView AsRank4(const TensorView& m) {
+  TensorView r = m;
+  const int pad = 4 - m.rank;
+  for (int i = 3; i >= 0; --i) {
+    r.shape[i] = i >= pad ? m.shape[i - pad] : 1;
+    r.strides[i] = i >= pad ? m.strides[i - pad] : 0;
+  }
+  r.rank = 4;
+  return r;
+}
+
+// Why the distributed path cannot check this case ("" if it can): the same
+// on every rank (the ranks agreed on the cases' bytes).
+std::string SkipReason(const GoldenCase& c) {
+  if (c.kind != "sdpa") {
+    return "not an sdpa case (kind " + c.kind + "; the ring runs scaled dot-product attention)";
+  }
+  if (c.opt.window_left >= 0 || c.opt.window_right >= 0) {
+    return "sliding windows are not supported across ranks (attnflow/dist.h)";
+  }
+  if (!c.opt.alibi_slopes.empty_view()) return "ALiBi is not supported across ranks (attnflow/dist.h)";
+  return "";
+}
+
+// Runs one case on every rank; rank 0 gets the report in *rep. A returned
+// error is the same on every rank, except kInternal (a timeout: abort).
+Status RunCase(const GoldenCase& c, const RingArgs& a, const Setup& s, ThreadPool* pool,
+               CaseReport* rep) {
+  int rank = 0, p = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &p);
+  const bool decode = a.mode == "decode";
+  const dist::Layout lay = decode ? dist::Layout::kContiguous : s.ro.layout;
+  const double to = s.ro.timeout_s;
+  const int64_t B = c.q.shape[0], H = c.q.shape[1], Lq = c.q.shape[2];
+  const int64_t Lk = c.k.shape[2], Dv = c.v.shape[3];
+  // K/V keep F32/F16/BF16 (the ring sends them as they are); else F32.
+  const bool kv_native = c.k.dtype == c.v.dtype &&
+                         (c.k.dtype == DType::kF32 || c.k.dtype == DType::kF16 ||
+                          c.k.dtype == DType::kBF16);
+  const DType kvt = kv_native ? c.k.dtype : DType::kF32;
+  SdpaOptions opt = c.opt;
+  Tensor ql, kl, vl, ml, out, lse;
+  Status st = [&]() -> Status {
+    Result<Tensor> q32 = Converted(c.q, DType::kF32);
+    ATTNFLOW_RETURN_IF_ERROR(q32.status());
+    Result<Tensor> k = Converted(c.k, kvt);
+    ATTNFLOW_RETURN_IF_ERROR(k.status());
+    Result<Tensor> v = Converted(c.v, kvt);
+    ATTNFLOW_RETURN_IF_ERROR(v.status());
+    Result<Tensor> r = dist::ShardRows(k->view(), lay, rank, p);
+    ATTNFLOW_RETURN_IF_ERROR(r.status());
+    kl = std::move(r).value();
+    r = dist::ShardRows(v->view(), lay, rank, p);
+    ATTNFLOW_RETURN_IF_ERROR(r.status());
+    vl = std::move(r).value();
+    if (decode) {
+      ql = std::move(q32).value();  // replicated
+    } else {
+      r = dist::ShardRows(q32->view(), lay, rank, p);
+      ATTNFLOW_RETURN_IF_ERROR(r.status());
+      ql = std::move(r).value();
+      if (!opt.attn_mask.empty_view()) {
+        // The mask covers this rank's query rows; a broadcast query dim stays.
+        const TensorView m4 = AsRank4(opt.attn_mask);
+        opt.attn_mask = m4;
+        if (m4.shape[2] != 1) {
+          r = dist::ShardRows(m4, lay, rank, p);
+          ATTNFLOW_RETURN_IF_ERROR(r.status());
+          ml = std::move(r).value();
+          opt.attn_mask = ml.view();
+        }
+      }
+    }
+    const int64_t rows = ql.shape()[2];
+    Result<Tensor> o = Tensor::Zeros(DType::kF32, {B, H, rows, Dv});
+    ATTNFLOW_RETURN_IF_ERROR(o.status());
+    out = std::move(o).value();
+    o = Tensor::Zeros(DType::kF32, {B, H, rows});
+    ATTNFLOW_RETURN_IF_ERROR(o.status());
+    lse = std::move(o).value();
+    return Status::Ok();
+  }();
+  ATTNFLOW_RETURN_IF_ERROR(dist::AgreeOnStatus(MPI_COMM_WORLD, st, to));
+  dist::RingOptions ro = s.ro;
+  ro.kopt.pool = pool;
+  ro.layout = lay;
+  st = decode ? dist::ShardedDecode(MPI_COMM_WORLD, out.view(), lse.view(), ql.view(), kl.view(),
+                                    vl.view(), opt, Lk, ro)
+              : dist::RingAttention(MPI_COMM_WORLD, out.view(), lse.view(), ql.view(),
+                                    kl.view(), vl.view(), opt, Lq, Lk, ro);
+  ATTNFLOW_RETURN_IF_ERROR(st);
+  Tensor out_g, lse_g;
+  if (decode) {  // replicated: rank 0 has every row
+    out_g = std::move(out);
+    lse_g = std::move(lse);
+  } else {
+    ATTNFLOW_RETURN_IF_ERROR(dist::GatherRows(MPI_COMM_WORLD, &out_g, out.view(), lay, Lq, 0, to));
+    ATTNFLOW_RETURN_IF_ERROR(dist::GatherRows(MPI_COMM_WORLD, &lse_g, lse.view(), lay, Lq, 0, to));
+  }
+  if (rank != 0) return Status::Ok();
+  rep->path = c.path;
+  rep->kind = c.kind;
+  rep->implementation = std::string("ring ") + (decode ? "decode" : "prefill") + " (P=" +
+                        std::to_string(p) + ", " + dist::LayoutName(lay) + ")";
+  for (const std::string& name : GoldenStageOrder(c.kind)) {
+    StageReport r;
+    r.stage = name;
+    const Tensor* got = name == "out" ? &out_g : name == "lse" ? &lse_g : nullptr;
+    if (!c.file->Has(name)) {
+      r.note = "not in the case file";
+    } else if (got == nullptr) {
+      r.note = "not produced by the ring";
+    } else {
+      Result<TensorView> exp = c.file->Get(name);
+      if (!exp.ok()) return exp.status();
+      r = CompareStage(name, got->view(), exp.value(), c.atol, c.rtol);
+    }
+    rep->stages.push_back(std::move(r));
+  }
+  return Status::Ok();
+}
+
+int VerifyCases(const RingArgs& a, const Setup& s, ThreadPool* pool) {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  const double to = s.ro.timeout_s;
+  int invalid = 0, differ = 0, match = 0, skipped = 0;
+  for (const std::string& path : a.cases) {
+    Result<GoldenCase> c = LoadGoldenCase(path);
+    Status st = dist::AgreeOnStatus(MPI_COMM_WORLD, c.ok() ? Status::Ok() : c.status(), to);
+    if (st.ok()) {
+      const std::string why = SkipReason(c.value());
+      if (!why.empty()) {
+        if (rank == 0) {
+          std::printf("case %s  kind=%s  impl=ring\n  => skipped: %s\n", EscapeLine(path).c_str(),
+                      EscapeLine(c->kind).c_str(), EscapeLine(why).c_str());
+        }
+        ++skipped;
+        continue;
+      }
+      CaseReport rep;
+      st = RunCase(c.value(), a, s, pool, &rep);
+      if (st.ok()) {
+        if (rank == 0) {
+          PrintCaseReport(rep, c->atol, c->rtol, false);
+          (rep.ok() ? match : differ) += 1;
+        }
+        continue;
+      }
+    }
+    if (st.code() == StatusCode::kInternal) return Fail(MPI_COMM_WORLD, st, false);
+    if (rank == 0) PrintError("ring", path + ": " + st.message());
+    ++invalid;
+  }
+  int code = invalid > 0 ? kExitUsage : differ > 0 ? kExitCheckFailed : kExitOk;
+  if (rank == 0) {
+    std::printf("%d case(s): %d match, %d differ, %d invalid%s\n", match + differ + invalid + skipped,
+                match, differ, invalid,
+                skipped > 0 ? (", " + std::to_string(skipped) + " skipped").c_str() : "");
+    std::fflush(stdout);
+  }
+  // Every rank ends with rank 0's verdict.
+  std::vector<MPI_Request> req(1);
+  MPI_Ibcast(&code, 1, MPI_INT, 0, MPI_COMM_WORLD, &req[0]);
+  const Status ws = dist::WaitRequests(&req, to, "ring verify: verdict");
+  if (!ws.ok()) return Fail(MPI_COMM_WORLD, ws, false);
+  MPI_Finalize();
+  return code;
+}
+
+// ---- agreement on the command ---------------------------------------------
+
+uint64_t Fnv1a(const void* data, size_t n, uint64_t h = 1469598103934665603ull) {
+  const unsigned char* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < n; ++i) {
+    h ^= p[i];
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+// "<bytes>:<fnv-1a of the bytes>" of a regular file, or "unreadable" (never
+// blocks: FIFOs and devices are not opened).
+std::string FileDigest(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return "unreadable";
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) return "unreadable";
+  std::vector<char> buf(1 << 16);
+  uint64_t h = 1469598103934665603ull, n = 0;
+  size_t got;
+  while ((got = std::fread(buf.data(), 1, buf.size(), f)) > 0) {
+    h = Fnv1a(buf.data(), got, h);
+    n += got;
+  }
+  std::fclose(f);
+  char b[48];
+  std::snprintf(b, sizeof b, "%llu:%016llx", static_cast<unsigned long long>(n),
+                static_cast<unsigned long long>(h));
+  return b;
+}
+
+// What this rank was asked to run, in a canonical form (everything except
+// --threads and --timeout, which may differ between ranks).
+std::string CommandText(const RingArgs& a) {
+  std::string t = "ring " + a.action + " " + a.mode + " --layout " + a.layout;
+  if (!a.cases.empty()) {
+    for (const std::string& c : a.cases) t += " case[" + FileDigest(c) + "]";
+    return t;
+  }
+  t += " --batch " + std::to_string(a.batch) + " --heads " + std::to_string(a.heads) +
+       " --kv-heads " + std::to_string(a.kv_heads) + " --q-len " + std::to_string(a.q_len) +
+       " --kv-len " + std::to_string(a.kv_len) + " --head-dim " + std::to_string(a.head_dim) +
+       " --causal " + (a.causal.empty() ? "default" : a.causal) + " --kv-dtype " + a.kv_dtype +
+       " --seed " + std::to_string(a.seed);
+  if (a.mask) t += " --mask";
+  if (a.kv_lens) t += " --kv-lens";
+  if (a.action == "bench") {
+    t += " --iters " + std::to_string(a.iters);
+    if (a.skip_compute) t += " --skip-compute";
+    if (a.json) t += " --json";
+  }
+  return t;
+}
+
+// Collective: every rank runs the same command, else the same error on every
+// rank naming the first rank that differs from rank 0 and both commands.
+Status AgreeOnCommand(const RingArgs& a, double timeout_s) {
+  struct Record {
+    uint64_t hash;
+    char text[248];
+  };
+  int p = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &p);
+  const std::string text = CommandText(a);
+  Record mine{};
+  mine.hash = Fnv1a(text.data(), text.size());
+  std::snprintf(mine.text, sizeof mine.text, "%s", text.c_str());
+  std::vector<Record> all(p);
+  std::vector<MPI_Request> req(1);
+  MPI_Iallgather(&mine, sizeof(Record), MPI_BYTE, all.data(), sizeof(Record), MPI_BYTE,
+                 MPI_COMM_WORLD, &req[0]);
+  ATTNFLOW_RETURN_IF_ERROR(dist::WaitRequests(&req, timeout_s, "ring: command agreement"));
+  for (int r = 1; r < p; ++r) {
+    if (all[r].hash == all[0].hash) continue;
+    return InvalidArgument("the ranks were started with different commands: rank 0 runs '" +
+                           std::string(all[0].text) + "' but rank " + std::to_string(r) +
+                           " runs '" + std::string(all[r].text) +
+                           "'; start every rank with the same arguments (only --threads and "
+                           "--timeout may differ)");
+  }
+  return Status::Ok();
+}
+
+// verify: "prefill" / "decode" first is the mode, every other argument a
+// golden case file; with cases the shapes come from the files.
+Status ResolvePositionals(RingArgs* a) {
+  for (size_t i = 0; i < a->positional.size(); ++i) {
+    const std::string& x = a->positional[i];
+    if (i == 0 && (x == "prefill" || x == "decode")) {
+      a->mode = x;
+      continue;
+    }
+    a->cases.push_back(x);
+  }
+  if (!a->cases.empty() && !a->shape_flags.empty()) {
+    std::string flags;
+    for (const std::string& f : a->shape_flags) flags += (flags.empty() ? "" : ", ") + f;
+    return InvalidArgument("ring verify CASE: " + flags +
+                           " cannot be combined with case files (the case gives the shapes, "
+                           "mask and inputs)");
+  }
+  return Status::Ok();
+}
+
 int RunRing(const RingArgs& a) {
   int provided = 0;
   MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
   RingArgs args = a;
+  Status st = ResolvePositionals(&args);
   if (args.q_len < 0) args.q_len = args.mode == "decode" ? 1 : 1024;
   Setup s;
-  Status st = ParseSetup(args, &s);
-  if (!st.ok()) return Fail(MPI_COMM_WORLD, st, true);  // same flags on every rank
+  if (st.ok()) st = ParseSetup(args, &s);
+  if (!st.ok()) {  // every rank prints it: say whose options are wrong
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    st = Status(st.code(), st.message() + " (the options of rank " + std::to_string(rank) + ")");
+  }
+  // Every rank's option errors, then the command itself, agreed within this
+  // rank's own --timeout: a rank with an error never leaves the others
+  // waiting for a collective it will not join. kInternal = no agreement (a
+  // rank is missing): abort.
+  st = dist::AgreeOnStatus(MPI_COMM_WORLD, st, a.timeout);
+  if (st.ok()) st = AgreeOnCommand(args, a.timeout);
+  if (!st.ok()) return Fail(MPI_COMM_WORLD, st, st.code() != StatusCode::kInternal);
   ThreadPool pool(a.threads);
+  if (!args.cases.empty()) return VerifyCases(args, s, &pool);
   return args.action == "verify" ? Verify(args, s, &pool) : Bench(args, s, &pool);
 }
 #endif
 
-void AddShapeOptions(CLI::App* c, RingArgs* a) {
-  c->add_option("mode", a->mode, "prefill (ring, default) or decode (sharded KV cache)");
+// The shape options (refused with case files).
+const char* const kShapeFlags[] = {"--batch", "--heads", "--kv-heads", "--q-len", "--kv-len",
+                                   "--head-dim", "--causal", "--kv-dtype", "--mask",
+                                   "--kv-lens", "--seed"};
+
+void AddShapeOptions(CLI::App* c, RingArgs* a, bool verify) {
+  if (verify) {
+    c->add_option("args", a->positional,
+                  "[prefill|decode] [CASE.safetensors...]: the mode (prefill: ring, default; "
+                  "decode: sharded KV cache), then golden case files to check instead of "
+                  "random inputs (their shapes, mask and tolerances; the shape options below "
+                  "are then refused)");
+  } else {
+    c->add_option("mode", a->mode, "prefill (ring, default) or decode (sharded KV cache)");
+  }
   c->add_option("--batch", a->batch, "B (default 1)")->check(InRange(int64_t{1}, int64_t{1} << 20));
   c->add_option("--heads", a->heads, "H (default 8)")->check(InRange(int64_t{1}, int64_t{1} << 16));
   c->add_option("--kv-heads", a->kv_heads, "Hkv (default 2)")->check(InRange(int64_t{1}, int64_t{1} << 16));
@@ -430,17 +773,27 @@ ATTNFLOW_REGISTER_COMMAND(
       auto a = std::make_shared<RingArgs>();
       sub.require_subcommand(1);
       CLI::App* verify = sub.add_subcommand(
-          "verify", "Compare with the single-process kernel and the float64 reference");
-      AddShapeOptions(verify, a.get());
+          "verify",
+          "Compare with the single-process kernel and the float64 reference, or check golden "
+          "case files (ring verify [decode] CASE.safetensors...)");
+      AddShapeOptions(verify, a.get(), true);
+      verify->footer(
+          "Examples:\n  mpirun -n 4 attnflow ring verify prefill --q-len 1000 --causal top_left\n"
+          "  mpirun -n 3 attnflow ring verify tests/data/golden/sdpa_basic.safetensors\n"
+          "  mpirun -n 3 attnflow ring verify decode tests/data/golden/*.safetensors");
       CLI::App* bench = sub.add_subcommand(
           "bench", "Per-step time, bytes sent, hidden communication, balance, RSS per rank");
-      AddShapeOptions(bench, a.get());
+      AddShapeOptions(bench, a.get(), false);
       bench->add_option("--iters", a->iters, "iterations (default 3)")->check(InRange(1, 100000));
       bench->add_flag("--skip-compute", a->skip_compute,
                       "memory/transfer measurement only: send every block, skip the kernels");
       bench->add_flag("--json", a->json, "also print one JSON line (rank 0)");
       return [a, verify] {
         a->action = verify->parsed() ? "verify" : "bench";
+        if (verify->parsed()) {
+          for (const char* f : kShapeFlags)
+            if (verify->count(f) > 0) a->shape_flags.push_back(f);
+        }
         return RunRing(*a);
       };
     });

@@ -35,7 +35,7 @@
 
 #include "attnflow/file_util.h"
 #include "attnflow/model.h"
-#include "attnflow/trace.h"
+#include "attnflow/player.h"
 #include "cli_common.h"
 
 namespace attnflow::cli {
@@ -47,26 +47,26 @@ struct TraceArgs {
   int64_t pad = 0;                     // toy pad keys (--pad)
   bool bahdanau = false, transformer = false, all_layers = false;
   int64_t max_view_tokens = 64;
-  int64_t layer = 0, decode_steps = 0, tokens = 4, max_page_tokens = trace::kDefaultPageTokens;
+  int64_t layer = 0, decode_steps = 0, tokens = 4, max_page_tokens = player::kDefaultPageTokens;
   std::vector<int64_t> heads;
   std::string causal = "top_left";
   std::string json, html, safetensors, npy, csv, png, svg;
   bool quiet = false;
 };
 
-const char* StateName(trace::CheckState s) {
+const char* StateName(player::CheckState s) {
   switch (s) {
-    case trace::CheckState::kPass: return "PASS";
-    case trace::CheckState::kFail: return "FAIL";
+    case player::CheckState::kPass: return "PASS";
+    case player::CheckState::kFail: return "FAIL";
     default: return "n/a ";
   }
 }
 
-void PrintChecks(const trace::TraceSummary& s) {
+void PrintChecks(const player::TraceSummary& s) {
   std::printf("checks (the page's check panel runs the same):\n");
   for (const auto& c : s.checks)
-    std::printf("  %s  %s%s%s\n", StateName(c.state), c.name.c_str(), c.detail.empty() ? "" : ": ",
-                c.detail.c_str());
+    std::printf("  %s  %s%s%s\n", StateName(c.state), EscapeLine(c.name).c_str(),
+                c.detail.empty() ? "" : ": ", EscapeLine(c.detail).c_str());
   std::printf("  => %s\n", s.all_pass() ? "all checks pass" : "A CHECK FAILED: this trace is broken");
 }
 
@@ -85,7 +85,12 @@ class TraceProgress {
     if (const char* e = std::getenv("ATTNFLOW_PROGRESS_AFTER_MS"); e != nullptr && *e != 0)
       after_s_ = std::atof(e) / 1000.0;
     t0_ = std::chrono::steady_clock::now();
-    thread_ = std::thread([this] { Run(); });
+    try {
+      thread_ = std::thread([this] { Run(); });
+    } catch (const std::exception&) {
+      // No thread to spare (a process limit): the line is then drawn only at
+      // each decode step, from Update().
+    }
   }
   ~TraceProgress() { Stop(); }
   void Update(int64_t done, int64_t total) {
@@ -107,7 +112,7 @@ class TraceProgress {
       stop_ = true;
     }
     cv_.notify_all();
-    thread_.join();
+    if (thread_.joinable()) thread_.join();
     if (shown_) {
       std::fprintf(stderr, "\r\033[K");
       std::fflush(stderr);
@@ -158,17 +163,18 @@ class TraceProgress {
 };
 
 int WriteHtml(const std::string& path, const std::string& json) {
-  Result<std::string> page = trace::RenderPlayerHtml(json);
+  Result<std::string> page = player::RenderPlayerHtml(json);
   if (!page.ok()) {
     PrintError("trace", page.status().ToString());
     return kExitUsage;
   }
-  Status st = trace::WriteTextFile(path, page.value());
+  Status st = WriteFileAtomic(path, page.value());
   if (!st.ok()) {
     PrintError("trace", st.ToString());
     return kExitUsage;
   }
-  std::printf("wrote %s (player page, %s, self-contained)\n", path.c_str(), KiB(page->size()).c_str());
+  std::printf("wrote %s (player page, %s, self-contained)\n", EscapeLine(path).c_str(),
+              KiB(page->size()).c_str());
   return kExitOk;
 }
 
@@ -196,22 +202,24 @@ int RunFrom(const TraceArgs& a) {
     PrintError("trace", text.status().message());
     return kExitUsage;
   }
-  Result<trace::TraceSummary> s = trace::ReadTraceJson(text.value(), a.from);
+  Result<player::TraceSummary> s = player::ReadTraceJson(text.value(), a.from);
   if (!s.ok()) {
     PrintError("trace", s.status().message());
     return kExitUsage;
   }
+  // Everything below comes from the JSON file: escaped (EscapeLine).
   std::printf("trace %s: %s · %s · %lld tokens · %lld heads shown · %lld decode steps\n",
-              a.from.c_str(), s->source.c_str(), s->model.c_str(),
+              EscapeLine(a.from).c_str(), EscapeLine(s->source).c_str(),
+              EscapeLine(s->model).c_str(),
               static_cast<long long>(s->num_tokens), static_cast<long long>(s->num_heads_shown),
               static_cast<long long>(s->decode_steps));
-  if (!s->note.empty()) std::printf("view: %s\n", s->note.c_str());
+  if (!s->note.empty()) std::printf("view: %s\n", EscapeLine(s->note).c_str());
   if (!a.html.empty()) {
     const int rc = WriteHtml(a.html, text.value());
     if (rc != kExitOk) return rc;
   }
   if (!a.json.empty()) {
-    Status st = trace::WriteTextFile(a.json, text.value());
+    Status st = WriteFileAtomic(a.json, text.value());
     if (!st.ok()) {
       PrintError("trace", st.ToString());
       return kExitUsage;
@@ -225,13 +233,13 @@ int RunFrom(const TraceArgs& a) {
 // its reason).
 void PrintKernel(const char* what, const trace::KernelCheck& k, bool brief) {
   if (!k.ran) {
-    std::printf("  %s: fast kernel not run (%s)\n", what, k.note.c_str());
+    std::printf("  %s: fast kernel not run (%s)\n", what, EscapeLine(k.note).c_str());
     return;
   }
   const std::string name = brief ? k.kernel.substr(0, k.kernel.find(':')) : k.kernel;
   std::printf("  %s: %s\n      |out - reference| %.2e, |lse - reference| %.2e, weights rebuilt "
               "from its lse %.2e\n",
-              what, name.c_str(), k.max_abs_out, k.max_abs_lse, k.max_abs_weights);
+              what, EscapeLine(name).c_str(), k.max_abs_out, k.max_abs_lse, k.max_abs_weights);
 }
 
 // Prints a failed step of `trace` and returns the usage exit code.
@@ -241,13 +249,13 @@ int TraceFailed(const Status& st) {
 }
 
 // Serialises the page (one trace or a padded batch) with the given options.
-using PageSerializer = std::function<Result<std::string>(const trace::PageOptions&)>;
+using PageSerializer = std::function<Result<std::string>(const player::PageOptions&)>;
 
 // A page's full-precision JSON and what reading it back found.
 struct Page {
-  trace::PageOptions options;  // from --max-page-tokens, --max-view-tokens, --heads
+  player::PageOptions options;  // from --max-page-tokens, --max-view-tokens, --heads
   std::string json;
-  trace::TraceSummary summary;
+  player::TraceSummary summary;
 };
 
 // Serialises the page with the flags' options and reads the JSON back, which
@@ -262,7 +270,7 @@ bool BuildPage(const TraceArgs& a, const PageSerializer& to_json, Page* page) {
     TraceFailed(json.status());
     return false;
   }
-  Result<trace::TraceSummary> s = trace::ReadTraceJson(json.value(), "<generated trace>");
+  Result<player::TraceSummary> s = player::ReadTraceJson(json.value(), "<generated trace>");
   if (!s.ok()) {
     TraceFailed(s.status());
     return false;
@@ -278,19 +286,19 @@ bool BuildPage(const TraceArgs& a, const PageSerializer& to_json, Page* page) {
 int WritePageFiles(const TraceArgs& a, const PageSerializer& to_json, const Page& page,
                    const std::string& json_note) {
   if (!a.json.empty()) {
-    Status st = trace::WriteTextFile(a.json, page.json);
+    Status st = WriteFileAtomic(a.json, page.json);
     if (!st.ok()) return TraceFailed(st);
-    std::printf("wrote %s (page JSON, %s%s)\n", a.json.c_str(), KiB(page.json.size()).c_str(),
+    std::printf("wrote %s (page JSON, %s%s)\n", EscapeLine(a.json).c_str(), KiB(page.json.size()).c_str(),
                 json_note.c_str());
   }
   if (!a.html.empty()) {
     // The page gets the compact, lossless encoding (base64 floats, constant
     // runs, verified derivations); reading it back checks it once more.
-    trace::PageOptions po = page.options;
+    player::PageOptions po = page.options;
     po.compact = true;
     Result<std::string> packed = to_json(po);
     if (!packed.ok()) return TraceFailed(packed.status());
-    Result<trace::TraceSummary> ps = trace::ReadTraceJson(packed.value(), "<generated page>");
+    Result<player::TraceSummary> ps = player::ReadTraceJson(packed.value(), "<generated page>");
     if (!ps.ok()) return TraceFailed(ps.status());
     const int rc = WriteHtml(a.html, packed.value());
     if (rc != kExitOk) return rc;
@@ -301,16 +309,16 @@ int WritePageFiles(const TraceArgs& a, const PageSerializer& to_json, const Page
 // A padded encoder batch: one page (sentence 0, every sentence's page in
 // "batch.pages"), read back and checked like any page.
 int WriteBatch(const TraceArgs& a, const std::vector<trace::Trace>& traces) {
-  const PageSerializer to_json = [&traces](const trace::PageOptions& po) {
-    return trace::BatchToJson(traces, po);
+  const PageSerializer to_json = [&traces](const player::PageOptions& po) {
+    return player::BatchToJson(traces, po);
   };
   Page page;
   if (!BuildPage(a, to_json, &page)) return kExitUsage;
-  const trace::TraceSummary& s = page.summary;
+  const player::TraceSummary& s = page.summary;
   const trace::Trace& t0 = traces.front();
   std::printf("attnflow trace: %s (encoder batch) · layer %lld · %zu sentences padded to %zu tokens"
               " · %lld heads × d_k %lld · mask kv_lens\n",
-              t0.info.name.c_str(), static_cast<long long>(t0.layer), traces.size(),
+              EscapeLine(t0.info.name).c_str(), static_cast<long long>(t0.layer), traces.size(),
               t0.tokens.size(), static_cast<long long>(t0.info.num_heads),
               static_cast<long long>(t0.info.head_dim));
   for (const auto& t : traces) {
@@ -319,7 +327,8 @@ int WriteBatch(const TraceArgs& a, const std::vector<trace::Trace>& traces) {
                 real, t.pad_keys.size());
     if (!a.quiet) {
       std::printf(" ·");
-      for (size_t i = 0; i < std::min<size_t>(real, 16); ++i) std::printf(" %s", t.tokens[i].text.c_str());
+      for (size_t i = 0; i < std::min<size_t>(real, 16); ++i)
+        std::printf(" %s", EscapeLine(trace::ShownToken(t.tokens[i])).c_str());
       if (real > 16) std::printf(" …");
     }
     std::printf("\n");
@@ -332,7 +341,24 @@ int WriteBatch(const TraceArgs& a, const std::vector<trace::Trace>& traces) {
   return s.all_pass() ? kExitOk : kExitCheckFailed;
 }
 
+// An output file naming an input file (--from, --vit, a --model file, also
+// through a link) would replace what is being read: refused.
+bool OutputsAreNotInputs(const TraceArgs& a) {
+  for (const std::string* in : {&a.from, &a.vit, &a.model}) {
+    if (in->empty()) continue;
+    for (const std::string* out : {&a.json, &a.html, &a.safetensors}) {
+      if (out->empty()) continue;
+      if (Status st = CheckOutputIsNotInput("trace", *in, *out); !st.ok()) {
+        PrintError("trace", st.message());
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
 int RunTrace(TraceArgs a) {
+  if (!OutputsAreNotInputs(a)) return kExitUsage;
   if (!a.from.empty()) return RunFrom(a);
   if (a.json.empty() && a.html.empty() && FirstExportFlag(a) == nullptr) {
     PrintError("trace", "nothing to write: pass at least one of --html FILE, --json FILE, "
@@ -381,7 +407,7 @@ int RunTrace(TraceArgs a) {
     return kExitUsage;
   }
   if (!a.vit.empty()) {
-    Result<trace::RgbImage> img = trace::ReadImageFile(a.vit);
+    Result<RgbImage> img = ReadImageFile(a.vit);
     if (!img.ok()) {
       PrintError("trace", img.status().message());
       return kExitUsage;
@@ -476,73 +502,74 @@ int RunTrace(TraceArgs a) {
   }
   trace::Trace& t = tr.value();
   if (!display.empty()) t.info.name = display;
-  const PageSerializer to_json = [&t](const trace::PageOptions& po) {
-    return trace::TraceToJson(t, po);
+  const PageSerializer to_json = [&t](const player::PageOptions& po) {
+    return player::TraceToJson(t, po);
   };
   Page page;
   if (!BuildPage(a, to_json, &page)) return kExitUsage;
-  const trace::TraceSummary& s = page.summary;
+  const player::TraceSummary& s = page.summary;
   std::printf("attnflow trace: %s (%s) · layer %lld · %zu tokens · %lld heads × d_k %lld · mask %s"
               " · %zu decode steps\n",
-              t.info.name.c_str(), t.source.c_str(), static_cast<long long>(t.layer),
+              EscapeLine(t.info.name).c_str(), EscapeLine(t.source).c_str(),
+              static_cast<long long>(t.layer),
               t.tokens.size(), static_cast<long long>(t.info.num_heads),
               static_cast<long long>(t.info.head_dim), CausalName(t.causal), t.decode.size());
   if (!a.quiet) {
-    std::printf("  tokens:");
+    std::printf("  tokens (␣ = space):");
     const size_t show = std::min<size_t>(t.tokens.size(), 24);
-    for (size_t i = 0; i < show; ++i) std::printf(" %s", t.tokens[i].text.c_str());
+    for (size_t i = 0; i < show; ++i) std::printf(" %s", EscapeLine(trace::ShownToken(t.tokens[i])).c_str());
     if (show < t.tokens.size()) std::printf(" … (+%zu)", t.tokens.size() - show);
     std::printf("\n  stages:");
-    for (const auto& st : t.stages) std::printf(" %s", st.name.c_str());
+    for (const auto& st : t.stages) std::printf(" %s", EscapeLine(st.name).c_str());
     std::printf("\n");
     PrintKernel("fast path, prefill", t.kernel, false);
     for (size_t i = 0; i < t.decode.size(); ++i) {
       const std::string what = "decode step " + std::to_string(i + 1) + " ('" +
-                               t.decode[i].token.text + "', cache " +
+                               EscapeLine(trace::ShownToken(t.decode[i].token)) + "', cache " +
                                std::to_string(t.decode[i].position + 1) + " keys)";
       PrintKernel(what.c_str(), t.decode[i].kernel, true);
     }
   }
   for (const auto& v : s.views)
-    std::printf("  view %s (%s): %lld layer(s) × %lld head(s) × %lld × %lld%s\n", v.id.c_str(),
-                v.kind.c_str(), static_cast<long long>(v.num_layers),
+    std::printf("  view %s (%s): %lld layer(s) × %lld head(s) × %lld × %lld%s\n",
+                EscapeLine(v.id).c_str(), EscapeLine(v.kind).c_str(), static_cast<long long>(v.num_layers),
                 static_cast<long long>(v.num_heads), static_cast<long long>(v.rows),
                 static_cast<long long>(v.cols),
                 v.pool > 1 ? (" (pooled " + std::to_string(v.pool) + "×" + std::to_string(v.pool) + " on the page)").c_str() : "");
-  if (!t.banner.empty()) std::printf("note: %s\n", t.banner.c_str());
-  if (!s.note.empty()) std::printf("view: %s\n", s.note.c_str());
+  if (!t.banner.empty()) std::printf("note: %s\n", EscapeLine(t.banner).c_str());
+  if (!s.note.empty()) std::printf("view: %s\n", EscapeLine(s.note).c_str());
   else std::printf("view: full resolution (%zu tokens <= %lld)\n", t.tokens.size(),
                    static_cast<long long>(page.options.max_tokens));
 
   const int rc = WritePageFiles(a, to_json, page, "");
   if (rc != kExitOk) return rc;
   if (!a.safetensors.empty()) {
-    Status st = trace::WriteTraceSafetensors(a.safetensors, t);
+    Status st = player::WriteTraceSafetensors(a.safetensors, t);
     if (!st.ok()) return TraceFailed(st);
     std::printf("wrote %s (every stage, full precision, golden-format names%s)\n",
-                a.safetensors.c_str(),
+                EscapeLine(a.safetensors).c_str(),
                 t.inputs.empty() ? "" : "; a valid golden case: attnflow verify FILE");
   }
   std::vector<std::string> files;
   if (!a.npy.empty()) {
-    Status st = trace::WriteTraceNpy(a.npy, t, &files);
+    Status st = player::WriteTraceNpy(a.npy, t, &files);
     if (!st.ok()) return TraceFailed(st);
-    std::printf("wrote %zu .npy files to %s\n", files.size(), a.npy.c_str());
+    std::printf("wrote %zu .npy files to %s\n", files.size(), EscapeLine(a.npy).c_str());
   }
   if (!a.csv.empty()) {
     files.clear();
-    Status st = trace::WriteTraceCsv(a.csv, t, a.heads, &files);
+    Status st = player::WriteTraceCsv(a.csv, t, a.heads, &files);
     if (!st.ok()) return TraceFailed(st);
-    std::printf("wrote %zu CSV files to %s\n", files.size(), a.csv.c_str());
+    std::printf("wrote %zu CSV files to %s\n", files.size(), EscapeLine(a.csv).c_str());
   }
-  for (const auto& [dir, fmt] : {std::pair<const std::string*, trace::ImageFormat>{&a.png, trace::ImageFormat::kPng},
-                                 {&a.svg, trace::ImageFormat::kSvg}}) {
+  for (const auto& [dir, fmt] : {std::pair<const std::string*, player::ImageFormat>{&a.png, player::ImageFormat::kPng},
+                                 {&a.svg, player::ImageFormat::kSvg}}) {
     if (dir->empty()) continue;
     files.clear();
-    Status st = trace::WriteTraceHeatmaps(*dir, t, a.heads, fmt, &files);
+    Status st = player::WriteTraceHeatmaps(*dir, t, a.heads, fmt, &files);
     if (!st.ok()) return TraceFailed(st);
     std::printf("wrote %zu %s heatmaps to %s\n", files.size(),
-                fmt == trace::ImageFormat::kPng ? "PNG" : "SVG", dir->c_str());
+                fmt == player::ImageFormat::kPng ? "PNG" : "SVG", EscapeLine(*dir).c_str());
   }
   PrintChecks(s);
   return s.all_pass() ? kExitOk : kExitCheckFailed;
@@ -596,7 +623,7 @@ ATTNFLOW_REGISTER_COMMAND(
       sub.add_option("--causal", a->causal, "Toy mask: none, top_left (default), bottom_right")
           ->check(CLI::IsMember({"none", "top_left", "bottom_right"}));
       sub.add_option("--max-page-tokens", a->max_page_tokens,
-                     "Above this length the page pools its views (default 256; exports stay full)")
+                     "Above this length the page pools its views (exports stay full)")
           ->check(InRange(8, 4096));
       sub.add_option("--json", a->json, "Write the page JSON (format attnflow-trace/1)");
       sub.add_option("--html", a->html, "Write the self-contained player page");

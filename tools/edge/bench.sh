@@ -15,6 +15,7 @@ OUT=$BUILD/edge/bench
 source "$ROOT/tools/edge/targets.sh"
 mkdir -p "$OUT"
 INC="-I$ROOT/include -I$ROOT/micro/src"
+mapfile -t SRCS < <(micro_sources "$ROOT")
 
 mhz() { case $1 in rv32imc) echo 160 ;; *) echo 168 ;; esac; }
 {
@@ -23,7 +24,7 @@ echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
 for t in "${EDGE_TARGETS[@]}"; do
   cc=$(edge_cc "$t")
   $cc $(edge_cflags "$t") -O2 -std=c99 $INC $(edge_ldflags "$t") -o "$OUT/$t.elf" \
-    "$ROOT/micro/bench/bench_main.c" "$ROOT"/micro/src/*.c -lm
+    "$ROOT/micro/bench/bench_main.c" "${SRCS[@]}" -lm
   for f in af_sdpa_f32 af_sdpa_s8; do
     $cc $(edge_cflags "$t") -O2 --specs=picolibc.specs -std=c99 $INC -c "$ROOT/micro/src/$f.c" -o "$OUT/${t}_$f.o"
   done
@@ -38,6 +39,18 @@ for t in "${EDGE_TARGETS[@]}"; do
         -v na="$narena" -v tx="$text" -v ro="$rodata" -v mhz="$(mhz "$t")" 'BEGIN {
       printf "| %s | %s | %d | %.2f | %.1f @ %d MHz | %.2f | %.2f | %d (%d) | %d | %d |\n",
         t, (p == "s8" ? "int8" : "f32"), i, i / m, i / (mhz * 1000.0), mhz, ni / m, i / ni, a, na, tx, ro }'
+  done
+done
+echo
+echo "Option paths on the same problem (instr/MAC over the useful MACs: a window of 64 keys has fewer):"
+echo
+echo "| target | path | plain | all-true bool mask [L,L] | ALiBi | window_left 63 |"
+echo "|---|---|---:|---:|---:|---:|"
+for t in "${EDGE_TARGETS[@]}"; do
+  for path in f32 s8; do
+    awk -v t="$t" -v p="$path" '$1=="BENCH" {ipm[$2] = $4 / $6}
+      END { k = "kit_" p; printf "| %s | %s | %.2f | %.2f | %.2f | %.2f |\n", t, (p == "s8" ? "int8" : "f32"),
+            ipm[k], ipm[k "_mask"], ipm[k "_alibi"], ipm[k "_win"] }' "$OUT/$t.txt"
   done
 done
 echo
@@ -60,6 +73,6 @@ int main(void) {
   return 0;
 }
 C
-gcc -O2 -std=c99 $INC -o "$OUT/arena" "$OUT/arena.c" "$ROOT"/micro/src/*.c -lm
+gcc -O2 -std=c99 $INC -o "$OUT/arena" "$OUT/arena.c" "${SRCS[@]}" -lm
 "$OUT/arena"
 } | tee "$OUT/../bench.md"

@@ -41,3 +41,13 @@ edge_qemu() {  # target elf -> runs it (exit status = main's return)
                -semihosting-config enable=on,target=native -icount shift=0 -kernel "$2" ;;
   esac
 }
+
+# The micro library's sources (absolute paths), from THE list micro/sources.txt.
+micro_sources() {  # root
+  local l
+  while IFS= read -r l; do
+    l=${l%%#*}
+    l=${l//[[:space:]]/}
+    [[ -n $l ]] && printf '%s\n' "$1/micro/$l"
+  done < "$1/micro/sources.txt"
+}

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""make_font6x10.py — writes src/trace/font6x10.inc, the 6x10 bitmap font of
+"""make_font6x10.py — writes src/player/font6x10.inc, the 6x10 bitmap font of
 the PNG heatmap labels, from the X11 "misc-fixed" 6x10 font ("Public domain
 terminal emulator font. Share and enjoy.", Debian package xfonts-base).
 
@@ -7,7 +7,7 @@ Usage (needs xfonts-base's file and pcf2bdf, both Debian packages; only to
 regenerate the committed .inc):
   gunzip -c /usr/share/fonts/X11/misc/6x10-ISO8859-1.pcf.gz > /tmp/f.pcf
   pcf2bdf /tmp/f.pcf > /tmp/f.bdf
-  python3 tools/fonts/make_font6x10.py /tmp/f.bdf > src/trace/font6x10.inc
+  python3 tools/fonts/make_font6x10.py /tmp/f.bdf > src/player/font6x10.inc
 
 Output: kFont6x10[95][10], printable ASCII 0x20..0x7E, one byte per row,
 bit 7 = leftmost pixel (6 used), rows top to bottom of the 10-pixel cell.

@@ -108,10 +108,11 @@ def exp2_neg(u, extra):
 
 
 def weight(m, s, em, hi_cut, wshift):
-    hi = ((m - s) * em[0]) >> 32
-    if hi >= hi_cut:
+    # u = floor((m - s) * M / 2^(32 - p)), truncated once (af_weight).
+    prod = (m - s) * em[0]
+    if (prod >> 32) >= hi_cut:
         return 0
-    return exp2_neg(hi << em[1], wshift)
+    return exp2_neg(prod >> (32 - em[1]), wshift)
 
 
 def bitlen(x):

@@ -1,5 +1,5 @@
 // export.cc — analysis exports of a Trace: safetensors (golden stage names),
-// NumPy .npy, spreadsheet CSV; plus the small file helpers of src/trace/.
+// NumPy .npy, spreadsheet CSV (laid out by the stage table's layouts).
 //
 // Invariants:
 //  * Exports are full precision (the stage's own dtype: F64 for the toy and
@@ -11,48 +11,31 @@
 //    "decode.<s>." so a golden reader ignores them.
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
 #include <map>
-#include <system_error>
 
 #include "attnflow/file_util.h"
 #include "attnflow/npy.h"
 #include "attnflow/golden.h"
 #include "attnflow/safetensors.h"
-#include "attnflow/trace.h"
-#include "trace/internal.h"
+#include "attnflow/player.h"
+#include "io/json_text.h"
+#include "player/internal.h"
+#include "player/stage_table.h"
 
-namespace attnflow::trace {
-namespace internal {
-
-Status MakeDirs(const std::string& dir) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) return IoError("trace: cannot create directory " + dir + ": " + ec.message());
-  if (!std::filesystem::is_directory(dir, ec)) {
-    return IoError("trace: " + dir + " is not a directory");
-  }
-  return Status::Ok();
-}
-
-std::string JoinPath(const std::string& dir, const std::string& name) {
-  if (dir.empty()) return name;
-  return dir.back() == '/' ? dir + name : dir + "/" + name;
-}
-
-}  // namespace internal
-
+namespace attnflow::player {
 namespace {
 
 using internal::Elem;
-using internal::JoinPath;
+using trace::DecodeStep;
+using trace::Trace;
+using trace::TraceToken;
 
 std::string TokensJson(const std::vector<TraceToken>& toks, bool ids) {
   std::string o = "[";
   for (size_t i = 0; i < toks.size(); ++i) {
     if (i) o += ",";
     if (ids) o += std::to_string(toks[i].id);
-    else internal::AppendJsonString(&o, toks[i].text);
+    else json_text::AppendJsonString(&o, toks[i].text);
   }
   return o + "]";
 }
@@ -84,15 +67,7 @@ std::string TokLabel(const std::vector<TraceToken>& toks, int64_t i) {
   return CsvField(std::to_string(i) + ":" + text);
 }
 
-bool IsMap(const std::string& n) {
-  return n == "scores" || n == "scaled" || n == "masked" || n == "weights";
-}
-
 }  // namespace
-
-Status WriteTextFile(const std::string& path, std::string_view text) {
-  return WriteFileAtomic(path, text);
-}
 
 Status WriteTraceSafetensors(const std::string& path, const Trace& t) {
   std::vector<std::pair<std::string, TensorView>> tensors;
@@ -186,20 +161,27 @@ Status WriteCsvFiles(const std::string& tmp, const std::string& dir, const Trace
     return Status::Ok();
   };
   const auto& toks = t.tokens;
+  const PageStageTable& table = StageTable();
   for (const auto& st : t.stages) {
     const Tensor& x = st.value;
     const Shape s = x.shape();
     const bool f64 = x.dtype() == DType::kF64;
-    if (x.rank() == 4 && s[0] == 1) {
-      const bool kv = st.name == "k" || st.name == "v";
+    const StageDecl* decl = table.Find(st.name);
+    if (decl == nullptr || x.rank() != table.Of(decl->layout).rank || s[0] != 1) {
+      return InvalidArgument("player: stage '" + st.name + "' (" + ShapeString(s) +
+                             ") is not a stage of that rank in the page's stage table "
+                             "(src/player/stage_table.json)");
+    }
+    const bool map = decl->layout == Layout::kMap;
+    if (x.rank() == 4) {  // map, heads, kv_heads: one file per head
       std::vector<int64_t> hs;
-      if (kv) for (int64_t h = 0; h < s[1]; ++h) hs.push_back(h);
+      if (decl->layout == Layout::kKvHeads) for (int64_t h = 0; h < s[1]; ++h) hs.push_back(h);
       else hs = heads;
       for (int64_t h : hs) {
         if (h >= s[1]) continue;
-        std::string o = IsMap(st.name) ? "query" : "token";
+        std::string o = map ? "query" : "token";
         for (int64_t j = 0; j < s[3]; ++j)
-          o += "," + (IsMap(st.name) ? TokLabel(toks, j) : "d" + std::to_string(j));
+          o += "," + (map ? TokLabel(toks, j) : "d" + std::to_string(j));
         o += "\n";
         for (int64_t i = 0; i < s[2]; ++i) {
           o += TokLabel(toks, i);
@@ -208,7 +190,7 @@ Status WriteCsvFiles(const std::string& tmp, const std::string& dir, const Trace
         }
         ATTNFLOW_RETURN_IF_ERROR(emit(st.name + "_h" + std::to_string(h) + ".csv", o));
       }
-    } else if (x.rank() == 3 && s[0] == 1 && st.name == "lse") {
+    } else if (decl->layout == Layout::kRows) {
       std::string o = "token";
       for (int64_t h : heads) o += ",h" + std::to_string(h);
       o += "\n";
@@ -217,8 +199,8 @@ Status WriteCsvFiles(const std::string& tmp, const std::string& dir, const Trace
         for (int64_t h : heads) o += "," + Num(Elem(x, h * s[2] + i), f64);
         o += "\n";
       }
-      ATTNFLOW_RETURN_IF_ERROR(emit("lse.csv", o));
-    } else if (x.rank() == 3 && s[0] == 1) {
+      ATTNFLOW_RETURN_IF_ERROR(emit(st.name + ".csv", o));
+    } else {  // tokens
       std::string o = "token";
       for (int64_t j = 0; j < s[2]; ++j) o += ",d" + std::to_string(j);
       o += "\n";
@@ -232,7 +214,9 @@ Status WriteCsvFiles(const std::string& tmp, const std::string& dir, const Trace
   }
   // Decode rows: one line per step, keys k0..k{max-1} (empty = not yet cached).
   if (!t.decode.empty()) {
-    for (const char* name : {"scores", "scaled", "masked", "weights"}) {
+    for (const StageDecl& decl : table.stages) {
+      if (decl.layout != Layout::kMap) continue;
+      const std::string& name = decl.name;
       for (int64_t h : heads) {
         int64_t max_k = 0;
         for (const auto& d : t.decode)
@@ -254,7 +238,7 @@ Status WriteCsvFiles(const std::string& tmp, const std::string& dir, const Trace
           o += "\n";
         }
         ATTNFLOW_RETURN_IF_ERROR(
-            emit(std::string("decode_") + name + "_h" + std::to_string(h) + ".csv", o));
+            emit("decode_" + name + "_h" + std::to_string(h) + ".csv", o));
       }
     }
   }
@@ -271,4 +255,4 @@ Status WriteTraceCsv(const std::string& dir, const Trace& t, const std::vector<i
   return Status::Ok();
 }
 
-}  // namespace attnflow::trace
+}  // namespace attnflow::player

@@ -1,8 +1,8 @@
-// image.cc — heatmap figures of a trace: PNG (chunks written here, deflate
-// by zlib when the build found it, else stored blocks; 8-bit palette of 240
+// heatmap.cc — heatmap figures of a trace, for the stage table's heatmap
+// stages: PNG (an 8-bit palette image encoded by attnflow/image.h; 240
 // scale steps + label/hatch colours; token labels in a 6x10 public-domain
-// bitmap font, "query"/"key" axis titles, a colour bar with its range, masked
-// cells hatched) and SVG (axis titles, labels, per-cell <title> with the
+// bitmap font, "query"/"key" axis titles, a colour bar with its range,
+// masked cells hatched) and SVG (axis titles, labels, per-cell <title> with the
 // exact value, numbers in the cells of maps up to 16x16, a colour bar and a
 // legend). Target: a 512-token map as PNG <= 100 KB.
 //
@@ -14,90 +14,24 @@
 // Large maps are pooled (weights: summed over keys, averaged over queries);
 // the SVG title says so.
 #include <algorithm>
-#include <array>
 #include <cstring>
 #include <cmath>
 #include <cstdio>
 
 #include "attnflow/file_util.h"
-#include "attnflow/trace.h"
-#include "trace/internal.h"
+#include "attnflow/image.h"
+#include "attnflow/player.h"
+#include "player/internal.h"
+#include "player/stage_table.h"
 
-#ifdef ATTNFLOW_HAVE_ZLIB
-#include <zlib.h>
-#endif
-
-namespace attnflow::trace {
+namespace attnflow::player {
 namespace {
 
-#include "trace/font6x10.inc"
+#include "player/font6x10.inc"
+
+using trace::Trace;
 
 using internal::Heatmap;
-
-// ---- PNG ---------------------------------------------------------------------
-
-uint32_t Crc32(const uint8_t* p, size_t n, uint32_t crc = 0) {
-  static const std::array<uint32_t, 256> table = [] {
-    std::array<uint32_t, 256> t{};
-    for (uint32_t i = 0; i < 256; ++i) {
-      uint32_t c = i;
-      for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-      t[i] = c;
-    }
-    return t;
-  }();
-  crc = ~crc;
-  for (size_t i = 0; i < n; ++i) crc = table[(crc ^ p[i]) & 0xff] ^ (crc >> 8);
-  return ~crc;
-}
-
-void Be32(std::string* o, uint32_t v) {
-  for (int s = 24; s >= 0; s -= 8) o->push_back(static_cast<char>((v >> s) & 0xff));
-}
-
-void Chunk(std::string* o, const char* type, const std::string& data) {
-  Be32(o, static_cast<uint32_t>(data.size()));
-  std::string body = std::string(type, 4) + data;
-  o->append(body);
-  Be32(o, Crc32(reinterpret_cast<const uint8_t*>(body.data()), body.size()));
-}
-
-// A zlib stream of `raw`: real deflate (zlib, level 9) when available, else
-// stored blocks with the Adler-32 computed here.
-std::string ZlibStream(const std::string& raw) {
-#ifdef ATTNFLOW_HAVE_ZLIB
-  uLongf n = compressBound(static_cast<uLong>(raw.size()));
-  std::string out(n, '\0');
-  if (compress2(reinterpret_cast<Bytef*>(out.data()), &n,
-                reinterpret_cast<const Bytef*>(raw.data()), static_cast<uLong>(raw.size()),
-                9) == Z_OK) {
-    out.resize(n);
-    return out;
-  }
-#endif
-  std::string z;
-  z.push_back(0x78);
-  z.push_back(0x01);
-  size_t pos = 0;
-  do {
-    const size_t n = std::min<size_t>(65535, raw.size() - pos);
-    const bool last = pos + n == raw.size();
-    z.push_back(last ? 1 : 0);
-    z.push_back(static_cast<char>(n & 0xff));
-    z.push_back(static_cast<char>(n >> 8));
-    z.push_back(static_cast<char>(~n & 0xff));
-    z.push_back(static_cast<char>((~n >> 8) & 0xff));
-    z.append(raw, pos, n);
-    pos += n;
-  } while (pos < raw.size());
-  uint32_t a = 1, b = 0;  // Adler-32
-  for (unsigned char c : raw) {
-    a = (a + c) % 65521;
-    b = (b + a) % 65521;
-  }
-  Be32(&z, (b << 16) | a);
-  return z;
-}
 
 // ---- colours -----------------------------------------------------------------
 
@@ -218,36 +152,6 @@ Heatmap PoolHeatmap(const Heatmap& h, int64_t max_cells) {
 
 }  // namespace
 
-Result<std::string> EncodePng(int64_t width, int64_t height, const std::vector<uint8_t>& rgb) {
-  if (width <= 0 || height <= 0 || width > 16384 || height > 16384) {
-    return InvalidArgument("png: size " + std::to_string(width) + "x" + std::to_string(height) +
-                           " is outside 1..16384");
-  }
-  if (static_cast<int64_t>(rgb.size()) != width * height * 3) {
-    return InvalidArgument("png: " + std::to_string(rgb.size()) + " bytes of pixels, expected " +
-                           std::to_string(width * height * 3));
-  }
-  // Raw scanlines: filter byte 0 (None) + RGB.
-  std::string raw;
-  raw.reserve(static_cast<size_t>(height * (width * 3 + 1)));
-  for (int64_t y = 0; y < height; ++y) {
-    raw.push_back('\0');
-    raw.append(reinterpret_cast<const char*>(rgb.data() + y * width * 3),
-               static_cast<size_t>(width * 3));
-  }
-  const std::string z = ZlibStream(raw);
-
-  std::string png = "\x89PNG\r\n\x1a\n";
-  std::string ihdr;
-  Be32(&ihdr, static_cast<uint32_t>(width));
-  Be32(&ihdr, static_cast<uint32_t>(height));
-  ihdr += std::string("\x08\x02\x00\x00\x00", 5);  // 8-bit RGB, deflate, no filter/interlace
-  Chunk(&png, "IHDR", ihdr);
-  Chunk(&png, "IDAT", z);
-  Chunk(&png, "IEND", "");
-  return png;
-}
-
 namespace internal {
 
 // An 8-bit palette canvas with text in the 6x10 font.
@@ -326,28 +230,6 @@ std::string Clip(const std::string& s, size_t max_chars) {
 uint8_t ScaleIndex(const Heatmap& h, double v, double max_abs) {
   const double t = h.probabilities ? v : (v / max_abs + 1.0) / 2.0;
   return static_cast<uint8_t>(std::lround(std::clamp(t, 0.0, 1.0) * (Canvas::kScaleSteps - 1)));
-}
-
-Result<std::string> EncodeIndexedPng(const Canvas& c, const std::vector<Rgb>& palette) {
-  std::string raw;
-  raw.reserve(static_cast<size_t>(c.h() * (c.w() + 1)));
-  for (int64_t y = 0; y < c.h(); ++y) {
-    raw.push_back('\0');
-    raw.append(reinterpret_cast<const char*>(c.pixels().data() + y * c.w()),
-               static_cast<size_t>(c.w()));
-  }
-  std::string png = "\x89PNG\r\n\x1a\n";
-  std::string ihdr;
-  Be32(&ihdr, static_cast<uint32_t>(c.w()));
-  Be32(&ihdr, static_cast<uint32_t>(c.h()));
-  ihdr += std::string("\x08\x03\x00\x00\x00", 5);  // 8-bit palette, deflate
-  Chunk(&png, "IHDR", ihdr);
-  std::string plte;
-  for (const Rgb& p : palette) plte += {static_cast<char>(p.r), static_cast<char>(p.g), static_cast<char>(p.b)};
-  Chunk(&png, "PLTE", plte);
-  Chunk(&png, "IDAT", ZlibStream(raw));
-  Chunk(&png, "IEND", "");
-  return png;
 }
 
 std::string Num4(double v) {
@@ -435,7 +317,9 @@ Result<std::string> HeatmapPng(const Heatmap& in) {
   palette.push_back(kHatchLine);
   palette.push_back({0x20, 0x20, 0x20});
   palette.push_back({0x90, 0x90, 0x90});
-  return EncodeIndexedPng(c, palette);
+  std::vector<uint8_t> plte;
+  for (const Rgb& p : palette) plte.insert(plte.end(), {p.r, p.g, p.b});
+  return EncodeIndexedPng(c.w(), c.h(), c.pixels(), plte);
 }
 
 std::string HeatmapSvg(const Heatmap& in) {
@@ -565,7 +449,7 @@ Status WriteHeatmapFiles(const std::string& tmp, const std::string& dir, const T
     for (int64_t h = 0; h < t.info.num_heads; ++h) heads.push_back(h);
   const char* ext = format == ImageFormat::kPng ? ".png" : ".svg";
   auto emit = [&](const Heatmap& hm, const std::string& name) -> Status {
-    const std::string path = internal::JoinPath(tmp, name + ext);
+    const std::string path = JoinPath(tmp, name + ext);
     if (format == ImageFormat::kPng) {
       Result<std::string> png = internal::HeatmapPng(hm);
       if (!png.ok()) return png.status();
@@ -573,40 +457,42 @@ Status WriteHeatmapFiles(const std::string& tmp, const std::string& dir, const T
     } else {
       ATTNFLOW_RETURN_IF_ERROR(WriteFileAtomic(path, internal::HeatmapSvg(hm)));
     }
-    written->push_back(internal::JoinPath(dir, name + ext));
+    written->push_back(JoinPath(dir, name + ext));
     return Status::Ok();
   };
   std::vector<std::string> labels;
   for (size_t i = 0; i < t.tokens.size(); ++i) labels.push_back(std::to_string(i) + " " + t.tokens[i].text);
-  for (const char* name : {"scores", "masked", "weights"}) {
+  for (const StageDecl& decl : StageTable().stages) {
+    if (!decl.heatmap) continue;
+    const std::string& name = decl.name;
     const Tensor* x = t.Find(name);
     if (x == nullptr || x->rank() != 4) continue;
     const Shape s = x->shape();
     for (int64_t h : heads) {
       if (h >= s[1]) continue;
       Heatmap hm;
-      hm.title = std::string(name) + " · head " + std::to_string(h) + " · layer " +
+      hm.title = name + " · head " + std::to_string(h) + " · layer " +
                  std::to_string(t.layer) + " · " + t.info.name;
       hm.rows = s[2];
       hm.cols = s[3];
-      hm.probabilities = std::string(name) == "weights";
+      hm.probabilities = decl.probabilities;
       hm.row_labels = labels;
       hm.col_labels = labels;
       // Weights of masked keys are exactly 0; draw them as masked, not as 0.
-      const Tensor* m = hm.probabilities ? t.Find("masked") : nullptr;
+      const Tensor* m = hm.probabilities ? t.Find(stage::kMasked) : nullptr;
       if (m != nullptr && m->shape() != s) m = nullptr;
       for (int64_t i = 0; i < s[2] * s[3]; ++i) {
         const int64_t at = h * s[2] * s[3] + i;
         const bool hidden = m != nullptr && internal::Elem(*m, at) == -INFINITY;
         hm.values.push_back(hidden ? -INFINITY : internal::Elem(*x, at));
       }
-      ATTNFLOW_RETURN_IF_ERROR(emit(hm, std::string(name) + "_h" + std::to_string(h)));
+      ATTNFLOW_RETURN_IF_ERROR(emit(hm, name + "_h" + std::to_string(h)));
     }
   }
   if (!t.decode.empty()) {
     int64_t max_k = 0;
     for (const auto& d : t.decode)
-      if (const Tensor* w = d.Find("weights")) max_k = std::max<int64_t>(max_k, w->shape()[3]);
+      if (const Tensor* w = d.Find(stage::kWeights)) max_k = std::max<int64_t>(max_k, w->shape()[3]);
     for (int64_t h : heads) {
       Heatmap hm;
       hm.title = "decode weights · head " + std::to_string(h) +
@@ -616,7 +502,7 @@ Status WriteHeatmapFiles(const std::string& tmp, const std::string& dir, const T
       hm.probabilities = true;
       hm.values.assign(static_cast<size_t>(hm.rows * hm.cols), NAN);
       for (size_t s = 0; s < t.decode.size(); ++s) {
-        const Tensor* w = t.decode[s].Find("weights");
+        const Tensor* w = t.decode[s].Find(stage::kWeights);
         hm.row_labels.push_back("+" + std::to_string(s) + " " + t.decode[s].token.text);
         if (w == nullptr || h >= w->shape()[1]) continue;
         const int64_t lk = w->shape()[3];
@@ -637,4 +523,4 @@ Status WriteHeatmapFiles(const std::string& tmp, const std::string& dir, const T
 }
 }  // namespace
 
-}  // namespace attnflow::trace
+}  // namespace attnflow::player

@@ -1,14 +1,15 @@
 // html.cc — the self-contained player page: the embedded template
-// (web/player.html via player_html.cc) with the trace JSON inlined.
+// (web/player.html + the stage table + the lab, via the generated
+// player_html.cc) with the trace JSON inlined.
 //
 // Invariant: the JSON is placed inside <script type="application/json">; every
 // '<' in it is written as \u003c (only legal inside JSON strings, where it
 // means the same character), so no input can close the script element early.
 #include <string>
 
-#include "attnflow/trace.h"
+#include "attnflow/player.h"
 
-namespace attnflow::trace {
+namespace attnflow::player {
 namespace {
 constexpr std::string_view kSlot =
     "<script id=\"trace-data\" type=\"application/json\">__ATTNFLOW_TRACE_JSON__</script>";
@@ -19,7 +20,7 @@ Result<std::string> RenderPlayerHtml(std::string_view trace_json) {
   const std::string_view page = PlayerTemplate();
   const size_t at = page.find(kSlot);
   if (at == std::string_view::npos) {
-    return Status(StatusCode::kInternal, "trace: the embedded player page has no trace slot");
+    return Status(StatusCode::kInternal, "player: the embedded player page has no trace slot");
   }
   std::string out;
   out.reserve(page.size() + trace_json.size() + trace_json.size() / 64);
@@ -34,4 +35,4 @@ Result<std::string> RenderPlayerHtml(std::string_view trace_json) {
   return out;
 }
 
-}  // namespace attnflow::trace
+}  // namespace attnflow::player

@@ -1,0 +1,234 @@
+// micro.h (fuzz harness) — the micro library's C API (include/attnflow/
+// micro.h) with fuzzed shapes, options, arena sizes and cache structs, every
+// buffer sized exactly as the declared shape needs (so ASan sees any read or
+// write past it), under ASan + UBSan.
+//
+// Properties beyond "no crash, no sanitizer report":
+//  * a refused call returns a documented af_status and writes nothing (the
+//    outputs keep their fill pattern);
+//  * an accepted f32 call writes finite outputs (inputs are finite) and lse
+//    values that are finite or -inf;
+//  * a call never touches the arena past the size it was given (a canary
+//    follows it), and an arena below the reported workspace is refused;
+//  * the stage probe accepts exactly what the kernel accepts;
+//  * a decode over a cache struct whose window or length was changed after
+//    init (the caller's struct) is refused or stays inside the storage.
+#pragma once
+
+#include <cmath>
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "../common/fuzz_common.h"
+#include "attnflow/micro.h"
+
+namespace attnflow_fuzz {
+
+namespace micro_detail {
+
+constexpr uint32_t kCanary = 0xA5A5A5A5u;
+
+inline bool Known(af_status s) { return s >= AF_OK && s <= AF_ERR_ALIGN; }
+
+// f32 and int8 SDPA with options.
+inline void Sdpa(ByteReader& r) {
+  af_sdpa_shape s;
+  s.batch = int32_t(r.Range(-1, 3));
+  s.num_heads = int32_t(r.Range(0, 5));
+  s.num_kv_heads = int32_t(r.Range(0, 3));
+  s.q_len = int32_t(r.Range(-1, 9));
+  s.kv_len = int32_t(r.Range(-1, 40));
+  s.head_dim = int32_t(r.Range(0, 17));
+  s.v_dim = int32_t(r.Range(0, 9));
+  s.causal = af_causal(r.Range(0, 3));
+  // Buffers sized from the declared shape (0 for negative dims).
+  auto dim = [](int32_t x) { return size_t(x > 0 ? x : 0); };
+  const size_t nq = dim(s.batch) * dim(s.num_heads) * dim(s.q_len) * dim(s.head_dim);
+  const size_t nk = dim(s.batch) * dim(s.num_kv_heads) * dim(s.kv_len) * dim(s.head_dim);
+  const size_t nv = dim(s.batch) * dim(s.num_kv_heads) * dim(s.kv_len) * dim(s.v_dim);
+  const size_t no = dim(s.batch) * dim(s.num_heads) * dim(s.q_len) * dim(s.v_dim);
+  const size_t nl = dim(s.batch) * dim(s.num_heads) * dim(s.q_len);
+  std::vector<float> q(nq), k(nk), v(nv), out(no + 1, 7.f), lse(nl + 1, 7.f);
+  std::vector<int8_t> q8(nq), k8(nk), v8(nv), out8(no + 1, 7);
+  for (size_t i = 0; i < nq; ++i) q8[i] = int8_t(r.U8()), q[i] = q8[i] / 16.f;
+  for (size_t i = 0; i < nk; ++i) k8[i] = int8_t(r.U8()), k[i] = k8[i] / 16.f;
+  for (size_t i = 0; i < nv; ++i) v8[i] = int8_t(r.U8()), v[i] = v8[i] / 16.f;
+  std::vector<int32_t> kv_lens(dim(s.batch));
+  const bool use_kl = r.Bool();
+  for (auto& x : kv_lens) x = int32_t(r.Range(-1, s.kv_len + 1));
+  // Options: a mask with fuzzed extents (buffer sized by them), window, ALiBi.
+  af_sdpa_opts o = AF_SDPA_OPTS_INIT;
+  const int mt = int(r.Range(0, 3));
+  size_t nm = 1;
+  for (int d = 0; d < 4; ++d) {
+    const int32_t full[4] = {s.batch, s.num_heads, s.q_len, s.kv_len};
+    o.mask_shape[d] = r.Bool() ? full[d] : int32_t(r.Range(0, 3));
+    nm *= dim(o.mask_shape[d]);
+  }
+  std::vector<uint8_t> mb(nm);
+  std::vector<float> mf(nm);
+  std::vector<int32_t> ms(nm);
+  for (size_t i = 0; i < nm; ++i) {
+    mb[i] = r.U8() & 1;
+    const int sel = int(r.Range(0, 7));
+    mf[i] = sel == 0 ? -INFINITY : float(sel - 4);
+    ms[i] = sel == 0 ? AF_S8_MASKED : int32_t(r.U32());
+  }
+  o.window_left = int32_t(r.Range(-2, 12));
+  o.window_right = int32_t(r.Range(-2, 4));
+  std::vector<float> slopes(dim(s.num_heads));
+  std::vector<int32_t> slopes8(dim(s.num_heads));
+  const bool alibi = r.Bool();
+  for (size_t h = 0; h < slopes.size(); ++h) {
+    slopes[h] = float(r.U8()) / 64.f;
+    slopes8[h] = int32_t(r.U32());
+  }
+  const size_t arena_req = size_t(r.Range(0, 1024));
+  std::vector<uint32_t> arena(arena_req / 4 + 8, kCanary);
+  for (int path = 0; path < 2; ++path) {
+    af_sdpa_opts po = o;
+    if (mt != 0) {
+      po.mask_type = mt == 1 ? AF_MASK_BOOL : (path == 0 ? AF_MASK_F32 : AF_MASK_S32);
+      po.mask = mt == 1 ? static_cast<const void*>(mb.data())
+                        : (path == 0 ? static_cast<const void*>(mf.data())
+                                     : static_cast<const void*>(ms.data()));
+    }
+    if (alibi) {
+      if (path == 0)
+        po.alibi_slopes = slopes.empty() ? nullptr : slopes.data();
+      else
+        po.alibi_s8 = slopes8.empty() ? nullptr : slopes8.data();
+    }
+    const bool shape_ok = af_sdpa_check_shape(&s) == AF_OK;
+    const bool opts_ok = shape_ok && af_sdpa_check_opts(&po, &s, path) == AF_OK;
+    std::fill(out.begin(), out.end(), 7.f);
+    std::fill(lse.begin(), lse.end(), 7.f);
+    std::fill(out8.begin(), out8.end(), int8_t(7));
+    const size_t ws = path ? af_sdpa_s8_workspace_bytes(&s) : af_sdpa_f32_workspace_bytes(&s);
+    af_status st;
+    if (path == 0) {
+      st = af_sdpa_f32_ex(out.data(), lse.data(), q.data(), k.data(), v.data(),
+                          use_kl ? kv_lens.data() : nullptr, 0.25f, &s, &po, arena.data(),
+                          arena_req);
+    } else {
+      af_s8_params p;
+      const float sq = 1.f / 16, one = 1.f;
+      if (af_s8_prepare(&p, &sq, &sq, &one, &one, 1, 0.25f) != AF_OK) continue;
+      st = af_sdpa_s8_ex(out8.data(), q8.data(), k8.data(), v8.data(),
+                         use_kl ? kv_lens.data() : nullptr, &p, &s, &po, arena.data(), arena_req);
+    }
+    FUZZ_CHECK(Known(st), "unknown status");
+    for (size_t i = arena_req / 4 + 1; i < arena.size(); ++i)
+      FUZZ_CHECK(arena[i] == kCanary, "arena written past its size");
+    if (st == AF_OK) {
+      FUZZ_CHECK(opts_ok && arena_req >= ws, "accepted a call its own checks refuse");
+      if (path == 0) {
+        for (size_t i = 0; i < no; ++i) FUZZ_CHECK(std::isfinite(out[i]), "non-finite out");
+        for (size_t i = 0; i < nl; ++i)
+          FUZZ_CHECK(std::isfinite(lse[i]) || lse[i] == -INFINITY, "NaN or +inf lse");
+      }
+      // The probe accepts the same call, for one row.
+      if (s.batch > 0 && s.q_len > 0) {
+        std::vector<float> row(dim(s.kv_len) + 1);
+        std::vector<int32_t> irow(dim(s.kv_len) + 1);
+        float l;
+        int32_t ws8;
+        af_s8_params p;
+        const float sq = 1.f / 16, one = 1.f;
+        af_s8_prepare(&p, &sq, &sq, &one, &one, 1, 0.25f);
+        const af_status ps =
+            path == 0 ? af_sdpa_f32_probe(row.data(), row.data(), row.data(), row.data(), &l,
+                                          q.data(), k.data(), use_kl ? kv_lens.data() : nullptr,
+                                          0.25f, &s, &po, s.batch - 1, s.num_heads - 1,
+                                          s.q_len - 1)
+                      : af_sdpa_s8_probe(irow.data(), irow.data(), irow.data(), &ws8, q8.data(),
+                                         k8.data(), use_kl ? kv_lens.data() : nullptr, &p, &s,
+                                         &po, s.batch - 1, s.num_heads - 1, s.q_len - 1);
+        FUZZ_CHECK(ps == AF_OK, "the probe refused a row the kernel accepted");
+      }
+    } else {
+      FUZZ_CHECK(path == 0 ? out[0] == 7.f && lse[0] == 7.f : out8[0] == 7,
+                 "a refused call wrote its output");
+    }
+  }
+}
+
+// Decode over a cache whose struct the caller changed after init.
+inline void Decode(ByteReader& r) {
+  const int32_t hkv = int32_t(r.Range(1, 3)), d = int32_t(r.Range(1, 9)),
+                dv = int32_t(r.Range(1, 9)), cap = int32_t(r.Range(1, 12)),
+                win = int32_t(r.Range(0, cap));
+  std::vector<float> ks(size_t(hkv) * cap * d), vs(size_t(hkv) * cap * dv);
+  af_kv_cache c;
+  if (af_kv_cache_init(&c, ks.data(), vs.data(), hkv, d, dv, cap, win) != AF_OK) return;
+  std::vector<float> kn(size_t(hkv) * d, 0.5f), vn(size_t(hkv) * dv, 0.25f);
+  const int steps = int(r.Range(0, 20));
+  for (int t = 0; t < steps; ++t) af_kv_cache_append(&c, kn.data(), vn.data());
+  const int h = hkv * int32_t(r.Range(1, 3));
+  std::vector<float> q(size_t(h) * d, 0.1f), out(size_t(h) * dv + 1, 7.f), slopes(size_t(h), 0.5f);
+  std::vector<uint32_t> arena(64, kCanary);
+  for (int tamper = 0; tamper < 3; ++tamper) {
+    af_kv_cache t = c;
+    if (tamper == 1) t.window = int32_t(r.Range(-2, 3 * cap));
+    if (tamper == 2) t.length = int32_t(r.Range(-3, 4 * cap));
+    const af_status st = af_decode_f32_ex(out.data(), nullptr, q.data(), &t, h, 0.3f,
+                                          r.Bool() ? slopes.data() : nullptr, arena.data(), 128);
+    FUZZ_CHECK(Known(st), "unknown status");
+    if (st == AF_OK)
+      for (int i = 0; i < h * dv; ++i) FUZZ_CHECK(std::isfinite(out[i]), "non-finite decode");
+    const af_status sa = af_kv_cache_append(&t, kn.data(), vn.data());
+    FUZZ_CHECK(Known(sa), "unknown status");
+  }
+}
+
+// MHA with fuzzed shape and arena size.
+inline void Mha(ByteReader& r) {
+  af_mha_shape s;
+  s.batch = int32_t(r.Range(0, 2));
+  s.q_len = int32_t(r.Range(0, 5));
+  s.kv_len = int32_t(r.Range(0, 6));
+  s.embed = int32_t(r.Range(0, 12));
+  s.num_heads = int32_t(r.Range(0, 4));
+  s.num_kv_heads = int32_t(r.Range(0, 4));
+  s.causal = af_causal(r.Range(0, 2));
+  auto dim = [](int32_t x) { return size_t(x > 0 ? x : 0); };
+  const size_t e = dim(s.embed), kvw = s.num_heads > 0 && s.embed % s.num_heads == 0
+                                           ? dim(s.num_kv_heads) * (e / dim(s.num_heads))
+                                           : 0;
+  std::vector<float> xq(dim(s.batch) * dim(s.q_len) * e, 0.3f),
+      xk(dim(s.batch) * dim(s.kv_len) * e, 0.2f), wq(e * e, 0.1f), wk(kvw * e, 0.1f),
+      wo(e * e, 0.1f), out(dim(s.batch) * dim(s.q_len) * e + 1, 7.f);
+  af_mha_weights_f32 w = {wq.data(), wk.data(), wk.data(), wo.data(), nullptr, nullptr, nullptr,
+                          nullptr};
+  const size_t ws = af_mha_f32_workspace_bytes(&s);
+  const size_t arena_req = size_t(r.Range(0, 4096));
+  std::vector<uint32_t> arena(arena_req / 4 + 8, kCanary);
+  const af_status st = af_mha_f32(out.data(), xq.data(), xk.data(), xk.data(), nullptr, &w, 0.5f,
+                                  &s, arena.data(), arena_req, nullptr);
+  FUZZ_CHECK(Known(st), "unknown status");
+  for (size_t i = arena_req / 4 + 1; i < arena.size(); ++i)
+    FUZZ_CHECK(arena[i] == kCanary, "mha arena written past its size");
+  if (st == AF_OK) FUZZ_CHECK(ws != 0 && arena_req >= ws, "mha accepted a too small arena");
+}
+
+}  // namespace micro_detail
+
+inline void FuzzMicro(const uint8_t* data, size_t size) {
+  ByteReader r(data, size);
+  switch (r.Pick(3)) {
+    case 0:
+      micro_detail::Sdpa(r);
+      break;
+    case 1:
+      micro_detail::Decode(r);
+      break;
+    default:
+      micro_detail::Mha(r);
+      break;
+  }
+}
+
+ATTNFLOW_FUZZ_REGISTER(micro, FuzzMicro);
+
+}  // namespace attnflow_fuzz

@@ -1,0 +1,116 @@
+/* af_mha_s8.c — int8 multi-head attention with projections for the micro
+ * library (include/attnflow/micro.h, af_mha_s8): integer only, one batch
+ * element at a time. Per element: the int8 projections (af_linear_s8's
+ * arithmetic: int32 dot product plus bias, saturated, one fixed-point
+ * multiplier per output row) into head-major q [H, Lq, Dh] and k, v
+ * [Hkv, Lk, Dh], af_sdpa_s8_ex over them (GQA, the options: masks, windows,
+ * ALiBi), the concat of one query row at a time and the output projection.
+ * Invariants: no heap, no float; the arena holds the projected activations
+ * of one sequence, the SDPA arena and one concat row
+ * (af_mha_s8_workspace_bytes, computed in 64 bits); shapes and options are
+ * validated before anything is written. */
+#include <string.h>
+
+#include "af_internal.h"
+
+size_t af_mha_s8_workspace_bytes(const af_mha_shape* s) {
+  af_sdpa_shape sd;
+  uint64_t n;
+  if (af_mha_check_shape(s, &sd) != AF_OK) return 0;
+  /* q + heads_out [Lq*E each], k + v [Lk*Hkv*Dh each] int8, one concat row,
+   * then the SDPA arena at a 4-byte boundary. */
+  n = (uint64_t)2 * s->q_len * s->embed + (uint64_t)2 * s->kv_len * s->num_kv_heads * sd.head_dim +
+      (uint64_t)s->embed;
+  n = AF_ALIGN4(n) + AF_ALIGN4(af_sdpa_s8_workspace_bytes(&sd));
+  if (n > (uint64_t)(size_t)-1 || n >= ((uint64_t)1 << 32)) return 0;
+  return (size_t)n;
+}
+
+static int8_t af_sat8_32(int32_t v) { return (int8_t)(v > 127 ? 127 : (v < -128 ? -128 : v)); }
+
+/* y[f / dh][i][f % dh] = sat8(mulq(x[i] . w[f] + b[f], m[f])), head-major. */
+static void af_project_heads_s8(int8_t* y, const int8_t* x, const int8_t* w, const int32_t* b,
+                                const af_qmult* m, int32_t L, int32_t E, int32_t out_features,
+                                int32_t dh) {
+  int32_t i, f, e;
+  for (i = 0; i < L; ++i) {
+    const int8_t* xr = x + (size_t)i * E;
+    for (f = 0; f < out_features; ++f) {
+      const int8_t* wr = w + (size_t)f * E;
+      int32_t part = 0;
+      int64_t acc;
+      for (e = 0; e < E; ++e) part += (int32_t)wr[e] * xr[e];
+      acc = (int64_t)part + (b ? b[f] : 0);
+      acc = acc > 2147483647 ? 2147483647 : (acc < -2147483647 - 1 ? -2147483647 - 1 : acc);
+      y[((size_t)(f / dh) * L + i) * dh + (f % dh)] =
+          af_sat8_32(af_s8_mul_by_qmult((int32_t)acc, m[f]));
+    }
+  }
+}
+
+af_status af_mha_s8(int8_t* out, const int8_t* x_q, const int8_t* x_k, const int8_t* x_v,
+                    const int32_t* kv_lens, const af_mha_weights_s8* w, const af_s8_params* p,
+                    const af_mha_shape* s, const af_sdpa_opts* o, void* arena, size_t arena_bytes,
+                    const af_mha_stages_s8* stages) {
+  af_sdpa_shape sd;
+  af_status st = af_mha_check_shape(s, &sd);
+  size_t ws;
+  int32_t b;
+  if (st != AF_OK) return st;
+  if (out == NULL || x_q == NULL || x_k == NULL || x_v == NULL || w == NULL || p == NULL ||
+      w->w_q == NULL || w->w_k == NULL || w->w_v == NULL || w->w_o == NULL || w->m_q == NULL ||
+      w->m_k == NULL || w->m_v == NULL || w->m_o == NULL || arena == NULL)
+    return AF_ERR_NULL;
+  if (!af_aligned(kv_lens, 4) || !af_aligned(w->b_q, 4) || !af_aligned(w->b_k, 4) ||
+      !af_aligned(w->b_v, 4) || !af_aligned(w->b_o, 4) || !af_aligned(w->m_q, 4) ||
+      !af_aligned(w->m_k, 4) || !af_aligned(w->m_v, 4) || !af_aligned(w->m_o, 4))
+    return AF_ERR_ALIGN;
+  if ((st = af_mha_check_call(s, &sd, kv_lens, o, 1)) != AF_OK) return st;
+  if (o != NULL && o->v_layout != AF_V_ROWS) return AF_ERR_PARAM; /* v is projected here */
+  ws = af_mha_s8_workspace_bytes(s);
+  if (ws == 0 || arena_bytes < ws || ((uintptr_t)arena & 3u)) return AF_ERR_ARENA;
+  {
+    const int32_t E = s->embed, H = s->num_heads, Hkv = s->num_kv_heads, dh = sd.head_dim;
+    const int32_t Lq = s->q_len, Lk = s->kv_len, Ekv = Hkv * dh;
+    const size_t nq = (size_t)Lq * E, nk = (size_t)Lk * Ekv;
+    int8_t* qh = (int8_t*)arena;
+    int8_t* kh = qh + nq;
+    int8_t* vh = kh + nk;
+    int8_t* oh = vh + nk;
+    int8_t* row = oh + nq;
+    void* sa = (char*)arena + AF_ALIGN4(2 * nq + 2 * nk + (size_t)E);
+    const size_t sa_bytes = af_sdpa_s8_workspace_bytes(&sd);
+    for (b = 0; b < s->batch; ++b) {
+      int32_t i, f, h;
+      af_sdpa_opts ob;
+      if (o != NULL) af_mha_seq_opts(&ob, o, b); /* its slice of the mask */
+      af_project_heads_s8(qh, x_q + (size_t)b * Lq * E, w->w_q, w->b_q, w->m_q, Lq, E, E, dh);
+      af_project_heads_s8(kh, x_k + (size_t)b * Lk * E, w->w_k, w->b_k, w->m_k, Lk, E, Ekv, dh);
+      af_project_heads_s8(vh, x_v + (size_t)b * Lk * E, w->w_v, w->b_v, w->m_v, Lk, E, Ekv, dh);
+      st = af_sdpa_s8_ex(oh, qh, kh, vh, kv_lens ? kv_lens + b : NULL, p, &sd, o ? &ob : NULL, sa,
+                         sa_bytes);
+      if (st != AF_OK) return st;
+      if (stages) {
+        if (stages->q) memcpy(stages->q + (size_t)b * nq, qh, nq);
+        if (stages->k) memcpy(stages->k + (size_t)b * nk, kh, nk);
+        if (stages->v) memcpy(stages->v + (size_t)b * nk, vh, nk);
+        if (stages->heads_out) memcpy(stages->heads_out + (size_t)b * nq, oh, nq);
+      }
+      for (i = 0; i < Lq; ++i) {
+        int8_t* o_row = out + ((size_t)b * Lq + i) * E;
+        for (h = 0; h < H; ++h) memcpy(row + (size_t)h * dh, oh + ((size_t)h * Lq + i) * dh, (size_t)dh);
+        if (stages && stages->concat) memcpy(stages->concat + ((size_t)b * Lq + i) * E, row, (size_t)E);
+        for (f = 0; f < E; ++f) {
+          const int8_t* wr = w->w_o + (size_t)f * E;
+          int32_t part = 0, e;
+          int64_t acc;
+          for (e = 0; e < E; ++e) part += (int32_t)wr[e] * row[e];
+          acc = (int64_t)part + (w->b_o ? w->b_o[f] : 0);
+          acc = acc > 2147483647 ? 2147483647 : (acc < -2147483647 - 1 ? -2147483647 - 1 : acc);
+          o_row[f] = af_sat8_32(af_s8_mul_by_qmult((int32_t)acc, w->m_o[f]));
+        }
+      }
+    }
+  }
+  return AF_OK;
+}
