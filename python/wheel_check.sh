@@ -4,9 +4,10 @@
 #  1. `pip wheel` of the repository (no build isolation, pinned backend;
 #     linking the main build's libraries when build/ is usable, as
 #     run_tests.sh does);
-#  2. `auditwheel repair` (tools/deps/wheel.pip): libhwy and libpng are
-#     copied into the wheel (attnflow.libs/, renamed with a hash) and the
-#     extension's NEEDED entries point to the copies;
+#  2. `auditwheel repair` (tools/deps/wheel.pip): libhwy, and libpng when
+#     the built extension links it, are copied into the wheel
+#     (attnflow.libs/, renamed with a hash) and the extension's NEEDED
+#     entries point to the copies;
 #  3. checks that no NEEDED entry of the extension names the system
 #     libhwy.so.1 / libpng16.so.16 any more;
 #  4. installs the repaired wheel into a clean venv (no system site
@@ -37,6 +38,16 @@ if [[ -f $BUILD/CMakeCache.txt ]] && grep -q '^ATTNFLOW_PIC:BOOL=ON' "$BUILD/CMa
 fi
 "$VENV/bin/pip" wheel -q --no-build-isolation --no-deps "${prebuilt[@]}" -w "$WORK/dist" "$ROOT"
 wheel=$(ls "$WORK"/dist/attnflow-*.whl)
+# The system libraries (of libhwy, libpng) the built extension links: each
+# must be bundled by the repair. libhwy always is (the kernels); libpng only
+# when the extension pulls in the PNG reader (the linker drops it otherwise).
+mkdir -p "$WORK/built"
+"$VENV/bin/python" -m zipfile -e "$wheel" "$WORK/built"
+built_needed=$(readelf -d "$WORK"/built/attnflow/_attnflow*.so | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p')
+grep -qx libhwy.so.1 <<<"$built_needed" || fail "the built extension does not link libhwy.so.1"
+bundle=(libhwy)
+grep -qx libpng16.so.16 <<<"$built_needed" && bundle+=(libpng16)
+log "system libraries to bundle: ${bundle[*]}"
 PATH="$VENV/bin:$PATH" "$VENV/bin/auditwheel" repair -w "$WORK/repaired" "$wheel" \
     > "$WORK/repair.log" 2>&1 || { cat "$WORK/repair.log" >&2; fail "auditwheel repair"; }
 repaired=$(ls "$WORK"/repaired/attnflow-*.whl)
@@ -50,8 +61,9 @@ needed=$(readelf -d "$so" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p')
 for lib in libhwy.so.1 libpng16.so.16; do
   grep -qx "$lib" <<<"$needed" && fail "$so still needs the system $lib"
 done
-for pat in 'libhwy-*.so*' 'libpng16-*.so*'; do
-  compgen -G "$WORK/unpacked/attnflow.libs/$pat" > /dev/null || fail "no $pat in attnflow.libs"
+for lib in "${bundle[@]}"; do
+  compgen -G "$WORK/unpacked/attnflow.libs/$lib-*.so*" > /dev/null ||
+    fail "no $lib-*.so* in attnflow.libs"
 done
 
 # 4. A clean venv: no system site packages, no development packages.
