@@ -52,6 +52,16 @@ struct BwdTile {
   int64_t n_heads, n_pos;
 };
 
+// A task of the delta pass and pass B: (b, kv head, head chunk, query
+// tile), query tile fastest.
+struct QTileTask {
+  int64_t b, hk, hchunk, qtile;
+};
+inline QTileTask DecodeQTileTask(const Plan& pl, int64_t Hkv, int64_t task) {
+  const int64_t rest = task / pl.n_qtiles / pl.n_hchunks;
+  return {rest / Hkv, rest % Hkv, task / pl.n_qtiles % pl.n_hchunks, task % pl.n_qtiles};
+}
+
 inline BwdTile MakeBwdTile(const Plan& pl, float* scratch) {
   const BwdScratchLayout L = MakeBwdScratchLayout(pl);
   BwdTile t{};
@@ -333,11 +343,8 @@ template <size_t kDim>
 void BwdDeltaTask(const BwdProblem& BP, const Plan& pl, int64_t task, float* scratch) {
   const Problem& P = BP.P;
   BwdTile T = MakeBwdTile(pl, scratch);
-  const int64_t qtile = task % pl.n_qtiles;
-  int64_t rest = task / pl.n_qtiles;
-  const int64_t hchunk = rest % pl.n_hchunks;
-  rest /= pl.n_hchunks;
-  const int64_t hk = rest % P.Hkv, b = rest / P.Hkv;
+  const QTileTask tk = DecodeQTileTask(pl, P.Hkv, task);
+  const int64_t b = tk.b, hk = tk.hk, hchunk = tk.hchunk, qtile = tk.qtile;
   if (!BwdRows(BP, pl, b, hk, hchunk, qtile, &T)) return;
   BwdPackQuery(BP, pl, b, hk, hchunk, qtile, false, &T);
   const size_t rows = static_cast<size_t>(pl.rows);
@@ -420,11 +427,8 @@ template <size_t kDim>
 bool BwdQTask(const BwdProblem& BP, const Plan& pl, int64_t task, float* scratch) {
   const Problem& P = BP.P;
   BwdTile T = MakeBwdTile(pl, scratch);
-  const int64_t qtile = task % pl.n_qtiles;
-  int64_t rest = task / pl.n_qtiles;
-  const int64_t hchunk = rest % pl.n_hchunks;
-  rest /= pl.n_hchunks;
-  const int64_t hk = rest % P.Hkv, b = rest / P.Hkv;
+  const QTileTask tk = DecodeQTileTask(pl, P.Hkv, task);
+  const int64_t b = tk.b, hk = tk.hk, hchunk = tk.hchunk, qtile = tk.qtile;
   const size_t rows = static_cast<size_t>(pl.rows);
   const size_t dp = static_cast<size_t>(pl.dp);
   std::memset(T.acc_a, 0, rows * dp * sizeof(float));  // dQ

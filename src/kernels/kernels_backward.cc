@@ -2,6 +2,8 @@
 // (flash_backward-inl.h) once per Highway target and exports its two passes
 // through HWY_DYNAMIC_DISPATCH (the same target policy as the forward,
 // src/core/hwy_targets.h, so the recomputed scores are the forward's).
+#include <type_traits>
+
 #include "core/hwy_targets.h"
 
 #undef HWY_TARGET_INCLUDE
@@ -17,37 +19,32 @@ namespace attnflow {
 namespace kernels {
 namespace HWY_NAMESPACE {
 
-void RunBackwardDeltaTaskT(const BwdProblem& p, const Plan& plan, int64_t task, float* scratch) {
+// Calls f(std::integral_constant<size_t, D>) for the plan's head-dim path
+// (64, 128, or 0: the generic one).
+template <class F>
+auto ForFastD(const Plan& plan, F f) {
   switch (plan.fast_d) {
     case 64:
-      return BwdDeltaTask<64>(p, plan, task, scratch);
+      return f(std::integral_constant<size_t, 64>());
     case 128:
-      return BwdDeltaTask<128>(p, plan, task, scratch);
+      return f(std::integral_constant<size_t, 128>());
     default:
-      return BwdDeltaTask<0>(p, plan, task, scratch);
+      return f(std::integral_constant<size_t, 0>());
   }
+}
+
+void RunBackwardDeltaTaskT(const BwdProblem& p, const Plan& plan, int64_t task, float* scratch) {
+  ForFastD(plan, [&](auto d) { BwdDeltaTask<decltype(d)::value>(p, plan, task, scratch); });
 }
 
 bool RunBackwardKvTaskT(const BwdProblem& p, const Plan& plan, int64_t task, float* scratch) {
-  switch (plan.fast_d) {
-    case 64:
-      return BwdKvTask<64>(p, plan, task, scratch);
-    case 128:
-      return BwdKvTask<128>(p, plan, task, scratch);
-    default:
-      return BwdKvTask<0>(p, plan, task, scratch);
-  }
+  return ForFastD(
+      plan, [&](auto d) { return BwdKvTask<decltype(d)::value>(p, plan, task, scratch); });
 }
 
 bool RunBackwardQTaskT(const BwdProblem& p, const Plan& plan, int64_t task, float* scratch) {
-  switch (plan.fast_d) {
-    case 64:
-      return BwdQTask<64>(p, plan, task, scratch);
-    case 128:
-      return BwdQTask<128>(p, plan, task, scratch);
-    default:
-      return BwdQTask<0>(p, plan, task, scratch);
-  }
+  return ForFastD(
+      plan, [&](auto d) { return BwdQTask<decltype(d)::value>(p, plan, task, scratch); });
 }
 
 }  // namespace HWY_NAMESPACE

@@ -84,8 +84,9 @@ Status CheckNoMaskOrKvLens(const char* op, const SdpaOptions& opt) {
 }
 
 // [T, heads, dim] packed tensor -> [1, heads, len, dim] view of tokens
-// [t0, t0 + len).
+// [t0, t0 + len); an absent tensor stays absent.
 TensorView SeqView(const TensorView& t, int64_t t0, int64_t len) {
+  if (t.empty_view()) return TensorView();
   TensorView v = t;
   v.rank = 4;
   v.shape = {1, t.shape[1], len, t.shape[2]};
@@ -95,8 +96,10 @@ TensorView SeqView(const TensorView& t, int64_t t0, int64_t len) {
   return v;
 }
 
-// [T, heads] lse -> [1, heads, len] view of tokens [t0, t0 + len).
+// [T, heads] lse -> [1, heads, len] view of tokens [t0, t0 + len); an
+// absent lse stays absent.
 TensorView SeqLseView(const TensorView& t, int64_t t0, int64_t len) {
+  if (t.empty_view()) return TensorView();
   TensorView v = t;
   v.rank = 3;
   v.shape = {1, t.shape[1], len, 0};
@@ -115,6 +118,24 @@ TensorView SeqSlopes(const TensorView& s, int64_t b) {
   v.strides = {s.strides[1], 0, 0, 0};
   v.data = static_cast<char*>(s.data) + static_cast<int64_t>(DTypeSize(s.dtype)) * b * s.strides[0];
   return v;
+}
+
+// The options of sequence b's own attention: its row of [B,H] slopes, and
+// its own length as the diagonal (a sequence has no padding).
+SdpaOptions SeqOptions(const SdpaOptions& opt, int64_t b) {
+  SdpaOptions o = opt;
+  o.alibi_slopes = SeqSlopes(opt.alibi_slopes, b);
+  o.kv_align = KvAlign::kPadded;
+  return o;
+}
+
+// Sequence b of a varlen batch: queries [q0, q0 + lq), keys [k0, k0 + lk).
+struct SeqRange {
+  int64_t q0, lq, k0, lk;
+};
+SeqRange SeqRangeOf(const TensorView& cu_q, const TensorView& cu_k, int64_t b) {
+  const int64_t q0 = LoadIndex(cu_q, b), k0 = LoadIndex(cu_k, b);
+  return {q0, LoadIndex(cu_q, b + 1) - q0, k0, LoadIndex(cu_k, b + 1) - k0};
 }
 
 struct VarlenDims {
@@ -194,17 +215,11 @@ Status AttentionVarlen(const TensorView& out, const TensorView& lse, const Tenso
   ATTNFLOW_RETURN_IF_ERROR(CheckPacked(op, "out", out, d.tq, d.heads, v.shape[2], false));
   ATTNFLOW_RETURN_IF_ERROR(CheckLse(op, "lse", lse, d.tq, d.heads));
   for (int64_t b = 0; b < d.batch; ++b) {
-    const int64_t q0 = LoadIndex(cu_seqlens_q, b), q1 = LoadIndex(cu_seqlens_q, b + 1);
-    const int64_t k0 = LoadIndex(cu_seqlens_k, b), k1 = LoadIndex(cu_seqlens_k, b + 1);
-    SdpaOptions o = opt;
-    o.alibi_slopes = SeqSlopes(opt.alibi_slopes, b);
-    o.kv_align = KvAlign::kPadded;
-    ATTNFLOW_RETURN_IF_ERROR(
-        InSequence(Attention(SeqView(out, q0, q1 - q0),
-                             lse.empty_view() ? TensorView() : SeqLseView(lse, q0, q1 - q0),
-                             SeqView(q, q0, q1 - q0), SeqView(k, k0, k1 - k0),
-                             SeqView(v, k0, k1 - k0), o, kopt),
-                   op, b));
+    const SeqRange r = SeqRangeOf(cu_seqlens_q, cu_seqlens_k, b);
+    ATTNFLOW_RETURN_IF_ERROR(InSequence(
+        Attention(SeqView(out, r.q0, r.lq), SeqLseView(lse, r.q0, r.lq), SeqView(q, r.q0, r.lq),
+                  SeqView(k, r.k0, r.lk), SeqView(v, r.k0, r.lk), SeqOptions(opt, b), kopt),
+        op, b));
   }
   return Status::Ok();
 }
@@ -226,22 +241,13 @@ Status AttentionVarlenBackward(const TensorView& dq, const TensorView& dk, const
   ATTNFLOW_RETURN_IF_ERROR(CheckPacked(op, "dk", dk, d.tk, d.kv_heads, k.shape[2], true));
   ATTNFLOW_RETURN_IF_ERROR(CheckPacked(op, "dv", dv, d.tk, d.kv_heads, v.shape[2], true));
   for (int64_t b = 0; b < d.batch; ++b) {
-    const int64_t q0 = LoadIndex(cu_seqlens_q, b), q1 = LoadIndex(cu_seqlens_q, b + 1);
-    const int64_t k0 = LoadIndex(cu_seqlens_k, b), k1 = LoadIndex(cu_seqlens_k, b + 1);
-    const int64_t lq = q1 - q0, lk = k1 - k0;
-    SdpaOptions o = opt;
-    o.alibi_slopes = SeqSlopes(opt.alibi_slopes, b);
-    o.kv_align = KvAlign::kPadded;
-    auto seq = [](const TensorView& t, int64_t t0, int64_t len) {
-      return t.empty_view() ? TensorView() : SeqView(t, t0, len);
-    };
-    auto seq_lse = [](const TensorView& t, int64_t t0, int64_t len) {
-      return t.empty_view() ? TensorView() : SeqLseView(t, t0, len);
-    };
+    const SeqRange r = SeqRangeOf(cu_seqlens_q, cu_seqlens_k, b);
+    const int64_t q0 = r.q0, lq = r.lq, k0 = r.k0, lk = r.lk;
     ATTNFLOW_RETURN_IF_ERROR(InSequence(
-        AttentionBackward(seq(dq, q0, lq), seq(dk, k0, lk), seq(dv, k0, lk), seq(dout, q0, lq),
-                          seq_lse(dlse, q0, lq), seq(q, q0, lq), seq(k, k0, lk), seq(v, k0, lk),
-                          seq(out, q0, lq), seq_lse(lse, q0, lq), o, kopt),
+        AttentionBackward(SeqView(dq, q0, lq), SeqView(dk, k0, lk), SeqView(dv, k0, lk),
+                          SeqView(dout, q0, lq), SeqLseView(dlse, q0, lq), SeqView(q, q0, lq),
+                          SeqView(k, k0, lk), SeqView(v, k0, lk), SeqView(out, q0, lq),
+                          SeqLseView(lse, q0, lq), SeqOptions(opt, b), kopt),
         op, b));
   }
   return Status::Ok();
@@ -356,11 +362,8 @@ Status AttentionPaged(const TensorView& out, const TensorView& lse, const Tensor
           static_cast<char*>(t.data) + static_cast<int64_t>(DTypeSize(t.dtype)) * b * t.strides[0];
       return r;
     };
-    SdpaOptions o = opt;
-    o.alibi_slopes = SeqSlopes(opt.alibi_slopes, b);
-    o.kv_align = KvAlign::kPadded;
-    ATTNFLOW_RETURN_IF_ERROR(
-        InSequence(Attention(batch(out), batch(lse), batch(q), kv, vv, o, kopt), op, b));
+    ATTNFLOW_RETURN_IF_ERROR(InSequence(
+        Attention(batch(out), batch(lse), batch(q), kv, vv, SeqOptions(opt, b), kopt), op, b));
   }
   return Status::Ok();
 }

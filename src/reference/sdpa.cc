@@ -16,6 +16,7 @@
 
 #include "attnflow/attention.h"
 #include "attnflow/reference.h"
+#include "reference/row_logits.h"
 
 namespace attnflow {
 namespace reference {
@@ -92,10 +93,9 @@ Status Sdpa(const TensorView& out, const TensorView& lse, const TensorView& q,
       const double slope =
           opt.alibi_slopes.empty_view() ? 0.0 : AlibiSlope(opt.alibi_slopes, b, h);
       for (int64_t i = 0; i < Lq; ++i) {
-        const KeyRange kr = VisibleKeys(opt.causal, opt.window_left,
-                                        opt.window_right, i, Lq, diag_kv, valid_kv);
-        double row_max = kNegInf;
-        bool row_nan = false;
+        RowLogits logit{opt, mask, bool_mask, slope, b, h, i, Lq, diag_kv,
+                       VisibleKeys(opt.causal, opt.window_left, opt.window_right, i, Lq,
+                                   diag_kv, valid_kv)};
         for (int64_t j = 0; j < Lk; ++j) {
           double acc = 0.0;
           for (int64_t c = 0; c < D; ++c) {
@@ -103,24 +103,7 @@ Status Sdpa(const TensorView& out, const TensorView& lse, const TensorView& q,
           }
           s[j] = acc;
           double x = acc * d.scale;
-          double mx = Softcap(x, opt.softcap);
-          bool allowed = j >= kr.first && j <= kr.last;
-          if (has_mask) {
-            const double mv = mask.load(mask.offset(b, h, i, j));
-            if (bool_mask) {
-              allowed = allowed && mv != 0.0;
-            } else {
-              mx += mv;
-            }
-          }
-          if (!opt.alibi_slopes.empty_view()) mx += AlibiBias(slope, i, j, Lq, diag_kv);
-          if (!allowed || mx == kNegInf) {
-            mx = kNegInf;
-          } else if (std::isnan(mx)) {
-            row_nan = true;
-          } else if (mx > row_max) {
-            row_max = mx;
-          }
+          const double mx = logit(j, x);
           m[j] = mx;
           if (st.any) {
             const int64_t so = ((b * H + h) * Lq + i) * Lk + j;
@@ -131,27 +114,27 @@ Status Sdpa(const TensorView& out, const TensorView& lse, const TensorView& q,
         }
         // Softmax with the dead-row rule.
         double row_lse;
-        if (row_nan) {
+        if (logit.nan) {
           row_lse = kNaN;
           for (int64_t j = 0; j < Lk; ++j) w[j] = kNaN;
-        } else if (row_max == kNegInf) {  // no visible key
+        } else if (logit.max == kNegInf) {  // no visible key
           row_lse = kNegInf;
           for (int64_t j = 0; j < Lk; ++j) w[j] = 0.0;
         } else {
           double sum = 0.0;
           for (int64_t j = 0; j < Lk; ++j) {
-            w[j] = m[j] == kNegInf ? 0.0 : std::exp(m[j] - row_max);
+            w[j] = m[j] == kNegInf ? 0.0 : std::exp(m[j] - logit.max);
             sum += w[j];
           }
           for (int64_t j = 0; j < Lk; ++j) w[j] /= sum;
-          row_lse = row_max + std::log(sum);
+          row_lse = logit.max + std::log(sum);
         }
         for (int64_t c = 0; c < Dv; ++c) o[c] = 0.0;
         for (int64_t j = 0; j < Lk; ++j) {
           if (w[j] == 0.0) continue;  // exact zeros contribute nothing (also Inf*0)
           for (int64_t c = 0; c < Dv; ++c) o[c] += w[j] * v.load(v.offset(b, hk, j, c));
         }
-        if (row_nan) {
+        if (logit.nan) {
           for (int64_t c = 0; c < Dv; ++c) o[c] = kNaN;
         }
         if (!out.empty_view()) {

@@ -21,6 +21,7 @@
 
 #include "attnflow/attention.h"
 #include "attnflow/reference.h"
+#include "reference/row_logits.h"
 
 namespace attnflow {
 namespace reference {
@@ -73,46 +74,27 @@ Status SdpaBackward(const TensorView& dq, const TensorView& dk, const TensorView
         const double slope =
             opt.alibi_slopes.empty_view() ? 0.0 : AlibiSlope(opt.alibi_slopes, b, h);
         for (int64_t i = 0; i < Lq; ++i) {
-          const KeyRange kr =
-              VisibleKeys(opt.causal, opt.window_left, opt.window_right, i, Lq, diag_kv, valid_kv);
-          double row_max = kNegInf;
-          bool row_nan = false;
+          RowLogits logit{opt, mask, bool_mask, slope, b, h, i, Lq, diag_kv,
+                         VisibleKeys(opt.causal, opt.window_left, opt.window_right, i, Lq,
+                                     diag_kv, valid_kv)};
           for (int64_t j = 0; j < Lk; ++j) {
             double acc = 0.0;
             for (int64_t c = 0; c < D; ++c) {
               acc += q.load(q.offset(b, h, i, c)) * k.load(k.offset(b, hk, j, c));
             }
             x[j] = acc * d.scale;
-            double mx = Softcap(x[j], opt.softcap);
-            bool allowed = j >= kr.first && j <= kr.last;
-            if (has_mask) {
-              const double mv = mask.load(mask.offset(b, h, i, j));
-              if (bool_mask) {
-                allowed = allowed && mv != 0.0;
-              } else {
-                mx += mv;
-              }
-            }
-            if (!opt.alibi_slopes.empty_view()) mx += AlibiBias(slope, i, j, Lq, diag_kv);
-            if (!allowed || mx == kNegInf) {
-              mx = kNegInf;
-            } else if (std::isnan(mx)) {
-              row_nan = true;
-            } else if (mx > row_max) {
-              row_max = mx;
-            }
-            m[j] = mx;
+            m[j] = logit(j, x[j]);
           }
           for (int64_t c = 0; c < D; ++c) gq[c] = 0.0;
-          if (row_nan) {
+          if (logit.nan) {
             // NaN weights everywhere (the forward's rule): NaN gradients for
             // this row and every key of its kv head.
             for (int64_t c = 0; c < D; ++c) gq[c] = kNaN;
             for (int64_t t = 0; t < Lk * (D + Dv); ++t) acc_k[t] = kNaN;
-          } else if (row_max != kNegInf) {
+          } else if (logit.max != kNegInf) {
             double sum = 0.0;
             for (int64_t j = 0; j < Lk; ++j) {
-              p[j] = m[j] == kNegInf ? 0.0 : std::exp(m[j] - row_max);
+              p[j] = m[j] == kNegInf ? 0.0 : std::exp(m[j] - logit.max);
               sum += p[j];
             }
             double dsum = 0.0;  // D_i = sum_j P_j dP_j
