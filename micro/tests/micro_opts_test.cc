@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "attnflow/attention.h"
+#include "attnflow/device_export.h"
 #include "attnflow/golden.h"
 #include "attnflow/micro.h"
 #include "attnflow/reference.h"
@@ -446,12 +447,21 @@ TEST(MicroProbe, S8RowsAreExactScoresAndBoundedWeights) {
 
 // ----------------------------------------------------------- golden cases --
 
-std::vector<std::string> GoldenFiles(const char* prefix) {
+// The committed cases of a kind, less those whose semantics the micro
+// library does not implement yet (NotOnDeviceYet: export-c refuses them;
+// tools/edge/run_edge.sh lists them), counted in *not_yet.
+std::vector<std::string> GoldenFiles(const char* prefix, int* not_yet = nullptr) {
   std::vector<std::string> files;
   for (const auto& e : fs::directory_iterator(fs::path(ATTNFLOW_SOURCE_DIR) / "tests/data/golden"))
     if (e.path().extension() == ".safetensors" &&
-        e.path().filename().string().rfind(prefix, 0) == 0)
+        e.path().filename().string().rfind(prefix, 0) == 0) {
+      Result<GoldenCase> c = LoadGoldenCase(e.path().string());
+      if (c.ok() && NotOnDeviceYet(c->opt) != nullptr) {
+        if (not_yet != nullptr) ++*not_yet;
+        continue;
+      }
       files.push_back(e.path().string());
+    }
   std::sort(files.begin(), files.end());
   return files;
 }
@@ -479,8 +489,8 @@ void CaseOptions(const GoldenCase& c, int64_t B, Problem* p) {
 }
 
 TEST(MicroGolden, EverySdpaCaseF32EveryStageAndInt8WithinBound) {
-  int checked = 0, masked = 0;
-  for (const auto& f : GoldenFiles("sdpa_")) {
+  int checked = 0, masked = 0, not_yet = 0;
+  for (const auto& f : GoldenFiles("sdpa_", &not_yet)) {
     Result<GoldenCase> c = LoadGoldenCase(f);
     ASSERT_TRUE(c.ok()) << c.status().ToString();
     ASSERT_EQ(c->kind, "sdpa");
@@ -539,6 +549,7 @@ TEST(MicroGolden, EverySdpaCaseF32EveryStageAndInt8WithinBound) {
     ++checked;
   }
   EXPECT_GE(checked, 40);
+  EXPECT_EQ(not_yet, 5);  // softcap, the per-sequence diagonal, [B,H] ALiBi slopes
   EXPECT_GE(masked, 20);
 }
 

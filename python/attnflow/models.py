@@ -13,6 +13,15 @@
 #    same mean pooling without the normalisation, unless the model directory's
 #    sentence-transformers pipeline (modules.json) ends in Normalize, as
 #    all-MiniLM-L6-v2's does (then, as in sentence-transformers, it is normalised).
+#  * Thread safety: every call into a model's compiled object takes that
+#    object's lock (C++, released GIL first), so concurrent threads serialise
+#    instead of corrupting the KV cache or scratch. SmolLM2 additionally
+#    holds a Python lock for a whole generation (prefill + decode loop, and
+#    a stream until it ends or is closed) and for forward/reset, so that
+#    generations from several threads never interleave on one KV cache.
+#    Re-entering the model from the thread that holds it (e.g. generate
+#    while iterating an unfinished stream of the same model) is a clear
+#    RuntimeError, not a deadlock.
 #  * SmolLM2.generate is the CLI's loop: prefill the prompt (with BOS),
 #    sample with attnflow's Sampler (greedy when temperature <= 0), stop at
 #    EOS or max_tokens; streaming yields whole UTF-8 text pieces.
@@ -23,6 +32,7 @@ import glob
 import importlib.util
 import os
 import sys
+import threading
 import warnings
 from typing import Dict, Iterator, List, Optional, Sequence, Union
 
@@ -150,6 +160,21 @@ class SmolLM2:
         self.path = str(path)
         self._m = _core.Decoder.load(self.path, kv_dtype, int(threads), int(max_context),
                                      bool(fast_dot))
+        self._lock = threading.Lock()
+        self._owner: Optional[int] = None
+
+    def _acquire(self, what: str) -> None:
+        me = threading.get_ident()
+        if self._owner == me:
+            raise RuntimeError(f"attnflow.SmolLM2.{what}: this thread is already using the model "
+                               f"(an unfinished generate(stream=True) iterator?); exhaust or "
+                               f"close() it first")
+        self._lock.acquire()
+        self._owner = me
+
+    def _release(self) -> None:
+        self._owner = None
+        self._lock.release()
 
     @property
     def info(self) -> Dict[str, object]:
@@ -162,11 +187,20 @@ class SmolLM2:
         return self._m.decode(list(ids), skip_special)
 
     def reset(self) -> None:
-        self._m.reset()
+        self._acquire("reset")
+        try:
+            self._m.reset()
+        finally:
+            self._release()
 
     def forward(self, ids: Sequence[int], all_logits: bool = True) -> np.ndarray:
         """Appends ids to the KV cache; logits [len(ids) or 1, vocab] float32."""
-        return self._m.forward(list(ids), all_logits)
+        ids = list(ids)
+        self._acquire("forward")
+        try:
+            return self._m.forward(ids, all_logits)
+        finally:
+            self._release()
 
     def apply_chat_template(self, messages: Sequence[Dict[str, str]],
                             add_generation_prompt: bool = True) -> str:
@@ -198,17 +232,28 @@ class SmolLM2:
                 return
             logits = self._m.forward([tok], False)
 
+    def _locked(self, it: Iterator, what: str) -> Iterator:
+        """Runs the generator `it` holding the model (from its first step to
+        its end, close() or garbage collection)."""
+        self._acquire(what)
+        try:
+            yield from it
+        finally:
+            self._release()
+
     def generate_ids(self, prompt: str, max_tokens: int = 128, temperature: float = 0.0,
                      top_k: int = 0, top_p: float = 1.0, seed: int = 0,
                      ignore_eos: bool = False) -> List[int]:
-        return list(self._tokens(prompt, max_tokens, temperature, top_k, top_p, seed, ignore_eos))
+        return list(self._locked(self._tokens(prompt, max_tokens, temperature, top_k, top_p,
+                                              seed, ignore_eos), "generate_ids"))
 
     def generate(self, prompt: str, max_tokens: int = 128, temperature: float = 0.0,
                  top_k: int = 0, top_p: float = 1.0, seed: int = 0, stream: bool = False,
                  ignore_eos: bool = False):
         """Continues `prompt`. Returns the text, or with stream=True an
         iterator of text pieces (whole UTF-8 characters)."""
-        it = self._tokens(prompt, max_tokens, temperature, top_k, top_p, seed, ignore_eos)
+        it = self._locked(self._tokens(prompt, max_tokens, temperature, top_k, top_p, seed,
+                                       ignore_eos), "generate")
         if stream:
             return self._stream(it)
         return "".join(self._stream(it))

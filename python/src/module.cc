@@ -13,6 +13,14 @@
 //  * The GIL is released around every computation (kernels, reference,
 //    golden, model forward passes); arrays are converted before releasing
 //    it and outputs are wrapped after reacquiring it.
+//  * torch tensors with the lazy negation bit (x.conj().imag, x.neg() views of
+//    complex tensors: is_neg()) are resolved (resolve_neg(), a copy) before
+//    their memory is read; the bit is not part of data_ptr/stride.
+//  * Model objects (Encoder, Decoder) lock their mutable state (KV cache,
+//    scratch) for every call: concurrent Python threads serialise on a model
+//    instead of corrupting it. The GIL is released before waiting for the lock.
+//  * The attention entry points run on a module pool set by set_num_threads
+//    (default: the library's DefaultPool); results never depend on it.
 //  * Errors keep the library's message verbatim: kInvalidArgument,
 //    kOutOfRange, kCorrupt, kUnimplemented -> ValueError; kIoError ->
 //    OSError; kResourceExhausted -> MemoryError; kInternal -> RuntimeError.
@@ -30,6 +38,7 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -47,6 +56,8 @@
 #include "attnflow/stages.h"
 #include "attnflow/status.h"
 #include "attnflow/tensor.h"
+#include "attnflow/threading.h"
+#include "attnflow/trace.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -94,13 +105,15 @@ void Check(const af::Status& s) {
 }
 
 // The enums the package passes as integers: their codes are the C++ enum
-// values, published by name as _attnflow.CAUSAL and _attnflow.KERNELS (the
-// names of CausalName / KernelKindName), so the Python side keeps no table.
+// values, published by name as _attnflow.CAUSAL, _attnflow.KERNELS and
+// _attnflow.KV_ALIGN (the names of CausalName / KernelKindName /
+// KvAlignName), so the Python side keeps no table.
 constexpr af::Causal kCausals[] = {af::Causal::kNone, af::Causal::kTopLeft,
                                    af::Causal::kBottomRight};
 constexpr af::KernelKind kKernels[] = {af::KernelKind::kAuto, af::KernelKind::kReference,
                                        af::KernelKind::kTiledPrefill,
                                        af::KernelKind::kSplitKvDecode};
+constexpr af::KvAlign kKvAligns[] = {af::KvAlign::kPadded, af::KvAlign::kPerSequence};
 af::Causal CausalOfCode(int code) {
   for (af::Causal c : kCausals)
     if (static_cast<int>(c) == code) return c;
@@ -110,6 +123,11 @@ af::KernelKind KernelOfCode(int code) {
   for (af::KernelKind k : kKernels)
     if (static_cast<int>(k) == code) return k;
   RaiseValue("attnflow: " + std::to_string(code) + " is not a kernel code of _attnflow.KERNELS");
+}
+af::KvAlign KvAlignOfCode(int code) {
+  for (af::KvAlign a : kKvAligns)
+    if (static_cast<int>(a) == code) return a;
+  RaiseValue("attnflow: " + std::to_string(code) + " is not a kv_align code of _attnflow.KV_ALIGN");
 }
 
 bool ToDType(nb::dlpack::dtype t, af::DType* out) {
@@ -170,6 +188,8 @@ struct TorchTypes {
   PyObject* shape = nullptr;
   PyObject* stride = nullptr;
   PyObject* data_ptr = nullptr;
+  PyObject* is_neg = nullptr;
+  PyObject* resolve_neg = nullptr;
 };
 
 const TorchTypes* Torch() {
@@ -191,6 +211,8 @@ const TorchTypes* Torch() {
   t.shape = PyUnicode_InternFromString("shape");
   t.stride = PyUnicode_InternFromString("stride");
   t.data_ptr = PyUnicode_InternFromString("data_ptr");
+  t.is_neg = PyUnicode_InternFromString("is_neg");
+  t.resolve_neg = PyUnicode_InternFromString("resolve_neg");
   ready = true;
   return &t;
 }
@@ -204,6 +226,7 @@ nb::object Checked(PyObject* o) {
 // Keeps converted arrays (and their DLPack owners) alive during a call.
 struct Arrays {
   std::vector<Array> keep;
+  std::vector<nb::object> objects;  // resolved (copied) torch tensors
 };
 
 af::TensorView ViewOfHandle(nb::handle h, const char* op, const char* name, Arrays* arrays) {
@@ -212,6 +235,12 @@ af::TensorView ViewOfHandle(nb::handle h, const char* op, const char* name, Arra
   const TorchTypes* T = Torch();
   if (T != nullptr && PyObject_TypeCheck(h.ptr(), reinterpret_cast<PyTypeObject*>(T->tensor))) {
     PyObject* t = h.ptr();
+    if (Checked(PyObject_CallMethodNoArgs(t, T->is_neg)).ptr() == Py_True) {
+      // A lazily negated view: its memory holds -x. resolve_neg() makes the
+      // values real (a copy kept alive for the call).
+      arrays->objects.push_back(Checked(PyObject_CallMethodNoArgs(t, T->resolve_neg)));
+      t = arrays->objects.back().ptr();
+    }
     if (Checked(PyObject_GetAttr(t, T->is_cpu)).ptr() != Py_True) {
       RaiseType(std::string(op) + ": " + name + " is on device '" +
                 std::string(nb::str(nb::object(h.attr("device"))).c_str()) +
@@ -264,7 +293,7 @@ struct SdpaArgs {
 void ParseSdpaArgs(const char* op, nb::handle out, nb::handle lse, nb::handle q, nb::handle k,
                    nb::handle v, nb::handle mask, nb::handle kv_lens, nb::handle alibi,
                    int causal, double scale, int64_t window_left, int64_t window_right,
-                   SdpaArgs* a) {
+                   double softcap, int kv_align, SdpaArgs* a) {
   a->out = ViewOfHandle(out, op, "out", &a->arrays);
   a->lse = ViewOfHandle(lse, op, "lse", &a->arrays);
   a->q = ViewOfHandle(q, op, "query", &a->arrays);
@@ -277,6 +306,35 @@ void ParseSdpaArgs(const char* op, nb::handle out, nb::handle lse, nb::handle q,
   a->opt.alibi_slopes = ViewOfHandle(alibi, op, "alibi_slopes", &a->arrays);
   a->opt.window_left = window_left;
   a->opt.window_right = window_right;
+  a->opt.softcap = softcap;
+  a->opt.kv_align = KvAlignOfCode(kv_align);
+}
+
+// The pool of the attention entry points (set_num_threads); null = the
+// library's DefaultPool. Calls hold a reference for their duration.
+std::mutex g_pool_mu;
+std::shared_ptr<af::ThreadPool> g_pool;
+
+std::shared_ptr<af::ThreadPool> CurrentPool() {
+  std::lock_guard<std::mutex> lock(g_pool_mu);
+  return g_pool;
+}
+
+void SetNumThreads(int n) {
+  if (n < 0) RaiseValue("attnflow.set_num_threads: n must be >= 0 (0 = the default), got " +
+                        std::to_string(n));
+  std::shared_ptr<af::ThreadPool> p;
+  if (n > 0) {
+    nb::gil_scoped_release release;
+    p = std::make_shared<af::ThreadPool>(n);
+  }
+  std::lock_guard<std::mutex> lock(g_pool_mu);
+  g_pool = std::move(p);
+}
+
+int GetNumThreads() {
+  const std::shared_ptr<af::ThreadPool> p = CurrentPool();
+  return p ? p->NumWorkers() : af::DefaultPool().NumWorkers();
 }
 
 // A NumPy array that owns `t` (moved to the heap).
@@ -322,46 +380,180 @@ class DictSink : public af::StageSink {
 
 // ---- attention ---------------------------------------------------------------
 
+// kernel: a code of _attnflow.KERNELS (kAuto: the dispatcher chooses).
+af::KernelOptions KernelOpts(int kernel, af::ThreadPool* pool) {
+  af::KernelOptions ko;
+  ko.pool = pool;
+  ko.force = KernelOfCode(kernel);
+  return ko;
+}
+
 // out/lse are caller-allocated; kernel: a code of _attnflow.KERNELS.
 void Sdpa(nb::handle out, nb::handle lse, nb::handle q, nb::handle k, nb::handle v,
           nb::handle mask, nb::handle kv_lens, nb::handle alibi, int causal, double scale,
-          int64_t window_left, int64_t window_right, int kernel) {
+          int64_t window_left, int64_t window_right, int kernel, double softcap, int kv_align) {
   SdpaArgs a;
   ParseSdpaArgs("attnflow.scaled_dot_product_attention", out, lse, q, k, v, mask, kv_lens,
-                alibi, causal, scale, window_left, window_right, &a);
-  const af::KernelKind kind = KernelOfCode(kernel);
+                alibi, causal, scale, window_left, window_right, softcap, kv_align, &a);
+  const std::shared_ptr<af::ThreadPool> pool = CurrentPool();
+  const af::KernelOptions ko = KernelOpts(kernel, pool.get());
   af::Status st;
   {
     nb::gil_scoped_release release;
-    if (kind == af::KernelKind::kReference || a.q.dtype == af::DType::kF64) {
+    if (ko.force == af::KernelKind::kReference || a.q.dtype == af::DType::kF64) {
       st = af::reference::Sdpa(a.out, a.lse, a.q, a.k, a.v, a.opt);
     } else {
-      af::KernelOptions ko;
-      ko.force = kind;  // kAuto: the dispatcher chooses
       st = af::Attention(a.out, a.lse, a.q, a.k, a.v, a.opt, ko);
     }
   }
   Check(st);
 }
 
+// The gradient: dq/dk/dv caller-allocated (None = not wanted). float64
+// queries (or the "reference" kernel) run the float64 reference backward.
+void SdpaBackward(nb::handle dq, nb::handle dk, nb::handle dv, nb::handle dout,
+                  nb::handle dlse, nb::handle q, nb::handle k, nb::handle v, nb::handle out,
+                  nb::handle lse, nb::handle mask, nb::handle kv_lens, nb::handle alibi,
+                  int causal, double scale, int64_t window_left, int64_t window_right,
+                  double softcap, int kv_align, int kernel) {
+  const char* op = "attnflow.scaled_dot_product_attention (backward)";
+  SdpaArgs a;
+  ParseSdpaArgs(op, out, lse, q, k, v, mask, kv_lens, alibi, causal, scale, window_left,
+                window_right, softcap, kv_align, &a);
+  const af::TensorView gq = ViewOfHandle(dq, op, "dq", &a.arrays),
+                       gk = ViewOfHandle(dk, op, "dk", &a.arrays),
+                       gv = ViewOfHandle(dv, op, "dv", &a.arrays),
+                       go = ViewOfHandle(dout, op, "dout", &a.arrays),
+                       gl = ViewOfHandle(dlse, op, "dlse", &a.arrays);
+  const std::shared_ptr<af::ThreadPool> pool = CurrentPool();
+  const bool reference = KernelOfCode(kernel) == af::KernelKind::kReference;
+  af::Status st;
+  {
+    nb::gil_scoped_release release;
+    if (reference || a.q.dtype == af::DType::kF64) {
+      st = af::reference::SdpaBackward(gq, gk, gv, go, gl, a.q, a.k, a.v, a.opt);
+    } else {
+      af::KernelOptions ko;
+      ko.pool = pool.get();
+      st = af::AttentionBackward(gq, gk, gv, go, gl, a.q, a.k, a.v, a.out, a.lse, a.opt, ko);
+    }
+  }
+  Check(st);
+}
+
+// Variable-length batch: q [Tq,H,D], k/v [Tk,Hkv,*], out [Tq,H,Dv], lse
+// [Tq,H] (a view), cu_seqlens [B+1].
+void SdpaVarlen(nb::handle out, nb::handle lse, nb::handle q, nb::handle k, nb::handle v,
+                nb::handle cu_q, nb::handle cu_k, nb::handle alibi, int causal, double scale,
+                int64_t window_left, int64_t window_right, double softcap) {
+  const char* op = "attnflow.flash.flash_attn_varlen_func";
+  SdpaArgs a;
+  a.out = ViewOfHandle(out, op, "out", &a.arrays);
+  a.lse = ViewOfHandle(lse, op, "lse", &a.arrays);
+  a.q = ViewOfHandle(q, op, "q", &a.arrays);
+  a.k = ViewOfHandle(k, op, "k", &a.arrays);
+  a.v = ViewOfHandle(v, op, "v", &a.arrays);
+  const af::TensorView cq = ViewOfHandle(cu_q, op, "cu_seqlens_q", &a.arrays),
+                       ck = ViewOfHandle(cu_k, op, "cu_seqlens_k", &a.arrays);
+  a.opt.alibi_slopes = ViewOfHandle(alibi, op, "alibi_slopes", &a.arrays);
+  a.opt.causal = CausalOfCode(causal);
+  a.opt.scale = scale;
+  a.opt.window_left = window_left;
+  a.opt.window_right = window_right;
+  a.opt.softcap = softcap;
+  const std::shared_ptr<af::ThreadPool> pool = CurrentPool();
+  af::Status st;
+  {
+    nb::gil_scoped_release release;
+    af::KernelOptions ko;
+    ko.pool = pool.get();
+    st = af::AttentionVarlen(a.out, a.lse, a.q, a.k, a.v, cq, ck, a.opt, ko);
+  }
+  Check(st);
+}
+
+void SdpaVarlenBackward(nb::handle dq, nb::handle dk, nb::handle dv, nb::handle dout,
+                        nb::handle dlse, nb::handle q, nb::handle k, nb::handle v,
+                        nb::handle out, nb::handle lse, nb::handle cu_q, nb::handle cu_k,
+                        nb::handle alibi, int causal, double scale, int64_t window_left,
+                        int64_t window_right, double softcap) {
+  const char* op = "attnflow.flash.flash_attn_varlen_func (backward)";
+  Arrays keep;
+  auto view = [&](nb::handle h, const char* name) { return ViewOfHandle(h, op, name, &keep); };
+  const af::TensorView gq = view(dq, "dq"), gk = view(dk, "dk"), gv = view(dv, "dv"),
+                       go = view(dout, "dout"), gl = view(dlse, "dlse"), vq = view(q, "q"),
+                       vk = view(k, "k"), vv = view(v, "v"), vo = view(out, "out"),
+                       vl = view(lse, "lse"), cq = view(cu_q, "cu_seqlens_q"),
+                       ck = view(cu_k, "cu_seqlens_k");
+  af::SdpaOptions opt;
+  opt.alibi_slopes = view(alibi, "alibi_slopes");
+  opt.causal = CausalOfCode(causal);
+  opt.scale = scale;
+  opt.window_left = window_left;
+  opt.window_right = window_right;
+  opt.softcap = softcap;
+  const std::shared_ptr<af::ThreadPool> pool = CurrentPool();
+  af::Status st;
+  {
+    nb::gil_scoped_release release;
+    af::KernelOptions ko;
+    ko.pool = pool.get();
+    st = af::AttentionVarlenBackward(gq, gk, gv, go, gl, vq, vk, vv, vo, vl, cq, ck, opt, ko);
+  }
+  Check(st);
+}
+
+// Paged KV cache: q [B,H,Lq,D] (a view), k/v cache [blocks,page,Hkv,*].
+void SdpaPaged(nb::handle out, nb::handle lse, nb::handle q, nb::handle k_cache,
+               nb::handle v_cache, nb::handle block_table, nb::handle cache_seqlens,
+               nb::handle alibi, int causal, double scale, int64_t window_left,
+               int64_t window_right, double softcap) {
+  const char* op = "attnflow.flash.flash_attn_with_kvcache";
+  Arrays keep;
+  auto view = [&](nb::handle h, const char* name) { return ViewOfHandle(h, op, name, &keep); };
+  const af::TensorView vo = view(out, "out"), vl = view(lse, "lse"), vq = view(q, "q"),
+                       kc = view(k_cache, "k_cache"), vc = view(v_cache, "v_cache"),
+                       bt = view(block_table, "block_table"),
+                       sl = view(cache_seqlens, "cache_seqlens");
+  af::SdpaOptions opt;
+  opt.alibi_slopes = view(alibi, "alibi_slopes");
+  opt.causal = CausalOfCode(causal);
+  opt.scale = scale;
+  opt.window_left = window_left;
+  opt.window_right = window_right;
+  opt.softcap = softcap;
+  const std::shared_ptr<af::ThreadPool> pool = CurrentPool();
+  af::Status st;
+  {
+    nb::gil_scoped_release release;
+    af::KernelOptions ko;
+    ko.pool = pool.get();
+    st = af::AttentionPaged(vo, vl, vq, kc, vc, bt, sl, opt, ko);
+  }
+  Check(st);
+}
+
 std::string Explain(nb::handle out, nb::handle lse, nb::handle q, nb::handle k, nb::handle v,
                     nb::handle mask, nb::handle kv_lens, nb::handle alibi, int causal,
-                    double scale, int64_t window_left, int64_t window_right) {
+                    double scale, int64_t window_left, int64_t window_right, int kernel,
+                    double softcap, int kv_align) {
   SdpaArgs a;
   ParseSdpaArgs("attnflow.explain", out, lse, q, k, v, mask, kv_lens, alibi, causal, scale,
-                window_left, window_right, &a);
+                window_left, window_right, softcap, kv_align, &a);
   af::KernelChoice choice;
-  Check(af::ExplainAttention(a.out, a.lse, a.q, a.k, a.v, a.opt, {}, &choice));
+  const af::KernelOptions ko = KernelOpts(kernel, nullptr);
+  Check(af::ExplainAttention(a.out, a.lse, a.q, a.k, a.v, a.opt, ko, &choice));
   return std::string(af::KernelKindName(choice.kernel)) + " " + choice.ToString();
 }
 
 // Float64 oracle: returns (out, lse) or, with stages, a dict of every stage.
 nb::object ReferenceSdpa(nb::handle q, nb::handle k, nb::handle v, nb::handle mask,
                          nb::handle kv_lens, nb::handle alibi, int causal, double scale,
-                         int64_t window_left, int64_t window_right, bool stages) {
+                         int64_t window_left, int64_t window_right, bool stages, double softcap,
+                         int kv_align) {
   SdpaArgs a;
   ParseSdpaArgs("attnflow.reference.sdpa", nb::none(), nb::none(), q, k, v, mask, kv_lens, alibi,
-                causal, scale, window_left, window_right, &a);
+                causal, scale, window_left, window_right, softcap, kv_align, &a);
   af::SdpaDims d{};
   Check(af::ValidateSdpa("reference::sdpa", {}, {}, a.q, a.k, a.v, a.opt, &d));
   af::Result<af::Tensor> out = af::Tensor::Zeros(af::DType::kF64, {d.batch, d.num_heads, d.q_len, d.v_dim});
@@ -515,13 +707,26 @@ nb::dict InfoDict(const af::ModelInfo& i) {
   return d;
 }
 
+// Each model object serialises its calls: the library's models keep
+// mutable state (Decoder: the KV cache and scratch; Encoder: scratch) and
+// are not safe for concurrent use. Locked() releases the GIL first, then
+// waits for the model's mutex, then runs f.
 struct Encoder {
   std::unique_ptr<af::EncoderModel> m;
+  std::mutex mu;
 };
 
 struct Decoder {
   std::unique_ptr<af::DecoderModel> m;
+  std::mutex mu;
 };
+
+template <class M, class F>
+auto Locked(M& model, F&& f) {
+  nb::gil_scoped_release release;
+  std::lock_guard<std::mutex> lock(model.mu);
+  return f();
+}
 
 Encoder* LoadEncoder(const std::string& dir) {
   af::Result<std::unique_ptr<af::EncoderModel>> r = af::Status();
@@ -712,21 +917,41 @@ nb::dict RunTrace(nb::handle model, const std::string& text, int64_t layer,
 
 NB_MODULE(_attnflow, m) {
   m.doc() = "attnflow compiled core (see the attnflow package for the public API)";
-  nb::dict causal_codes, kernel_codes;
+  nb::dict causal_codes, kernel_codes, align_codes;
   for (af::Causal c : kCausals) causal_codes[af::CausalName(c)] = static_cast<int>(c);
   for (af::KernelKind k : kKernels) kernel_codes[af::KernelKindName(k)] = static_cast<int>(k);
+  for (af::KvAlign a : kKvAligns) align_codes[af::KvAlignName(a)] = static_cast<int>(a);
   m.attr("CAUSAL") = causal_codes;
   m.attr("KERNELS") = kernel_codes;
+  m.attr("KV_ALIGN") = align_codes;
 
   m.def("sdpa", &Sdpa, "out"_a, "lse"_a.none(), "query"_a, "key"_a, "value"_a,
         "attn_mask"_a.none(), "kv_lens"_a.none(), "alibi_slopes"_a.none(), "causal"_a,
-        "scale"_a, "window_left"_a, "window_right"_a, "kernel"_a);
+        "scale"_a, "window_left"_a, "window_right"_a, "kernel"_a, "softcap"_a = 0.0,
+        "kv_align"_a = 0);
+  m.def("sdpa_backward", &SdpaBackward, "dq"_a.none(), "dk"_a.none(), "dv"_a.none(), "dout"_a,
+        "dlse"_a.none(), "query"_a, "key"_a, "value"_a, "out"_a.none(), "lse"_a.none(),
+        "attn_mask"_a.none(), "kv_lens"_a.none(), "alibi_slopes"_a.none(), "causal"_a,
+        "scale"_a, "window_left"_a, "window_right"_a, "softcap"_a, "kv_align"_a, "kernel"_a);
+  m.def("sdpa_varlen", &SdpaVarlen, "out"_a, "lse"_a.none(), "q"_a, "k"_a, "v"_a,
+        "cu_seqlens_q"_a, "cu_seqlens_k"_a, "alibi_slopes"_a.none(), "causal"_a, "scale"_a,
+        "window_left"_a, "window_right"_a, "softcap"_a);
+  m.def("sdpa_varlen_backward", &SdpaVarlenBackward, "dq"_a.none(), "dk"_a.none(),
+        "dv"_a.none(), "dout"_a, "dlse"_a.none(), "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a,
+        "cu_seqlens_q"_a, "cu_seqlens_k"_a, "alibi_slopes"_a.none(), "causal"_a, "scale"_a,
+        "window_left"_a, "window_right"_a, "softcap"_a);
+  m.def("sdpa_paged", &SdpaPaged, "out"_a, "lse"_a.none(), "q"_a, "k_cache"_a, "v_cache"_a,
+        "block_table"_a, "cache_seqlens"_a, "alibi_slopes"_a.none(), "causal"_a, "scale"_a,
+        "window_left"_a, "window_right"_a, "softcap"_a);
+  m.def("set_num_threads", &SetNumThreads, "n"_a);
+  m.def("get_num_threads", &GetNumThreads);
   m.def("explain", &Explain, "out"_a.none(), "lse"_a.none(), "query"_a, "key"_a, "value"_a,
         "attn_mask"_a.none(), "kv_lens"_a.none(), "alibi_slopes"_a.none(), "causal"_a,
-        "scale"_a, "window_left"_a, "window_right"_a);
+        "scale"_a, "window_left"_a, "window_right"_a, "kernel"_a = 0, "softcap"_a = 0.0,
+        "kv_align"_a = 0);
   m.def("reference_sdpa", &ReferenceSdpa, "query"_a, "key"_a, "value"_a, "attn_mask"_a.none(),
         "kv_lens"_a.none(), "alibi_slopes"_a.none(), "causal"_a, "scale"_a, "window_left"_a,
-        "window_right"_a, "stages"_a);
+        "window_right"_a, "stages"_a, "softcap"_a = 0.0, "kv_align"_a = 0);
   m.def("merge", &Merge, "out"_a, "lse"_a, "out_a"_a, "lse_a"_a, "out_b"_a, "lse_b"_a);
   m.def("golden_verify", &GoldenVerify, "path"_a, "impl"_a);
   // Whether the opt-in fast dot runs SIMD code here (AVX-512 VNNI or AVX2);
@@ -757,21 +982,13 @@ NB_MODULE(_attnflow, m) {
       .def("embed_texts", [](Encoder& e, const std::vector<std::string>& texts,
                              int64_t batch_size) {
         af::Tensor emb;
-        af::Status st;
-        {
-          nb::gil_scoped_release release;
-          st = e.m->EmbedTexts(texts, batch_size, &emb);
-        }
+        const af::Status st = Locked(e, [&] { return e.m->EmbedTexts(texts, batch_size, &emb); });
         Check(st);
         return ToNumpy(std::move(emb));
       })
       .def("embed_ids", [](Encoder& e, const std::vector<std::vector<int32_t>>& ids) {
         af::Tensor emb, hidden;
-        af::Status st;
-        {
-          nb::gil_scoped_release release;
-          st = e.m->Embed(ids, &emb, &hidden);
-        }
+        const af::Status st = Locked(e, [&] { return e.m->Embed(ids, &emb, &hidden); });
         Check(st);
         return nb::make_tuple(ToNumpy(std::move(emb)), ToNumpy(std::move(hidden)));
       });
@@ -781,9 +998,10 @@ NB_MODULE(_attnflow, m) {
                   "fast_dot"_a,
                   nb::rv_policy::take_ownership)
       .def_prop_ro("info", [](const Decoder& d) { return InfoDict(d.m->info()); })
-      .def_prop_ro("cache_length", [](const Decoder& d) { return d.m->CacheLength(); })
+      .def_prop_ro("cache_length",
+                   [](Decoder& d) { return Locked(d, [&] { return d.m->CacheLength(); }); })
       .def_prop_ro("eos_id", [](const Decoder& d) { return d.m->tokenizer().EosId(); })
-      .def("reset", [](Decoder& d) { d.m->Reset(); })
+      .def("reset", [](Decoder& d) { Locked(d, [&] { d.m->Reset(); }); })
       .def("encode", [](const Decoder& d, const std::string& text, bool add_special) {
         af::Result<std::vector<int32_t>> r = d.m->tokenizer().Encode(text, add_special);
         Check(r.status());
@@ -807,11 +1025,8 @@ NB_MODULE(_attnflow, m) {
            })
       .def("forward", [](Decoder& d, const std::vector<int32_t>& ids, bool all_logits) {
         af::Tensor logits;
-        af::Status st;
-        {
-          nb::gil_scoped_release release;
-          st = d.m->Forward(ids, all_logits, &logits);
-        }
+        const af::Status st =
+            Locked(d, [&] { return d.m->Forward(ids, all_logits, &logits); });
         Check(st);
         return ToNumpy(std::move(logits));
       });

@@ -244,11 +244,16 @@ def test_merge_attention_states_equals_full_attention():
     assert torch.allclose(lse.double(), ref_lse, atol=1e-5, rtol=1e-5)
 
 
-def test_float64_query_uses_the_reference():
+def test_float64_query_uses_the_reference_and_warns():
     rng = np.random.default_rng(3)
     q, k, v = (rng.standard_normal((1, 2, 7, 5)) for _ in range(3))
-    got = attnflow.scaled_dot_product_attention(q, k, v, is_causal=True)
+    with pytest.warns(attnflow.Float64ReferenceWarning, match="float64 reference"):
+        got = attnflow.scaled_dot_product_attention(q, k, v, is_causal=True)
     assert got.dtype == np.float64
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # an explicit kernel="reference" does not warn
+        attnflow.scaled_dot_product_attention(q, k, v, is_causal=True, kernel="reference")
     ref = F.scaled_dot_product_attention(*(torch.from_numpy(x) for x in (q, k, v)), is_causal=True)
     np.testing.assert_allclose(got, ref.numpy(), atol=1e-12, rtol=1e-12)
 
@@ -261,12 +266,13 @@ def test_zero_copy_outputs_are_fresh_and_inputs_untouched():
     assert out.data_ptr() != q.data_ptr()
 
 
-def test_requires_grad_inputs_are_detached():
+def test_requires_grad_inputs_get_a_graph():
+    """(Autograd itself: test_autograd.py.)"""
     q = torch.randn(1, 2, 4, 8, requires_grad=True)
     out = attnflow.scaled_dot_product_attention(q, q, q)
     ref = F.scaled_dot_product_attention(q.detach().double(), q.detach().double(), q.detach().double())
-    assert out.grad_fn is None
-    assert torch.allclose(out.double(), ref, atol=1e-5)
+    assert out.grad_fn is not None
+    assert torch.allclose(out.detach().double(), ref, atol=1e-5)
 
 
 def test_dlpack_producer_input():

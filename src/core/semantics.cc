@@ -22,6 +22,17 @@ bool ParseCausal(std::string_view s, Causal* out) {
   return true;
 }
 
+const char* KvAlignName(KvAlign a) {
+  return a == KvAlign::kPerSequence ? "per_sequence" : "padded";
+}
+
+bool ParseKvAlign(std::string_view s, KvAlign* out) {
+  if (s == "padded") *out = KvAlign::kPadded;
+  else if (s == "per_sequence") *out = KvAlign::kPerSequence;
+  else return false;
+  return true;
+}
+
 namespace {
 // Slopes for a power-of-two head count n: start = 2^(-8/n), slope_k = start^k.
 void PowerOfTwoSlopes(int64_t n, double* out) {

@@ -187,15 +187,28 @@ Status ValidateSdpa(const char* op, const TensorView& out,
       }
     }
   }
-  // ALiBi slopes.
+  // ALiBi slopes: [H] or [B,H].
   if (!opt.alibi_slopes.empty_view()) {
     const TensorView& s = opt.alibi_slopes;
-    if (s.rank != 1 || s.shape[0] != d.num_heads || !IsFloatDType(s.dtype)) {
+    const bool per_head = s.rank == 1 && s.shape[0] == d.num_heads;
+    const bool per_batch = s.rank == 2 && s.shape[0] == d.batch && s.shape[1] == d.num_heads;
+    if (!(per_head || per_batch) || !IsFloatDType(s.dtype)) {
       return InvalidArgument(Join(op, "alibi_slopes " + s.describe() +
                                           " should be float [H] = [" +
+                                          std::to_string(d.num_heads) + "] or [B,H] = [" +
+                                          std::to_string(d.batch) + "," +
                                           std::to_string(d.num_heads) + "]"));
     }
-    ATTNFLOW_RETURN_IF_ERROR(CheckRank(op, "alibi_slopes", s, 1, "[H]"));
+    ATTNFLOW_RETURN_IF_ERROR(
+        CheckRank(op, "alibi_slopes", s, s.rank, per_head ? "[H]" : "[B,H]"));
+  }
+  // Softcap and the diagonal alignment.
+  if (!(opt.softcap >= 0.0) || !std::isfinite(opt.softcap)) {
+    return InvalidArgument(Join(op, "softcap must be finite and >= 0 (0 = off), got " +
+                                        std::to_string(opt.softcap)));
+  }
+  if (opt.kv_align != KvAlign::kPadded && opt.kv_align != KvAlign::kPerSequence) {
+    return InvalidArgument(Join(op, "kv_align must be padded or per_sequence"));
   }
   if (dims != nullptr) *dims = d;
   return Status::Ok();

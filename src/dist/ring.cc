@@ -270,6 +270,11 @@ Status ValidateLocal(const char* op, int rank, int p, const TensorView& out,
     return Unimplemented(std::string(op) +
                          ": sliding windows and ALiBi are not supported across ranks");
   }
+  if (opt.softcap != 0.0 || opt.kv_align != KvAlign::kPadded) {
+    return Unimplemented(std::string(op) +
+                         ": softcap and per-sequence diagonal alignment are not supported "
+                         "across ranks");
+  }
   if (q.rank != 4 || k.rank != 4 || v.rank != 4) {
     return InvalidArgument(pre + ": q/k/v must be rank 4, got q " + q.describe() + ", k " +
                            k.describe() + ", v " + v.describe());

@@ -883,6 +883,10 @@ Result<DeviceExport> Exporter::Run() {
     Refuse("kind '" + c_.kind + "' is not attention the micro library runs (sdpa, mha)");
     return err_;
   }
+  if (const char* f = NotOnDeviceYet(c_.opt)) {
+    Refuse(std::string(f) + " is not implemented by the micro library yet");
+    return err_;
+  }
   e_.name = o_.name.empty() ? Ident(std::filesystem::path(c_.path).stem().string())
                             : Ident(o_.name);
   e_.atol = float(c_.atol);
@@ -916,6 +920,13 @@ Result<DeviceExport> Exporter::Run() {
 }
 
 }  // namespace
+
+const char* NotOnDeviceYet(const SdpaOptions& o) {
+  if (o.softcap != 0.0) return "softcap";
+  if (o.kv_align != KvAlign::kPadded) return "the per-sequence diagonal (kv_align per_sequence)";
+  if (o.alibi_slopes.rank == 2) return "[B,H] ALiBi slopes";
+  return nullptr;
+}
 
 Result<DeviceExport> ExportForDevice(const GoldenCase& c, const DeviceExportOptions& opt) {
   return Exporter(opt, c).Run();

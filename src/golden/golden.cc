@@ -157,11 +157,24 @@ Result<GoldenCase> ValidateGoldenCase(SafetensorsFile file) {
     }
   }
 
+  {  // FlashAttention's extensions (docs/golden-format.md): softcap, kv_align.
+    std::string s;
+    if (get_meta("softcap", &s) &&
+        (!ParseDouble(s, &c.opt.softcap) || !(c.opt.softcap > 0) || !std::isfinite(c.opt.softcap))) {
+      return Corrupt(Where(path, "metadata 'softcap': \"" + s + "\" is not a positive decimal"));
+    }
+    if (get_meta("kv_align", &s) && !ParseKvAlign(s, &c.opt.kv_align)) {
+      return Corrupt(Where(path, "metadata 'kv_align': \"" + s +
+                                     "\" is not padded or per_sequence"));
+    }
+  }
+
   Loader ld{file, path};
   ATTNFLOW_RETURN_IF_ERROR(ld.Get("attn_mask", false, &c.opt.attn_mask,
                                   {DType::kBool, DType::kF32}, -1));
   ATTNFLOW_RETURN_IF_ERROR(ld.Get("kv_lens", false, &c.opt.kv_lens, {DType::kI64}, 1));
-  ATTNFLOW_RETURN_IF_ERROR(ld.Get("alibi_slopes", false, &c.opt.alibi_slopes, {DType::kF32}, 1));
+  // [H], or [B,H] per batch (ValidateSdpa checks the shape).
+  ATTNFLOW_RETURN_IF_ERROR(ld.Get("alibi_slopes", false, &c.opt.alibi_slopes, {DType::kF32}, -1));
   if (c.kind == "sdpa") {
     ATTNFLOW_RETURN_IF_ERROR(ld.Get("q", true, &c.q, {DType::kF32}, 4));
     ATTNFLOW_RETURN_IF_ERROR(ld.Get("k", true, &c.k, {DType::kF32}, 4));

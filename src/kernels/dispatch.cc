@@ -40,6 +40,7 @@ const char* KernelKindName(KernelKind k) {
     case KernelKind::kTiledPrefill: return "tiled_prefill";
     case KernelKind::kSplitKvDecode: return "split_kv_decode";
     case KernelKind::kNaive: return "naive";
+    case KernelKind::kTiledBackward: return "tiled_backward";
   }
   return "?";
 }
@@ -47,7 +48,7 @@ const char* KernelKindName(KernelKind k) {
 bool ParseKernelKind(std::string_view s, KernelKind* out) {
   for (KernelKind k : {KernelKind::kAuto, KernelKind::kReference,
                        KernelKind::kTiledPrefill, KernelKind::kSplitKvDecode,
-                       KernelKind::kNaive}) {
+                       KernelKind::kNaive, KernelKind::kTiledBackward}) {
     if (s == KernelKindName(k)) {
       *out = k;
       return true;
@@ -147,9 +148,9 @@ std::string FastUnsupportedReason(const TensorView& out, const TensorView& lse,
     return std::string("out dtype ") + DTypeName(out.dtype) +
            " not supported by fast kernels (need F32)";
   }
-  if (!lse.empty_view() && lse.dtype != DType::kF32) {
+  if (!lse.empty_view() && lse.dtype != DType::kF32 && lse.dtype != DType::kF64) {
     return std::string("lse dtype ") + DTypeName(lse.dtype) +
-           " not supported by fast kernels (need F32)";
+           " not supported by fast kernels (need F32 or F64)";
   }
   if (!KvDtypeOk(k.dtype) || !KvDtypeOk(v.dtype)) {
     return std::string("k/v dtype ") + DTypeName(k.dtype) + "/" + DTypeName(v.dtype) +
@@ -173,9 +174,7 @@ struct Prepared {
   KernelChoice choice;
   Problem P;
   Plan plan;
-  std::vector<int64_t> valid_kv;
-  std::vector<float> slope2;
-  std::vector<double> slope;
+  kernels::ProblemStorage storage;
 };
 
 int FastD(const SdpaDims& d) {
@@ -299,6 +298,12 @@ Status Prepare(const char* op, const TensorView& out, const TensorView& lse,
     ch.reason = "reference: forced by KernelOptions.force";
     return Status::Ok();
   }
+  if (kopt.force == KernelKind::kTiledBackward) {
+    return InvalidArgument(std::string(op) +
+                           ": tiled_backward is the backward kernel (AttentionBackward); "
+                           "the forward takes auto, reference, tiled_prefill, split_kv_decode "
+                           "or naive");
+  }
   if (kopt.force == KernelKind::kNaive) {  // never reached from kAuto
     const std::string why = kernels::NaiveUnsupportedReason(out, lse, q, k, v);
     if (!why.empty())
@@ -361,67 +366,7 @@ Status Prepare(const char* op, const TensorView& out, const TensorView& lse,
     ch.reason += "; tiny call (<= 2^19 FLOP): its tasks run on the calling thread";
   }
 
-  // Resolve the problem.
-  Problem& P = pr->P;
-  P.B = d.batch;
-  P.H = d.num_heads;
-  P.Hkv = d.num_kv_heads;
-  P.G = G;
-  P.Lq = d.q_len;
-  P.Lk = d.kv_len;
-  P.D = d.head_dim;
-  P.Dv = d.v_dim;
-  P.scale2 = static_cast<float>(d.scale * kernels::kLog2e);
-  P.q = static_cast<const float*>(q.data);
-  P.k = k.data;
-  P.kt = k.dtype;
-  P.v = v.data;
-  P.vt = v.dtype;
-  P.out = static_cast<float*>(out.data);
-  for (int i = 0; i < 4; ++i) {
-    P.qs[i] = q.strides[i];
-    P.ks[i] = k.strides[i];
-    P.vs[i] = v.strides[i];
-    P.os[i] = out.strides[i];
-  }
-  if (!lse.empty_view()) {
-    P.lse = static_cast<float*>(lse.data);
-    for (int i = 0; i < 3; ++i) P.ls[i] = lse.strides[i];
-  }
-  P.causal = opt.causal;
-  P.window_left = opt.window_left;
-  P.window_right = opt.window_right;
-  if (!opt.attn_mask.empty_view()) {
-    const int64_t target[4] = {d.batch, d.num_heads, d.q_len, d.kv_len};
-    TensorView m;
-    if (!BroadcastMask(opt.attn_mask, target, &m)) {
-      return InvalidArgument(std::string(op) + ": attn_mask " +
-                             opt.attn_mask.shape_string() + " is not broadcastable");
-    }
-    P.mask = m.data;
-    P.mt = m.dtype;
-    for (int i = 0; i < 4; ++i) P.ms[i] = m.strides[i];
-  }
-  pr->valid_kv.assign(static_cast<size_t>(d.batch), d.kv_len);
-  if (!opt.kv_lens.empty_view()) {
-    for (int64_t b = 0; b < d.batch; ++b) {
-      pr->valid_kv[static_cast<size_t>(b)] =
-          static_cast<int64_t>(opt.kv_lens.load(b * opt.kv_lens.strides[0]));
-    }
-  }
-  P.valid_kv = pr->valid_kv.data();
-  if (!opt.alibi_slopes.empty_view()) {
-    pr->slope2.resize(static_cast<size_t>(d.num_heads));
-    pr->slope.resize(static_cast<size_t>(d.num_heads));
-    for (int64_t h = 0; h < d.num_heads; ++h) {
-      const double sl = opt.alibi_slopes.load(h * opt.alibi_slopes.strides[0]);
-      pr->slope[static_cast<size_t>(h)] = sl;
-      pr->slope2[static_cast<size_t>(h)] = static_cast<float>(sl * kernels::kLog2e);
-    }
-    P.slope2 = pr->slope2.data();
-    P.slope = pr->slope.data();
-  }
-  return Status::Ok();
+  return kernels::ResolveProblem(op, d, out, lse, q, k, v, opt, &pr->P, &pr->storage);
 }
 
 // Scratch buffers are recycled across calls (a fresh multi-100-KiB buffer per
@@ -495,6 +440,87 @@ struct ScratchGuard {
 };
 
 }  // namespace
+
+namespace kernels {
+
+Status ResolveProblem(const char* op, const SdpaDims& d, const TensorView& out,
+                      const TensorView& lse, const TensorView& q, const TensorView& k,
+                      const TensorView& v, const SdpaOptions& opt, Problem* P,
+                      ProblemStorage* st) {
+  const int64_t G = d.num_heads / std::max<int64_t>(d.num_kv_heads, 1);
+  P->B = d.batch;
+  P->H = d.num_heads;
+  P->Hkv = d.num_kv_heads;
+  P->G = G;
+  P->Lq = d.q_len;
+  P->Lk = d.kv_len;
+  P->D = d.head_dim;
+  P->Dv = d.v_dim;
+  P->scale2 = static_cast<float>(d.scale * kernels::kLog2e);
+  P->scale2_lo = static_cast<float>(d.scale * kernels::kLog2e - static_cast<double>(P->scale2));
+  P->q = static_cast<const float*>(q.data);
+  P->k = k.data;
+  P->kt = k.dtype;
+  P->v = v.data;
+  P->vt = v.dtype;
+  P->out = static_cast<float*>(out.data);
+  for (int i = 0; i < 4; ++i) {
+    P->qs[i] = q.strides[i];
+    P->ks[i] = k.strides[i];
+    P->vs[i] = v.strides[i];
+    P->os[i] = out.strides[i];
+  }
+  if (!lse.empty_view()) {
+    P->lse = lse.data;
+    P->lse_f64 = lse.dtype == DType::kF64;
+    for (int i = 0; i < 3; ++i) P->ls[i] = lse.strides[i];
+  }
+  P->causal = opt.causal;
+  P->window_left = opt.window_left;
+  P->window_right = opt.window_right;
+  if (!opt.attn_mask.empty_view()) {
+    const int64_t target[4] = {d.batch, d.num_heads, d.q_len, d.kv_len};
+    TensorView m;
+    if (!BroadcastMask(opt.attn_mask, target, &m)) {
+      return InvalidArgument(std::string(op) + ": attn_mask " +
+                             opt.attn_mask.shape_string() + " is not broadcastable");
+    }
+    P->mask = m.data;
+    P->mt = m.dtype;
+    for (int i = 0; i < 4; ++i) P->ms[i] = m.strides[i];
+  }
+  st->valid_kv.resize(static_cast<size_t>(d.batch));
+  st->diag_kv.resize(static_cast<size_t>(d.batch));
+  for (int64_t b = 0; b < d.batch; ++b) {
+    const int64_t valid = ValidKvLen(opt.kv_lens, b, d.kv_len);
+    st->valid_kv[static_cast<size_t>(b)] = valid;
+    st->diag_kv[static_cast<size_t>(b)] = DiagonalKvLen(opt.kv_align, d.kv_len, valid);
+  }
+  P->valid_kv = st->valid_kv.data();
+  P->diag_kv = st->diag_kv.data();
+  if (!opt.alibi_slopes.empty_view()) {
+    const bool per_batch = opt.alibi_slopes.rank == 2;
+    const int64_t nb = per_batch ? d.batch : 1;
+    st->slope2.resize(static_cast<size_t>(nb * d.num_heads));
+    st->slope.resize(static_cast<size_t>(nb * d.num_heads));
+    for (int64_t b = 0; b < nb; ++b) {
+      for (int64_t h = 0; h < d.num_heads; ++h) {
+        const double sl = AlibiSlope(opt.alibi_slopes, b, h);
+        const size_t at = static_cast<size_t>(b * d.num_heads + h);
+        st->slope[at] = sl;
+        st->slope2[at] = static_cast<float>(sl * kernels::kLog2e);
+      }
+    }
+    P->slope2 = st->slope2.data();
+    P->slope = st->slope.data();
+    P->slope_bs = per_batch ? d.num_heads : 0;
+  }
+  P->softcap = opt.softcap;
+  P->softcap2 = static_cast<float>(opt.softcap * kernels::kLog2e);
+  return Status::Ok();
+}
+
+}  // namespace kernels
 
 Status ExplainAttention(const TensorView& out, const TensorView& lse,
                         const TensorView& q, const TensorView& k,

@@ -22,6 +22,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
 #include "kernels/internal.h"
 
@@ -155,36 +156,67 @@ HWY_INLINE void PackKvTile(const void* base, DType t, const int64_t* s,
 }
 
 // ---------------------------------------------------------------------------
-// Q.K^T micro-kernel, "St" layout: st[j * rows + i] = sum_d qt[d*rows+i] *
-// k[j*kpitch+d] for a block of kQkKeys keys x 2 row-vectors. The K element is
-// broadcast (an embedded-broadcast FMA operand on AVX-512), the transposed Q
-// tile supplies whole vectors of query rows. Returns the block's running max
-// per row-vector through mx0/mx1 (fused into the epilogue).
+// Q.K^T micro-kernel, "St" layout: st[j * rows + i] = sc * sum_d
+// qt[d*rows+i] * k[j*kpitch+d] for a block of kQkKeys keys x 2 row-vectors.
+// The K element is broadcast (an embedded-broadcast FMA operand on AVX-512),
+// the transposed Q tile supplies whole vectors of query rows. Returns the
+// block's running max per row-vector through mx0/mx1 (fused into the
+// epilogue).
+//
+// Accuracy: each dot product is an FMA chain over chunks of kQkChunk terms
+// whose sums are added in order (a two-level sum; 64 keeps D <= 64 free of
+// the spill of the running sum, which goes through st in L1), and the scale
+// (scale * log2 e) multiplies the finished sum once instead of every Q
+// element. With the two-level P.V sum (PvBlock) this brings the tiled
+// prefill's float32 error to at most ~1.7x that of torch's fused kernel on
+// the seeded survey of python/tests/test_accuracy_survey.py (it was up to
+// 3.9x with a pre-scaled Q and single FMA chains; docs/kernels.md).
+constexpr size_t kQkChunk = 64;
+
 template <size_t kDim>
 HWY_INLINE void QkBlock(DF df, const float* HWY_RESTRICT qt, size_t rows,
                         const float* HWY_RESTRICT kp, size_t kpitch,
-                        size_t dim_rt, float* HWY_RESTRICT st, VF& mx0,
+                        size_t dim_rt, VF sc, VF sc_lo, float* HWY_RESTRICT st, VF& mx0,
                         VF& mx1) {
   const size_t N = hn::Lanes(df);
   const size_t dim = kDim ? kDim : dim_rt;
   VF a0[kQkKeys], a1[kQkKeys];
-  HWY_UNROLL(16)
-  for (int r = 0; r < kQkKeys; ++r) {
-    a0[r] = hn::Zero(df);
-    a1[r] = hn::Zero(df);
-  }
-  for (size_t e = 0; e < dim; ++e) {
-    const VF q0 = hn::Load(df, qt + e * rows);
-    const VF q1 = hn::Load(df, qt + e * rows + N);
+  for (size_t e0 = 0; e0 < dim; e0 += kQkChunk) {
+    const size_t e1 = e0 + kQkChunk < dim ? e0 + kQkChunk : dim;
     HWY_UNROLL(16)
     for (int r = 0; r < kQkKeys; ++r) {
-      const VF kb = hn::Set(df, kp[r * kpitch + e]);
-      a0[r] = hn::MulAdd(q0, kb, a0[r]);
-      a1[r] = hn::MulAdd(q1, kb, a1[r]);
+      a0[r] = hn::Zero(df);
+      a1[r] = hn::Zero(df);
+    }
+    for (size_t e = e0; e < e1; ++e) {
+      const VF q0 = hn::Load(df, qt + e * rows);
+      const VF q1 = hn::Load(df, qt + e * rows + N);
+      HWY_UNROLL(16)
+      for (int r = 0; r < kQkKeys; ++r) {
+        const VF kb = hn::Set(df, kp[r * kpitch + e]);
+        a0[r] = hn::MulAdd(q0, kb, a0[r]);
+        a1[r] = hn::MulAdd(q1, kb, a1[r]);
+      }
+    }
+    if (e0 > 0) {  // add the running sum of the previous chunks
+      HWY_UNROLL(16)
+      for (int r = 0; r < kQkKeys; ++r) {
+        a0[r] = hn::Add(a0[r], hn::Load(df, st + r * rows));
+        a1[r] = hn::Add(a1[r], hn::Load(df, st + r * rows + N));
+      }
+    }
+    if (e1 < dim) {
+      HWY_UNROLL(16)
+      for (int r = 0; r < kQkKeys; ++r) {
+        hn::Store(a0[r], df, st + r * rows);
+        hn::Store(a1[r], df, st + r * rows + N);
+      }
     }
   }
   HWY_UNROLL(16)
   for (int r = 0; r < kQkKeys; ++r) {
+    a0[r] = hn::MulAdd(a0[r], sc, hn::Mul(a0[r], sc_lo));
+    a1[r] = hn::MulAdd(a1[r], sc, hn::Mul(a1[r], sc_lo));
     hn::Store(a0[r], df, st + r * rows);
     hn::Store(a1[r], df, st + r * rows + N);
     mx0 = hn::Max(mx0, a0[r]);
@@ -194,31 +226,44 @@ HWY_INLINE void QkBlock(DF df, const float* HWY_RESTRICT qt, size_t rows,
 
 // One row-vector x kKeys keys (the single row-vector left when the tile has
 // an odd number of row-vectors, e.g. 16 query rows on AVX-512). Same
-// per-score arithmetic (an FMA chain over e in order) as QkBlock, so a score
-// does not depend on which block computed it.
+// per-score arithmetic (the same chunked FMA chains over e in order, the
+// same scaling) as QkBlock, so a score does not depend on which block
+// computed it.
 template <size_t kDim, int kKeys>
 HWY_INLINE void QkBlock1(DF df, const float* HWY_RESTRICT qt, size_t rows,
                          const float* HWY_RESTRICT kp, size_t kpitch,
-                         size_t dim_rt, float* HWY_RESTRICT st, VF& mx) {
+                         size_t dim_rt, VF sc, VF sc_lo, float* HWY_RESTRICT st, VF& mx) {
   const size_t dim = kDim ? kDim : dim_rt;
   VF a[kKeys];
-  HWY_UNROLL(16)
-  for (int r = 0; r < kKeys; ++r) a[r] = hn::Zero(df);
-  for (size_t e = 0; e < dim; ++e) {
-    const VF q0 = hn::Load(df, qt + e * rows);
+  for (size_t e0 = 0; e0 < dim; e0 += kQkChunk) {
+    const size_t e1 = e0 + kQkChunk < dim ? e0 + kQkChunk : dim;
     HWY_UNROLL(16)
-    for (int r = 0; r < kKeys; ++r) {
-      a[r] = hn::MulAdd(q0, hn::Set(df, kp[r * kpitch + e]), a[r]);
+    for (int r = 0; r < kKeys; ++r) a[r] = hn::Zero(df);
+    for (size_t e = e0; e < e1; ++e) {
+      const VF q0 = hn::Load(df, qt + e * rows);
+      HWY_UNROLL(16)
+      for (int r = 0; r < kKeys; ++r) {
+        a[r] = hn::MulAdd(q0, hn::Set(df, kp[r * kpitch + e]), a[r]);
+      }
+    }
+    if (e0 > 0) {
+      HWY_UNROLL(16)
+      for (int r = 0; r < kKeys; ++r) a[r] = hn::Add(a[r], hn::Load(df, st + r * rows));
+    }
+    if (e1 < dim) {
+      HWY_UNROLL(16)
+      for (int r = 0; r < kKeys; ++r) hn::Store(a[r], df, st + r * rows);
     }
   }
   HWY_UNROLL(16)
   for (int r = 0; r < kKeys; ++r) {
+    a[r] = hn::MulAdd(a[r], sc, hn::Mul(a[r], sc_lo));
     hn::Store(a[r], df, st + r * rows);
     mx = hn::Max(mx, a[r]);
   }
 }
 
-// Whole tile: st[j][i] for j < n_keys and i < rows (rows a multiple of the
+// Whole tile: st[j][i] = sc * q_i . k_j for j < n_keys and i < rows (rows a multiple of the
 // lane count N: pairs of row-vectors, then at most one single row-vector).
 // Full blocks of kQkKeys keys read K rows at kp (pitch kpitch: the packed
 // tile, or the caller's F32 rows in place); a partial last block reads `tail`
@@ -230,25 +275,27 @@ template <size_t kDim>
 HWY_INLINE void QkTile(const float* HWY_RESTRICT qt, size_t rows,
                        const float* HWY_RESTRICT kp, size_t kpitch,
                        const float* HWY_RESTRICT tail, size_t tail_pitch,
-                       size_t dim, size_t n_keys, float* HWY_RESTRICT st,
+                       size_t dim, size_t n_keys, float sc, float sc_lo, float* HWY_RESTRICT st,
                        float* HWY_RESTRICT tile_max,
                        const uint8_t* HWY_RESTRICT rowpair_live) {
   const DF df;
   const size_t N = hn::Lanes(df);
+  const VF scv = hn::Set(df, sc);
+  const VF sclv = hn::Set(df, sc_lo);
   const size_t full_keys = n_keys / kQkKeys * kQkKeys;
   size_t i0 = 0;
   for (; i0 + 2 * N <= rows; i0 += 2 * N) {
     if (!rowpair_live[i0 / (2 * N)]) continue;
     VF mx0 = hn::Set(df, kNegInfF), mx1 = mx0;
     for (size_t j = 0; j < full_keys; j += kQkKeys) {
-      QkBlock<kDim>(df, qt + i0, rows, kp + j * kpitch, kpitch, dim,
+      QkBlock<kDim>(df, qt + i0, rows, kp + j * kpitch, kpitch, dim, scv, sclv,
                     st + j * rows + i0, mx0, mx1);
     }
     if (full_keys < n_keys) {
       // Partial last block: padded K rows are zero; keep them out of the max.
       const size_t j = full_keys;
       VF d0 = hn::Set(df, kNegInfF), d1 = d0;
-      QkBlock<kDim>(df, qt + i0, rows, tail, tail_pitch, dim, st + j * rows + i0,
+      QkBlock<kDim>(df, qt + i0, rows, tail, tail_pitch, dim, scv, sclv, st + j * rows + i0,
                     d0, d1);
       for (size_t jj = j; jj < n_keys; ++jj) {
         mx0 = hn::Max(mx0, hn::Load(df, st + jj * rows + i0));
@@ -263,16 +310,16 @@ HWY_INLINE void QkTile(const float* HWY_RESTRICT qt, size_t rows,
     size_t j = 0;
     // Two key blocks at once keep as many accumulators as QkBlock.
     for (; j + 2 * kQkKeys <= full_keys; j += 2 * kQkKeys) {
-      QkBlock1<kDim, 2 * kQkKeys>(df, qt + i0, rows, kp + j * kpitch, kpitch, dim,
+      QkBlock1<kDim, 2 * kQkKeys>(df, qt + i0, rows, kp + j * kpitch, kpitch, dim, scv, sclv,
                                   st + j * rows + i0, mx);
     }
     for (; j < full_keys; j += kQkKeys) {
-      QkBlock1<kDim, kQkKeys>(df, qt + i0, rows, kp + j * kpitch, kpitch, dim,
+      QkBlock1<kDim, kQkKeys>(df, qt + i0, rows, kp + j * kpitch, kpitch, dim, scv, sclv,
                               st + j * rows + i0, mx);
     }
     if (full_keys < n_keys) {
       VF d = hn::Set(df, kNegInfF);
-      QkBlock1<kDim, kQkKeys>(df, qt + i0, rows, tail, tail_pitch, dim,
+      QkBlock1<kDim, kQkKeys>(df, qt + i0, rows, tail, tail_pitch, dim, scv, sclv,
                               st + j * rows + i0, d);
       for (size_t jj = j; jj < n_keys; ++jj) mx = hn::Max(mx, hn::Load(df, st + jj * rows + i0));
     }
@@ -308,7 +355,8 @@ struct NoPvPrefetch {
 };
 
 // P.V micro-kernel: o[r][c] = o[r][c] * alpha[r] + sum_{j<n} p[j*pk + r*pr] *
-// v[j*vpitch + c] for kRows rows and kVecs vectors of columns.
+// v[j*vpitch + c] for kRows rows and kVecs vectors of columns (the sum over
+// j accumulated from zero, then fused with the rescaled o).
 // kJ > 1 keeps kJ independent accumulator sets (consecutive keys) to hide
 // the FMA latency when kRows * kVecs is small (decode); they are added in a
 // fixed order at the end. V elements are T (converted on load). pf: the
@@ -322,12 +370,10 @@ HWY_INLINE void PvBlock(DF df, const float* HWY_RESTRICT p, size_t pk, size_t pr
   VF acc[kJ][kRows][kVecs];
   HWY_UNROLL(16)
   for (int r = 0; r < kRows; ++r) {
-    const VF a = hn::Set(df, alpha[r]);
     HWY_UNROLL(16)
     for (int c = 0; c < kVecs; ++c) {
-      acc[0][r][c] = hn::Mul(hn::Load(df, o + r * opitch + c * N), a);
       HWY_UNROLL(16)
-      for (int u = 1; u < kJ; ++u) acc[u][r][c] = hn::Zero(df);
+      for (int u = 0; u < kJ; ++u) acc[u][r][c] = hn::Zero(df);
     }
   }
   size_t j = 0;
@@ -360,12 +406,16 @@ HWY_INLINE void PvBlock(DF df, const float* HWY_RESTRICT p, size_t pk, size_t pr
   }
   HWY_UNROLL(16)
   for (int r = 0; r < kRows; ++r) {
+    const VF a = hn::Set(df, alpha[r]);
     HWY_UNROLL(16)
     for (int c = 0; c < kVecs; ++c) {
       VF sum = acc[0][r][c];
       HWY_UNROLL(16)
       for (int u = 1; u < kJ; ++u) sum = hn::Add(sum, acc[u][r][c]);
-      hn::Store(sum, df, o + r * opitch + c * N);
+      // The tile's sum is formed on its own, then added to the rescaled
+      // running output: a two-level sum (more accurate than continuing the
+      // running output's FMA chain through every key; the same op count).
+      hn::Store(hn::MulAdd(hn::Load(df, o + r * opitch + c * N), a, sum), df, o + r * opitch + c * N);
     }
   }
 }
@@ -546,6 +596,39 @@ HWY_INLINE void RangeMaskCols(float* HWY_RESTRICT st, size_t rows, size_t n_keys
   });
 }
 
+// Softcap in the log2 domain: x2 -> c2 * tanh(x2 / c2) with c2 =
+// softcap * log2(e) (= log2(e) * softcap * tanh(x / softcap) for x2 =
+// x * log2(e)). Highway's Tanh (at most 4 ulp).
+HWY_INLINE VF SoftcapVec(DF df, VF x, VF c2) {
+  return hn::Mul(c2, hn::Tanh(df, hn::Div(x, c2)));
+}
+
+// Softcap, St layout, keys [0, n_keys) of the live row vectors.
+HWY_INLINE void SoftcapCols(float* HWY_RESTRICT st, size_t rows, size_t n_keys, float c2,
+                            const uint8_t* HWY_RESTRICT rowpair_live) {
+  const DF df;
+  const VF cv = hn::Set(df, c2);
+  ForEachStCol(st, rows, n_keys, 0, rowpair_live, [&](size_t, float* p, VI) {
+    hn::Store(SoftcapVec(df, hn::Load(df, p), cv), df, p);
+  });
+}
+
+// Softcap, row-major layout (decode): rows with live[r], keys [0, n_pad)
+// (n_pad a multiple of the lane count).
+HWY_INLINE void SoftcapRows(float* HWY_RESTRICT s, size_t pitch, size_t n_rows, size_t n_pad,
+                            float c2, const uint8_t* HWY_RESTRICT live) {
+  const DF df;
+  const size_t N = hn::Lanes(df);
+  const VF cv = hn::Set(df, c2);
+  for (size_t r = 0; r < n_rows; ++r) {
+    if (!live[r]) continue;
+    float* row = s + r * pitch;
+    for (size_t j = 0; j < n_pad; j += N) {
+      hn::Store(SoftcapVec(df, hn::Load(df, row + j), cv), df, row + j);
+    }
+  }
+}
+
 // ALiBi, St layout: st[j][i] -= slope2[i] * |diag[i] - (j0+j)|.
 HWY_INLINE void AlibiCols(float* HWY_RESTRICT st, size_t rows, size_t n_keys,
                           int64_t j0, const int32_t* HWY_RESTRICT diag,
@@ -589,10 +672,9 @@ HWY_INLINE void ApplyMaskRowT(const T* HWY_RESTRICT mrow, int64_t mstride,
     float* p = s + j * ks;
     if constexpr (std::is_same_v<T, uint8_t>) {
       if (mv == 0) *p = kNegInfF;
-    } else if constexpr (std::is_same_v<T, double>) {
-      *p = static_cast<float>(static_cast<double>(*p) + mv * kLog2e);
     } else {
-      *p += mv * static_cast<float>(kLog2e);
+      // One rounding: the log2-domain mask value and the sum in double.
+      *p = static_cast<float>(static_cast<double>(*p) + static_cast<double>(mv) * kLog2e);
     }
   }
 }
@@ -600,10 +682,10 @@ HWY_INLINE void ApplyMaskRowT(const T* HWY_RESTRICT mrow, int64_t mstride,
 HWY_INLINE void ApplyMaskRowHalf(const uint16_t* HWY_RESTRICT mrow,
                                  int64_t mstride, size_t n,
                                  float* HWY_RESTRICT s, size_t ks, bool bf16) {
-  const float c = static_cast<float>(kLog2e);
   for (size_t j = 0; j < n; ++j) {
     const uint16_t bits = mrow[static_cast<int64_t>(j) * mstride];
-    s[j * ks] += (bf16 ? BF16ToF32(bits) : F16ToF32(bits)) * c;
+    const double mv = bf16 ? BF16ToF32(bits) : F16ToF32(bits);
+    s[j * ks] = static_cast<float>(static_cast<double>(s[j * ks]) + mv * kLog2e);
   }
 }
 
@@ -634,7 +716,8 @@ HWY_INLINE void ApplyMaskRow(const Problem& P, int64_t b, int64_t h, int64_t i,
   }
 }
 
-// Writes one finished row: out = o / l, lse = (m + log2 l) * ln2. Rows that
+// Writes one finished row: out = o / l, lse = (m + log2 l) * ln2 (double,
+// stored as the lse output's dtype: StoreLse). Rows that
 // see no key (dead by index, or l == 0 after masking) get out 0, lse -inf.
 // A non-finite result is recomputed by RecomputeRowScalar (exact handling of
 // NaN/Inf in hidden keys; legitimately NaN/Inf rows stay so). Unit-stride
@@ -646,10 +729,10 @@ HWY_INLINE void FinalizeRow(const Problem& P, int64_t b, int64_t h, int64_t i,
                             bool dead) {
   float* out = P.out + b * P.os[0] + h * P.os[1] + i * P.os[2];
   const int64_t s3 = P.os[3];
-  float lse;
+  double lse;
   if (dead || l == 0.0f) {
     for (int64_t c = 0; c < P.Dv; ++c) out[c * s3] = 0.0f;
-    lse = kNegInfF;
+    lse = -std::numeric_limits<double>::infinity();
   } else {
     bool finite = true;
     int64_t c = 0;
@@ -674,10 +757,10 @@ HWY_INLINE void FinalizeRow(const Problem& P, int64_t b, int64_t h, int64_t i,
       if (!finite || !std::isfinite(m) || !std::isfinite(l)) return RecomputeRowScalar(P, b, h, i);
       return;
     }
-    lse = static_cast<float>((static_cast<double>(m) + std::log2(static_cast<double>(l))) * kLn2);
+    lse = (static_cast<double>(m) + std::log2(static_cast<double>(l))) * kLn2;
     if (!finite || !std::isfinite(lse)) return RecomputeRowScalar(P, b, h, i);
   }
-  if (P.lse != nullptr) P.lse[b * P.ls[0] + h * P.ls[1] + i * P.ls[2]] = lse;
+  if (P.lse != nullptr) StoreLse(P, b, h, i, lse);
 }
 
 }  // namespace HWY_NAMESPACE

@@ -384,6 +384,7 @@ HWY_INLINE void DecodeTile(const Problem& P, const Plan& pl, const DecodeRows& R
   }
   QkRows<T>(R.qd, rows, k, kpitch, dp, n, s, pitch, R.live, pf);
   const bool need_range = !(js >= R.max_first && je - 1 <= R.min_last);
+  if (P.softcap2 > 0.0f) SoftcapRows(s, pitch, rows, nv, P.softcap2, R.live);
   if (P.slope2 != nullptr) AlibiRows(s, pitch, rows, nv, js, R.diag, R.slope);
   if (P.mask != nullptr) {
     for (size_t r = 0; r < rows; ++r) {
@@ -459,6 +460,7 @@ void DecodeSplit(const Problem& P, const Plan& pl, int64_t task,
   const int64_t hk = bh % P.Hkv;
   const int64_t b = bh / P.Hkv;
   const int64_t valid_kv = P.valid_kv[b];
+  const int64_t diag_kv = P.diag_kv[b];
 
   DecodeRows R;
   R.rows = rows;
@@ -485,10 +487,10 @@ void DecodeSplit(const Problem& P, const Plan& pl, int64_t task,
   for (size_t r = 0; r < rows; ++r) {
     const int64_t hl = static_cast<int64_t>(r) / P.Lq, i = static_cast<int64_t>(r) % P.Lq;
     const KeyRange kr = VisibleKeys(P.causal, P.window_left, P.window_right, i,
-                                    P.Lq, P.Lk, valid_kv);
+                                    P.Lq, diag_kv, valid_kv);
     const int64_t f = std::max(kr.first, s_begin), la = std::min(kr.last, s_end);
-    R.diag[r] = static_cast<int32_t>(Diagonal(i, P.Lq, P.Lk));
-    R.slope[r] = P.slope2 != nullptr ? P.slope2[hk * P.G + hl] : 0.0f;
+    R.diag[r] = static_cast<int32_t>(Diagonal(i, P.Lq, diag_kv));
+    R.slope[r] = P.slope2 != nullptr ? P.slope2[b * P.slope_bs + hk * P.G + hl] : 0.0f;
     R.first[r] = static_cast<int32_t>(f);
     R.last[r] = static_cast<int32_t>(la);
     R.live[r] = f <= la;

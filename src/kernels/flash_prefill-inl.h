@@ -5,7 +5,8 @@
 // plan.rows) share every packed K/V tile, so K/V are converted once per tile
 // for the whole GQA group. Per kv tile:
 //   pack K [tkv][dp] and V [tkv][dvp] (fp32, converted from F16/BF16)
-//   S^T = K . Q^T     (QkTile; Q^T pre-scaled by scale*log2 e; fused max)
+//   S^T = K . Q^T     (QkTile: chunked sums times scale*log2 e; fused max)
+//   softcap           (SoftcapCols, when set)
 //   masks             (ALiBi, explicit mask, index ranges on partial tiles)
 //   online softmax    (SoftmaxCols: max, exp2, sum, alpha)
 //   O = O*alpha + P.V (PvTile)
@@ -57,6 +58,7 @@ void PrefillTask(const Problem& P, const Plan& pl, int64_t task,
   const int64_t p0 = qtile * tq;
   const int64_t n_pos = std::min<int64_t>(tq, P.Lq - p0);
   const int64_t valid_kv = P.valid_kv[b];
+  const int64_t diag_kv = P.diag_kv[b];
 
   float* qt = scratch + L.qt;
   float* kt = scratch + L.kt;
@@ -89,9 +91,9 @@ void PrefillTask(const Problem& P, const Plan& pl, int64_t task,
     live[r] = 0;
     if (!valid) continue;
     const KeyRange kr = VisibleKeys(P.causal, P.window_left, P.window_right, i,
-                                    P.Lq, P.Lk, valid_kv);
-    diag[r] = static_cast<int32_t>(Diagonal(i, P.Lq, P.Lk));
-    if (P.slope2 != nullptr) slope[r] = P.slope2[h_begin + hl];
+                                    P.Lq, diag_kv, valid_kv);
+    diag[r] = static_cast<int32_t>(Diagonal(i, P.Lq, diag_kv));
+    if (P.slope2 != nullptr) slope[r] = P.slope2[b * P.slope_bs + h_begin + hl];
     if (kr.first > kr.last) continue;  // dead row: finalized as 0 / -inf
     first[r] = static_cast<int32_t>(kr.first);
     last[r] = static_cast<int32_t>(kr.last);
@@ -103,14 +105,13 @@ void PrefillTask(const Problem& P, const Plan& pl, int64_t task,
     min_last = std::min(min_last, kr.last);
   }
 
-  // Pack Q^T [D][rows], pre-scaled into the log2 domain. Unit-stride rows
-  // go through 4x4 transposes of 128-bit vectors (4 rows x 4 dims: 4 loads,
-  // 8 shuffles, 4 stores instead of 16 scalar stores); the products are the
-  // same fp32 multiplications as the scalar path's.
+  // Pack Q^T [D][rows] (unscaled: QkTile multiplies each finished score by
+  // scale * log2 e). Unit-stride rows go through 4x4 transposes of 128-bit
+  // vectors (4 rows x 4 dims: 4 loads, 8 shuffles, 4 stores instead of 16
+  // scalar stores).
   {
     const float* qbase = P.q + b * P.qs[0] + h_begin * P.qs[1] + p0 * P.qs[2];
     const int64_t s3 = P.qs[3];
-    const float sc = P.scale2;
     auto row_ptr = [&](size_t r) {
       const int64_t hl = static_cast<int64_t>(r) / tq, pp = static_cast<int64_t>(r) % tq;
       return qbase + hl * P.qs[1] + pp * P.qs[2];
@@ -119,7 +120,6 @@ void PrefillTask(const Problem& P, const Plan& pl, int64_t task,
 #if HWY_TARGET != HWY_SCALAR
     if (s3 == 1) {
       const hn::Full128<float> d4;
-      const auto sv = hn::Set(d4, sc);
       const size_t dim4 = dim / 4 * 4;
       for (; r + 4 <= rows; r += 4) {
         if (!(live[r] && live[r + 1] && live[r + 2] && live[r + 3])) break;
@@ -129,10 +129,10 @@ void PrefillTask(const Problem& P, const Plan& pl, int64_t task,
         const float* q3 = row_ptr(r + 3);
         size_t d = 0;
         for (; d < dim4; d += 4) {
-          const auto a = hn::Mul(hn::LoadU(d4, q0 + d), sv);
-          const auto bb = hn::Mul(hn::LoadU(d4, q1 + d), sv);
-          const auto c = hn::Mul(hn::LoadU(d4, q2 + d), sv);
-          const auto e = hn::Mul(hn::LoadU(d4, q3 + d), sv);
+          const auto a = hn::LoadU(d4, q0 + d);
+          const auto bb = hn::LoadU(d4, q1 + d);
+          const auto c = hn::LoadU(d4, q2 + d);
+          const auto e = hn::LoadU(d4, q3 + d);
           const auto t0 = hn::InterleaveLower(d4, a, bb);  // a0 b0 a1 b1
           const auto t1 = hn::InterleaveLower(d4, c, e);   // c0 e0 c1 e1
           const auto t2 = hn::InterleaveUpper(d4, a, bb);  // a2 b2 a3 b3
@@ -143,10 +143,10 @@ void PrefillTask(const Problem& P, const Plan& pl, int64_t task,
           hn::StoreU(hn::ConcatUpperUpper(d4, t3, t2), d4, qt + (d + 3) * rows + r);
         }
         for (; d < dim; ++d) {
-          qt[d * rows + r] = q0[d] * sc;
-          qt[d * rows + r + 1] = q1[d] * sc;
-          qt[d * rows + r + 2] = q2[d] * sc;
-          qt[d * rows + r + 3] = q3[d] * sc;
+          qt[d * rows + r] = q0[d];
+          qt[d * rows + r + 1] = q1[d];
+          qt[d * rows + r + 2] = q2[d];
+          qt[d * rows + r + 3] = q3[d];
         }
       }
     }
@@ -154,7 +154,7 @@ void PrefillTask(const Problem& P, const Plan& pl, int64_t task,
     for (; r < rows; ++r) {  // the rest: other strides, dead and padding rows
       if (live[r]) {
         const float* qrow = row_ptr(r);
-        for (size_t d = 0; d < dim; ++d) qt[d * rows + r] = qrow[static_cast<int64_t>(d) * s3] * sc;
+        for (size_t d = 0; d < dim; ++d) qt[d * rows + r] = qrow[static_cast<int64_t>(d) * s3];
       } else {
         for (size_t d = 0; d < dim; ++d) qt[d * rows + r] = 0.0f;
       }
@@ -172,6 +172,7 @@ void PrefillTask(const Problem& P, const Plan& pl, int64_t task,
     const bool direct_v = P.vt == DType::kF32 && P.vs[3] == 1 &&
                           static_cast<size_t>(P.Dv) == dvp;
     const bool has_alibi = P.slope2 != nullptr;
+    const bool has_softcap = P.softcap2 > 0.0f;
     const int64_t t_begin = u_first / tkv, t_end = u_last / tkv;
     for (int64_t t = t_begin; t <= t_end; ++t) {
       const int64_t js = std::max(t * tkv, u_first);
@@ -212,8 +213,9 @@ void PrefillTask(const Problem& P, const Plan& pl, int64_t task,
         vpitch = dvp;
       }
       const bool need_range = !(js >= max_first && je - 1 <= min_last);
-      const bool fused_max = !(need_range || has_mask || has_alibi);
-      QkTile<kDim>(qt, rows, kp, kpitch, tail, dp, dim, n, st, tmax, pairlive);
+      const bool fused_max = !(need_range || has_mask || has_alibi || has_softcap);
+      QkTile<kDim>(qt, rows, kp, kpitch, tail, dp, dim, n, P.scale2, P.scale2_lo, st, tmax, pairlive);
+      if (has_softcap) SoftcapCols(st, rows, n, P.softcap2, pairlive);
       if (has_alibi) AlibiCols(st, rows, n, js, diag, slope, pairlive);
       if (has_mask) {
         for (size_t r = 0; r < rows; ++r) {

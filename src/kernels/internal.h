@@ -6,13 +6,19 @@
 // Invariants (established by dispatch.cc before any kernel runs):
 //  * all dims fit int32 index arithmetic (Lq, Lk < 2^30; D, Dv in 1..256);
 //  * strides are element strides of the original (possibly broadcast) views;
-//  * `valid_kv[b]` in [0, Lk]; `slope2` (if set) holds slope*log2(e) per head;
+//  * `valid_kv[b]` in [0, Lk]; `diag_kv[b]` is the key length that positions
+//    batch b's bottom-right diagonal (Lk, or valid_kv[b] with
+//    KvAlign::kPerSequence; semantics.h DiagonalKvLen);
+//  * `slope2` (if set) holds slope*log2(e) of (b, h) at b*slope_bs + h
+//    (slope_bs 0 for [H] slopes, H for [B,H]);
 //  * scratch is sized by PlanScratch() and 64-byte aligned per worker.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
+#include "attnflow/attention.h"
 #include "attnflow/semantics.h"
 #include "attnflow/tensor.h"
 
@@ -25,7 +31,10 @@ constexpr double kLn2 = 0.69314718055994530941723212145818;
 // Everything the kernels read: raw pointers + element strides.
 struct Problem {
   int64_t B = 0, H = 0, Hkv = 0, G = 1, Lq = 0, Lk = 0, D = 0, Dv = 0;
-  float scale2 = 0.0f;  // scale * log2(e): folded into the packed Q tile
+  float scale2 = 0.0f;  // scale * log2(e), rounded to float
+  // scale * log2(e) - scale2: QkTile multiplies each finished score by the
+  // unevaluated sum scale2 + scale2_lo (no rounding of the constant).
+  float scale2_lo = 0.0f;
 
   const float* q = nullptr;
   int64_t qs[4] = {};
@@ -37,7 +46,8 @@ struct Problem {
   int64_t vs[4] = {};
   float* out = nullptr;
   int64_t os[4] = {};
-  float* lse = nullptr;  // nullptr = not wanted
+  void* lse = nullptr;  // nullptr = not wanted; F32, or F64 with lse_f64
+  bool lse_f64 = false;
   int64_t ls[3] = {};
 
   Causal causal = Causal::kNone;
@@ -48,9 +58,40 @@ struct Problem {
   int64_t ms[4] = {};
 
   const int64_t* valid_kv = nullptr;  // [B]
-  const float* slope2 = nullptr;      // [H], slope * log2(e); nullptr = no ALiBi
-  const double* slope = nullptr;      // [H], the slopes as given (scalar fallback)
+  const int64_t* diag_kv = nullptr;   // [B], Lk or valid_kv[b] (KvAlign)
+  const float* slope2 = nullptr;      // [B*H or H], slope * log2(e); nullptr = no ALiBi
+  const double* slope = nullptr;      // the slopes as given (scalar fallback)
+  int64_t slope_bs = 0;               // batch stride of slope2 / slope (0 or H)
+  float softcap2 = 0.0f;              // softcap * log2(e); 0 = no softcap
+  double softcap = 0.0;               // the softcap as given (scalar fallback)
 };
+
+// Stores the natural-log LSE of row (b, h, i), computed in double, as the
+// lse output's dtype (F32: rounded once; F64: kept, for an exact backward).
+inline void StoreLse(const Problem& P, int64_t b, int64_t h, int64_t i, double v) {
+  const int64_t off = b * P.ls[0] + h * P.ls[1] + i * P.ls[2];
+  if (P.lse_f64) {
+    static_cast<double*>(P.lse)[off] = v;
+  } else {
+    static_cast<float*>(P.lse)[off] = static_cast<float>(v);
+  }
+}
+
+// The per-batch / per-head arrays a resolved Problem points into.
+struct ProblemStorage {
+  std::vector<int64_t> valid_kv, diag_kv;
+  std::vector<float> slope2;
+  std::vector<double> slope;
+};
+
+// Fills everything in *P from validated arguments (dims d): pointers,
+// strides, options, the broadcast mask, kv_lens, the diagonal lengths and
+// the ALiBi slopes (kept in *st, which must outlive *P). `out`/`lse` may be
+// absent. Shared by the forward (dispatch.cc) and the backward (backward.cc).
+Status ResolveProblem(const char* op, const SdpaDims& d, const TensorView& out,
+                      const TensorView& lse, const TensorView& q, const TensorView& k,
+                      const TensorView& v, const SdpaOptions& opt, Problem* P,
+                      ProblemStorage* st);
 
 // Per-target facts the planner needs (queried through dynamic dispatch).
 struct TargetInfo {
@@ -74,6 +115,9 @@ struct Plan {
 
   // Decode: a task is one (b, kv head, split); rows = G * Lq.
   int64_t split_len = 0, n_splits = 0;
+
+  // Backward pass A: key tiles of tkv keys per (b, kv head).
+  int64_t n_ktiles = 0;
 
   int64_t num_tasks = 0;
   size_t worker_floats = 0;  // scratch floats per worker
@@ -119,6 +163,79 @@ inline ScratchLayout MakeScratchLayout(const Plan& pl) {
   return s;
 }
 
+// The backward (flash_backward-inl.h): the forward problem plus the
+// gradient tensors and the per-row statistics of the forward.
+struct BwdProblem {
+  Problem P;  // q, k, v, masks and options as in the forward (P.out unused)
+  const float* dout = nullptr;
+  int64_t dos[4] = {};
+  float* dq = nullptr;  // nullptr = not wanted
+  int64_t dqs[4] = {};
+  float* dk = nullptr;
+  int64_t dks[4] = {};
+  float* dv = nullptr;
+  int64_t dvs[4] = {};
+  // [B*H*Lq] row-major (b, h, i): lse * log2(e) as an unevaluated sum
+  // lse2 + lse2_lo of two floats (+inf, 0 for rows whose forward saw no key)
+  // and delta = sum_j P_ij dP_ij - dlse_i. The delta pass renormalises lse2
+  // to the backward's own scores (lse2 += log2 sum_j P_ij) and writes delta
+  // (which starts as -dlse_i).
+  float* lse2 = nullptr;
+  float* lse2_lo = nullptr;
+  float* delta = nullptr;
+  float scale = 1.0f;  // natural-domain scale (dq, dk)
+};
+
+// One worker's backward scratch: query tile Q^T [dp][rows], dO^T [dvp][rows],
+// Q rows [rows][dp], dO rows [rows][dvp]; packed K [tkv][dp], V [tkv][dvp];
+// P / dP,dS / tanh tiles [tkv][rows]; accumulators acc_a (dK [tkv][dp] or
+// dQ [rows][dp]) and acc_b (dV [tkv][dvp]); per-row scalars.
+struct BwdScratchLayout {
+  size_t qt, dot, qr, dor, kt, vt, st, dpt, tt, tmax, acc_a, acc_b, dacc, lse2, lse2_lo, delta,
+      ones, slope,
+      first, last, diag, livei, live, pairlive, ones8, total;
+};
+inline BwdScratchLayout MakeBwdScratchLayout(const Plan& pl) {
+  BwdScratchLayout s{};
+  size_t off = 0;
+  auto take = [&off](size_t n) {
+    const size_t at = off;
+    off += AlignFloats(n == 0 ? 1 : n);
+    return at;
+  };
+  const size_t rows = static_cast<size_t>(pl.rows);
+  const size_t tkv = static_cast<size_t>(pl.tkv);
+  const size_t dp = static_cast<size_t>(pl.dp), dvp = static_cast<size_t>(pl.dvp);
+  const size_t big = rows > tkv ? rows : tkv;
+  s.qt = take(rows * dp);
+  s.dot = take(rows * dvp);
+  s.qr = take(rows * dp);
+  s.dor = take(rows * dvp);
+  s.kt = take(tkv * dp);
+  s.vt = take(tkv * dvp);
+  s.st = take(rows * tkv);
+  s.dpt = take(rows * tkv);
+  s.tt = take(rows * tkv);
+  s.tmax = take(rows);
+  s.acc_a = take(big * dp);
+  s.acc_b = take(tkv * dvp);
+  s.dacc = take(4 * rows);  // two doubles per row (the delta pass)
+  s.lse2 = take(rows);
+  s.lse2_lo = take(rows);
+  s.delta = take(rows);
+  s.ones = take(big);
+  s.slope = take(rows);
+  s.first = take(rows);  // int32
+  s.last = take(rows);   // int32
+  s.diag = take(rows);   // int32
+  s.livei = take(rows);  // int32 (0 / -1)
+  s.live = take(rows / 4 + 1);      // uint8 per row
+  s.pairlive = take(rows / 4 + 1);  // uint8 per row pair-block
+  s.ones8 = take(big / 4 + 1);      // uint8, all 1
+  s.total = off;
+  return s;
+}
+
 // Exported per-target entry points (kernels_prefill.cc: GetTargetInfo,
 // RunPrefillTask, RecomputeRowScalar; kernels_decode.cc: RunDecodeSplit,
 // MergeDecodeSplits; HWY_DYNAMIC_DISPATCH).
@@ -137,6 +254,14 @@ void MergeDecodeSplits(const Problem& p, const Plan& plan, int64_t bh,
 // The SIMD kernels call it for the rare rows whose result is not finite
 // (0 * Inf/NaN in P.V would otherwise poison rows that never see the key).
 void RecomputeRowScalar(const Problem& p, int64_t b, int64_t h, int64_t i);
+// Backward passes (kernels_backward.cc): return false when a value they
+// wrote is not finite (the dispatcher then recomputes with the reference).
+// `scratch` must hold MakeBwdScratchLayout(plan).total floats with `ones`
+// (float 1.0) and `ones8` (uint8 1) filled by InitBwdScratch.
+void InitBwdScratch(const Plan& plan, float* scratch);
+void RunBackwardDeltaTask(const BwdProblem& p, const Plan& plan, int64_t task, float* scratch);
+bool RunBackwardKvTask(const BwdProblem& p, const Plan& plan, int64_t task, float* scratch);
+bool RunBackwardQTask(const BwdProblem& p, const Plan& plan, int64_t task, float* scratch);
 
 }  // namespace kernels
 }  // namespace attnflow

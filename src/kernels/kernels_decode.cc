@@ -81,13 +81,13 @@ void MergeDecodeSplitsT(const Problem& P, const Plan& pl, int64_t bh,
       if (ls > 0.0f && ms > M) M = ms;
     }
     float* out = P.out + b * P.os[0] + h * P.os[1] + i * P.os[2];
-    float lse;
+    double lse;
     if (nan) {  // NaN/Inf met somewhere: exact scalar semantics for this row
       RecomputeRowScalar(P, b, h, i);
       continue;
     } else if (M == -std::numeric_limits<double>::infinity()) {
       for (int64_t c = 0; c < P.Dv; ++c) out[c * P.os[3]] = 0.0f;
-      lse = -std::numeric_limits<float>::infinity();
+      lse = -std::numeric_limits<double>::infinity();
     } else {
       double lsum = 0.0;
       bool first = true;
@@ -135,13 +135,13 @@ void MergeDecodeSplitsT(const Problem& P, const Plan& pl, int64_t bh,
       } else {
         for (int64_t e = 0; e < P.Dv; ++e) out[e * P.os[3]] = res[e];
       }
-      lse = static_cast<float>((M + std::log2(lsum)) * kLn2);
+      lse = (M + std::log2(lsum)) * kLn2;
       if (!finite || !std::isfinite(lse)) {
         RecomputeRowScalar(P, b, h, i);
         continue;
       }
     }
-    if (P.lse != nullptr) P.lse[b * P.ls[0] + h * P.ls[1] + i * P.ls[2]] = lse;
+    if (P.lse != nullptr) StoreLse(P, b, h, i, lse);
   }
 }
 

@@ -97,6 +97,10 @@ float RowScore(const Problem& P, int64_t b, int64_t h, int64_t hk, int64_t i,
   float acc = 0.0f;
   for (int64_t d = 0; d < P.D; ++d) acc += q[d * P.qs[3]] * LoadAsF32(P.k, P.kt, k0 + d * P.ks[3]);
   float x = acc * scale;
+  if (P.softcap > 0.0) {
+    const float cap = static_cast<float>(P.softcap);
+    x = cap * std::tanh(x / cap);
+  }
   if (P.mask != nullptr) {
     const int64_t mo = b * P.ms[0] + h * P.ms[1] + i * P.ms[2] + j * P.ms[3];
     const float mv = LoadAsF32(P.mask, P.mt, mo);
@@ -106,7 +110,9 @@ float RowScore(const Problem& P, int64_t b, int64_t h, int64_t hk, int64_t i,
       x += mv;
     }
   }
-  if (P.slope != nullptr) x += static_cast<float>(AlibiBias(P.slope[h], i, j, P.Lq, P.Lk));
+  if (P.slope != nullptr) {
+    x += static_cast<float>(AlibiBias(P.slope[b * P.slope_bs + h], i, j, P.Lq, P.diag_kv[b]));
+  }
   return x;
 }
 
@@ -116,10 +122,10 @@ void RecomputeRowScalar(const Problem& P, int64_t b, int64_t h, int64_t i) {
   constexpr float kInf = std::numeric_limits<float>::infinity();
   const int64_t hk = h / P.G;
   const KeyRange kr = VisibleKeys(P.causal, P.window_left, P.window_right, i, P.Lq,
-                                  P.Lk, P.valid_kv[b]);
+                                  P.diag_kv[b], P.valid_kv[b]);
   const float scale = static_cast<float>(static_cast<double>(P.scale2) / kLog2e);
   float* out = P.out + b * P.os[0] + h * P.os[1] + i * P.os[2];
-  float* lse = P.lse != nullptr ? P.lse + b * P.ls[0] + h * P.ls[1] + i * P.ls[2] : nullptr;
+  const bool lse = P.lse != nullptr;
   // Pass 1: max over visible scores; NaN anywhere visible poisons the row.
   float mx = -kInf;
   bool nan = false;
@@ -131,12 +137,12 @@ void RecomputeRowScalar(const Problem& P, int64_t b, int64_t h, int64_t i) {
   }
   if (nan) {
     for (int64_t c = 0; c < P.Dv; ++c) out[c * P.os[3]] = std::numeric_limits<float>::quiet_NaN();
-    if (lse) *lse = std::numeric_limits<float>::quiet_NaN();
+    if (lse) StoreLse(P, b, h, i, std::numeric_limits<double>::quiet_NaN());
     return;
   }
   if (mx == -kInf) {
     for (int64_t c = 0; c < P.Dv; ++c) out[c * P.os[3]] = 0.0f;
-    if (lse) *lse = -kInf;
+    if (lse) StoreLse(P, b, h, i, -std::numeric_limits<double>::infinity());
     return;
   }
   // Pass 2: weights (exact zeros skip their V row), sum, weighted V.
@@ -152,7 +158,7 @@ void RecomputeRowScalar(const Problem& P, int64_t b, int64_t h, int64_t i) {
     for (int64_t c = 0; c < P.Dv; ++c) acc[c] += w * LoadAsF32(P.v, P.vt, v0 + c * P.vs[3]);
   }
   for (int64_t c = 0; c < P.Dv; ++c) out[c * P.os[3]] = acc[c] / sum;
-  if (lse) *lse = mx + std::log(sum);
+  if (lse) StoreLse(P, b, h, i, mx + std::log(sum));
 }
 
 }  // namespace kernels

@@ -86,19 +86,19 @@ Status NaiveAttention(const TensorView& out, const TensorView& lse, const Tensor
     const int64_t b = task / H, h = task % H, hk = KvHeadFor(h, H, Hkv);
     float* S = base + static_cast<int64_t>(worker) * (2 * sp + 1);
     float* P = S + sp;
-    const int64_t valid_kv =
-        opt.kv_lens.empty_view() ? Lk
-                                 : static_cast<int64_t>(opt.kv_lens.load(b * opt.kv_lens.strides[0]));
-    const double slope = opt.alibi_slopes.empty_view()
-                             ? 0.0
-                             : opt.alibi_slopes.load(h * opt.alibi_slopes.strides[0]);
+    const int64_t valid_kv = ValidKvLen(opt.kv_lens, b, Lk);
+    const int64_t diag_kv = DiagonalKvLen(opt.kv_align, Lk, valid_kv);
+    const double slope =
+        opt.alibi_slopes.empty_view() ? 0.0 : AlibiSlope(opt.alibi_slopes, b, h);
+    const float cap = static_cast<float>(opt.softcap);
     // Pass 1: write S.
     for (int64_t i = 0; i < Lq; ++i) {
       const KeyRange kr =
-          VisibleKeys(opt.causal, opt.window_left, opt.window_right, i, Lq, Lk, valid_kv);
+          VisibleKeys(opt.causal, opt.window_left, opt.window_right, i, Lq, diag_kv, valid_kv);
       const float* qi = qp + q.offset(b, h, i, 0);
       for (int64_t j = 0; j < Lk; ++j) {
         float s = scale * Dot(qi, q.strides[3], kp + k.offset(b, hk, j, 0), k.strides[3], D);
+        if (cap > 0.0f) s = cap * std::tanh(s / cap);
         bool allowed = j >= kr.first && j <= kr.last;
         if (has_mask) {
           const double mv = mask.load(mask.offset(b, h, i, j));
@@ -106,7 +106,7 @@ Status NaiveAttention(const TensorView& out, const TensorView& lse, const Tensor
           else s += static_cast<float>(mv);
         }
         if (!opt.alibi_slopes.empty_view())
-          s += static_cast<float>(AlibiBias(slope, i, j, Lq, Lk));
+          s += static_cast<float>(AlibiBias(slope, i, j, Lq, diag_kv));
         S[i * Lk + j] = allowed ? s : kNegInfF;
       }
     }

@@ -1,7 +1,8 @@
 // sdpa.cc — the float64 reference attention (the oracle; it stays forever).
 //
 // Straightforward row-by-row evaluation of docs/semantics.md in double
-// precision. No tiling, no SIMD, no threads: clarity over speed. Stages are
+// precision (softcap, per-batch ALiBi slopes and the per-sequence diagonal
+// included; the "scaled" stage is before the softcap, "masked" after it). No tiling, no SIMD, no threads: clarity over speed. Stages are
 // materialised only when a StageSink asks for them (cheap when off).
 //
 // Non-finite inputs (documented in docs/semantics.md):
@@ -15,6 +16,7 @@
 
 #include "attnflow/attention.h"
 #include "attnflow/reference.h"
+#include "reference/row_logits.h"
 
 namespace attnflow {
 namespace reference {
@@ -84,20 +86,16 @@ Status Sdpa(const TensorView& out, const TensorView& lse, const TensorView& q,
   double* const o = w + Lk;
 
   for (int64_t b = 0; b < B; ++b) {
-    const int64_t valid_kv =
-        opt.kv_lens.empty_view()
-            ? Lk
-            : static_cast<int64_t>(opt.kv_lens.load(b * opt.kv_lens.strides[0]));
+    const int64_t valid_kv = ValidKvLen(opt.kv_lens, b, Lk);
+    const int64_t diag_kv = DiagonalKvLen(opt.kv_align, Lk, valid_kv);
     for (int64_t h = 0; h < H; ++h) {
       const int64_t hk = KvHeadFor(h, H, Hkv);
-      const double slope = opt.alibi_slopes.empty_view()
-                               ? 0.0
-                               : opt.alibi_slopes.load(h * opt.alibi_slopes.strides[0]);
+      const double slope =
+          opt.alibi_slopes.empty_view() ? 0.0 : AlibiSlope(opt.alibi_slopes, b, h);
       for (int64_t i = 0; i < Lq; ++i) {
-        const KeyRange kr = VisibleKeys(opt.causal, opt.window_left,
-                                        opt.window_right, i, Lq, Lk, valid_kv);
-        double row_max = kNegInf;
-        bool row_nan = false;
+        RowLogits logit{opt, mask, bool_mask, slope, b, h, i, Lq, diag_kv,
+                       VisibleKeys(opt.causal, opt.window_left, opt.window_right, i, Lq,
+                                   diag_kv, valid_kv)};
         for (int64_t j = 0; j < Lk; ++j) {
           double acc = 0.0;
           for (int64_t c = 0; c < D; ++c) {
@@ -105,24 +103,7 @@ Status Sdpa(const TensorView& out, const TensorView& lse, const TensorView& q,
           }
           s[j] = acc;
           double x = acc * d.scale;
-          double mx = x;
-          bool allowed = j >= kr.first && j <= kr.last;
-          if (has_mask) {
-            const double mv = mask.load(mask.offset(b, h, i, j));
-            if (bool_mask) {
-              allowed = allowed && mv != 0.0;
-            } else {
-              mx += mv;
-            }
-          }
-          if (!opt.alibi_slopes.empty_view()) mx += AlibiBias(slope, i, j, Lq, Lk);
-          if (!allowed || mx == kNegInf) {
-            mx = kNegInf;
-          } else if (std::isnan(mx)) {
-            row_nan = true;
-          } else if (mx > row_max) {
-            row_max = mx;
-          }
+          const double mx = logit(j, x);
           m[j] = mx;
           if (st.any) {
             const int64_t so = ((b * H + h) * Lq + i) * Lk + j;
@@ -133,27 +114,27 @@ Status Sdpa(const TensorView& out, const TensorView& lse, const TensorView& q,
         }
         // Softmax with the dead-row rule.
         double row_lse;
-        if (row_nan) {
+        if (logit.nan) {
           row_lse = kNaN;
           for (int64_t j = 0; j < Lk; ++j) w[j] = kNaN;
-        } else if (row_max == kNegInf) {  // no visible key
+        } else if (logit.max == kNegInf) {  // no visible key
           row_lse = kNegInf;
           for (int64_t j = 0; j < Lk; ++j) w[j] = 0.0;
         } else {
           double sum = 0.0;
           for (int64_t j = 0; j < Lk; ++j) {
-            w[j] = m[j] == kNegInf ? 0.0 : std::exp(m[j] - row_max);
+            w[j] = m[j] == kNegInf ? 0.0 : std::exp(m[j] - logit.max);
             sum += w[j];
           }
           for (int64_t j = 0; j < Lk; ++j) w[j] /= sum;
-          row_lse = row_max + std::log(sum);
+          row_lse = logit.max + std::log(sum);
         }
         for (int64_t c = 0; c < Dv; ++c) o[c] = 0.0;
         for (int64_t j = 0; j < Lk; ++j) {
           if (w[j] == 0.0) continue;  // exact zeros contribute nothing (also Inf*0)
           for (int64_t c = 0; c < Dv; ++c) o[c] += w[j] * v.load(v.offset(b, hk, j, c));
         }
-        if (row_nan) {
+        if (logit.nan) {
           for (int64_t c = 0; c < Dv; ++c) o[c] = kNaN;
         }
         if (!out.empty_view()) {

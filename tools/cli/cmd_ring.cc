@@ -18,9 +18,9 @@
 // decode: k/v sharded, q replicated), rank 0 gathers out and lse and
 // compares them with the case's stages at the case's tolerances, printed as
 // `attnflow verify` prints a case. Cases of another kind than sdpa, and sdpa
-// cases with a sliding window or ALiBi (not supported across ranks), are
-// skipped and say why. Exit as `verify`: 0 all match, 1 a stage differs, 2 an
-// invalid case or usage.
+// cases with a sliding window, ALiBi, softcap or the per-sequence diagonal
+// (not supported across ranks), are skipped and say why. Exit as `verify`: 0
+// all match, 1 a stage differs, 2 an invalid case or usage.
 // bench: local shards only (no global tensors, so memory per rank is the
 // shard's), per-step time, bytes sent, share of communication hidden behind
 // compute, load balance and peak RSS per rank.
@@ -454,6 +454,10 @@ std::string SkipReason(const GoldenCase& c) {
     return "sliding windows are not supported across ranks (attnflow/dist.h)";
   }
   if (!c.opt.alibi_slopes.empty_view()) return "ALiBi is not supported across ranks (attnflow/dist.h)";
+  if (c.opt.softcap != 0.0) return "softcap is not supported across ranks (attnflow/dist.h)";
+  if (c.opt.kv_align != KvAlign::kPadded) {
+    return "per-sequence diagonal alignment is not supported across ranks (attnflow/dist.h)";
+  }
   return "";
 }
 

@@ -103,11 +103,17 @@ def M(kind, shape, p=0.6, dead=(), neginf=0.0):
 
 def SDPA(name, desc, B, H, Lq, Lk, D, Hkv=None, Dv=None, scale=None, causal="none",
          mask=None, kv_lens=None, window=None, alibi=False, inputs="randn",
-         dead=False, atol=None, rtol=None, tags=()):
+         dead=False, atol=None, rtol=None, tags=(), softcap=None, kv_align="padded",
+         q_scale=1.0):
+    """alibi: False, True (standard slopes [H]) or "per_batch" (random [B,H]
+    slopes, FlashAttention's form); softcap: None or the cap; kv_align:
+    "padded" or "per_sequence" (the diagonal of batch b counts from
+    kv_lens[b]); q_scale multiplies q (pushes scores into the softcap)."""
     return dict(kind="sdpa", name=name, desc=desc, B=B, H=H, Hkv=Hkv or H, Lq=Lq, Lk=Lk,
                 D=D, Dv=Dv or D, scale=scale, causal=causal, mask=mask, kv_lens=kv_lens,
                 window=window, alibi=alibi, inputs=inputs, dead=dead, atol=atol,
-                rtol=rtol, tags=tuple(tags))
+                rtol=rtol, tags=tuple(tags), softcap=softcap, kv_align=kv_align,
+                q_scale=q_scale)
 
 
 def MHA(name, desc, B, H, Lq, Lk, E, Hkv=None, self_attn=True, causal="none", mask=None,
@@ -116,7 +122,7 @@ def MHA(name, desc, B, H, Lq, Lk, E, Hkv=None, self_attn=True, causal="none", ma
     return dict(kind="mha", name=name, desc=desc, B=B, H=H, Hkv=Hkv or H, Lq=Lq, Lk=Lk,
                 E=E, self_attn=self_attn, causal=causal, mask=mask, kv_lens=kv_lens,
                 window=None, alibi=False, inputs="randn", dead=dead, atol=None, rtol=None,
-                tags=tuple(tags))
+                tags=tuple(tags), softcap=None, kv_align="padded", q_scale=1.0)
 
 
 CASES = [
@@ -215,6 +221,21 @@ CASES = [
     SDPA("sdpa_alibi_h8_gqa_window_kvlens", "ALiBi H=8 with GQA Hkv=2, window left=6 right=0, kv_lens=[17,10], Lq=5 Lk=17; in batch 1 row 4 the window 10..16 lies past kv_len 10, so that row is dead in every head",
          B=2, H=8, Hkv=2, Lq=5, Lk=17, D=8, window=(6, 0), kv_lens=[17, 10], alibi=True,
          dead=True),
+    # --- FlashAttention's extensions: softcap, [B,H] ALiBi, per-sequence diagonal
+    SDPA("sdpa_softcap5_gqa_causal_br", "softcap 5 (scaled scores s -> 5*tanh(s/5) before masks), q x4 so most scores are capped, GQA H=4 Hkv=2, causal bottom_right Lq=9 Lk=13 and a bool key mask [B,1,1,Lk]",
+         B=2, H=4, Hkv=2, Lq=9, Lk=13, D=16, causal="bottom_right", softcap=5.0, q_scale=4.0,
+         mask=M("bool", ("B", 1, 1, "Lk"), p=0.85)),
+    SDPA("sdpa_softcap_floatmask_alibi", "softcap 2.5 with a float mask [Lq,Lk] and standard ALiBi H=4 added after the cap (Gemma 2 / FlashAttention order), Lq=7 Lk=11",
+         B=1, H=4, Lq=7, Lk=11, D=8, softcap=2.5, q_scale=3.0, mask=M("float", ("Lq", "Lk")),
+         alibi=True),
+    SDPA("sdpa_alibi_per_batch_window", "ALiBi slopes [B,H] (per batch, FlashAttention's form: rand*0.3), window left=4 right=2, no causal, B=3 H=2 Lq=6 Lk=10",
+         B=3, H=2, Lq=6, Lk=10, D=8, alibi="per_batch", window=(4, 2)),
+    SDPA("sdpa_kvlens_per_sequence_causal_br", "kv_lens=[12,7,3] with the per-sequence diagonal (kv_align=per_sequence, FlashAttention's cache_seqlens): d = i + kv_lens[b] - Lq; causal bottom_right with window left=5, Lq=4 Lk=12: batch 2 row 0 sees no key (dead)",
+         B=3, H=2, Lq=4, Lk=12, D=8, causal="bottom_right", kv_lens=[12, 7, 3],
+         kv_align="per_sequence", window=(5, -1), dead=True),
+    SDPA("sdpa_kvlens_per_sequence_window_alibi_softcap", "per-sequence diagonal with window left=3 right=1, ALiBi [B,H], softcap 4, GQA H=4 Hkv=1, kv_lens=[9,5], Lq=3 Lk=9",
+         B=2, H=4, Hkv=1, Lq=3, Lk=9, D=8, kv_lens=[9, 5], kv_align="per_sequence",
+         window=(3, 1), alibi="per_batch", softcap=4.0, q_scale=2.0),
     # --- mha ---------------------------------------------------------------
     MHA("mha_self_e16_h4", "self-attention E=16 H=4 (Dh=4), B=2 L=7, no mask",
         B=2, H=4, Lq=7, Lk=7, E=16),
@@ -274,12 +295,17 @@ def make_mask(spec, dims, g):
 
 
 def constraints(B, H, Lq, Lk, causal, attn_mask=None, kv_lens=None, window=None,
-                slopes=None, use_kv_lens=True):
+                slopes=None, use_kv_lens=True, kv_align="padded"):
     """Boolean `allowed` [B,H,Lq,Lk] (AND of every rule) and float64 `additive`
-    [B,H,Lq,Lk] (float mask + ALiBi bias), vectorised."""
-    i = torch.arange(Lq).view(Lq, 1)
-    j = torch.arange(Lk).view(1, Lk)
-    d = i + (Lk - Lq)  # bottom-right diagonal of query row i
+    [B,H,Lq,Lk] (float mask + ALiBi bias), vectorised. slopes [H] or [B,H];
+    kv_align="per_sequence" puts batch b's diagonal at i + kv_lens[b] - Lq."""
+    i = torch.arange(Lq).view(1, 1, Lq, 1)
+    j = torch.arange(Lk).view(1, 1, 1, Lk)
+    if kv_align == "per_sequence" and kv_lens is not None:
+        d = i + (kv_lens.view(B, 1, 1, 1) - Lq)  # each sequence's own bottom-right diagonal
+    else:
+        assert kv_align in ("padded", "per_sequence"), kv_align
+        d = i + (Lk - Lq)  # bottom-right diagonal of query row i
     allowed = torch.ones(B, H, Lq, Lk, dtype=torch.bool)
     additive = torch.zeros(B, H, Lq, Lk, dtype=F64)
     if attn_mask is not None:
@@ -302,13 +328,18 @@ def constraints(B, H, Lq, Lk, causal, attn_mask=None, kv_lens=None, window=None,
         if right >= 0:
             allowed &= j <= d + right
     if slopes is not None:
-        additive += -slopes.to(F64).view(1, H, 1, 1) * (d - j).abs().to(F64)
+        sl = slopes.to(F64).view(1, H, 1, 1) if slopes.dim() == 1 else slopes.to(F64).view(B, H, 1, 1)
+        additive += -sl * (d - j).abs().to(F64)
     return allowed, additive
 
 
-def scalar_rule(b, h, i, j, Lq, Lk, causal, mask_np, kv_lens_np, window, slopes_np):
+def scalar_rule(b, h, i, j, Lq, Lk, causal, mask_np, kv_lens_np, window, slopes_np,
+                kv_align="padded"):
     """One element of (allowed, additive), straight from the format text."""
-    d = i + (Lk - Lq)
+    if kv_align == "per_sequence" and kv_lens_np is not None:
+        d = i + (int(kv_lens_np[b]) - Lq)
+    else:
+        d = i + (Lk - Lq)
     ok, add = True, 0.0
     if mask_np is not None:
         full = (b, h, i, j)[4 - mask_np.ndim:]
@@ -328,11 +359,12 @@ def scalar_rule(b, h, i, j, Lq, Lk, causal, mask_np, kv_lens_np, window, slopes_
         if not ((left < 0 or j >= d - left) and (right < 0 or j <= d + right)):
             ok = False
     if slopes_np is not None:
-        add += -float(slopes_np[h]) * abs(d - j)
+        slope = slopes_np[h] if slopes_np.ndim == 1 else slopes_np[b, h]
+        add += -float(slope) * abs(d - j)
     return ok, add
 
 
-def check_scalar(allowed, additive, causal, mask, kv_lens, window, slopes):
+def check_scalar(allowed, additive, causal, mask, kv_lens, window, slopes, kv_align="padded"):
     B, H, Lq, Lk = allowed.shape
     mask_np = None if mask is None else mask.numpy()
     kv_np = None if kv_lens is None else kv_lens.numpy()
@@ -345,22 +377,25 @@ def check_scalar(allowed, additive, causal, mask, kv_lens, window, slopes):
     for f in flat:
         b, h, i, j = np.unravel_index(int(f), (B, H, Lq, Lk))
         ok, add = scalar_rule(int(b), int(h), int(i), int(j), Lq, Lk, causal, mask_np, kv_np,
-                              window, sl_np)
+                              window, sl_np, kv_align)
         assert ok == bool(allowed[b, h, i, j]), ("allowed", b, h, i, j)
         a = float(additive[b, h, i, j])
         assert (a == add) or (math.isinf(a) and a == add) or abs(a - add) < 1e-12, \
             ("additive", b, h, i, j, a, add)
 
 
-def attend(q, k, v, scale, allowed, additive):
-    """Explicit float64 attention.  q [B,H,Lq,D], k [B,Hkv,Lk,D], v [B,Hkv,Lk,Dv]."""
+def attend(q, k, v, scale, allowed, additive, softcap=None):
+    """Explicit float64 attention.  q [B,H,Lq,D], k [B,Hkv,Lk,D], v [B,Hkv,Lk,Dv].
+    softcap: masked = cap * tanh(scaled / cap) + additive (the stage "scaled"
+    stays before the cap)."""
     H, Hkv = q.shape[1], k.shape[1]
     assert H % Hkv == 0
     k_e = k.repeat_interleave(H // Hkv, dim=1)
     v_e = v.repeat_interleave(H // Hkv, dim=1)
     scores = q @ k_e.transpose(-1, -2)
     scaled = scores * scale
-    masked = torch.where(allowed, scaled + additive, torch.full_like(scaled, NEG_INF))
+    capped = scaled if softcap is None else softcap * torch.tanh(scaled / softcap)
+    masked = torch.where(allowed, capped + additive, torch.full_like(scaled, NEG_INF))
     m = masked.amax(dim=-1, keepdim=True)
     dead = torch.isneginf(m)
     m0 = torch.where(dead, torch.zeros_like(m), m)
@@ -437,9 +472,14 @@ def build_sdpa(c):
     B, H, Hkv, Lq, Lk, D = (c[x] for x in ("B", "H", "Hkv", "Lq", "Lk", "D"))
     dims = dict(B=B, H=H, Lq=Lq, Lk=Lk)
     q, k, v = gen_inputs_sdpa(c, g)
+    if c["q_scale"] != 1.0:
+        q = (q * c["q_scale"]).contiguous()
     mask = make_mask(c["mask"], dims, g) if c["mask"] else None
     kv_lens = torch.tensor(c["kv_lens"], dtype=torch.int64) if c["kv_lens"] else None
-    slopes = torch.tensor(alibi_slopes(H), dtype=torch.float32) if c["alibi"] else None
+    if c["alibi"] == "per_batch":
+        slopes = torch.rand(B, H, generator=g) * 0.3  # FlashAttention's test slopes
+    else:
+        slopes = torch.tensor(alibi_slopes(H), dtype=torch.float32) if c["alibi"] else None
     scale = float(c["scale"]) if c["scale"] is not None else 1.0 / math.sqrt(D)
 
     inputs = dict(q=q, k=k, v=v)
@@ -452,6 +492,10 @@ def build_sdpa(c):
     meta = dict(format=FORMAT, kind="sdpa", causal=c["causal"], scale=repr(scale))
     if c["window"] is not None:
         meta["window_left"], meta["window_right"] = (str(int(x)) for x in c["window"])
+    if c["softcap"] is not None:
+        meta["softcap"] = repr(float(c["softcap"]))
+    if c["kv_align"] != "padded":
+        meta["kv_align"] = c["kv_align"]
     return inputs, meta
 
 
@@ -464,8 +508,10 @@ def reference_sdpa(inputs, meta):
     if "window_left" in meta or "window_right" in meta:
         window = (int(meta.get("window_left", "-1")), int(meta.get("window_right", "-1")))
     allowed, additive = constraints(B, H, Lq, Lk, meta["causal"], inputs.get("attn_mask"),
-                                    inputs.get("kv_lens"), window, inputs.get("alibi_slopes"))
-    stages, dead = attend(q, k, v, float(meta["scale"]), allowed, additive)
+                                    inputs.get("kv_lens"), window, inputs.get("alibi_slopes"),
+                                    kv_align=meta.get("kv_align", "padded"))
+    softcap = float(meta["softcap"]) if "softcap" in meta else None
+    stages, dead = attend(q, k, v, float(meta["scale"]), allowed, additive, softcap)
     return stages, dead, allowed, additive, window
 
 
@@ -496,19 +542,47 @@ def xcheck_sdpa(inputs, meta, stages, dead, allowed, additive, window):
         rows = live if torch.isnan(r).any() else torch.ones_like(live)
         assert_close(name, r, want, rows)
 
-    cmp("sdpa combined float mask", sdpa(q, k_e, v_e, attn_mask=comb))
-    done.append("sdpa-float")
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-    with sdpa_kernel(SDPBackend.MATH):
-        cmp("sdpa MATH", sdpa(q, k_e, v_e, attn_mask=comb))
-    done.append("sdpa-math")
-    if H != Hkv:
+    softcap = float(meta["softcap"]) if "softcap" in meta else None
+    per_seq = meta.get("kv_align", "padded") == "per_sequence"
+    slopes_bh = "alibi_slopes" in inputs and inputs["alibi_slopes"].dim() == 2
+    if softcap is not None or per_seq or slopes_bh:
+        # FlexAttention (eager, float64): the softcap, the additive terms and
+        # the visibility rule as a score_mod of its own softmax.
+        from torch.nn.attention.flex_attention import flex_attention
+
+        def score_mod(score, b, h, qi, kv):
+            x = score if softcap is None else softcap * torch.tanh(score / softcap)
+            return torch.where(allowed[b, h, qi, kv], x + additive[b, h, qi, kv],
+                               torch.full_like(x, NEG_INF))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "called without torch.compile()": expected
+            r = flex_attention(q, k_e, v_e, score_mod=score_mod, scale=scale)
+        cmp("flex_attention score_mod", r)
+        done.append("flex_attention")
+    if softcap is not None:
+        # SDPA cannot cap scores; give it the capped logits as a float mask
+        # (zero queries): softmax and P.V of an independent code path.
+        capped = softcap * torch.tanh((q @ k_e.transpose(-1, -2)) * scale / softcap)
+        cmp("sdpa on capped logits",
+            sdpa(torch.zeros_like(q), k_e, v_e, attn_mask=torch.where(
+                allowed, capped + additive, torch.full_like(additive, NEG_INF))))
+        done.append("sdpa-capped-logits")
+        comb = None
+    else:
+        cmp("sdpa combined float mask", sdpa(q, k_e, v_e, attn_mask=comb))
+        done.append("sdpa-float")
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        with sdpa_kernel(SDPBackend.MATH):
+            cmp("sdpa MATH", sdpa(q, k_e, v_e, attn_mask=comb))
+        done.append("sdpa-math")
+    if H != Hkv and comb is not None:
         cmp("sdpa enable_gqa", sdpa(q, k, v, attn_mask=comb, enable_gqa=True))
         done.append("sdpa-gqa")
-    if not (additive != 0).any():
+    if not (additive != 0).any() and softcap is None:
         cmp("sdpa bool mask", sdpa(q, k_e, v_e, attn_mask=allowed))
         done.append("sdpa-bool")
-    others = ("kv_lens" in inputs or window is not None or "alibi_slopes" in inputs)
+    others = ("kv_lens" in inputs or window is not None or "alibi_slopes" in inputs
+              or softcap is not None)
     if "attn_mask" in inputs and not others and meta["causal"] == "none":
         m = inputs["attn_mask"]
         m = m if m.dtype == torch.bool else m.to(F64)
@@ -526,7 +600,7 @@ def xcheck_sdpa(inputs, meta, stages, dead, allowed, additive, window):
             r = sdpa(q, k_e, v_e, attn_mask=bias)
             done.append("sdpa-causal_lower_right")
         cmp("sdpa causal", r)
-    if "alibi_slopes" in inputs:
+    if "alibi_slopes" in inputs and not slopes_bh and not per_seq and softcap is None:
         # The ALiBi repo's form, bias = slope * j, differs from -slope*|d-j| by a
         # per-row constant wherever every allowed key has j <= d (causal), so
         # SDPA with it must give the same output there.
@@ -552,7 +626,8 @@ def finish_sdpa(inputs, meta):
     stages, dead, allowed, additive, window = reference_sdpa(inputs, meta)
     B, H, Lq, Lk = allowed.shape
     check_scalar(allowed, additive, meta["causal"], inputs.get("attn_mask"),
-                 inputs.get("kv_lens"), window, inputs.get("alibi_slopes"))
+                 inputs.get("kv_lens"), window, inputs.get("alibi_slopes"),
+                 meta.get("kv_align", "padded"))
     check_dead(stages, dead)
     done = xcheck_sdpa(inputs, meta, stages, dead, allowed, additive, window)
     return stages, dead, done
@@ -754,8 +829,14 @@ def covers(c, dead):
             tags.add("window_right")
     if c["alibi"]:
         tags.add("alibi")
-        if c["H"] & (c["H"] - 1):
+        if c["alibi"] == "per_batch":
+            tags.add("alibi_per_batch")
+        elif c["H"] & (c["H"] - 1):
             tags.add("alibi_non_pow2")
+    if c["softcap"] is not None:
+        tags.add("softcap")
+    if c["kv_align"] == "per_sequence":
+        tags.add("kv_align_per_sequence")
     if dead.any():
         tags.add("dead_rows")
     if c["kind"] == "mha":
@@ -770,7 +851,8 @@ REQUIRED_TAGS = [
     "float_mask_rank2", "float_mask_rank3", "float_mask_rank4", "kv_lens", "kv_lens_zero",
     "causal_top_left", "causal_bottom_right", "lq_lt_lk", "lq_gt_lk", "dead_rows",
     "large_logits", "custom_scale", "decode", "window_left", "window_right", "alibi",
-    "alibi_non_pow2", "mha_self", "mha_cross",
+    "alibi_non_pow2", "mha_self", "mha_cross", "softcap", "alibi_per_batch",
+    "kv_align_per_sequence",
 ]
 
 
@@ -866,8 +948,12 @@ def generate_all(out_dir, quiet=False):
             "window_left/window_right": "sdpa metadata, integers as strings, -1 = unbounded; "
                                         "with d = i + (Lk - Lq), key j allowed iff "
                                         "(left < 0 or j >= d - left) and (right < 0 or j <= d + right)",
-            "alibi_slopes": "sdpa input F32 [H]; bias -slope[h] * |d - j| added to the scaled "
-                            "score (part of the masked stage)",
+            "alibi_slopes": "sdpa input F32 [H] or [B,H]; bias -slope[(b,)h] * |d - j| added "
+                            "to the scaled score (part of the masked stage)",
+            "softcap": "sdpa metadata, a decimal > 0: masked = softcap * tanh(scaled / softcap) "
+                       "+ float mask + ALiBi (the scaled stage is before the cap)",
+            "kv_align": "sdpa metadata 'per_sequence' (absent = padded): the diagonal of batch b "
+                        "is d = i + kv_lens[b] - Lq (FlashAttention's cache_seqlens)",
         },
         "total_bytes": total,
         "cases": manifest_cases,

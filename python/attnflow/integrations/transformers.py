@@ -11,10 +11,13 @@
 #    q_len > 1 without a mask (then top-left), padding / causal masks are the
 #    SDPA boolean masks (True = attend), GQA through enable_gqa (no
 #    repeat_kv copies), position_bias folded into a float mask as sdpa does.
-#  * Non-float32 models: the query is cast to float32 (a copy), K/V stay in
-#    their dtype (float16/bfloat16 are read natively), the output is cast back.
-#  * What attnflow cannot do is a clear error: dropout in training, softcap,
-#    attention sinks, output_attentions, non-CPU tensors.
+#  * Non-float32 models: attnflow computes float16/bfloat16 in float32 (the
+#    query converted, K/V read natively) and returns the query's dtype.
+#  * Logit softcapping (Gemma 2's attn_logit_softcapping, passed as
+#    `softcap`) is attnflow's softcap. Training works: the call is
+#    differentiable (attnflow's custom op).
+#  * What attnflow cannot do is a clear error: attention dropout, attention
+#    sinks, output_attentions, non-CPU tensors.
 #  * `calls` counts invocations (tests check the backend really ran).
 from __future__ import annotations
 
@@ -37,8 +40,6 @@ def attnflow_attention_forward(module: torch.nn.Module, query: torch.Tensor, key
     global calls
     op = "attnflow transformers backend"
     name = type(module).__name__
-    if kwargs.get("softcap") is not None:
-        raise ValueError(f"{op}: {name} uses logit softcapping, which attnflow does not support")
     if kwargs.get("s_aux") is not None or kwargs.get("sinks") is not None:
         raise ValueError(f"{op}: {name} uses attention sinks, which attnflow does not support")
     if kwargs.get("output_attentions", False):
@@ -55,15 +56,11 @@ def attnflow_attention_forward(module: torch.nn.Module, query: torch.Tensor, key
         attention_mask = create_position_bias_mask(position_bias, attention_mask, is_causal,
                                                    query, key)
         is_causal = False
-    in_dtype = query.dtype
-    q = query if in_dtype == torch.float32 else query.float()
-    if attention_mask is not None and attention_mask.dtype not in (torch.bool, torch.float32):
-        attention_mask = attention_mask.float()
-    out = scaled_dot_product_attention(q, key, value, attn_mask=attention_mask, scale=scaling,
-                                       is_causal=is_causal, enable_gqa=True)
+    softcap = kwargs.get("softcap")
+    out = scaled_dot_product_attention(query, key, value, attn_mask=attention_mask, scale=scaling,
+                                       is_causal=is_causal, enable_gqa=True,
+                                       softcap=0.0 if softcap is None else float(softcap))
     calls += 1
-    if in_dtype != torch.float32:
-        out = out.to(in_dtype)
     return out.transpose(1, 2).contiguous(), None
 
 
