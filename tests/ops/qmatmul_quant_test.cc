@@ -25,36 +25,15 @@
 #include "attnflow/threading.h"
 #include "gtest/gtest.h"
 #include "hwy/targets.h"
+#include "util/quant_weights_util.h"
 #include "util/simd_targets_util.h"
 
 namespace attnflow {
 namespace {
 
 using testing::ForEachTarget;
-
-struct Weights {
-  std::vector<uint8_t> raw;
-  std::vector<float> deq;
-  ops::QMatrix w;
-};
-
-Weights Make(GgmlType type, int64_t rows, int64_t cols, uint64_t seed) {
-  Weights m;
-  Rng rng(seed);
-  int64_t rb = 0;
-  EXPECT_TRUE(GgmlRowBytes(type, cols, &rb));
-  m.raw.resize(static_cast<size_t>(rb * rows));
-  m.deq.resize(static_cast<size_t>(rows * cols));
-  std::vector<float> x(static_cast<size_t>(cols));
-  for (int64_t r = 0; r < rows; ++r) {
-    const double scale = 0.02 * (1 + r % 5);
-    for (auto& v : x) v = static_cast<float>(rng.Normal(0.0, scale) + (r % 3 == 0 ? 0.01 : 0.0));
-    EXPECT_TRUE(QuantizeRow(m.raw.data() + r * rb, x.data(), type, cols).ok());
-    EXPECT_TRUE(DequantizeRow(m.deq.data() + r * cols, m.raw.data() + r * rb, type, cols).ok());
-  }
-  m.w = ops::QMatrix{type, m.raw.data(), rows, cols, rb, "w"};
-  return m;
-}
+using testing::MakeQuantWeights;
+using testing::QuantWeights;
 
 const GgmlType kTypes[] = {GgmlType::kQ4_0, GgmlType::kQ8_0, GgmlType::kQ5_0, GgmlType::kQ5_1,
                            GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K};
@@ -64,7 +43,7 @@ TEST(QMatMulQuant, OnTheFlyWeightsEqualDequantizeRowOnBothPaths) {
   ForEachTarget([&] {
     for (GgmlType type : kTypes) {
       SCOPED_TRACE(GgmlTypeName(static_cast<uint32_t>(type)));
-      Weights m = Make(type, rows, cols, 11 + static_cast<uint64_t>(type));
+      QuantWeights m = MakeQuantWeights(type, rows, cols, 11 + static_cast<uint64_t>(type));
       ThreadPool pool(2);
       ops::MatMulScratch scratch;
       // Columns probed: every position class inside a 256 block.
@@ -91,7 +70,7 @@ TEST(QMatMulQuant, MatchesFloat64AndThreadCounts) {
   ForEachTarget([&] {
     for (GgmlType type : kTypes) {
       SCOPED_TRACE(GgmlTypeName(static_cast<uint32_t>(type)));
-      Weights m = Make(type, rows, cols, 100 + static_cast<uint64_t>(type));
+      QuantWeights m = MakeQuantWeights(type, rows, cols, 100 + static_cast<uint64_t>(type));
       for (int64_t T : {1, 3, 6, 17}) {
         Rng rng(static_cast<uint64_t>(T) + 77);
         std::vector<float> x(static_cast<size_t>(T * cols));
@@ -132,7 +111,7 @@ TEST(QMatMulQuant, RowDotsDoNotDependOnTheRowsPerCall) {
   ForEachTarget([&] {
     for (GgmlType type : types) {
       SCOPED_TRACE(GgmlTypeName(static_cast<uint32_t>(type)));
-      Weights m = Make(type, rows, cols, 300 + static_cast<uint64_t>(type));
+      QuantWeights m = MakeQuantWeights(type, rows, cols, 300 + static_cast<uint64_t>(type));
       Rng rng(5);
       std::vector<float> x(static_cast<size_t>(cols)), tmp(static_cast<size_t>(cols));
       for (size_t c = 0; c < x.size(); ++c) x[c] = static_cast<float>(rng.Normal() * (c % 7 == 0 ? 1e3 : 1.0));

