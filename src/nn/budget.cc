@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 namespace attnflow::nn {
 namespace {
@@ -33,6 +34,20 @@ struct Acc {
     return r;
   }
 };
+
+// The entry of `list` called `name`, or an error naming the `what` and the
+// known names, then `hint`.
+template <typename T>
+Result<T> FindByName(const std::vector<T>& list, const std::string& name, const char* what,
+                     const char* hint) {
+  std::string names;
+  for (const T& e : list) {
+    if (e.name == name) return e;
+    names += (names.empty() ? "" : ", ") + e.name;
+  }
+  return InvalidArgument("budget: unknown " + std::string(what) + " '" + name +
+                         "' (known: " + names + "; " + hint + ")");
+}
 
 }  // namespace
 
@@ -127,13 +142,7 @@ const std::vector<ModelShape>& KnownModelShapes() {
 }
 
 Result<ModelShape> FindModelShape(const std::string& name) {
-  std::string names;
-  for (const auto& s : KnownModelShapes()) {
-    if (s.name == name) return s;
-    names += (names.empty() ? "" : ", ") + s.name;
-  }
-  return InvalidArgument("budget: unknown config '" + name + "' (known: " + names +
-                         "; or pass a JSON file)");
+  return FindByName(KnownModelShapes(), name, "config", "or pass a JSON file");
 }
 
 Result<ModelShape> ModelShapeFromHfConfig(const std::string& text) {
@@ -451,13 +460,7 @@ const std::vector<DeviceTarget>& DeviceTargets() {
 }
 
 Result<DeviceTarget> FindDeviceTarget(const std::string& name) {
-  std::string names;
-  for (const auto& t : DeviceTargets()) {
-    if (t.name == name) return t;
-    names += (names.empty() ? "" : ", ") + t.name;
-  }
-  return InvalidArgument("budget: unknown device '" + name + "' (known: " + names +
-                         "; or 'custom' with --ram and --flash)");
+  return FindByName(DeviceTargets(), name, "device", "or 'custom' with --ram and --flash");
 }
 
 namespace {

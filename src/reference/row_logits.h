@@ -1,6 +1,6 @@
-// reference/row_logits.h — the float64 masked logits of one query row, shared
-// by reference::Sdpa and reference::SdpaBackward so that the backward
-// differentiates exactly the forward's logits.
+// reference/row_logits.h — the float64 scores and masked logits of one query
+// row, shared by reference::Sdpa and reference::SdpaBackward so that the
+// backward differentiates exactly the forward's logits.
 //
 // Invariants (docs/semantics.md): the logit of key j is softcap(x) for the
 // scaled score x, plus the float mask, plus the ALiBi bias; it is -inf for a
@@ -17,6 +17,16 @@
 
 namespace attnflow {
 namespace reference {
+
+// The float64 score q[b,h,i,:] · k[b,hk,j,:], summed over c in order.
+inline double QkDot(const TensorView& q, const TensorView& k, int64_t b, int64_t h, int64_t hk,
+                    int64_t i, int64_t j, int64_t head_dim) {
+  double acc = 0.0;
+  for (int64_t c = 0; c < head_dim; ++c) {
+    acc += q.load(q.offset(b, h, i, c)) * k.load(k.offset(b, hk, j, c));
+  }
+  return acc;
+}
 
 struct RowLogits {
   const SdpaOptions& opt;

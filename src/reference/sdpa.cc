@@ -97,10 +97,7 @@ Status Sdpa(const TensorView& out, const TensorView& lse, const TensorView& q,
                        VisibleKeys(opt.causal, opt.window_left, opt.window_right, i, Lq,
                                    diag_kv, valid_kv)};
         for (int64_t j = 0; j < Lk; ++j) {
-          double acc = 0.0;
-          for (int64_t c = 0; c < D; ++c) {
-            acc += q.load(q.offset(b, h, i, c)) * k.load(k.offset(b, hk, j, c));
-          }
+          const double acc = QkDot(q, k, b, h, hk, i, j, D);
           s[j] = acc;
           double x = acc * d.scale;
           const double mx = logit(j, x);

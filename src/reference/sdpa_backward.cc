@@ -78,11 +78,7 @@ Status SdpaBackward(const TensorView& dq, const TensorView& dk, const TensorView
                          VisibleKeys(opt.causal, opt.window_left, opt.window_right, i, Lq,
                                      diag_kv, valid_kv)};
           for (int64_t j = 0; j < Lk; ++j) {
-            double acc = 0.0;
-            for (int64_t c = 0; c < D; ++c) {
-              acc += q.load(q.offset(b, h, i, c)) * k.load(k.offset(b, hk, j, c));
-            }
-            x[j] = acc * d.scale;
+            x[j] = QkDot(q, k, b, h, hk, i, j, D) * d.scale;
             m[j] = logit(j, x[j]);
           }
           for (int64_t c = 0; c < D; ++c) gq[c] = 0.0;

@@ -137,17 +137,26 @@ TEST(FaultHostile, StringDoublingHitsTheByteBudget) {
   ExpectOverBudget(src, {{"user", "a"}}, "budget");
 }
 
+// The ChatML loop of SmolLM2's template, with or without the generation prompt.
+constexpr const char* kChatMl =
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + "
+    "message['content'] + '<|im_end|>' + '\n'}}{% endfor %}";
+
+// `turns` messages of `bytes` 'w' each, user and assistant in turn.
+std::vector<std::pair<std::string, std::string>> LongChat(int turns, size_t bytes) {
+  std::vector<std::pair<std::string, std::string>> msgs;
+  for (int i = 0; i < turns; ++i) msgs.push_back({i % 2 ? "assistant" : "user", std::string(bytes, 'w')});
+  return msgs;
+}
+
 // A real-sized chat (200 turns through a ChatML-like template) stays well
 // inside the budget.
 TEST(FaultHostile, LongRealChatRendersWithinBudget) {
   auto t = llama::ChatTemplate::Parse(
-      "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + "
-      "message['content'] + '<|im_end|>' + '\n'}}{% endfor %}"
+      std::string(kChatMl) +
       "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}");
   ASSERT_TRUE(t.ok()) << t.status().ToString();
-  std::vector<std::pair<std::string, std::string>> msgs;
-  for (int i = 0; i < 200; ++i) msgs.push_back({i % 2 ? "assistant" : "user", std::string(500, 'w')});
-  auto r = t->Render(msgs, true);
+  auto r = t->Render(LongChat(200, 500), true);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
 }
 
@@ -191,13 +200,9 @@ TEST(FaultHostile, LoopScopeIsFreshEveryIteration) {
 // (8 MiB) through a ChatML template copies each message ~5 times (~700k
 // steps by bytes alone) and still renders.
 TEST(FaultHostile, LongChatOfLongMessagesRendersWithinBudget) {
-  auto t = llama::ChatTemplate::Parse(
-      "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + "
-      "message['content'] + '<|im_end|>' + '\n'}}{% endfor %}");
+  auto t = llama::ChatTemplate::Parse(kChatMl);
   ASSERT_TRUE(t.ok()) << t.status().ToString();
-  std::vector<std::pair<std::string, std::string>> msgs;
-  for (int i = 0; i < 2000; ++i) msgs.push_back({i % 2 ? "assistant" : "user", std::string(4096, 'w')});
-  auto r = t->Render(msgs, false);
+  auto r = t->Render(LongChat(2000, 4096), false);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_GT(r->size(), size_t{2000} * 4096);
 }

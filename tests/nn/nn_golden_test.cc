@@ -50,23 +50,14 @@ TEST(NnGoldenSuite, EveryKindIsCovered) {
 Result<SafetensorsFile> Mutate(const std::string& path, const std::string& tensor,
                                double delta, const std::string& meta_key = "",
                                const std::string& meta_value = "") {
-  Result<SafetensorsFile> f = SafetensorsFile::Open(path);
-  if (!f.ok()) return f.status();
-  std::vector<Tensor> keep;
-  std::vector<std::pair<std::string, TensorView>> ts;
-  keep.reserve(f->tensors().size());
-  for (const auto& info : f->tensors()) {
-    Result<Tensor> t = f->Copy(info.name);
-    if (!t.ok()) return t.status();
-    if (info.name == tensor) t->view().store(0, t->view().load(0) + delta);
-    keep.push_back(std::move(t).value());
-    ts.emplace_back(info.name, keep.back().view());
-  }
-  auto meta = f->metadata();
-  if (!meta_key.empty()) meta[meta_key] = meta_value;
-  Result<std::vector<uint8_t>> bytes = EncodeSafetensors(ts, meta);
-  if (!bytes.ok()) return bytes.status();
-  return SafetensorsFile::FromBuffer(std::move(bytes).value(), path + " (mutated)");
+  return testing::EditedCase(
+      path, path + " (mutated)",
+      [&](const std::string& name, Tensor* t) {
+        if (name == tensor) t->view().store(0, t->view().load(0) + delta);
+      },
+      [&](auto* meta) {
+        if (!meta_key.empty()) (*meta)[meta_key] = meta_value;
+      });
 }
 
 TEST(NnGoldenSuite, PerturbedWeightIsReportedAtTheFirstAffectedStage) {

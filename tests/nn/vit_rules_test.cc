@@ -31,25 +31,16 @@ std::vector<std::string> VitCases() { return testing::SafetensorsFilesIn(Dir("nn
 
 // The case with its config's "pos_interpolation" set to `rule` ("" = removed).
 Result<SafetensorsFile> WithRule(const std::string& path, const std::string& rule) {
-  Result<SafetensorsFile> f = SafetensorsFile::Open(path);
-  if (!f.ok()) return f.status();
-  std::vector<Tensor> keep;
-  std::vector<std::pair<std::string, TensorView>> ts;
-  keep.reserve(f->tensors().size());
-  for (const auto& info : f->tensors()) {
-    keep.push_back(f->Copy(info.name).value());
-    ts.emplace_back(info.name, keep.back().view());
-  }
-  auto meta = f->metadata();
-  nlohmann::json cfg = nlohmann::json::parse(meta.at("config"));
-  if (rule.empty())
-    cfg.erase("pos_interpolation");
-  else
-    cfg["pos_interpolation"] = rule;
-  meta["config"] = cfg.dump();
-  Result<std::vector<uint8_t>> bytes = EncodeSafetensors(ts, meta);
-  if (!bytes.ok()) return bytes.status();
-  return SafetensorsFile::FromBuffer(std::move(bytes).value(), path + " (rule " + rule + ")");
+  return testing::EditedCase(
+      path, path + " (rule " + rule + ")", [](const std::string&, Tensor*) {},
+      [&](auto* meta) {
+        nlohmann::json cfg = nlohmann::json::parse(meta->at("config"));
+        if (rule.empty())
+          cfg.erase("pos_interpolation");
+        else
+          cfg["pos_interpolation"] = rule;
+        (*meta)["config"] = cfg.dump();
+      });
 }
 
 std::string RuleOf(const std::string& path) {

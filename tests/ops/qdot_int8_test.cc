@@ -51,6 +51,19 @@ std::vector<float> Acts(int64_t n, uint64_t seed) {
   return x;
 }
 
+// Activations with their Q8 quantisation and a scratch row for the dots.
+struct ActsQ8 {
+  std::vector<float> x;
+  ops::Q8Acts a;
+  std::vector<float> tmp;
+};
+
+ActsQ8 QuantizedActs(int64_t n, uint64_t seed) {
+  ActsQ8 r{Acts(n, seed), {}, std::vector<float>(static_cast<size_t>(n))};
+  ops::QuantizeActsQ8(&r.a, r.x.data(), n);
+  return r;
+}
+
 TEST(QDotInt8, QuantizeActsQ8Properties) {
   const int64_t n = 1024;
   const std::vector<float> x = Acts(n, 3);
@@ -104,10 +117,7 @@ TEST(QDotInt8, EveryTargetEqualsTheScalarOracle) {
   for (int64_t cols : {768, 800}) {
     for (GgmlType type : kFastTypes) {
       if (cols % 256 != 0 && (type == GgmlType::kQ4_K || type == GgmlType::kQ6_K)) continue;
-      const std::vector<float> x = Acts(cols, 5);
-      ops::Q8Acts a;
-      ops::QuantizeActsQ8(&a, x.data(), cols);
-      std::vector<float> tmp(static_cast<size_t>(cols));
+      auto [x, a, tmp] = QuantizedActs(cols, 5);
       for (bool random_bytes : {false, true}) {
         SCOPED_TRACE(std::string(GgmlTypeName(static_cast<uint32_t>(type))) + (random_bytes ? " random bytes" : " quantised") +
                      ", " + std::to_string(cols) + " columns");
@@ -195,10 +205,7 @@ TEST(QDotInt8, NonFiniteActivationsGiveNonFiniteDots) {
 
 TEST(QDotInt8, MatchesFloat64DotWithinTheInt8StepBound) {
   const int64_t rows = 24, cols = 1536;
-  const std::vector<float> x = Acts(cols, 9);
-  ops::Q8Acts a;
-  ops::QuantizeActsQ8(&a, x.data(), cols);
-  std::vector<float> tmp(static_cast<size_t>(cols));
+  auto [x, a, tmp] = QuantizedActs(cols, 9);
   const double eps = std::ldexp(1.0, -24);
   for (GgmlType type : kFastTypes) {
     SCOPED_TRACE(GgmlTypeName(static_cast<uint32_t>(type)));
@@ -245,10 +252,7 @@ TEST(QDotInt8, HasSimdOnAvx2AndNewerX86Targets) {
 
 TEST(QDotInt8, OtherTypesFallBackToTheExactDot) {
   const int64_t rows = 7, cols = 256;
-  const std::vector<float> x = Acts(cols, 13);
-  ops::Q8Acts a;
-  ops::QuantizeActsQ8(&a, x.data(), cols);
-  std::vector<float> tmp(static_cast<size_t>(cols));
+  auto [x, a, tmp] = QuantizedActs(cols, 13);
   for (GgmlType type : {GgmlType::kQ5_1, GgmlType::kQ5_K}) {
     SCOPED_TRACE(GgmlTypeName(static_cast<uint32_t>(type)));
     EXPECT_FALSE(ops::QFastDotSupported(type));

@@ -50,9 +50,11 @@ def launch_browser(out):
     return pw, pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
 
 
+@unittest.skipIf(os.environ.get("ATTNFLOW_SKIP_BROWSER") == "1", "ATTNFLOW_SKIP_BROWSER=1")
 class BrowserTestCase(unittest.TestCase):
     """A test class whose tests share one chromium: its setUpClass calls
-    start_browser(out) (see launch_browser); tearDownClass closes it."""
+    start_browser(out) (see launch_browser); tearDownClass closes it. Skipped,
+    with every subclass, under ATTNFLOW_SKIP_BROWSER=1."""
 
     @classmethod
     def start_browser(cls, out):

@@ -39,7 +39,6 @@ from browser_util import ARGS, BUILD, CHROMIUM, CLI, SHOTS, BrowserTestCase, ope
 OUT = BUILD / "cli_page_test"
 
 
-@unittest.skipIf(os.environ.get("ATTNFLOW_SKIP_BROWSER") == "1", "ATTNFLOW_SKIP_BROWSER=1")
 class PooledPageTest(BrowserTestCase):
     @classmethod
     def setUpClass(cls):
@@ -269,7 +268,6 @@ def view_values(v):
     return list(struct.unpack("<%df" % n, raw))
 
 
-@unittest.skipIf(os.environ.get("ATTNFLOW_SKIP_BROWSER") == "1", "ATTNFLOW_SKIP_BROWSER=1")
 class ViewsPageTest(BrowserTestCase):
     @classmethod
     def setUpClass(cls):

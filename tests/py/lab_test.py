@@ -124,7 +124,6 @@ def padded_trace(toy):
     return t
 
 
-@unittest.skipIf(os.environ.get("ATTNFLOW_SKIP_BROWSER") == "1", "ATTNFLOW_SKIP_BROWSER=1")
 class LabTest(BrowserTestCase):
     @classmethod
     def setUpClass(cls):

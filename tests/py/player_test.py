@@ -82,7 +82,6 @@ def read_npy(path):
     return header, list(vals)
 
 
-@unittest.skipIf(os.environ.get("ATTNFLOW_SKIP_BROWSER") == "1", "ATTNFLOW_SKIP_BROWSER=1")
 class PlayerTest(BrowserTestCase):
     @classmethod
     def setUpClass(cls):

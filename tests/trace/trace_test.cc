@@ -38,10 +38,6 @@
 #include "util/smollm2_util.h"
 #include "util/cli_util.h"
 
-#ifdef ATTNFLOW_HAVE_ZLIB
-#include <zlib.h>
-#endif
-
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 

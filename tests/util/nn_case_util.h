@@ -1,7 +1,8 @@
 // nn_case_util.h — shared by the tests that run committed nn golden case
 // files (tests/data/nn, tests/data/nn_vit) through nn::VerifyNnCaseFile: the
-// sorted case files of a folder, a gtest name per file, and the check that
-// every stage of a case was compared and matches. Expected values are the
+// sorted case files of a folder, a gtest name per file, the check that
+// every stage of a case was compared and matches, and a case re-encoded with
+// an edit (to show the verifier can fail). Expected values are the
 // case files' own (written by the pinned torch / transformers generators).
 #pragma once
 
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "attnflow/nn_golden.h"
+#include "attnflow/safetensors.h"
 
 namespace attnflow::testing {
 
@@ -46,6 +48,31 @@ inline void ExpectEveryStageMatches(const std::string& path) {
                          << ": got " << s.got_at_bad << ", expected " << s.expected_at_bad
                          << " (max_abs " << s.max_abs << ") " << s.note;
   }
+}
+
+// The case file at `path` re-encoded in memory, named `label`, after
+// edit_tensor(name, &tensor) saw a copy of each tensor and edit_meta(&meta)
+// the metadata.
+template <typename EditTensor, typename EditMeta>
+Result<SafetensorsFile> EditedCase(const std::string& path, const std::string& label,
+                                   EditTensor edit_tensor, EditMeta edit_meta) {
+  Result<SafetensorsFile> f = SafetensorsFile::Open(path);
+  if (!f.ok()) return f.status();
+  std::vector<Tensor> keep;
+  std::vector<std::pair<std::string, TensorView>> ts;
+  keep.reserve(f->tensors().size());
+  for (const auto& info : f->tensors()) {
+    Result<Tensor> t = f->Copy(info.name);
+    if (!t.ok()) return t.status();
+    edit_tensor(info.name, &t.value());
+    keep.push_back(std::move(t).value());
+    ts.emplace_back(info.name, keep.back().view());
+  }
+  auto meta = f->metadata();
+  edit_meta(&meta);
+  Result<std::vector<uint8_t>> bytes = EncodeSafetensors(ts, meta);
+  if (!bytes.ok()) return bytes.status();
+  return SafetensorsFile::FromBuffer(std::move(bytes).value(), label);
 }
 
 }  // namespace attnflow::testing

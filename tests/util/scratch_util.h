@@ -19,26 +19,20 @@
 
 namespace attnflow::testing {
 
-#if defined(__SANITIZE_ADDRESS__)
-inline constexpr bool kAsan = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
+// GCC defines __SANITIZE_ADDRESS__ / __SANITIZE_THREAD__; clang answers
+// __has_feature.
+#if defined(__has_feature)
+#define ATTNFLOW_TEST_HAS_FEATURE(x) __has_feature(x)
+#else
+#define ATTNFLOW_TEST_HAS_FEATURE(x) 0
+#endif
+#if defined(__SANITIZE_ADDRESS__) || ATTNFLOW_TEST_HAS_FEATURE(address_sanitizer)
 inline constexpr bool kAsan = true;
 #else
 inline constexpr bool kAsan = false;
 #endif
-#else
-inline constexpr bool kAsan = false;
-#endif
-
-#if defined(__SANITIZE_THREAD__)
+#if defined(__SANITIZE_THREAD__) || ATTNFLOW_TEST_HAS_FEATURE(thread_sanitizer)
 inline constexpr bool kTsan = true;
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-inline constexpr bool kTsan = true;
-#else
-inline constexpr bool kTsan = false;
-#endif
 #else
 inline constexpr bool kTsan = false;
 #endif
