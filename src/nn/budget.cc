@@ -301,22 +301,22 @@ std::string Grouped(int64_t v) {
   return v < 0 ? "-" + out : out;
 }
 
-std::string Short(double v) {
-  const char* u[] = {"", " k", " M", " G", " T", " P", " E"};
+// v in the largest of the 7 units (each `base` times the one before) that
+// keeps it >= 1: no decimals in the first unit, 2 in the others.
+std::string Scaled(double v, double base, const char* const (&units)[7]) {
   int i = 0;
-  while (v >= 1000.0 && i < 6) v /= 1000.0, ++i;
-  char h[32];
-  std::snprintf(h, sizeof(h), i == 0 ? "%.0f%s" : "%.2f%s", v, u[i]);
+  while (v >= base && i < 6) v /= base, ++i;
+  char h[48];
+  std::snprintf(h, sizeof(h), i == 0 ? "%.0f%s" : "%.2f%s", v, units[i]);
   return h;
 }
 
+std::string Short(double v) {
+  return Scaled(v, 1000.0, {"", " k", " M", " G", " T", " P", " E"});
+}
+
 std::string Bytes(double v) {
-  const char* u[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
-  int i = 0;
-  while (v >= 1024.0 && i < 6) v /= 1024.0, ++i;
-  char h[48];
-  std::snprintf(h, sizeof(h), i == 0 ? "%.0f %s" : "%.2f %s", v, u[i]);
-  return h;
+  return Scaled(v, 1024.0, {" B", " KiB", " MiB", " GiB", " TiB", " PiB", " EiB"});
 }
 }  // namespace
 
