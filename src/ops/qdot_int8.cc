@@ -579,7 +579,8 @@ bool WithFastType(GgmlType type, F&& f) {
 bool FastRowsT(float* y, const QMatrix& w, int64_t r0, int64_t nr, const Q8Acts& xq) {
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
   if (FastDotVnniT() && w.cols % 64 == 0) {
-    return WithFastType(w.type, [&](auto t) { FastRowsVnni<decltype(t)::value>(y, w, r0, nr, xq); });
+    return WithFastType(w.type,
+                        [&](auto t) { FastRowsVnni<decltype(t)::value>(y, w, r0, nr, xq); });
   }
 #endif
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2

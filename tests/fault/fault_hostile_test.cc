@@ -145,7 +145,9 @@ constexpr const char* kChatMl =
 // `turns` messages of `bytes` 'w' each, user and assistant in turn.
 std::vector<std::pair<std::string, std::string>> LongChat(int turns, size_t bytes) {
   std::vector<std::pair<std::string, std::string>> msgs;
-  for (int i = 0; i < turns; ++i) msgs.push_back({i % 2 ? "assistant" : "user", std::string(bytes, 'w')});
+  for (int i = 0; i < turns; ++i) {
+    msgs.push_back({i % 2 ? "assistant" : "user", std::string(bytes, 'w')});
+  }
   return msgs;
 }
 
@@ -166,8 +168,8 @@ TEST(FaultHostile, LongRealChatRendersWithinBudget) {
 TEST(FaultHostile, ScanningALongStringCostsStepsByItsBytes) {
   std::string src = DoubledString("s", 20);  // 2 MiB
   src += "{% for m in messages %}{{ s[0] }}{% endfor %}";
-  auto t = ExpectOverBudget(src, std::vector<std::pair<std::string, std::string>>(64, {"user", "a"}),
-                            "step budget");
+  const std::vector<std::pair<std::string, std::string>> msgs(64, {"user", "a"});
+  auto t = ExpectOverBudget(src, msgs, "step budget");
   ASSERT_TRUE(t.ok());
   // One lookup is fine.
   auto one = t->Render({{"user", "a"}}, false);

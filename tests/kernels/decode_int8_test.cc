@@ -309,7 +309,8 @@ void ExpectError(const Status& st, std::initializer_list<const char*> parts) {
 }
 
 TEST(DecodeS8, BadInputNamesTheOpAndTheShapes) {
-  S8Cache m = MakeCache({.B = 2, .H = 4, .Hkv = 2, .D = 16, .Dv = 8, .cap = 32, .lengths = {10, 32}});
+  S8Cache m =
+      MakeCache({.B = 2, .H = 4, .Hkv = 2, .D = 16, .Dv = 8, .cap = 32, .lengths = {10, 32}});
   Tensor out = testing::Zeros(DType::kF32, {2, 4, 1, 8});
   Tensor lse = testing::Zeros(DType::kF32, {2, 4, 1});
   auto run = [&](const TensorView& o, const TensorView& l, const TensorView& q,

@@ -27,8 +27,9 @@ TEST(Decode, SweepAgainstReference) {
 
 TEST(Decode, AutoDispatchForShortQueries) {
   for (int64_t Lq : {1, 2, 4, 5}) {
-    const Inputs in = Make({.H = 8, .Hkv = 2, .Lq = Lq, .Lk = 700, .D = 64,
-                            .causal = Causal::kBottomRight, .seed = static_cast<uint64_t>(40 + Lq)});
+    const Inputs in =
+        Make({.H = 8, .Hkv = 2, .Lq = Lq, .Lk = 700, .D = 64, .causal = Causal::kBottomRight,
+              .seed = static_cast<uint64_t>(40 + Lq)});
     KernelRun k;
     ASSERT_NO_FATAL_FAILURE(CheckRun(in, {}, NaiveF32(in), Reference(in), &k));
     EXPECT_EQ(k.choice.kernel, Lq <= kDecodeMaxQueryLen ? KernelKind::kSplitKvDecode

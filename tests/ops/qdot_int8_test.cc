@@ -122,7 +122,8 @@ TEST(QDotInt8, EveryTargetEqualsTheScalarOracle) {
         SCOPED_TRACE(std::string(GgmlTypeName(static_cast<uint32_t>(type))) + (random_bytes ? " random bytes" : " quantised") +
                      ", " + std::to_string(cols) + " columns");
         ASSERT_TRUE(ops::QFastDotSupported(type));
-        QuantWeights m = MakeQuantWeights(type, rows, cols, 7 + static_cast<uint64_t>(type), random_bytes);
+        QuantWeights m =
+            MakeQuantWeights(type, rows, cols, 7 + static_cast<uint64_t>(type), random_bytes);
         std::vector<float> want(static_cast<size_t>(rows));
         ops::QMatVecRowsFastRef(want.data(), m.w, 0, rows, a);
         ForEachTarget([&] {

@@ -47,7 +47,8 @@ void ForEachTypeOnEveryTarget(std::span<const GgmlType> types, int64_t rows, int
   ForEachTarget([&] {
     for (GgmlType type : types) {
       SCOPED_TRACE(GgmlTypeName(static_cast<uint32_t>(type)));
-      const QuantWeights m = MakeQuantWeights(type, rows, cols, seed0 + static_cast<uint64_t>(type));
+      const QuantWeights m =
+          MakeQuantWeights(type, rows, cols, seed0 + static_cast<uint64_t>(type));
       fn(type, m);
     }
   });
