@@ -105,19 +105,22 @@ std::string DoubledString(const std::string& var, int times) {
   return src;
 }
 
-// Parses `src`, renders `msgs` through it and expects a kResourceExhausted
-// whose message names `budget`; returns the parsed template.
-Result<llama::ChatTemplate> ExpectOverBudget(
-    const std::string& src, const std::vector<std::pair<std::string, std::string>>& msgs,
-    const char* budget) {
-  auto t = llama::ChatTemplate::Parse(src);
-  EXPECT_TRUE(t.ok()) << t.status().ToString();
-  if (!t.ok()) return t;
-  auto r = t->Render(msgs, false);
-  EXPECT_FALSE(r.ok());
+using Chat = std::vector<std::pair<std::string, std::string>>;
+
+// Renders `msgs` through `t` and expects a kResourceExhausted whose message
+// names `budget`.
+void ExpectOverBudget(const llama::ChatTemplate& t, const Chat& msgs, const char* budget) {
+  auto r = t.Render(msgs, false);
+  ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted);
   EXPECT_NE(r.status().message().find(budget), std::string::npos) << r.status().message();
-  return t;
+}
+
+// The same for the template source `src`, which must parse.
+void ExpectOverBudget(const std::string& src, const Chat& msgs, const char* budget) {
+  auto t = llama::ChatTemplate::Parse(src);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  ExpectOverBudget(*t, msgs, budget);
 }
 
 // F13: 21 nested loops over 2 messages take 2^21 iterations: more than the
@@ -143,8 +146,8 @@ constexpr const char* kChatMl =
     "message['content'] + '<|im_end|>' + '\n'}}{% endfor %}";
 
 // `turns` messages of `bytes` 'w' each, user and assistant in turn.
-std::vector<std::pair<std::string, std::string>> LongChat(int turns, size_t bytes) {
-  std::vector<std::pair<std::string, std::string>> msgs;
+Chat LongChat(int turns, size_t bytes) {
+  Chat msgs;
   for (int i = 0; i < turns; ++i) {
     msgs.push_back({i % 2 ? "assistant" : "user", std::string(bytes, 'w')});
   }
@@ -168,9 +171,9 @@ TEST(FaultHostile, LongRealChatRendersWithinBudget) {
 TEST(FaultHostile, ScanningALongStringCostsStepsByItsBytes) {
   std::string src = DoubledString("s", 20);  // 2 MiB
   src += "{% for m in messages %}{{ s[0] }}{% endfor %}";
-  const std::vector<std::pair<std::string, std::string>> msgs(64, {"user", "a"});
-  auto t = ExpectOverBudget(src, msgs, "step budget");
-  ASSERT_TRUE(t.ok());
+  auto t = llama::ChatTemplate::Parse(src);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  ExpectOverBudget(*t, Chat(64, {"user", "a"}), "step budget");
   // One lookup is fine.
   auto one = t->Render({{"user", "a"}}, false);
   ASSERT_TRUE(one.ok()) << one.status().ToString();
