@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 namespace attnflow::nn {
 namespace {
@@ -33,6 +34,20 @@ struct Acc {
     return r;
   }
 };
+
+// The entry of `list` called `name`, or an error naming the `what` and the
+// known names, then `hint`.
+template <typename T>
+Result<T> FindByName(const std::vector<T>& list, const std::string& name, const char* what,
+                     const char* hint) {
+  std::string names;
+  for (const T& e : list) {
+    if (e.name == name) return e;
+    names += (names.empty() ? "" : ", ") + e.name;
+  }
+  return InvalidArgument("budget: unknown " + std::string(what) + " '" + name +
+                         "' (known: " + names + "; " + hint + ")");
+}
 
 }  // namespace
 
@@ -127,13 +142,7 @@ const std::vector<ModelShape>& KnownModelShapes() {
 }
 
 Result<ModelShape> FindModelShape(const std::string& name) {
-  std::string names;
-  for (const auto& s : KnownModelShapes()) {
-    if (s.name == name) return s;
-    names += (names.empty() ? "" : ", ") + s.name;
-  }
-  return InvalidArgument("budget: unknown config '" + name + "' (known: " + names +
-                         "; or pass a JSON file)");
+  return FindByName(KnownModelShapes(), name, "config", "or pass a JSON file");
 }
 
 Result<ModelShape> ModelShapeFromHfConfig(const std::string& text) {
@@ -292,22 +301,22 @@ std::string Grouped(int64_t v) {
   return v < 0 ? "-" + out : out;
 }
 
-std::string Short(double v) {
-  const char* u[] = {"", " k", " M", " G", " T", " P", " E"};
+// v in the largest of the 7 units (each `base` times the one before) that
+// keeps it >= 1: no decimals in the first unit, 2 in the others.
+std::string Scaled(double v, double base, const char* const (&units)[7]) {
   int i = 0;
-  while (v >= 1000.0 && i < 6) v /= 1000.0, ++i;
-  char h[32];
-  std::snprintf(h, sizeof(h), i == 0 ? "%.0f%s" : "%.2f%s", v, u[i]);
+  while (v >= base && i < 6) v /= base, ++i;
+  char h[48];
+  std::snprintf(h, sizeof(h), i == 0 ? "%.0f%s" : "%.2f%s", v, units[i]);
   return h;
 }
 
+std::string Short(double v) {
+  return Scaled(v, 1000.0, {"", " k", " M", " G", " T", " P", " E"});
+}
+
 std::string Bytes(double v) {
-  const char* u[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
-  int i = 0;
-  while (v >= 1024.0 && i < 6) v /= 1024.0, ++i;
-  char h[48];
-  std::snprintf(h, sizeof(h), i == 0 ? "%.0f %s" : "%.2f %s", v, u[i]);
-  return h;
+  return Scaled(v, 1024.0, {" B", " KiB", " MiB", " GiB", " TiB", " PiB", " EiB"});
 }
 }  // namespace
 
@@ -451,13 +460,7 @@ const std::vector<DeviceTarget>& DeviceTargets() {
 }
 
 Result<DeviceTarget> FindDeviceTarget(const std::string& name) {
-  std::string names;
-  for (const auto& t : DeviceTargets()) {
-    if (t.name == name) return t;
-    names += (names.empty() ? "" : ", ") + t.name;
-  }
-  return InvalidArgument("budget: unknown device '" + name + "' (known: " + names +
-                         "; or 'custom' with --ram and --flash)");
+  return FindByName(DeviceTargets(), name, "device", "or 'custom' with --ram and --flash");
 }
 
 namespace {

@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 #include <limits>
 
 #include "hwy/highway.h"
@@ -558,30 +559,32 @@ bool FastDotSimdT() { return HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2; }
 // the type; the caller then runs the oracle. On AVX-512 with VNNI, rows with
 // an odd number of 32-element blocks per pair (cols % 64 != 0) take the AVX2
 // code.
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+// Calls f(std::integral_constant<GgmlType, type>) and returns true for a type
+// with a SIMD fast dot; false (f not called) for the others.
+template <typename F>
+bool WithFastType(GgmlType type, F&& f) {
+  switch (type) {
+    case GgmlType::kQ8_0: f(std::integral_constant<GgmlType, GgmlType::kQ8_0>()); return true;
+    case GgmlType::kQ4_0: f(std::integral_constant<GgmlType, GgmlType::kQ4_0>()); return true;
+    case GgmlType::kQ4_1: f(std::integral_constant<GgmlType, GgmlType::kQ4_1>()); return true;
+    case GgmlType::kQ5_0: f(std::integral_constant<GgmlType, GgmlType::kQ5_0>()); return true;
+    case GgmlType::kQ4_K: f(std::integral_constant<GgmlType, GgmlType::kQ4_K>()); return true;
+    case GgmlType::kQ6_K: f(std::integral_constant<GgmlType, GgmlType::kQ6_K>()); return true;
+    default: return false;
+  }
+}
+#endif
+
 bool FastRowsT(float* y, const QMatrix& w, int64_t r0, int64_t nr, const Q8Acts& xq) {
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
   if (FastDotVnniT() && w.cols % 64 == 0) {
-    switch (w.type) {
-      case GgmlType::kQ8_0: FastRowsVnni<GgmlType::kQ8_0>(y, w, r0, nr, xq); return true;
-      case GgmlType::kQ4_0: FastRowsVnni<GgmlType::kQ4_0>(y, w, r0, nr, xq); return true;
-      case GgmlType::kQ4_1: FastRowsVnni<GgmlType::kQ4_1>(y, w, r0, nr, xq); return true;
-      case GgmlType::kQ5_0: FastRowsVnni<GgmlType::kQ5_0>(y, w, r0, nr, xq); return true;
-      case GgmlType::kQ4_K: FastRowsVnni<GgmlType::kQ4_K>(y, w, r0, nr, xq); return true;
-      case GgmlType::kQ6_K: FastRowsVnni<GgmlType::kQ6_K>(y, w, r0, nr, xq); return true;
-      default: return false;
-    }
+    return WithFastType(w.type,
+                        [&](auto t) { FastRowsVnni<decltype(t)::value>(y, w, r0, nr, xq); });
   }
 #endif
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
-  switch (w.type) {
-    case GgmlType::kQ8_0: FastRowsAvx2<GgmlType::kQ8_0>(y, w, r0, nr, xq); return true;
-    case GgmlType::kQ4_0: FastRowsAvx2<GgmlType::kQ4_0>(y, w, r0, nr, xq); return true;
-    case GgmlType::kQ4_1: FastRowsAvx2<GgmlType::kQ4_1>(y, w, r0, nr, xq); return true;
-    case GgmlType::kQ5_0: FastRowsAvx2<GgmlType::kQ5_0>(y, w, r0, nr, xq); return true;
-    case GgmlType::kQ4_K: FastRowsAvx2<GgmlType::kQ4_K>(y, w, r0, nr, xq); return true;
-    case GgmlType::kQ6_K: FastRowsAvx2<GgmlType::kQ6_K>(y, w, r0, nr, xq); return true;
-    default: return false;
-  }
+  return WithFastType(w.type, [&](auto t) { FastRowsAvx2<decltype(t)::value>(y, w, r0, nr, xq); });
 #else
   (void)y, (void)w, (void)r0, (void)nr, (void)xq;
   return false;

@@ -30,6 +30,17 @@ std::string Fmt(double v) {
 
 constexpr double kSumTol = 1e-5;
 
+// A weight that must be 0 (query `query` of head #h on a `kind` key: future,
+// pad): when it is not, fails `c` naming the cell and returns true.
+bool FailIfReads(TraceCheck* c, const char* kind, int64_t h, int64_t query, int64_t key,
+                 double weight) {
+  if (weight == 0.0) return false;
+  c->state = CheckState::kFail;
+  c->detail = "head #" + std::to_string(h) + " query " + std::to_string(query) + " reads " +
+              kind + " key " + std::to_string(key) + " with weight " + Fmt(weight);
+  return true;
+}
+
 TraceCheck RowSums(const std::string& name, const Arr* w, const Arr* m) {
   TraceCheck c{name, CheckState::kSkip, "no weights"};
   if (w == nullptr) return c;
@@ -125,13 +136,7 @@ std::vector<TraceCheck> PipelineChecks(const ParsedPage& p) {
           for (int64_t bj = 0; bj < w->ds[2]; ++bj) {
             if (bj * pk <= last) continue;
             ++n;
-            if (w->at(h, bi, bj) != 0.0) {
-              c.state = CheckState::kFail;
-              c.detail = "head #" + std::to_string(h) + " query " + std::to_string(bi) +
-                         " reads future key " + std::to_string(bj) + " with weight " +
-                         Fmt(w->at(h, bi, bj));
-              break;
-            }
+            if (FailIfReads(&c, "future", h, bi, bj, w->at(h, bi, bj))) break;
           }
         }
       if (c.state == CheckState::kPass) c.detail = std::to_string(n) + " future cells are 0";
@@ -271,13 +276,7 @@ std::vector<TraceCheck> PipelineChecks(const ParsedPage& p) {
       for (int64_t h = 0; h < w->ds[0] && c.state == CheckState::kPass; ++h)
         for (int64_t i = 0; i < w->ds[1] && c.state == CheckState::kPass; ++i)
           for (int64_t pk : pad_keys) {
-            if (w->at(h, i, pk) != 0.0) {
-              c.state = CheckState::kFail;
-              c.detail = "head #" + std::to_string(h) + " query " + std::to_string(i) +
-                         " reads pad key " + std::to_string(pk) + " with weight " +
-                         Fmt(w->at(h, i, pk));
-              break;
-            }
+            if (FailIfReads(&c, "pad", h, i, pk, w->at(h, i, pk))) break;
           }
     }
     out.push_back(c);

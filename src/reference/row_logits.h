@@ -1,6 +1,6 @@
-// reference/row_logits.h — the float64 masked logits of one query row, shared
-// by reference::Sdpa and reference::SdpaBackward so that the backward
-// differentiates exactly the forward's logits.
+// reference/row_logits.h — the float64 scores and masked logits of one query
+// row, shared by reference::Sdpa and reference::SdpaBackward so that the
+// backward differentiates exactly the forward's logits.
 //
 // Invariants (docs/semantics.md): the logit of key j is softcap(x) for the
 // scaled score x, plus the float mask, plus the ALiBi bias; it is -inf for a
@@ -18,6 +18,27 @@
 namespace attnflow {
 namespace reference {
 
+// opt.attn_mask broadcast to [batch, num_heads, q_len, kv_len] (an empty
+// view without a mask); the caller has validated the options against d.
+inline TensorView BroadcastAttnMask(const SdpaOptions& opt, const SdpaDims& d) {
+  TensorView mask;
+  if (!opt.attn_mask.empty_view()) {
+    const int64_t target[4] = {d.batch, d.num_heads, d.q_len, d.kv_len};
+    BroadcastMask(opt.attn_mask, target, &mask);
+  }
+  return mask;
+}
+
+// The float64 score q[b,h,i,:] · k[b,hk,j,:], summed over c in order.
+inline double QkDot(const TensorView& q, const TensorView& k, int64_t b, int64_t h, int64_t hk,
+                    int64_t i, int64_t j, int64_t head_dim) {
+  double acc = 0.0;
+  for (int64_t c = 0; c < head_dim; ++c) {
+    acc += q.load(q.offset(b, h, i, c)) * k.load(k.offset(b, hk, j, c));
+  }
+  return acc;
+}
+
 struct RowLogits {
   const SdpaOptions& opt;
   const TensorView& mask;  // broadcast to [B,H,Lq,Lk], or empty
@@ -27,6 +48,16 @@ struct RowLogits {
   KeyRange kr;
   double max = kNegInf;
   bool nan = false;
+
+  // Row i of (b, h): its ALiBi slope and its visible keys from the options.
+  static RowLogits Of(const SdpaOptions& opt, const TensorView& mask, bool bool_mask, int64_t b,
+                      int64_t h, int64_t i, int64_t q_len, int64_t diag_kv, int64_t valid_kv) {
+    const double slope =
+        opt.alibi_slopes.empty_view() ? 0.0 : AlibiSlope(opt.alibi_slopes, b, h);
+    return {opt, mask, bool_mask, slope, b, h, i, q_len, diag_kv,
+            VisibleKeys(opt.causal, opt.window_left, opt.window_right, i, q_len, diag_kv,
+                        valid_kv)};
+  }
 
   // The logit of key j from its scaled score x, folded into max / nan.
   double operator()(int64_t j, double x) {

@@ -49,13 +49,8 @@ Status Sdpa(const TensorView& out, const TensorView& lse, const TensorView& q,
   const int64_t B = d.batch, H = d.num_heads, Hkv = d.num_kv_heads;
   const int64_t Lq = d.q_len, Lk = d.kv_len, D = d.head_dim, Dv = d.v_dim;
 
-  TensorView mask;
-  const bool has_mask = !opt.attn_mask.empty_view();
-  if (has_mask) {
-    const int64_t target[4] = {B, H, Lq, Lk};
-    BroadcastMask(opt.attn_mask, target, &mask);  // validated above
-  }
-  const bool bool_mask = has_mask && mask.dtype == DType::kBool;
+  const TensorView mask = BroadcastAttnMask(opt, d);  // validated above
+  const bool bool_mask = !mask.empty_view() && mask.dtype == DType::kBool;
 
   StageBuffers st;
   const Shape sq = {B, H, Lq, Lk};
@@ -90,17 +85,10 @@ Status Sdpa(const TensorView& out, const TensorView& lse, const TensorView& q,
     const int64_t diag_kv = DiagonalKvLen(opt.kv_align, Lk, valid_kv);
     for (int64_t h = 0; h < H; ++h) {
       const int64_t hk = KvHeadFor(h, H, Hkv);
-      const double slope =
-          opt.alibi_slopes.empty_view() ? 0.0 : AlibiSlope(opt.alibi_slopes, b, h);
       for (int64_t i = 0; i < Lq; ++i) {
-        RowLogits logit{opt, mask, bool_mask, slope, b, h, i, Lq, diag_kv,
-                       VisibleKeys(opt.causal, opt.window_left, opt.window_right, i, Lq,
-                                   diag_kv, valid_kv)};
+        RowLogits logit = RowLogits::Of(opt, mask, bool_mask, b, h, i, Lq, diag_kv, valid_kv);
         for (int64_t j = 0; j < Lk; ++j) {
-          double acc = 0.0;
-          for (int64_t c = 0; c < D; ++c) {
-            acc += q.load(q.offset(b, h, i, c)) * k.load(k.offset(b, hk, j, c));
-          }
+          const double acc = QkDot(q, k, b, h, hk, i, j, D);
           s[j] = acc;
           double x = acc * d.scale;
           const double mx = logit(j, x);

@@ -36,13 +36,8 @@ Status SdpaBackward(const TensorView& dq, const TensorView& dk, const TensorView
   const int64_t Lq = d.q_len, Lk = d.kv_len, D = d.head_dim, Dv = d.v_dim;
   constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-  TensorView mask;
-  const bool has_mask = !opt.attn_mask.empty_view();
-  if (has_mask) {
-    const int64_t target[4] = {B, H, Lq, Lk};
-    BroadcastMask(opt.attn_mask, target, &mask);  // validated above
-  }
-  const bool bool_mask = has_mask && mask.dtype == DType::kBool;
+  const TensorView mask = BroadcastAttnMask(opt, d);  // validated above
+  const bool bool_mask = !mask.empty_view() && mask.dtype == DType::kBool;
 
   // Buffers from the checked allocator (never an exception on a huge size):
   // dk/dv accumulators of one kv head [Lk][D + Dv], and per row m, x, P, dP
@@ -71,18 +66,10 @@ Status SdpaBackward(const TensorView& dq, const TensorView& dk, const TensorView
     for (int64_t hk = 0; hk < Hkv; ++hk) {
       for (int64_t t = 0; t < Lk * (D + Dv); ++t) acc_k[t] = 0.0;
       for (int64_t h = hk * (H / Hkv); h < (hk + 1) * (H / Hkv); ++h) {
-        const double slope =
-            opt.alibi_slopes.empty_view() ? 0.0 : AlibiSlope(opt.alibi_slopes, b, h);
         for (int64_t i = 0; i < Lq; ++i) {
-          RowLogits logit{opt, mask, bool_mask, slope, b, h, i, Lq, diag_kv,
-                         VisibleKeys(opt.causal, opt.window_left, opt.window_right, i, Lq,
-                                     diag_kv, valid_kv)};
+          RowLogits logit = RowLogits::Of(opt, mask, bool_mask, b, h, i, Lq, diag_kv, valid_kv);
           for (int64_t j = 0; j < Lk; ++j) {
-            double acc = 0.0;
-            for (int64_t c = 0; c < D; ++c) {
-              acc += q.load(q.offset(b, h, i, c)) * k.load(k.offset(b, hk, j, c));
-            }
-            x[j] = acc * d.scale;
+            x[j] = QkDot(q, k, b, h, hk, i, j, D) * d.scale;
             m[j] = logit(j, x[j]);
           }
           for (int64_t c = 0; c < D; ++c) gq[c] = 0.0;

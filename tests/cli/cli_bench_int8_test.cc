@@ -17,26 +17,13 @@
 namespace attnflow {
 namespace {
 
-std::vector<nlohmann::json> Lines(const std::string& text) {
-  std::vector<nlohmann::json> out;
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.empty()) continue;
-    out.push_back(nlohmann::json::parse(line, nullptr, false));
-    EXPECT_FALSE(out.back().is_discarded()) << line;
-  }
-  return out;
-}
-
 TEST(CliBenchInt8, F16AndInt8RowsOfOneShapeWithTheirReads) {
-  const testing::CliResult r = testing::RunCli(
+  std::vector<nlohmann::json> rows;
+  ASSERT_NO_FATAL_FAILURE(testing::RunCliJsonLines(
       "bench decode --kv-dtype f16,int8 --json --no-peak --heads 4 --kv-heads 2 --head-dim 32 "
       "--kv-len 700,300 --repeat 2 --warmup 0 --threads 2",
-      {.merge_stderr = false});
-  ASSERT_EQ(r.code, 0) << r.text;
-  const std::vector<nlohmann::json> rows = Lines(r.text);
-  ASSERT_EQ(rows.size(), 4u) << r.text;
+      &rows));
+  ASSERT_EQ(rows.size(), 4u);
   // Each shape with each dtype in turn.
   const int64_t lens[] = {700, 700, 300, 300};
   for (size_t i = 0; i < rows.size(); ++i) {
@@ -54,12 +41,11 @@ TEST(CliBenchInt8, F16AndInt8RowsOfOneShapeWithTheirReads) {
     EXPECT_GT(j["read_median_s"].get<double>(), 0);
   }
   // A window: the int8 cache reads the last window_left + 1 positions only.
-  const testing::CliResult w = testing::RunCli(
+  std::vector<nlohmann::json> wr;
+  ASSERT_NO_FATAL_FAILURE(testing::RunCliJsonLines(
       "bench decode --kv-dtype int8 --json --no-peak --heads 2 --kv-heads 2 --head-dim 16 "
       "--kv-len 500 --window-left 99 --causal bottom_right --repeat 1 --warmup 0 --explain",
-      {.merge_stderr = false});
-  ASSERT_EQ(w.code, 0) << w.text;
-  const std::vector<nlohmann::json> wr = Lines(w.text);
+      &wr));
   ASSERT_EQ(wr.size(), 1u);
   EXPECT_EQ(wr[0]["kv_bytes"].get<double>(), 2 * 32 * 100.0 + 2 * 2 * 4);
 }

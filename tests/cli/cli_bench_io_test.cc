@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -15,13 +16,13 @@ namespace attnflow {
 namespace {
 
 TEST(CliBenchIo, SmallShapeAgreesAndCountsBytesByHand) {
-  const testing::CliResult r = testing::RunCli(
+  std::vector<nlohmann::json> rows;
+  ASSERT_NO_FATAL_FAILURE(testing::RunCliJsonLines(
       "bench prefill --io --json --q-len 96 --heads 2 --kv-heads 1 --head-dim 16 --causal top_left "
       "--repeat 1 --warmup 0 --threads 2",
-      {.merge_stderr = false});
-  ASSERT_EQ(r.code, 0) << r.text;
-  const nlohmann::json j = nlohmann::json::parse(r.text, nullptr, false);
-  ASSERT_FALSE(j.is_discarded()) << r.text;
+      &rows));
+  ASSERT_EQ(rows.size(), 1u);
+  const nlohmann::json& j = rows[0];
   EXPECT_EQ(j["agree"], true);
   EXPECT_LT(j["max_err_naive"].get<double>(), 1e-5);
   EXPECT_LT(j["max_err_flash"].get<double>(), 1e-5);

@@ -177,18 +177,8 @@ TEST(CliChat, CommandsAreNeverSentToTheModel) {
 
 class Pty {
  public:
-  explicit Pty(const std::vector<std::string>& args, const std::string& env_kv = "") {
-    pid_ = forkpty(&fd_, nullptr, nullptr, nullptr);
-    if (pid_ == 0) {
-      if (!env_kv.empty()) putenv(const_cast<char*>(env_kv.c_str()));
-      setenv("ATTNFLOW_NUM_THREADS", "2", 1);
-      std::vector<char*> argv;
-      for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-      argv.push_back(nullptr);
-      execv(argv[0], argv.data());
-      _exit(127);
-    }
-  }
+  explicit Pty(const std::vector<std::string>& args, const std::string& env_kv = "")
+      : pid_(testing::ForkOnPty(args, env_kv, &fd_)) {}
   ~Pty() {
     if (pid_ > 0 && !exited_) {
       kill(pid_, SIGKILL);

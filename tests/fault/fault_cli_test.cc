@@ -15,6 +15,7 @@
 #include <sys/wait.h>
 
 #include "util/cli_util.h"
+#include "util/scratch_util.h"
 #include <unistd.h>
 
 #include <array>
@@ -61,30 +62,19 @@ std::set<std::string> Commands() {
 
 bool Has(const std::string& cmd) { return Commands().count(cmd) != 0; }
 
-class Scratch {
+// A scratch directory holding a regular file and a junk .safetensors file.
+class Scratch : public attnflow::testing::ScratchDir {
  public:
-  Scratch() {
-    dir_ = fs::temp_directory_path() / ("attnflow_fault_cli_" + std::to_string(getpid()) + "_" +
-                                        std::to_string(n_++));
-    fs::create_directories(dir_);
-    std::ofstream(dir_ / "plain.txt") << "a regular file, not a directory\n";
-    std::ofstream(dir_ / "junk.safetensors") << "definitely not a safetensors file";
+  Scratch() : ScratchDir("attnflow_fault_cli") {
+    std::ofstream(path() / "plain.txt") << "a regular file, not a directory\n";
+    std::ofstream(path() / "junk.safetensors") << "definitely not a safetensors file";
   }
-  ~Scratch() {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-  std::string P(const std::string& name) const { return (dir_ / name).string(); }
   // Every entry of the directory (to prove nothing was left behind).
   std::set<std::string> Listing() const {
     std::set<std::string> s;
-    for (const auto& e : fs::directory_iterator(dir_)) s.insert(e.path().filename().string());
+    for (const auto& e : fs::directory_iterator(path())) s.insert(e.path().filename().string());
     return s;
   }
-
- private:
-  fs::path dir_;
-  static inline int n_ = 0;
 };
 
 void ExpectUsageError(const Out& o, const std::string& what, const std::string& must_mention = "") {

@@ -23,6 +23,7 @@
 #include "attnflow/safetensors.h"
 #include "model/bert/wordpiece.h"
 #include "model/llama/chat_template.h"
+#include "util/scratch_util.h"
 #include "util/test_util.h"
 
 namespace attnflow {
@@ -69,28 +70,9 @@ std::vector<uint8_t> ValidFile() {
   return enc.value();
 }
 
-class TempDir {
+class TempDir : public testing::ScratchDir {
  public:
-  TempDir() {
-    path_ = fs::temp_directory_path() / ("attnflow_fault_files_" + std::to_string(getpid()) + "_" +
-                                          std::to_string(counter_++));
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string File(const std::string& name, const std::vector<uint8_t>& bytes) const {
-    const fs::path p = path_ / name;
-    std::ofstream(p, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()),
-                                             static_cast<std::streamsize>(bytes.size()));
-    return p.string();
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-  static inline int counter_ = 0;
+  TempDir() : ScratchDir("attnflow_fault_files") {}
 };
 
 // ------------------------------------------------------ safetensors rows --

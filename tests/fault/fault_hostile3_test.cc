@@ -46,6 +46,7 @@
 #include "attnflow/threading.h"
 #include "core/thread_start.h"
 #include "util/cli_util.h"
+#include "util/scratch_util.h"
 #include "util/minilm_util.h"
 
 namespace attnflow {
@@ -55,30 +56,11 @@ namespace fs = std::filesystem;
 
 // Address-space limits (ulimit -v, RLIMIT_AS) cannot work with the
 // sanitizers' shadow memory: those rows run in the plain build only.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr bool kSanitizer = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-constexpr bool kSanitizer = true;
-#else
-constexpr bool kSanitizer = false;
-#endif
-#else
-constexpr bool kSanitizer = false;
-#endif
+constexpr bool kSanitizer = testing::kAsan || testing::kTsan;
 
-std::string TempDir() {
-  char dir[] = "/tmp/attnflow_hostile3_XXXXXX";
-  if (::mkdtemp(dir) == nullptr) return "/tmp";
-  return dir;
-}
+using testing::WriteBytes;
 
-void WriteBytes(const std::string& path, const std::vector<uint8_t>& b) {
-  std::FILE* f = std::fopen(path.c_str(), "wb");
-  ASSERT_NE(f, nullptr) << path;
-  ASSERT_EQ(std::fwrite(b.data(), 1, b.size(), f), b.size());
-  std::fclose(f);
-}
+std::string TempDir() { return testing::MakeTempDir("attnflow_hostile3"); }
 
 std::vector<uint8_t> ReadBytes(const std::string& path) {
   std::ifstream f(path, std::ios::binary);

@@ -30,6 +30,7 @@
 #include "model/llama/chat_template.h"
 #include "model/llama/llama_model.h"
 #include "util/cli_util.h"
+#include "util/scratch_util.h"
 #include "util/minilm_util.h"
 #include <nlohmann/json.hpp>
 
@@ -40,30 +41,10 @@ namespace fs = std::filesystem;
 
 // Address-space limits (ulimit -v) cannot work with AddressSanitizer's
 // shadow memory: those rows run in the plain build only.
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kAsan = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-constexpr bool kAsan = true;
-#else
-constexpr bool kAsan = false;
-#endif
-#else
-constexpr bool kAsan = false;
-#endif
+using testing::kAsan;
+using testing::WriteBytes;
 
-std::string TempDir() {
-  char dir[] = "/tmp/attnflow_hostile_XXXXXX";
-  if (::mkdtemp(dir) == nullptr) return "/tmp";
-  return dir;
-}
-
-void WriteBytes(const std::string& path, const std::vector<uint8_t>& b) {
-  std::FILE* f = std::fopen(path.c_str(), "wb");
-  ASSERT_NE(f, nullptr);
-  ASSERT_EQ(std::fwrite(b.data(), 1, b.size(), f), b.size());
-  std::fclose(f);
-}
+std::string TempDir() { return testing::MakeTempDir("attnflow_hostile"); }
 
 // F12: the model is loaded, then the file is truncated under it, then the
 // weights are read. Rule (file_util.h, FileBytes): exit code 2 and a message
@@ -124,6 +105,24 @@ std::string DoubledString(const std::string& var, int times) {
   return src;
 }
 
+using Chat = std::vector<std::pair<std::string, std::string>>;
+
+// Renders `msgs` through `t` and expects a kResourceExhausted whose message
+// names `budget`.
+void ExpectOverBudget(const llama::ChatTemplate& t, const Chat& msgs, const char* budget) {
+  auto r = t.Render(msgs, false);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(r.status().message().find(budget), std::string::npos) << r.status().message();
+}
+
+// The same for the template source `src`, which must parse.
+void ExpectOverBudget(const std::string& src, const Chat& msgs, const char* budget) {
+  auto t = llama::ChatTemplate::Parse(src);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  ExpectOverBudget(*t, msgs, budget);
+}
+
 // F13: 21 nested loops over 2 messages take 2^21 iterations: more than the
 // step budget (chat_template.h), a kResourceExhausted naming the budget.
 TEST(FaultHostile, NestedLoopsHitTheStepBudget) {
@@ -131,37 +130,38 @@ TEST(FaultHostile, NestedLoopsHitTheStepBudget) {
   for (int i = 0; i < 21; ++i) src += "{% for m" + std::to_string(i) + " in messages %}";
   src += "x";
   for (int i = 0; i < 21; ++i) src += "{% endfor %}";
-  auto t = llama::ChatTemplate::Parse(src);
-  ASSERT_TRUE(t.ok()) << t.status().ToString();
-  auto r = t->Render({{"user", "a"}, {"assistant", "b"}}, false);
-  ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted);
-  EXPECT_NE(r.status().message().find("step budget"), std::string::npos) << r.status().message();
+  ExpectOverBudget(src, {{"user", "a"}, {"assistant", "b"}}, "step budget");
 }
 
 // F13: doubling a string 26 times gives 128 MiB, far above the byte budget.
 TEST(FaultHostile, StringDoublingHitsTheByteBudget) {
   std::string src = DoubledString("s", 26);
   src += "{{ s }}";
-  auto t = llama::ChatTemplate::Parse(src);
-  ASSERT_TRUE(t.ok()) << t.status().ToString();
-  auto r = t->Render({{"user", "a"}}, false);
-  ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted);
-  EXPECT_NE(r.status().message().find("budget"), std::string::npos) << r.status().message();
+  ExpectOverBudget(src, {{"user", "a"}}, "budget");
+}
+
+// The ChatML loop of SmolLM2's template, with or without the generation prompt.
+constexpr const char* kChatMl =
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + "
+    "message['content'] + '<|im_end|>' + '\n'}}{% endfor %}";
+
+// `turns` messages of `bytes` 'w' each, user and assistant in turn.
+Chat LongChat(int turns, size_t bytes) {
+  Chat msgs;
+  for (int i = 0; i < turns; ++i) {
+    msgs.push_back({i % 2 ? "assistant" : "user", std::string(bytes, 'w')});
+  }
+  return msgs;
 }
 
 // A real-sized chat (200 turns through a ChatML-like template) stays well
 // inside the budget.
 TEST(FaultHostile, LongRealChatRendersWithinBudget) {
   auto t = llama::ChatTemplate::Parse(
-      "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + "
-      "message['content'] + '<|im_end|>' + '\n'}}{% endfor %}"
+      std::string(kChatMl) +
       "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}");
   ASSERT_TRUE(t.ok()) << t.status().ToString();
-  std::vector<std::pair<std::string, std::string>> msgs;
-  for (int i = 0; i < 200; ++i) msgs.push_back({i % 2 ? "assistant" : "user", std::string(500, 'w')});
-  auto r = t->Render(msgs, true);
+  auto r = t->Render(LongChat(200, 500), true);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
 }
 
@@ -173,11 +173,7 @@ TEST(FaultHostile, ScanningALongStringCostsStepsByItsBytes) {
   src += "{% for m in messages %}{{ s[0] }}{% endfor %}";
   auto t = llama::ChatTemplate::Parse(src);
   ASSERT_TRUE(t.ok()) << t.status().ToString();
-  std::vector<std::pair<std::string, std::string>> msgs(64, {"user", "a"});
-  auto r = t->Render(msgs, false);
-  ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted);
-  EXPECT_NE(r.status().message().find("step budget"), std::string::npos) << r.status().message();
+  ExpectOverBudget(*t, Chat(64, {"user", "a"}), "step budget");
   // One lookup is fine.
   auto one = t->Render({{"user", "a"}}, false);
   ASSERT_TRUE(one.ok()) << one.status().ToString();
@@ -189,12 +185,7 @@ TEST(FaultHostile, ScanningALongStringCostsStepsByItsBytes) {
 TEST(FaultHostile, SubstringSearchIsChargedBeforeItRuns) {
   std::string src = DoubledString("s", 20) + DoubledString("n", 15);  // 2 MiB, 64 KiB
   src += "{% if n ~ 'c' in s %}found{% endif %}";
-  auto t = llama::ChatTemplate::Parse(src);
-  ASSERT_TRUE(t.ok()) << t.status().ToString();
-  auto r = t->Render({{"user", "a"}}, false);
-  ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted);
-  EXPECT_NE(r.status().message().find("step budget"), std::string::npos) << r.status().message();
+  ExpectOverBudget(src, {{"user", "a"}}, "step budget");
 }
 
 // Jinja 3.1.6 semantics (checked with jinja2: "[][][]"): a variable set in a
@@ -214,13 +205,9 @@ TEST(FaultHostile, LoopScopeIsFreshEveryIteration) {
 // (8 MiB) through a ChatML template copies each message ~5 times (~700k
 // steps by bytes alone) and still renders.
 TEST(FaultHostile, LongChatOfLongMessagesRendersWithinBudget) {
-  auto t = llama::ChatTemplate::Parse(
-      "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + "
-      "message['content'] + '<|im_end|>' + '\n'}}{% endfor %}");
+  auto t = llama::ChatTemplate::Parse(kChatMl);
   ASSERT_TRUE(t.ok()) << t.status().ToString();
-  std::vector<std::pair<std::string, std::string>> msgs;
-  for (int i = 0; i < 2000; ++i) msgs.push_back({i % 2 ? "assistant" : "user", std::string(4096, 'w')});
-  auto r = t->Render(msgs, false);
+  auto r = t->Render(LongChat(2000, 4096), false);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_GT(r->size(), size_t{2000} * 4096);
 }

@@ -225,25 +225,21 @@ TEST(GoldenValidate, ErrorsNameFileTensorAndField) {
   auto m = good;
   m.erase("format");
   expect(LoadWithMeta(m), "metadata 'format': missing");
-  m = good;
-  m["format"] = "attnflow-golden/9";
-  expect(LoadWithMeta(m), "not supported");
-  m = good;
-  m["kind"] = "conv";
-  expect(LoadWithMeta(m), "metadata 'kind'");
-  m = good;
-  m["causal"] = "upper";
-  expect(LoadWithMeta(m), "metadata 'causal'");
-  m = good;
-  m["scale"] = "abc";
-  expect(LoadWithMeta(m), "metadata 'scale'");
-  m = good;
-  m["atol"] = "-1";
-  expect(LoadWithMeta(m), "metadata 'atol'");
+  // One field of the good metadata changed: the error it must name.
+  struct Bad {
+    const char *key, *value, *needle;
+  };
+  for (const Bad& bad : {Bad{"format", "attnflow-golden/9", "not supported"},
+                         Bad{"kind", "conv", "metadata 'kind'"},
+                         Bad{"causal", "upper", "metadata 'causal'"},
+                         Bad{"scale", "abc", "metadata 'scale'"},
+                         Bad{"atol", "-1", "metadata 'atol'"}, Bad{"kind", "mha", "num_heads"}}) {
+    SCOPED_TRACE(std::string(bad.key) + "=" + bad.value);
+    m = good;
+    m[bad.key] = bad.value;
+    expect(LoadWithMeta(m), bad.needle);
+  }
   expect(LoadWithMeta(good, {"k"}), "tensor 'k': missing");
-  m = good;
-  m["kind"] = "mha";
-  expect(LoadWithMeta(m), "num_heads");
 }
 
 TEST(GoldenValidate, InconsistentShapesAreReported) {

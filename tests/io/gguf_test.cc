@@ -58,29 +58,21 @@ std::vector<uint8_t> MakeSample(uint32_t alignment = 32) {
   g.AddStringArray("test.strings", {"a", "", "ü😀"});
   g.AddI32Array("test.ints", {1, -2, 3});
   {
-    std::vector<uint8_t> v;
-    Append<uint8_t>(v, 200);
-    g.AddRaw("test.u8", GgufType::kU8, v);
-    v.clear();
-    Append<int8_t>(v, -100);
-    g.AddRaw("test.i8", GgufType::kI8, v);
-    v.clear();
-    Append<uint16_t>(v, 65000);
-    g.AddRaw("test.u16", GgufType::kU16, v);
-    v.clear();
-    Append<int16_t>(v, -30000);
-    g.AddRaw("test.i16", GgufType::kI16, v);
-    v.clear();
-    Append<uint64_t>(v, 1ull << 40);
-    g.AddRaw("test.u64", GgufType::kU64, v);
-    v.clear();
-    Append<int64_t>(v, -(1ll << 40));
-    g.AddRaw("test.i64", GgufType::kI64, v);
-    v.clear();
-    Append<double>(v, 2.25);
-    g.AddRaw("test.f64", GgufType::kF64, v);
+    // One value of each remaining scalar type, as its little-endian bytes.
+    auto scalar = [&g](const char* key, GgufType type, auto value) {
+      std::vector<uint8_t> v;
+      Append(v, value);
+      g.AddRaw(key, type, v);
+    };
+    scalar("test.u8", GgufType::kU8, uint8_t{200});
+    scalar("test.i8", GgufType::kI8, int8_t{-100});
+    scalar("test.u16", GgufType::kU16, uint16_t{65000});
+    scalar("test.i16", GgufType::kI16, int16_t{-30000});
+    scalar("test.u64", GgufType::kU64, uint64_t{1} << 40);
+    scalar("test.i64", GgufType::kI64, -(int64_t{1} << 40));
+    scalar("test.f64", GgufType::kF64, 2.25);
     // array of arrays of u8: [[1,2],[3]]
-    v.clear();
+    std::vector<uint8_t> v;
     Append<uint32_t>(v, static_cast<uint32_t>(GgufType::kArray));
     Append<uint64_t>(v, 2);
     Append<uint32_t>(v, static_cast<uint32_t>(GgufType::kU8));

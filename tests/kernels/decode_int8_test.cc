@@ -91,15 +91,8 @@ Inputs Dequantised(const S8Cache& m) {
   int64_t max_n = 0;
   for (int64_t b = 0; b < c.B; ++b) max_n = std::max(max_n, Visible(c.lengths[b], c.window));
   Inputs in;
-  in.s.B = c.B;
-  in.s.H = c.H;
-  in.s.Hkv = c.Hkv;
-  in.s.Lq = 1;
-  in.s.Lk = max_n;
-  in.s.D = c.D;
-  in.s.Dv = c.Dv;
-  in.s.scale = c.scale;
-  in.s.kv = DType::kF64;
+  in.s = {.B = c.B, .H = c.H, .Hkv = c.Hkv, .Lq = 1, .Lk = max_n, .D = c.D, .Dv = c.Dv,
+          .kv = DType::kF64, .scale = c.scale};
   in.q_store = Tensor::FromView(m.q.view()).value();
   in.k_store = testing::Zeros(DType::kF64, {c.B, c.Hkv, max_n, c.D});
   in.v_store = testing::Zeros(DType::kF64, {c.B, c.Hkv, max_n, c.Dv});
@@ -153,10 +146,14 @@ S8Run RunS8(const S8Cache& m, ThreadPool* pool = nullptr, int64_t split_kv = 0) 
   return r;
 }
 
-void CheckS8(const S8Case& c, ThreadPool* pool = nullptr, int64_t split_kv = 0) {
+// Runs c and checks it against the float64 reference; the SIMD target it ran
+// on goes to `*target` when given.
+void CheckS8(const S8Case& c, ThreadPool* pool = nullptr, int64_t split_kv = 0,
+             std::string* target = nullptr) {
   const S8Cache m = MakeCache(c);
   const S8Run r = RunS8(m, pool, split_kv);
   ASSERT_TRUE(r.status.ok()) << r.status.ToString() << " " << c.Name();
+  if (target != nullptr) *target = r.choice.simd_target;
   const Inputs in = Dequantised(m);
   CheckOutputs(r.o, NaiveF32(in), Reference(in), c.Name() + " " + r.choice.ToString());
 }
@@ -171,15 +168,8 @@ TEST(DecodeS8, ShapesAgainstFloat64Reference) {
   uint64_t seed = 100;
   for (const Shape1& sh : shapes) {
     for (int64_t len : {0, 1, 5, 37, 700}) {
-      S8Case c;
-      c.H = sh.H;
-      c.Hkv = sh.Hkv;
-      c.D = sh.D;
-      c.Dv = sh.Dv;
-      c.cap = 700;
-      c.lengths = {len};
-      c.seed = ++seed;
-      CheckS8(c);
+      CheckS8({.H = sh.H, .Hkv = sh.Hkv, .D = sh.D, .Dv = sh.Dv, .cap = 700, .lengths = {len},
+               .seed = ++seed});
     }
   }
 }
@@ -190,17 +180,10 @@ TEST(DecodeS8, GqaBatchAndSplits) {
   uint64_t seed = 200;
   for (int64_t G : {1, 2, 4, 8}) {
     for (int64_t split : {0, 16, 100}) {
-      S8Case c;
-      c.B = 3;
-      c.Hkv = 2;
-      c.H = 2 * G;
-      c.D = 64;
-      c.Dv = 32;
-      c.cap = 1500;
-      c.lengths = {1500, 0, 613};
-      c.scale = G == 4 ? 0.3 : std::numeric_limits<double>::quiet_NaN();
-      c.seed = ++seed;
-      CheckS8(c, nullptr, split);
+      CheckS8({.B = 3, .H = 2 * G, .Hkv = 2, .D = 64, .Dv = 32, .cap = 1500,
+               .lengths = {1500, 0, 613},
+               .scale = G == 4 ? 0.3 : std::numeric_limits<double>::quiet_NaN(), .seed = ++seed},
+              nullptr, split);
     }
   }
 }
@@ -219,43 +202,19 @@ TEST(DecodeS8, WindowsAndRingWrap) {
   uint64_t seed = 300;
   for (const W& w : cases) {
     for (int64_t split : {0, 32}) {
-      S8Case c;
-      c.H = 4;
-      c.Hkv = 2;
-      c.D = 24;
-      c.Dv = 20;
-      c.cap = w.cap;
-      c.window = w.window;
-      c.lengths = {w.length};
-      c.seed = ++seed;
-      CheckS8(c, nullptr, split);
+      CheckS8({.H = 4, .Hkv = 2, .D = 24, .Dv = 20, .cap = w.cap, .window = w.window,
+               .lengths = {w.length}, .seed = ++seed},
+              nullptr, split);
     }
   }
   // Sequences of one batch at different points of their rings.
-  S8Case c;
-  c.B = 4;
-  c.H = 8;
-  c.Hkv = 4;
-  c.D = 48;
-  c.Dv = 48;
-  c.cap = 300;
-  c.window = 200;
-  c.lengths = {0, 150, 299, 1234};
-  c.seed = 399;
-  CheckS8(c);
+  CheckS8({.B = 4, .H = 8, .Hkv = 4, .D = 48, .Dv = 48, .cap = 300, .window = 200,
+           .lengths = {0, 150, 299, 1234}, .seed = 399});
 }
 
 // A long cache: several automatic splits, every tile full.
 TEST(DecodeS8, LongCache) {
-  S8Case c;
-  c.H = 8;
-  c.Hkv = 2;
-  c.D = 128;
-  c.Dv = 128;
-  c.cap = 9000;
-  c.lengths = {9000};
-  c.seed = 401;
-  CheckS8(c);
+  CheckS8({.H = 8, .Hkv = 2, .D = 128, .Dv = 128, .cap = 9000, .lengths = {9000}, .seed = 401});
 }
 
 TEST(DecodeS8, EverySupportedTarget) {
@@ -266,22 +225,11 @@ TEST(DecodeS8, EverySupportedTarget) {
     uint64_t seed = 500 + static_cast<uint64_t>(bit) * 10;
     for (auto [D, Dv, G] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
              {64, 64, 1}, {128, 128, 4}, {9, 13, 2}, {32, 3, 8}}) {
-      S8Case c;
-      c.B = 2;
-      c.Hkv = 2;
-      c.H = 2 * G;
-      c.D = D;
-      c.Dv = Dv;
-      c.cap = 300;
-      c.window = 250;
-      c.lengths = {777, 41};
-      c.seed = ++seed;
-      const S8Cache m = MakeCache(c);
-      const S8Run r = RunS8(m, nullptr, 64);
-      ASSERT_TRUE(r.status.ok()) << r.status.ToString();
-      ran.insert(r.choice.simd_target);
-      const Inputs in = Dequantised(m);
-      CheckOutputs(r.o, NaiveF32(in), Reference(in), c.Name() + " " + r.choice.ToString());
+      std::string target;
+      ASSERT_NO_FATAL_FAILURE(CheckS8({.B = 2, .H = 2 * G, .Hkv = 2, .D = D, .Dv = Dv, .cap = 300,
+                                       .window = 250, .lengths = {777, 41}, .seed = ++seed},
+                                      nullptr, 64, &target));
+      ran.insert(target);
     }
   });
   g_error_factor = 2.0;
@@ -294,16 +242,8 @@ TEST(DecodeS8, BitIdenticalAcrossThreadCounts) {
   uint64_t seed = 600;
   for (auto [G, D, split] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
            {1, 64, 0}, {4, 128, 0}, {4, 33, 64}, {8, 16, 16}}) {
-    S8Case c;
-    c.B = 3;
-    c.Hkv = 2;
-    c.H = 2 * G;
-    c.D = D;
-    c.Dv = D;
-    c.cap = 3000;
-    c.window = 2900;
-    c.lengths = {3000, 517, 4100};
-    c.seed = ++seed;
+    const S8Case c{.B = 3, .H = 2 * G, .Hkv = 2, .D = D, .Dv = D, .cap = 3000, .window = 2900,
+                   .lengths = {3000, 517, 4100}, .seed = ++seed};
     const S8Cache m = MakeCache(c);
     std::vector<Outputs> runs;
     for (ThreadPool* p : {&p1, &p2, &p7}) {
@@ -312,26 +252,14 @@ TEST(DecodeS8, BitIdenticalAcrossThreadCounts) {
       EXPECT_GT(r.choice.num_tasks, 7) << r.choice.ToString();
       runs.push_back(std::move(r.o));
     }
-    for (size_t i = 1; i < runs.size(); ++i) {
-      EXPECT_EQ(std::memcmp(runs[0].out.data<float>(), runs[i].out.data<float>(),
-                            runs[0].out.nbytes()), 0) << c.Name();
-      EXPECT_EQ(std::memcmp(runs[0].lse.data<float>(), runs[i].lse.data<float>(),
-                            runs[0].lse.nbytes()), 0) << c.Name();
-    }
+    ExpectBitIdentical(runs, c.Name());
   }
 }
 
 // Strided q and out (row pitch larger than D / Dv), absent lse.
 TEST(DecodeS8, StridedViewsAndNoLse) {
-  S8Case c;
-  c.B = 2;
-  c.H = 4;
-  c.Hkv = 2;
-  c.D = 40;
-  c.Dv = 24;
-  c.cap = 200;
-  c.lengths = {200, 77};
-  c.seed = 700;
+  const S8Case c{.B = 2, .H = 4, .Hkv = 2, .D = 40, .Dv = 24, .cap = 200, .lengths = {200, 77},
+                 .seed = 700};
   const S8Cache m = MakeCache(c);
   const S8Run ref = RunS8(m);
   ASSERT_TRUE(ref.status.ok());
@@ -354,15 +282,8 @@ TEST(DecodeS8, StridedViewsAndNoLse) {
 // double path and matches the reference's non-finite rules and values.
 TEST(DecodeS8, NonFiniteAndHugeQueries) {
   for (float bad : {NAN, INFINITY, -INFINITY, 1e30f, 3e38f}) {
-    S8Case c;
-    c.B = 2;
-    c.H = 4;
-    c.Hkv = 2;
-    c.D = 16;
-    c.Dv = 16;
-    c.cap = 100;
-    c.lengths = {60, 100};
-    c.seed = 800;
+    const S8Case c{.B = 2, .H = 4, .Hkv = 2, .D = 16, .Dv = 16, .cap = 100, .lengths = {60, 100},
+                   .seed = 800};
     S8Cache m = MakeCache(c);
     m.q.data<float>()[(1 * c.H + 2) * c.D + 3] = bad;  // (b=1, h=2, d=3)
     if (bad == 1e30f) {  // a whole huge row: finite in double, overflows fp32 scores
@@ -388,15 +309,8 @@ void ExpectError(const Status& st, std::initializer_list<const char*> parts) {
 }
 
 TEST(DecodeS8, BadInputNamesTheOpAndTheShapes) {
-  S8Case c;
-  c.B = 2;
-  c.H = 4;
-  c.Hkv = 2;
-  c.D = 16;
-  c.Dv = 8;
-  c.cap = 32;
-  c.lengths = {10, 32};
-  S8Cache m = MakeCache(c);
+  S8Cache m =
+      MakeCache({.B = 2, .H = 4, .Hkv = 2, .D = 16, .Dv = 8, .cap = 32, .lengths = {10, 32}});
   Tensor out = testing::Zeros(DType::kF32, {2, 4, 1, 8});
   Tensor lse = testing::Zeros(DType::kF32, {2, 4, 1});
   auto run = [&](const TensorView& o, const TensorView& l, const TensorView& q,
@@ -512,12 +426,7 @@ TEST(DecodeS8, CacheWrittenByTheMicroLibrary) {
     // The oracle from the appended values, positions in order.
     const int n = window > 0 ? std::min(steps, window) : steps, first = steps - n;
     Inputs in;
-    in.s.H = H;
-    in.s.Hkv = Hkv;
-    in.s.Lk = n;
-    in.s.D = D;
-    in.s.Dv = Dv;
-    in.s.kv = DType::kF64;
+    in.s = {.H = H, .Hkv = Hkv, .Lk = n, .D = D, .Dv = Dv, .kv = DType::kF64};
     in.q_store = Tensor::FromView(q.view()).value();
     in.k_store = testing::Zeros(DType::kF64, {1, Hkv, n, D});
     in.v_store = testing::Zeros(DType::kF64, {1, Hkv, n, Dv});

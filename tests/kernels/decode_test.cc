@@ -27,44 +27,28 @@ TEST(Decode, SweepAgainstReference) {
 
 TEST(Decode, AutoDispatchForShortQueries) {
   for (int64_t Lq : {1, 2, 4, 5}) {
-    Spec s;
-    s.H = 8;
-    s.Hkv = 2;
-    s.Lq = Lq;
-    s.Lk = 700;
-    s.D = 64;
-    s.causal = Causal::kBottomRight;
-    s.seed = 40 + Lq;
-    const Inputs in = Make(s);
-    KernelRun k = RunKernel(in, {});
-    ASSERT_TRUE(k.status.ok());
+    const Inputs in =
+        Make({.H = 8, .Hkv = 2, .Lq = Lq, .Lk = 700, .D = 64, .causal = Causal::kBottomRight,
+              .seed = static_cast<uint64_t>(40 + Lq)});
+    KernelRun k;
+    ASSERT_NO_FATAL_FAILURE(CheckRun(in, {}, NaiveF32(in), Reference(in), &k));
     EXPECT_EQ(k.choice.kernel, Lq <= kDecodeMaxQueryLen ? KernelKind::kSplitKvDecode
                                                         : KernelKind::kTiledPrefill)
         << k.choice.ToString();
-    const Outputs ref = Reference(in), naive = NaiveF32(in);
-    CheckOutputs(k.o, naive, ref, s.Name());
   }
 }
 
 TEST(Decode, ManySplitsAndGqaGroups) {
   for (auto [H, Hkv] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {4, 2}, {8, 1}, {8, 8}}) {
     for (DType kv : {DType::kF32, DType::kF16, DType::kBF16}) {
-      Spec s;
-      s.H = H;
-      s.Hkv = Hkv;
-      s.Lq = 1;
-      s.Lk = 3000;
-      s.D = H == 8 && Hkv == 8 ? 128 : 64;
-      s.kv = kv;
-      s.causal = Causal::kBottomRight;
-      s.seed = 50 + H + Hkv;
-      const Inputs in = Make(s);
-      KernelRun k = RunKernel(in, {});
-      ASSERT_TRUE(k.status.ok());
+      const Inputs in =
+          Make({.H = H, .Hkv = Hkv, .Lq = 1, .Lk = 3000, .D = H == 8 && Hkv == 8 ? 128 : 64,
+                .kv = kv, .causal = Causal::kBottomRight,
+                .seed = static_cast<uint64_t>(50 + H + Hkv)});
+      KernelRun k;
+      ASSERT_NO_FATAL_FAILURE(CheckRun(in, {}, NaiveF32(in), Reference(in), &k));
       EXPECT_EQ(k.choice.kernel, KernelKind::kSplitKvDecode);
       EXPECT_GT(k.choice.num_splits, 1) << k.choice.ToString();
-      const Outputs ref = Reference(in), naive = NaiveF32(in);
-      CheckOutputs(k.o, naive, ref, s.Name());
     }
   }
 }
@@ -91,18 +75,11 @@ TEST(Decode, GqaRowChunksAgainstReference) {
   };
   uint64_t seed = 300;
   for (const Case& c : cases) {
-    Spec s;
-    s.B = 2;
-    s.H = c.H;
-    s.Hkv = c.Hkv;
-    s.Lq = c.Lq;
-    s.Lk = 1337;  // tiles end mid 4-key block: the scalar key tail runs too
-    s.D = c.D;
-    s.kv = c.kv;
-    s.causal = c.causal;
-    s.kv_lens = {1337, c.causal == Causal::kTopLeft ? 1 : 901};
-    s.seed = seed++;
-    CheckCase(s, KernelKind::kSplitKvDecode);
+    // Lk 1337: tiles end mid 4-key block, so the scalar key tail runs too.
+    CheckCase({.B = 2, .H = c.H, .Hkv = c.Hkv, .Lq = c.Lq, .Lk = 1337, .D = c.D, .kv = c.kv,
+               .causal = c.causal, .kv_lens = {1337, c.causal == Causal::kTopLeft ? 1 : 901},
+               .seed = seed++},
+              KernelKind::kSplitKvDecode);
   }
 }
 
@@ -113,6 +90,10 @@ struct SplitCase {
   int64_t tile, split;  // KernelOptions tile_kv, split_kv
   Inputs in;
   Outputs ref, naive;
+
+  SplitCase(const Spec& spec, int64_t tile_kv, int64_t split_kv)
+      : s(spec), tile(tile_kv), split(split_kv), in(Make(spec)), ref(Reference(in)),
+        naive(NaiveF32(in)) {}
 };
 
 // Runs c once on each pool: 3 splits every time, the output against the
@@ -120,16 +101,10 @@ struct SplitCase {
 void CheckThreeSplitsOnPools(const SplitCase& c, std::initializer_list<ThreadPool*> pools) {
   SCOPED_TRACE(c.s.Name());
   std::vector<KernelRun> runs;
-  for (ThreadPool* p : pools) {
-    KernelOptions kopt;
-    kopt.pool = p;
-    kopt.force = KernelKind::kSplitKvDecode;
-    kopt.tile_kv = c.tile;
-    kopt.split_kv = c.split;
-    runs.push_back(RunKernel(c.in, kopt));
-    ASSERT_TRUE(runs.back().status.ok()) << runs.back().status.ToString();
-    ASSERT_EQ(runs.back().choice.num_splits, 3) << runs.back().choice.ToString();
-  }
+  ASSERT_NO_FATAL_FAILURE(RunOnPools(
+      c.in, {.force = KernelKind::kSplitKvDecode, .tile_kv = c.tile, .split_kv = c.split}, pools,
+      &runs));
+  for (const KernelRun& r : runs) ASSERT_EQ(r.choice.num_splits, 3) << r.choice.ToString();
   CheckOutputs(runs[0].o, c.naive, c.ref, c.s.Name());
   ExpectBitIdentical(runs);
 }
@@ -148,21 +123,12 @@ TEST(Decode, PrefetchedTilesAndRowChunksAgainstReferenceAndThreadCounts) {
   uint64_t seed = 700;
   for (int64_t G : {2, 4, 8}) {
     for (DType kv : {DType::kF32, DType::kF16, DType::kBF16}) {
-      Spec s;
-      s.B = 2;
-      s.Hkv = 2;
-      s.H = G * s.Hkv;
-      s.Lq = 1;
-      s.Lk = 1001;  // odd: the last tile ends mid key block
-      s.D = G == 4 ? 64 : 128;
-      s.kv = kv;
-      s.causal = Causal::kBottomRight;
-      s.kv_lens = {1001, 777};
-      s.seed = seed++;
-      Inputs in = Make(s);
-      Outputs ref = Reference(in), naive = NaiveF32(in);
-      // 9-10 tiles of 48 keys per split; 3 splits of 432 keys: 432, 432, 137.
-      cases.push_back({s, 48, 400, std::move(in), std::move(ref), std::move(naive)});
+      // Lk 1001 is odd: the last tile ends mid key block. 9-10 tiles of 48
+      // keys per split; 3 splits of 432 keys: 432, 432, 137.
+      cases.emplace_back(Spec{.B = 2, .H = G * 2, .Hkv = 2, .Lq = 1, .Lk = 1001,
+                              .D = G == 4 ? 64 : 128, .kv = kv, .causal = Causal::kBottomRight,
+                              .kv_lens = {1001, 777}, .seed = seed++},
+                         48, 400);
     }
   }
   const std::set<std::string> ran = testing::ForEachTarget([&] {
@@ -173,19 +139,10 @@ TEST(Decode, PrefetchedTilesAndRowChunksAgainstReferenceAndThreadCounts) {
   // K/V bytes above kDecodeAheadBytes (32 MiB): the one-tile look-ahead
   // prefetch is on (a prefetch cannot change a value; this checks that the
   // path runs and stays exact). Best target only; 3 splits of 5632 keys.
-  Spec s;
-  s.B = 1;
-  s.Hkv = 2;
-  s.H = 4;
-  s.Lq = 1;
-  s.Lk = 16501;  // 2 heads x 16501 keys x 256 values x 4 bytes = 33.8 MB
-  s.D = 128;
-  s.kv = DType::kF32;
-  s.causal = Causal::kBottomRight;
-  s.seed = seed++;
-  Inputs in = Make(s);
-  Outputs ref = Reference(in), naive = NaiveF32(in);
-  check({s, 256, 5600, std::move(in), std::move(ref), std::move(naive)});
+  // 2 heads x 16501 keys x 256 values x 4 bytes = 33.8 MB.
+  check(SplitCase(Spec{.B = 1, .H = 4, .Hkv = 2, .Lq = 1, .Lk = 16501, .D = 128,
+                       .kv = DType::kF32, .causal = Causal::kBottomRight, .seed = seed++},
+                  256, 5600));
 }
 
 // Calls with at most 2 query rows per kv head and at most 8 MiB of K/V run
@@ -202,20 +159,11 @@ TEST(Decode, NoPrefetchSmallGroupsAgainstReferenceAndThreadCounts) {
     for (DType kv : {DType::kF32, DType::kF16, DType::kBF16}) {
       for (int64_t D : {64, 128}) {
         if (D == 128 && kv != DType::kF16) continue;  // CI time: D = 128 once
-        Spec s;
-        s.B = 2;
-        s.Hkv = 2;
-        s.H = G * s.Hkv;
-        s.Lq = Lq;
-        s.Lk = 1001;  // odd: the last tile ends mid key block
-        s.D = D;
-        s.kv = kv;
-        s.causal = Causal::kBottomRight;
-        s.kv_lens = {1001, 640};
-        s.seed = seed++;
-        Inputs in = Make(s);
-        Outputs ref = Reference(in), naive = NaiveF32(in);
-        cases.push_back({s, 64, 400, std::move(in), std::move(ref), std::move(naive)});
+        // Lk 1001 is odd: the last tile ends mid key block.
+        cases.emplace_back(Spec{.B = 2, .H = G * 2, .Hkv = 2, .Lq = Lq, .Lk = 1001, .D = D,
+                                .kv = kv, .causal = Causal::kBottomRight,
+                                .kv_lens = {1001, 640}, .seed = seed++},
+                           64, 400);
       }
     }
   }
@@ -227,41 +175,22 @@ TEST(Decode, NoPrefetchSmallGroupsAgainstReferenceAndThreadCounts) {
 }
 
 TEST(Decode, SplitOverrideAndTinyTiles) {
-  Spec s;
-  s.H = 4;
-  s.Hkv = 1;
-  s.Lq = 3;
-  s.Lk = 777;
-  s.D = 40;
-  s.causal = Causal::kBottomRight;
-  s.wl = 300;
-  s.alibi = true;
-  s.seed = 60;
-  const Inputs in = Make(s);
+  const Inputs in = Make({.H = 4, .Hkv = 1, .Lq = 3, .Lk = 777, .D = 40,
+                          .causal = Causal::kBottomRight, .wl = 300, .alibi = true, .seed = 60});
   const Outputs ref = Reference(in), naive = NaiveF32(in);
   for (auto [split, tile] : std::vector<std::pair<int64_t, int64_t>>{{16, 16}, {100, 32}, {1, 1}, {5000, 512}}) {
-    KernelOptions kopt;
-    kopt.force = KernelKind::kSplitKvDecode;
-    kopt.split_kv = split;
-    kopt.tile_kv = tile;
-    KernelRun k = RunKernel(in, kopt);
-    ASSERT_TRUE(k.status.ok());
+    KernelRun k;
+    ASSERT_NO_FATAL_FAILURE(CheckRun(
+        in, {.force = KernelKind::kSplitKvDecode, .tile_kv = tile, .split_kv = split}, naive, ref,
+        &k));
     EXPECT_GE(k.choice.num_splits, 1);
-    CheckOutputs(k.o, naive, ref, s.Name());
   }
 }
 
 TEST(Decode, DeadRowsAndKvLens) {
-  Spec s;
-  s.B = 4;
-  s.H = 4;
-  s.Hkv = 2;
-  s.Lq = 2;
-  s.Lk = 1500;
-  s.D = 32;
-  s.kv_lens = {0, 1, 700, 1500};
-  s.causal = Causal::kTopLeft;  // rows 0,1 see keys <= 0 / <= 1
-  s.seed = 70;
+  // top_left: rows 0, 1 see keys <= 0 / <= 1.
+  Spec s{.B = 4, .H = 4, .Hkv = 2, .Lq = 2, .Lk = 1500, .D = 32, .causal = Causal::kTopLeft,
+         .kv_lens = {0, 1, 700, 1500}, .seed = 70};
   CheckCase(s, KernelKind::kSplitKvDecode);
   s.causal = Causal::kBottomRight;
   s.wl = 0;
@@ -277,19 +206,9 @@ TEST(Decode, DeadRowsAndKvLens) {
 // Decoding position t (Lq = 1, bottom_right over the first t+1 keys) equals row
 // t of the causal prefill of the whole sequence.
 void StepByStep(DType kv, int64_t H, int64_t Hkv, int64_t L, int64_t D, bool use_kv_lens) {
-  Spec s;
-  s.H = H;
-  s.Hkv = Hkv;
-  s.Lq = L;
-  s.Lk = L;
-  s.D = D;
-  s.kv = kv;
-  s.causal = Causal::kBottomRight;
-  s.seed = 80 + L;
-  const Inputs in = Make(s);
-  KernelOptions pf;
-  pf.force = KernelKind::kTiledPrefill;
-  KernelRun full = RunKernel(in, pf);
+  const Inputs in = Make({.H = H, .Hkv = Hkv, .Lq = L, .Lk = L, .D = D, .kv = kv,
+                          .causal = Causal::kBottomRight, .seed = static_cast<uint64_t>(80 + L)});
+  KernelRun full = RunKernel(in, {.force = KernelKind::kTiledPrefill});
   ASSERT_TRUE(full.status.ok());
   const Outputs ref = Reference(in);
   double max_diff = 0, max_ref_err = 0;
@@ -338,27 +257,17 @@ TEST(Decode, StepByStepEqualsPrefillRows) {
 TEST(Determinism, DecodeBitIdenticalAcrossThreadCounts) {
   ThreadPool p1(1), p2(2), p7(7);
   for (int variant = 0; variant < 4; ++variant) {
-    Spec s;
-    s.B = 2;
-    s.H = variant == 3 ? 16 : 8;
-    s.Hkv = variant == 1 ? 8 : 2;
-    s.Lq = variant == 2 ? 3 : 1;
-    s.Lk = 5000;
-    s.D = variant == 1 ? 96 : variant == 3 ? 128 : 64;
-    s.kv = variant == 0 || variant == 3 ? DType::kF16 : DType::kF32;
-    s.causal = Causal::kBottomRight;
-    s.kv_lens = {4000, 5000};
-    s.alibi = variant == 2;
-    s.seed = 90 + variant;
-    const Inputs in = Make(s);
+    const Spec s{.B = 2, .H = variant == 3 ? 16 : 8, .Hkv = variant == 1 ? 8 : 2,
+                 .Lq = variant == 2 ? 3 : 1, .Lk = 5000,
+                 .D = variant == 1 ? 96 : variant == 3 ? 128 : 64,
+                 .kv = variant == 0 || variant == 3 ? DType::kF16 : DType::kF32,
+                 .causal = Causal::kBottomRight, .kv_lens = {4000, 5000}, .alibi = variant == 2,
+                 .seed = static_cast<uint64_t>(90 + variant)};
     std::vector<KernelRun> runs;
-    for (ThreadPool* p : {&p1, &p2, &p7}) {
-      KernelOptions kopt;
-      kopt.pool = p;
-      runs.push_back(RunKernel(in, kopt));
-      ASSERT_TRUE(runs.back().status.ok());
-      EXPECT_EQ(runs.back().choice.kernel, KernelKind::kSplitKvDecode);
-      EXPECT_GT(runs.back().choice.num_splits, 1);
+    ASSERT_NO_FATAL_FAILURE(RunOnPools(Make(s), {}, {&p1, &p2, &p7}, &runs));
+    for (const KernelRun& r : runs) {
+      EXPECT_EQ(r.choice.kernel, KernelKind::kSplitKvDecode);
+      EXPECT_GT(r.choice.num_splits, 1);
     }
     ExpectBitIdentical(runs, s.Name());
   }
@@ -378,31 +287,18 @@ TEST(Decode, MergeOfManySplitsOddDvAgainstReferenceAndThreadCounts) {
   for (const Case& c : std::vector<Case>{{32, 13, DType::kBF16, true},
                                          {72, 72, DType::kF16, false},
                                          {64, 64, DType::kF32, true}}) {
-    Spec s;
-    s.B = 2;
-    s.H = 6;
-    s.Hkv = 2;
-    s.Lq = 1;
-    s.Lk = 1000;
-    s.D = c.D;
-    s.Dv = c.Dv;
-    s.kv = c.kv;
-    s.causal = Causal::kBottomRight;
-    s.kv_lens = {1000, 333};
-    s.seed = seed++;
+    const Spec s{.B = 2, .H = 6, .Hkv = 2, .Lq = 1, .Lk = 1000, .D = c.D, .Dv = c.Dv,
+                 .kv = c.kv, .causal = Causal::kBottomRight, .kv_lens = {1000, 333},
+                 .seed = seed++};
     const Inputs in = Make(s);
     const Outputs ref = Reference(in), naive = NaiveF32(in);
     std::vector<KernelRun> runs;
-    for (ThreadPool* p : {&p1, &p2, &p7}) {
-      KernelOptions kopt;
-      kopt.pool = p;
-      kopt.force = KernelKind::kSplitKvDecode;
-      kopt.split_kv = 64;
-      kopt.tile_kv = 32;
-      runs.push_back(RunKernel(in, kopt, c.strided_out));
-      ASSERT_TRUE(runs.back().status.ok()) << runs.back().status.message();
-      EXPECT_EQ(runs.back().choice.num_splits, 16) << s.Name();
-      CheckOutputs(runs.back().o, naive, ref, s.Name());
+    ASSERT_NO_FATAL_FAILURE(RunOnPools(
+        in, {.force = KernelKind::kSplitKvDecode, .tile_kv = 32, .split_kv = 64}, {&p1, &p2, &p7},
+        &runs, c.strided_out));
+    for (const KernelRun& r : runs) {
+      EXPECT_EQ(r.choice.num_splits, 16) << s.Name();
+      CheckOutputs(r.o, naive, ref, s.Name());
     }
     ExpectBitIdentical(runs, s.Name());
   }
@@ -424,42 +320,25 @@ TEST(Dispatch, TinyCallsRunOnTheCallingThread) {
                                          {9, 3, 1, 200, 64, DType::kF16, true},
                                          {6, 2, 3, 50, 24, DType::kBF16, true},
                                          {8, 8, 16, 17, 64, DType::kF32, false}}) {
-    Spec s;
-    s.H = c.H;
-    s.Hkv = c.Hkv;
-    s.Lq = c.Lq;
-    s.Lk = c.Lk;
-    s.D = c.D;
-    s.kv = c.kv;
-    s.causal = Causal::kBottomRight;
-    s.seed = seed++;
+    const Spec s{.H = c.H, .Hkv = c.Hkv, .Lq = c.Lq, .Lk = c.Lk, .D = c.D, .kv = c.kv,
+                 .causal = Causal::kBottomRight, .seed = seed++};
     const Inputs in = Make(s);
     const Outputs ref = Reference(in), naive = NaiveF32(in);
     std::vector<KernelRun> runs;
-    for (ThreadPool* p : {&p1, &p2, &p7}) {
-      KernelOptions kopt;
-      kopt.pool = p;
-      runs.push_back(RunKernel(in, kopt));
-      ASSERT_TRUE(runs.back().status.ok()) << runs.back().status.message();
-      EXPECT_EQ(runs.back().choice.reason.find("calling thread") != std::string::npos, c.tiny)
-          << s.Name() << ": " << runs.back().choice.reason;
-      CheckOutputs(runs.back().o, naive, ref, s.Name());
+    ASSERT_NO_FATAL_FAILURE(RunOnPools(in, {}, {&p1, &p2, &p7}, &runs));
+    for (const KernelRun& r : runs) {
+      EXPECT_EQ(r.choice.reason.find("calling thread") != std::string::npos, c.tiny)
+          << s.Name() << ": " << r.choice.reason;
+      CheckOutputs(r.o, naive, ref, s.Name());
     }
     ExpectBitIdentical(runs, s.Name());
   }
 }
 
 TEST(Decode, ForcedDecodeRejectsHugeGroups) {
-  Spec s;
-  s.H = 64;
-  s.Hkv = 1;
-  s.Lq = 100;  // 6400 rows per kv head
-  s.Lk = 3;
-  s.D = 4;
-  const Inputs in = Make(s);
-  KernelOptions kopt;
-  kopt.force = KernelKind::kSplitKvDecode;
-  KernelRun k = RunKernel(in, kopt);
+  // 6400 rows per kv head.
+  const Inputs in = Make({.H = 64, .Hkv = 1, .Lq = 100, .Lk = 3, .D = 4});
+  KernelRun k = RunKernel(in, {.force = KernelKind::kSplitKvDecode});
   EXPECT_EQ(k.status.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(k.status.message().find("split_kv_decode"), std::string::npos) << k.status.message();
 }

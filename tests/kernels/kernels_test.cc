@@ -56,30 +56,18 @@ TEST(Prefill, SweepAgainstReference) {
 
 TEST(Prefill, EveryHeadDim) {
   for (int64_t D : {1, 2, 3, 5, 8, 13, 16, 17, 31, 33, 64, 80, 96, 100, 128, 200, 255, 256}) {
-    Spec s;
-    s.H = 2;
-    s.Hkv = 1;
-    s.Lq = 65;
-    s.Lk = 70;
-    s.D = D;
-    s.causal = Causal::kBottomRight;
-    s.seed = 100 + D;
-    CheckCase(s, KernelKind::kTiledPrefill);
+    CheckCase({.H = 2, .Hkv = 1, .Lq = 65, .Lk = 70, .D = D, .causal = Causal::kBottomRight,
+               .seed = static_cast<uint64_t>(100 + D)},
+              KernelKind::kTiledPrefill);
   }
 }
 
 TEST(Prefill, GqaRatiosAndMqa) {
   for (auto [H, Hkv] : std::vector<std::pair<int64_t, int64_t>>{
            {4, 4}, {4, 2}, {8, 2}, {8, 1}, {16, 2}, {6, 2}, {96, 1}}) {
-    Spec s;
-    s.H = H;
-    s.Hkv = Hkv;
-    s.Lq = H >= 16 ? 9 : 70;
-    s.Lk = 130;
-    s.D = 64;
-    s.causal = Causal::kTopLeft;
-    s.seed = 200 + H * 10 + Hkv;
-    CheckCase(s, KernelKind::kTiledPrefill);
+    CheckCase({.H = H, .Hkv = Hkv, .Lq = H >= 16 ? 9 : 70, .Lk = 130, .D = 64,
+               .causal = Causal::kTopLeft, .seed = static_cast<uint64_t>(200 + H * 10 + Hkv)},
+              KernelKind::kTiledPrefill);
   }
 }
 
@@ -87,31 +75,18 @@ TEST(Prefill, CausalAlignmentsAndWindows) {
   for (Causal c : {Causal::kTopLeft, Causal::kBottomRight}) {
     for (auto [Lq, Lk] : std::vector<std::pair<int64_t, int64_t>>{{50, 300}, {300, 50}, {129, 129}}) {
       for (auto [wl, wr] : std::vector<std::pair<int64_t, int64_t>>{{-1, -1}, {16, -1}, {0, 0}, {70, 3}, {-1, 5}}) {
-        Spec s;
-        s.H = 2;
-        s.Lq = Lq;
-        s.Lk = Lk;
-        s.D = 32;
-        s.causal = c;
-        s.wl = wl;
-        s.wr = wr;
-        s.seed = 300 + Lq + wl * 3 + wr;
-        CheckCase(s, KernelKind::kTiledPrefill);
+        CheckCase({.H = 2, .Lq = Lq, .Lk = Lk, .D = 32, .causal = c, .wl = wl, .wr = wr,
+                   .seed = static_cast<uint64_t>(300 + Lq + wl * 3 + wr)},
+                  KernelKind::kTiledPrefill);
       }
     }
   }
 }
 
 TEST(Prefill, DeadRowsKvLensZeroAndAllMasked) {
-  Spec s;
-  s.B = 3;
-  s.H = 2;
-  s.Lq = 70;
-  s.Lk = 40;
-  s.D = 16;
-  s.causal = Causal::kBottomRight;  // first 30 rows see nothing
-  s.kv_lens = {0, 17, 40};
-  s.seed = 400;
+  // bottom_right with Lq 70 > Lk 40: the first 30 rows see nothing.
+  const Spec s{.B = 3, .H = 2, .Lq = 70, .Lk = 40, .D = 16, .causal = Causal::kBottomRight,
+               .kv_lens = {0, 17, 40}, .seed = 400};
   CheckCase(s, KernelKind::kTiledPrefill);
   // A bool mask that is all false for every row: all dead.
   Spec t = s;
@@ -120,23 +95,15 @@ TEST(Prefill, DeadRowsKvLensZeroAndAllMasked) {
   Inputs in = Make(t);
   in.mask = Zeros(DType::kBool, {t.Lq, t.Lk});
   in.opt.attn_mask = in.mask.view();
-  KernelOptions kopt;
-  kopt.force = KernelKind::kTiledPrefill;
-  KernelRun k = RunKernel(in, kopt);
+  KernelRun k = RunKernel(in, {.force = KernelKind::kTiledPrefill});
   ASSERT_TRUE(k.status.ok());
   for (int64_t e = 0; e < k.o.out.numel(); ++e) ASSERT_EQ(k.o.out.data<float>()[e], 0.0f);
   for (int64_t e = 0; e < k.o.lse.numel(); ++e) ASSERT_EQ(k.o.lse.data<float>()[e], -INFINITY);
 }
 
 TEST(Prefill, LongSequenceD64) {
-  Spec s;
-  s.H = 2;
-  s.Lq = 400;
-  s.Lk = 400;
-  s.D = 64;
-  s.kv = DType::kF16;
-  s.causal = Causal::kTopLeft;
-  s.seed = 500;
+  Spec s{.H = 2, .Lq = 400, .Lk = 400, .D = 64, .kv = DType::kF16, .causal = Causal::kTopLeft,
+         .seed = 500};
   CheckCase(s, KernelKind::kTiledPrefill, /*strided_out=*/true);
   s.causal = Causal::kNone;
   s.kv = DType::kF32;
@@ -145,42 +112,23 @@ TEST(Prefill, LongSequenceD64) {
 }
 
 TEST(Prefill, TileOverridesStayCorrect) {
-  Spec s;
-  s.H = 4;
-  s.Hkv = 2;
-  s.Lq = 100;
-  s.Lk = 150;
-  s.D = 48;
-  s.causal = Causal::kBottomRight;
-  s.seed = 600;
-  const Inputs in = Make(s);
-  const Outputs ref = Reference(in);
-  const Outputs naive = NaiveF32(in);
+  const Inputs in = Make({.H = 4, .Hkv = 2, .Lq = 100, .Lk = 150, .D = 48,
+                          .causal = Causal::kBottomRight, .seed = 600});
+  const Outputs ref = Reference(in), naive = NaiveF32(in);
   for (auto [tq, tkv] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {16, 16}, {40, 50}, {256, 512}}) {
-    KernelOptions kopt;
-    kopt.force = KernelKind::kTiledPrefill;
-    kopt.tile_q = tq;
-    kopt.tile_kv = tkv;
-    KernelRun k = RunKernel(in, kopt);
-    ASSERT_TRUE(k.status.ok());
+    KernelRun k;
+    ASSERT_NO_FATAL_FAILURE(CheckRun(
+        in, {.force = KernelKind::kTiledPrefill, .tile_q = tq, .tile_kv = tkv}, naive, ref, &k));
     EXPECT_GT(k.choice.tile_q, 0);
-    CheckOutputs(k.o, naive, ref, s.Name());
   }
 }
 
 TEST(Prefill, NaNInputPoisonsOnlyItsRow) {
-  Spec s;
-  s.H = 1;
-  s.Lq = 20;
-  s.Lk = 30;
-  s.D = 16;
-  s.seed = 700;
+  const Spec s{.H = 1, .Lq = 20, .Lk = 30, .D = 16, .seed = 700};
   Inputs in = Make(s);
   in.q_store.data<float>()[5 * s.D + 3] = NAN;  // row 5
   for (KernelKind kk : {KernelKind::kTiledPrefill, KernelKind::kSplitKvDecode}) {
-    KernelOptions kopt;
-    kopt.force = kk;
-    KernelRun k = RunKernel(in, kopt);
+    KernelRun k = RunKernel(in, {.force = kk});
     ASSERT_TRUE(k.status.ok());
     for (int64_t i = 0; i < s.Lq; ++i) {
       EXPECT_EQ(std::isnan(k.o.lse.data<float>()[i]), i == 5) << KernelKindName(kk) << " row " << i;
@@ -191,12 +139,7 @@ TEST(Prefill, NaNInputPoisonsOnlyItsRow) {
 
 // ---------------------------------------------------------------------------
 TEST(Dispatch, AutoPicksByShapeAndExplains) {
-  Spec s;
-  s.H = 4;
-  s.Hkv = 2;
-  s.Lq = 1;
-  s.Lk = 300;
-  s.D = 64;
+  Spec s{.H = 4, .Hkv = 2, .Lq = 1, .Lk = 300, .D = 64};
   Inputs in = Make(s);
   KernelRun k = RunKernel(in, {});
   ASSERT_TRUE(k.status.ok());
@@ -225,11 +168,7 @@ TEST(Dispatch, AutoPicksByShapeAndExplains) {
 }
 
 TEST(Dispatch, FallsBackToReferenceWithReason) {
-  Spec s;
-  s.H = 2;
-  s.Lq = 9;
-  s.Lk = 11;
-  s.D = 8;
+  const Spec s{.H = 2, .Lq = 9, .Lk = 11, .D = 8};
   Inputs in = Make(s);
   // q in F64 -> reference.
   Tensor q64 = Zeros(DType::kF64, {1, 2, 9, 8});
@@ -283,11 +222,7 @@ TEST(Dispatch, FallsBackToReferenceWithReason) {
 }
 
 TEST(Dispatch, ValidationErrorsNameTheOp) {
-  Spec s;
-  s.Lq = 4;
-  s.Lk = 5;
-  s.D = 8;
-  Inputs in = Make(s);
+  Inputs in = Make({.Lq = 4, .Lk = 5, .D = 8});
   Tensor bad_out = Zeros(DType::kF32, {1, 1, 4, 7});
   const Status st = Attention(bad_out.view(), TensorView(), in.q, in.k, in.v, in.opt);
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
@@ -296,16 +231,9 @@ TEST(Dispatch, ValidationErrorsNameTheOp) {
 
 TEST(Dispatch, EmptyShapes) {
   for (auto [Lq, Lk] : std::vector<std::pair<int64_t, int64_t>>{{0, 5}, {5, 0}, {1, 0}}) {
-    Spec s;
-    s.H = 2;
-    s.Lq = Lq;
-    s.Lk = Lk;
-    s.D = 8;
-    Inputs in = Make(s);
+    Inputs in = Make({.H = 2, .Lq = Lq, .Lk = Lk, .D = 8});
     for (KernelKind kk : {KernelKind::kAuto, KernelKind::kTiledPrefill, KernelKind::kSplitKvDecode}) {
-      KernelOptions kopt;
-      kopt.force = kk;
-      KernelRun k = RunKernel(in, kopt);
+      KernelRun k = RunKernel(in, {.force = kk});
       ASSERT_TRUE(k.status.ok()) << k.status.ToString();
       for (int64_t e = 0; e < k.o.out.numel(); ++e) ASSERT_EQ(k.o.out.data<float>()[e], 0.0f);
       for (int64_t e = 0; e < k.o.lse.numel(); ++e) ASSERT_EQ(k.o.lse.data<float>()[e], -INFINITY);
@@ -319,18 +247,10 @@ TEST(Dispatch, ScratchAllocationFailureIsAnError) {
   // Idle scratch buffers (<= 256 MiB each) are recycled across calls; tile
   // overrides at their caps make this call need ~1 GiB of scratch, which no
   // cached buffer can serve, so it must allocate (and the hook fails that).
-  Spec s;
-  s.H = 1;
-  s.Lq = 4096;
-  s.Lk = 65536;
-  s.D = 16;
-  Inputs in = Make(s);
+  Inputs in = Make({.H = 1, .Lq = 4096, .Lk = 65536, .D = 16});
   Tensor out = Zeros(DType::kF32, {1, 1, 4096, 16});
   for (KernelKind kk : {KernelKind::kTiledPrefill, KernelKind::kSplitKvDecode}) {
-    KernelOptions kopt;
-    kopt.force = kk;
-    kopt.tile_q = 4096;
-    kopt.tile_kv = 65536;
+    const KernelOptions kopt{.force = kk, .tile_q = 4096, .tile_kv = 65536};
     SetAllocHook(&FailAllocs);
     const Status st = Attention(out.view(), TensorView(), in.q, in.k, in.v, in.opt, kopt);
     SetAllocHook(nullptr);
@@ -341,23 +261,13 @@ TEST(Dispatch, ScratchAllocationFailureIsAnError) {
 
 // Absurd overrides are clamped: no overflow, the right result.
 TEST(Dispatch, HugeOverridesAreClamped) {
-  Spec s;
-  s.H = 2;
-  s.Lq = 9;
-  s.Lk = 40;
-  s.D = 16;
-  const Inputs in = Make(s);
+  const Inputs in = Make({.H = 2, .Lq = 9, .Lk = 40, .D = 16});
   const Outputs ref = Reference(in), naive = NaiveF32(in);
   for (int64_t t : {int64_t{1} << 40, std::numeric_limits<int64_t>::max()}) {
     for (KernelKind kk : {KernelKind::kTiledPrefill, KernelKind::kSplitKvDecode}) {
-      KernelOptions kopt;
-      kopt.force = kk;
-      kopt.tile_q = t;
-      kopt.tile_kv = t;
-      kopt.split_kv = t;
-      KernelRun k = RunKernel(in, kopt);
+      KernelRun k = RunKernel(in, {.force = kk, .tile_q = t, .tile_kv = t, .split_kv = t});
       ASSERT_TRUE(k.status.ok()) << k.status.ToString();
-      CheckAgainst("out", k.o.out.view(), naive.out.view(), ref.out.view(), s.Name());
+      CheckAgainst("out", k.o.out.view(), naive.out.view(), ref.out.view(), in.s.Name());
     }
   }
 }
@@ -366,35 +276,15 @@ TEST(Dispatch, HugeOverridesAreClamped) {
 // Bit-identical results for 1, 2 and 7 threads.
 TEST(Determinism, PrefillBitIdenticalAcrossThreadCounts) {
   ThreadPool p1(1), p2(2), p7(7);
-  std::vector<Spec> specs;
-  {
-    Spec s;
-    s.B = 2;
-    s.H = 8;
-    s.Hkv = 2;
-    s.Lq = 200;
-    s.Lk = 300;
-    s.D = 64;
-    s.causal = Causal::kBottomRight;
-    s.kv = DType::kF16;
-    specs.push_back(s);
-    s.causal = Causal::kNone;
-    s.mask = MaskKind::kFloat;
-    s.mask_shape = {s.B, 1, s.Lq, s.Lk};
-    s.alibi = true;
-    s.D = 80;
-    specs.push_back(s);
-  }
-  for (const Spec& s : specs) {
+  for (const Spec& s :
+       {Spec{.B = 2, .H = 8, .Hkv = 2, .Lq = 200, .Lk = 300, .D = 64, .kv = DType::kF16,
+             .causal = Causal::kBottomRight},
+        Spec{.B = 2, .H = 8, .Hkv = 2, .Lq = 200, .Lk = 300, .D = 80, .kv = DType::kF16,
+             .mask = MaskKind::kFloat, .mask_shape = {2, 1, 200, 300}, .alibi = true}}) {
     const Inputs in = Make(s);
     std::vector<KernelRun> runs;
-    for (ThreadPool* p : {&p1, &p2, &p7}) {
-      KernelOptions kopt;
-      kopt.pool = p;
-      runs.push_back(RunKernel(in, kopt));
-      ASSERT_TRUE(runs.back().status.ok());
-      EXPECT_EQ(runs.back().choice.kernel, KernelKind::kTiledPrefill);
-    }
+    ASSERT_NO_FATAL_FAILURE(RunOnPools(in, {}, {&p1, &p2, &p7}, &runs));
+    for (const KernelRun& r : runs) EXPECT_EQ(r.choice.kernel, KernelKind::kTiledPrefill);
     ExpectBitIdentical(runs, s.Name());
   }
 }
@@ -407,18 +297,13 @@ TEST(Concurrency, ManyCallersAtOnce) {
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([t, &shared, &failures] {
       for (int it = 0; it < 3; ++it) {
-        Spec s;
-        s.H = 2 + t % 2 * 2;
-        s.Hkv = t % 2 ? 2 : 1;
-        s.Lq = t == 3 ? 1 : 40 + 17 * t + it;
-        s.Lk = 60 + 31 * it;
-        s.D = t == 2 ? 96 : 24;
-        s.causal = it % 2 ? Causal::kTopLeft : Causal::kNone;
-        s.seed = 900 + t * 10 + it;
+        const Spec s{.H = 2 + t % 2 * 2, .Hkv = t % 2 ? 2 : 1,
+                     .Lq = t == 3 ? 1 : 40 + 17 * t + it, .Lk = 60 + 31 * it,
+                     .D = t == 2 ? 96 : 24, .causal = it % 2 ? Causal::kTopLeft : Causal::kNone,
+                     .seed = static_cast<uint64_t>(900 + t * 10 + it)};
         const Inputs in = Make(s);
-        KernelOptions kopt;
-        kopt.pool = t % 2 ? &shared : nullptr;  // shared pool or DefaultPool()
-        KernelRun k = RunKernel(in, kopt);
+        // The shared pool or DefaultPool().
+        KernelRun k = RunKernel(in, {.pool = t % 2 ? &shared : nullptr});
         if (!k.status.ok()) {
           ++failures;
           continue;
@@ -451,14 +336,8 @@ TEST(Targets, EverySupportedTargetMatchesReference) {
     // kernels really dispatch to one: a build may compile fewer targets than
     // the CPU supports (the ASan build leaves SSE4 out), and then Highway
     // falls back to the scalar code.
-    Spec f;
-    f.H = 4;
-    f.Hkv = 2;
-    f.Lq = 40;
-    f.Lk = 90;
-    f.D = 64;
-    f.kv = DType::kF16;
-    f.causal = Causal::kBottomRight;
+    Spec f{.H = 4, .Hkv = 2, .Lq = 40, .Lk = 90, .D = 64, .kv = DType::kF16,
+           .causal = Causal::kBottomRight};
     KernelChoice c;
     {
       const Inputs in = Make(f);
@@ -497,9 +376,7 @@ TEST(Golden, SdpaCasesThroughBothKernels) {
     Result<GoldenCase> c = LoadGoldenCase(e.path().string());
     ASSERT_TRUE(c.ok()) << c.status().ToString();
     for (KernelKind kk : {KernelKind::kTiledPrefill, KernelKind::kSplitKvDecode}) {
-      KernelOptions kopt;
-      kopt.force = kk;
-      Result<CaseReport> rep = VerifyGoldenCase(c.value(), VerifyImpl::kKernels, kopt);
+      Result<CaseReport> rep = VerifyGoldenCase(c.value(), VerifyImpl::kKernels, {.force = kk});
       ASSERT_TRUE(rep.ok()) << e.path() << ": " << rep.status().ToString();
       EXPECT_EQ(rep->implementation, KernelKindName(kk));
       const StageReport* bad = rep->FirstMismatch();

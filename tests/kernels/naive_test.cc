@@ -41,17 +41,8 @@ TEST(Naive, SweepAgainstReference) {
 
 TEST(Naive, MasksAlignmentsWindowsGqaDeadRows) {
   for (Causal c : {Causal::kNone, Causal::kTopLeft, Causal::kBottomRight}) {
-    Spec s;
-    s.B = 3;
-    s.H = 4;
-    s.Hkv = 2;
-    s.Lq = 37;
-    s.Lk = 29;
-    s.D = 19;
-    s.Dv = 7;
-    s.causal = c;
-    s.kv_lens = {0, 11, 29};
-    s.seed = 500 + static_cast<int>(c);
+    Spec s{.B = 3, .H = 4, .Hkv = 2, .Lq = 37, .Lk = 29, .D = 19, .Dv = 7, .causal = c,
+           .kv_lens = {0, 11, 29}, .seed = 500 + static_cast<uint64_t>(c)};
     CheckCase(s, KernelKind::kNaive);
     s.kv_lens.clear();
     s.wl = 5;
@@ -69,47 +60,22 @@ TEST(Naive, MasksAlignmentsWindowsGqaDeadRows) {
 
 TEST(Naive, BitIdenticalAcrossThreadCounts) {
   ThreadPool p1(1), p2(2), p7(7);
-  Spec s;
-  s.B = 2;
-  s.H = 6;
-  s.Hkv = 3;
-  s.Lq = 70;
-  s.Lk = 90;
-  s.D = 40;
-  s.causal = Causal::kBottomRight;
-  const Inputs in = Make(s);
+  const Inputs in = Make(
+      {.B = 2, .H = 6, .Hkv = 3, .Lq = 70, .Lk = 90, .D = 40, .causal = Causal::kBottomRight});
   std::vector<KernelRun> runs;
-  for (ThreadPool* p : {&p1, &p2, &p7}) {
-    KernelOptions kopt;
-    kopt.force = KernelKind::kNaive;
-    kopt.pool = p;
-    runs.push_back(RunKernel(in, kopt));
-    ASSERT_TRUE(runs.back().status.ok()) << runs.back().status.ToString();
-  }
+  ASSERT_NO_FATAL_FAILURE(RunOnPools(in, {.force = KernelKind::kNaive}, {&p1, &p2, &p7}, &runs));
   ExpectBitIdentical(runs);
 }
 
 TEST(Naive, AutoNeverPicksItAndForcingNonF32IsAnError) {
   for (int64_t lq : {1, 4, 5, 64, 300}) {
-    Spec s;
-    s.H = 2;
-    s.Lq = lq;
-    s.Lk = 128;
-    s.D = 64;
-    const Inputs in = Make(s);
+    const Inputs in = Make({.H = 2, .Lq = lq, .Lk = 128, .D = 64});
     KernelRun k = RunKernel(in, KernelOptions{});
     ASSERT_TRUE(k.status.ok());
     EXPECT_NE(k.choice.kernel, KernelKind::kNaive) << lq;
   }
-  Spec s;
-  s.H = 2;
-  s.Lq = 8;
-  s.Lk = 8;
-  s.kv = DType::kF16;
-  const Inputs in = Make(s);
-  KernelOptions kopt;
-  kopt.force = KernelKind::kNaive;
-  KernelRun k = RunKernel(in, kopt);
+  const Inputs in = Make({.H = 2, .Lq = 8, .Lk = 8, .kv = DType::kF16});
+  KernelRun k = RunKernel(in, {.force = KernelKind::kNaive});
   ASSERT_FALSE(k.status.ok());
   EXPECT_NE(k.status.ToString().find("cannot force naive"), std::string::npos)
       << k.status.ToString();

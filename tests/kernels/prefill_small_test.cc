@@ -31,15 +31,11 @@ int64_t LanesFromReason(const std::string& reason) {
 TEST(PrefillSmall, EveryShortQueryLengthAgainstReference) {
   for (int64_t lq = 1; lq <= 40; ++lq) {
     for (Causal c : {Causal::kNone, Causal::kTopLeft, Causal::kBottomRight}) {
-      Spec s;
-      s.H = 2;
-      s.Hkv = 2;
-      s.Lq = lq;
-      s.Lk = lq % 3 == 0 ? lq : lq + 13;  // full and partial key blocks
-      s.D = lq % 4 == 0 ? 13 : 64;
-      s.causal = c;
-      s.seed = 7000 + lq * 3 + static_cast<int>(c);
-      CheckCase(s, KernelKind::kTiledPrefill, /*strided_out=*/lq % 5 == 0);
+      // Lk: full and partial key blocks.
+      CheckCase({.H = 2, .Hkv = 2, .Lq = lq, .Lk = lq % 3 == 0 ? lq : lq + 13,
+                 .D = lq % 4 == 0 ? 13 : 64, .causal = c,
+                 .seed = static_cast<uint64_t>(7000 + lq * 3 + static_cast<int>(c))},
+                KernelKind::kTiledPrefill, /*strided_out=*/lq % 5 == 0);
     }
   }
 }
@@ -47,19 +43,13 @@ TEST(PrefillSmall, EveryShortQueryLengthAgainstReference) {
 TEST(PrefillSmall, MasksGqaAndKvTypes) {
   for (int64_t lq = 1; lq <= 40; lq += 3) {
     for (auto [H, Hkv] : std::vector<std::pair<int64_t, int64_t>>{{4, 2}, {8, 1}, {3, 3}}) {
-      Spec s;
-      s.H = H;
-      s.Hkv = Hkv;
-      s.Lq = lq;
-      s.Lk = 2 * lq + 5;
-      s.D = 64;
-      s.seed = 8000 + lq * 10 + H;
-      s.mask = lq % 2 ? MaskKind::kBool : MaskKind::kFloat;
-      s.mask_shape = {1, H, lq, s.Lk};
-      s.kv = lq % 3 == 0 ? DType::kF16 : DType::kF32;
-      s.causal = lq % 4 == 1 ? Causal::kTopLeft : Causal::kNone;
-      s.strided = lq % 7 == 0;
-      CheckCase(s, KernelKind::kTiledPrefill);
+      CheckCase({.H = H, .Hkv = Hkv, .Lq = lq, .Lk = 2 * lq + 5, .D = 64,
+                 .kv = lq % 3 == 0 ? DType::kF16 : DType::kF32,
+                 .causal = lq % 4 == 1 ? Causal::kTopLeft : Causal::kNone,
+                 .mask = lq % 2 ? MaskKind::kBool : MaskKind::kFloat,
+                 .mask_shape = {1, H, lq, 2 * lq + 5}, .strided = lq % 7 == 0,
+                 .seed = static_cast<uint64_t>(8000 + lq * 10 + H)},
+                KernelKind::kTiledPrefill);
     }
   }
 }
@@ -67,16 +57,8 @@ TEST(PrefillSmall, MasksGqaAndKvTypes) {
 // Short tiles are padded to whole vectors, not to pairs of vectors.
 TEST(PrefillSmall, TileIsPaddedToWholeVectorsOnly) {
   for (int64_t lq : {1, 5, 16, 17, 33}) {
-    Spec s;
-    s.H = 8;
-    s.Hkv = 8;
-    s.Lq = lq;
-    s.Lk = 16;
-    s.D = 64;
-    const Inputs in = Make(s);
-    KernelOptions kopt;
-    kopt.force = KernelKind::kTiledPrefill;
-    KernelRun k = RunKernel(in, kopt);
+    const Inputs in = Make({.H = 8, .Hkv = 8, .Lq = lq, .Lk = 16, .D = 64});
+    KernelRun k = RunKernel(in, {.force = KernelKind::kTiledPrefill});
     ASSERT_TRUE(k.status.ok()) << k.status.ToString();
     const int64_t lanes = LanesFromReason(k.choice.reason);
     ASSERT_GT(lanes, 0) << k.choice.reason;
@@ -90,15 +72,10 @@ TEST(PrefillSmall, EverySupportedTarget) {
     SCOPED_TRACE(hwy::TargetName(t));
     g_error_factor = ErrorFactorFor(t);
     for (int64_t lq : {1, 4, 8, 12, 16, 24, 40}) {
-      Spec s;
-      s.H = 4;
-      s.Hkv = 2;
-      s.Lq = lq;
-      s.Lk = lq + 9;
-      s.D = 64;
-      s.causal = lq % 8 == 0 ? Causal::kTopLeft : Causal::kBottomRight;
-      s.seed = 9000 + lq + bit;
-      CheckCase(s, KernelKind::kTiledPrefill);
+      CheckCase({.H = 4, .Hkv = 2, .Lq = lq, .Lk = lq + 9, .D = 64,
+                 .causal = lq % 8 == 0 ? Causal::kTopLeft : Causal::kBottomRight,
+                 .seed = static_cast<uint64_t>(9000 + lq + bit)},
+                KernelKind::kTiledPrefill);
     }
   });
   g_error_factor = 2.0;
@@ -110,33 +87,19 @@ TEST(PrefillSmall, BitIdenticalAcrossThreadCounts) {
   ThreadPool p1(1), p2(2), p7(7);
   std::vector<Spec> specs;
   for (int64_t lq : {3, 16, 17, 40}) {
-    Spec s;
-    s.B = 3;
-    s.H = 8;
-    s.Hkv = 2;
-    s.Lq = lq;
-    s.Lk = 300;  // > 2^19 FLOP: runs on the pool
-    s.D = 64;
-    s.causal = lq % 2 ? Causal::kBottomRight : Causal::kNone;
-    s.seed = 9500 + lq;
-    specs.push_back(s);
-    s.B = 1;
-    s.Hkv = 8;
-    s.Lk = 16;  // B1 H8 L16 D64: a tiny inline call
-    s.mask = MaskKind::kFloat;
-    s.mask_shape = {1, 8, lq, 16};
-    specs.push_back(s);
+    const Causal causal = lq % 2 ? Causal::kBottomRight : Causal::kNone;
+    const uint64_t seed = static_cast<uint64_t>(9500 + lq);
+    // Lk 300: > 2^19 FLOP, runs on the pool.
+    specs.push_back(
+        {.B = 3, .H = 8, .Hkv = 2, .Lq = lq, .Lk = 300, .D = 64, .causal = causal, .seed = seed});
+    // B1 H8 L16 D64: a tiny inline call.
+    specs.push_back({.B = 1, .H = 8, .Hkv = 8, .Lq = lq, .Lk = 16, .D = 64, .causal = causal,
+                     .mask = MaskKind::kFloat, .mask_shape = {1, 8, lq, 16}, .seed = seed});
   }
   for (const Spec& s : specs) {
-    const Inputs in = Make(s);
     std::vector<KernelRun> runs;
-    for (ThreadPool* p : {&p1, &p2, &p7}) {
-      KernelOptions kopt;
-      kopt.pool = p;
-      kopt.force = KernelKind::kTiledPrefill;
-      runs.push_back(RunKernel(in, kopt));
-      ASSERT_TRUE(runs.back().status.ok());
-    }
+    ASSERT_NO_FATAL_FAILURE(
+        RunOnPools(Make(s), {.force = KernelKind::kTiledPrefill}, {&p1, &p2, &p7}, &runs));
     ExpectBitIdentical(runs, s.Name());
   }
 }
@@ -147,16 +110,10 @@ TEST(PrefillSmall, BitIdenticalAcrossThreadCounts) {
 // recompute too), a row of huge scores and rows with no visible key.
 TEST(PrefillSmall, OutWithoutLseEqualsOutWithLse) {
   for (int64_t lq : {2, 16, 37}) {
-    Spec s;
-    s.B = 2;
-    s.H = 4;
-    s.Hkv = 2;
-    s.Lq = lq;
-    s.Lk = lq + 3;
-    s.D = 64;
-    s.causal = Causal::kBottomRight;
-    s.kv_lens = {lq + 3, 1};  // batch 1: most rows see no key
-    s.seed = 9900 + lq;
+    // kv_lens: in batch 1 most rows see no key.
+    const Spec s{.B = 2, .H = 4, .Hkv = 2, .Lq = lq, .Lk = lq + 3, .D = 64,
+                 .causal = Causal::kBottomRight, .kv_lens = {lq + 3, 1},
+                 .seed = static_cast<uint64_t>(9900 + lq)};
     Inputs in = Make(s);
     float* q = in.q_store.data<float>();
     q[0] = INFINITY;  // (b0, h0, row 0): +-inf scores, NaN in fp32 -> scalar recompute
@@ -164,8 +121,7 @@ TEST(PrefillSmall, OutWithoutLseEqualsOutWithLse) {
     // V NaN at the last key of (b0, kv head 0): only the last query row sees it;
     // the other rows of its tile get 0 * NaN in P.V and need the recompute.
     in.v_store.data<float>()[(s.Lk - 1) * s.D] = NAN;
-    KernelOptions kopt;
-    kopt.force = KernelKind::kTiledPrefill;
+    const KernelOptions kopt{.force = KernelKind::kTiledPrefill};
     KernelRun with = RunKernel(in, kopt);
     ASSERT_TRUE(with.status.ok());
     Tensor out = Zeros(DType::kF32, {s.B, s.H, s.Lq, s.D});

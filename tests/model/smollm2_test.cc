@@ -76,14 +76,6 @@ DecoderModel* Shared() {
 
 #define REQUIRE_MODEL() ASSERT_NE(Shared(), nullptr) << kMissing
 
-nlohmann::json LoadJson(const std::string& name) {
-  Result<std::string> s = ReadFileString(std::string(ATTNFLOW_SOURCE_DIR) + "/tests/data/models/smollm2/" + name);
-  if (!s.ok()) {
-    ADD_FAILURE() << s.status().ToString();
-    return nlohmann::json();
-  }
-  return nlohmann::json::parse(*s);
-}
 
 const SafetensorsFile& Refs() {
   static SafetensorsFile* f = [] {
@@ -135,7 +127,7 @@ TEST(SmolLm2, LoadsWithTheRightShape) {
 
 TEST(SmolLm2, PromptLogitsMatchTransformers) {
   REQUIRE_MODEL();
-  const nlohmann::json meta = LoadJson("meta.json");
+  const nlohmann::json meta = testing::SmolLm2RefJson("meta.json");
   double worst = 0;
   for (size_t n = 0; n < meta["logit_prompts"].size(); ++n) {
     const std::string p = "p" + std::to_string(n) + ".";
@@ -174,7 +166,7 @@ TEST(SmolLm2, PromptLogitsMatchTransformers) {
 
 TEST(SmolLm2, GreedyContinuationsMatchTransformers) {
   REQUIRE_MODEL();
-  const nlohmann::json ref = LoadJson("prompts.json");
+  const nlohmann::json ref = testing::SmolLm2RefJson("prompts.json");
   const int32_t eos = ref["eos_id"].get<int32_t>();
   const int64_t max_new = ref["max_new_tokens"].get<int64_t>();
   int identical = 0;
@@ -262,15 +254,8 @@ TEST(SmolLm2, FusedDecodeStepEqualsOpByOp) {
       o.num_threads = 2;
       std::unique_ptr<DecoderModel> m = Load(o);
       ASSERT_NE(m, nullptr);
-      Tensor a;
-      ASSERT_TRUE(m->Forward(ids, false, &a).ok());
       std::vector<float> v;
-      int32_t next = 42;
-      for (int step = 0; step < 4; ++step) {
-        ASSERT_TRUE(m->Forward({next}, false, &a).ok());
-        v.insert(v.end(), a.data<float>(), a.data<float>() + a.numel());
-        next = static_cast<int32_t>(std::max_element(a.data<float>(), a.data<float>() + a.numel()) - a.data<float>());
-      }
+      ASSERT_NO_FATAL_FAILURE(testing::GreedyStepLogits(m.get(), ids, 4, &v));
       outs.push_back(std::move(v));
     }
     ASSERT_EQ(outs[0].size(), outs[1].size());
@@ -284,7 +269,7 @@ TEST(SmolLm2, F16CacheIsClose) {
   o.kv_dtype = DType::kF16;
   std::unique_ptr<DecoderModel> m = Load(o);
   ASSERT_NE(m, nullptr);
-  const nlohmann::json ref = LoadJson("prompts.json");
+  const nlohmann::json ref = testing::SmolLm2RefJson("prompts.json");
   const auto& p = ref["prompts"][7];  // chat: capital of Japan
   std::vector<int32_t> ids = p["ids"].get<std::vector<int32_t>>();
   Tensor a = Prefill(Shared(), ids, true), b;
@@ -341,7 +326,7 @@ TEST(SmolLm2, CapturedRopeQkMatchTransformers) {
 
 TEST(SmolLm2, ChatTemplateMatchesApplyChatTemplate) {
   REQUIRE_MODEL();
-  const nlohmann::json ref = LoadJson("chat.json");
+  const nlohmann::json ref = testing::SmolLm2RefJson("chat.json");
   ASSERT_GE(ref.size(), 5u);
   for (const auto& c : ref) {
     std::vector<std::pair<std::string, std::string>> msgs;

@@ -12,19 +12,14 @@
 #include <set>
 
 #include "attnflow/nn_golden.h"
+#include "util/nn_case_util.h"
 
 namespace attnflow::nn {
 namespace {
 
 std::string DataDir() { return std::string(ATTNFLOW_SOURCE_DIR) + "/tests/data/nn"; }
 
-std::vector<std::string> CaseFiles() {
-  std::vector<std::string> files;
-  for (const auto& e : std::filesystem::directory_iterator(DataDir()))
-    if (e.path().extension() == ".safetensors") files.push_back(e.path().string());
-  std::sort(files.begin(), files.end());
-  return files;
-}
+std::vector<std::string> CaseFiles() { return testing::SafetensorsFilesIn(DataDir()); }
 
 std::vector<uint8_t> ReadAll(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
@@ -33,26 +28,10 @@ std::vector<uint8_t> ReadAll(const std::string& path) {
 
 class NnGolden : public ::testing::TestWithParam<std::string> {};
 
-TEST_P(NnGolden, ReferenceMatchesEveryStage) {
-  Result<CaseReport> r = VerifyNnCaseFile(GetParam());
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
-  ASSERT_FALSE(r->stages.empty());
-  for (const auto& s : r->stages) {
-    EXPECT_TRUE(s.compared) << s.stage << ": " << s.note;
-    EXPECT_TRUE(s.match) << GetParam() << " stage " << s.stage << " at " << s.first_bad_index
-                         << ": got " << s.got_at_bad << ", expected " << s.expected_at_bad
-                         << " (max_abs " << s.max_abs << ") " << s.note;
-  }
-}
+TEST_P(NnGolden, ReferenceMatchesEveryStage) { testing::ExpectEveryStageMatches(GetParam()); }
 
-std::string CaseName(const ::testing::TestParamInfo<std::string>& info) {
-  std::string n = std::filesystem::path(info.param).stem().string();
-  for (char& c : n)
-    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-  return n;
-}
-
-INSTANTIATE_TEST_SUITE_P(Cases, NnGolden, ::testing::ValuesIn(CaseFiles()), CaseName);
+INSTANTIATE_TEST_SUITE_P(Cases, NnGolden, ::testing::ValuesIn(CaseFiles()),
+                         testing::CaseFileTestName);
 
 TEST(NnGoldenSuite, EveryKindIsCovered) {
   std::set<std::string> kinds;
@@ -71,23 +50,14 @@ TEST(NnGoldenSuite, EveryKindIsCovered) {
 Result<SafetensorsFile> Mutate(const std::string& path, const std::string& tensor,
                                double delta, const std::string& meta_key = "",
                                const std::string& meta_value = "") {
-  Result<SafetensorsFile> f = SafetensorsFile::Open(path);
-  if (!f.ok()) return f.status();
-  std::vector<Tensor> keep;
-  std::vector<std::pair<std::string, TensorView>> ts;
-  keep.reserve(f->tensors().size());
-  for (const auto& info : f->tensors()) {
-    Result<Tensor> t = f->Copy(info.name);
-    if (!t.ok()) return t.status();
-    if (info.name == tensor) t->view().store(0, t->view().load(0) + delta);
-    keep.push_back(std::move(t).value());
-    ts.emplace_back(info.name, keep.back().view());
-  }
-  auto meta = f->metadata();
-  if (!meta_key.empty()) meta[meta_key] = meta_value;
-  Result<std::vector<uint8_t>> bytes = EncodeSafetensors(ts, meta);
-  if (!bytes.ok()) return bytes.status();
-  return SafetensorsFile::FromBuffer(std::move(bytes).value(), path + " (mutated)");
+  return testing::EditedCase(
+      path, path + " (mutated)",
+      [&](const std::string& name, Tensor* t) {
+        if (name == tensor) t->view().store(0, t->view().load(0) + delta);
+      },
+      [&](auto* meta) {
+        if (!meta_key.empty()) (*meta)[meta_key] = meta_value;
+      });
 }
 
 TEST(NnGoldenSuite, PerturbedWeightIsReportedAtTheFirstAffectedStage) {

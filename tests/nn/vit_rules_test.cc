@@ -20,41 +20,27 @@
 #include "attnflow/nn_golden.h"
 #include "attnflow/nn_vit.h"
 #include "attnflow/safetensors.h"
+#include "util/nn_case_util.h"
 
 namespace attnflow::nn {
 namespace {
 
 std::string Dir(const char* sub) { return std::string(ATTNFLOW_SOURCE_DIR) + "/tests/data/" + sub; }
 
-std::vector<std::string> VitCases() {
-  std::vector<std::string> files;
-  for (const auto& e : std::filesystem::directory_iterator(Dir("nn_vit")))
-    if (e.path().extension() == ".safetensors") files.push_back(e.path().string());
-  std::sort(files.begin(), files.end());
-  return files;
-}
+std::vector<std::string> VitCases() { return testing::SafetensorsFilesIn(Dir("nn_vit")); }
 
 // The case with its config's "pos_interpolation" set to `rule` ("" = removed).
 Result<SafetensorsFile> WithRule(const std::string& path, const std::string& rule) {
-  Result<SafetensorsFile> f = SafetensorsFile::Open(path);
-  if (!f.ok()) return f.status();
-  std::vector<Tensor> keep;
-  std::vector<std::pair<std::string, TensorView>> ts;
-  keep.reserve(f->tensors().size());
-  for (const auto& info : f->tensors()) {
-    keep.push_back(f->Copy(info.name).value());
-    ts.emplace_back(info.name, keep.back().view());
-  }
-  auto meta = f->metadata();
-  nlohmann::json cfg = nlohmann::json::parse(meta.at("config"));
-  if (rule.empty())
-    cfg.erase("pos_interpolation");
-  else
-    cfg["pos_interpolation"] = rule;
-  meta["config"] = cfg.dump();
-  Result<std::vector<uint8_t>> bytes = EncodeSafetensors(ts, meta);
-  if (!bytes.ok()) return bytes.status();
-  return SafetensorsFile::FromBuffer(std::move(bytes).value(), path + " (rule " + rule + ")");
+  return testing::EditedCase(
+      path, path + " (rule " + rule + ")", [](const std::string&, Tensor*) {},
+      [&](auto* meta) {
+        nlohmann::json cfg = nlohmann::json::parse(meta->at("config"));
+        if (rule.empty())
+          cfg.erase("pos_interpolation");
+        else
+          cfg["pos_interpolation"] = rule;
+        (*meta)["config"] = cfg.dump();
+      });
 }
 
 std::string RuleOf(const std::string& path) {
@@ -90,13 +76,7 @@ TEST(VitRules, BothRulesAreCoveredOnNonSquareAndResizedImages) {
 class VitRuleCase : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(VitRuleCase, MatchesTransformersStageByStage) {
-  Result<CaseReport> r = VerifyNnCaseFile(GetParam());
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
-  ASSERT_FALSE(r->stages.empty());
-  for (const auto& s : r->stages) {
-    EXPECT_TRUE(s.compared) << s.stage;
-    EXPECT_TRUE(s.match) << GetParam() << " stage " << s.stage << ": max_abs " << s.max_abs;
-  }
+  testing::ExpectEveryStageMatches(GetParam());
 }
 
 TEST_P(VitRuleCase, TheOtherRuleFailsFirstAtThePositions) {
@@ -110,11 +90,8 @@ TEST_P(VitRuleCase, TheOtherRuleFailsFirstAtThePositions) {
   EXPECT_EQ(bad->stage, "pos");
 }
 
-std::string CaseName(const ::testing::TestParamInfo<std::string>& info) {
-  return std::filesystem::path(info.param).stem().string();
-}
-
-INSTANTIATE_TEST_SUITE_P(Cases, VitRuleCase, ::testing::ValuesIn(VitCases()), CaseName);
+INSTANTIATE_TEST_SUITE_P(Cases, VitRuleCase, ::testing::ValuesIn(VitCases()),
+                         testing::CaseFileTestName);
 
 // The cases written by transformers 4.35.2 (no key: "scale_factor").
 TEST(VitRules, Transformers435CasesMatchScaleFactorAndNotSize) {

@@ -184,6 +184,29 @@ TEST(OpsLinear, FusedEpiloguesMatchComposedFloat64) {
   });
 }
 
+// ops::Linear with a bias (no activation) of random x [m, k] (seed), w [n, k]
+// (seed + 1) and b [n] (seed + 2) on a pool of `threads`: how many outputs
+// differ from the in-order fma chain over k plus the bias (-1 if packing
+// fails).
+int FmaChainMismatches(int64_t m, int64_t n, int64_t k, uint64_t seed, int threads) {
+  Tensor x = Random({m, k}, seed), w = Random({n, k}, seed + 1), b = Random({n}, seed + 2);
+  Result<ops::PackedMatrix> pw = ops::PackedMatrix::Pack(w.data<float>(), k, n, k);
+  EXPECT_TRUE(pw.ok());
+  if (!pw.ok()) return -1;
+  std::vector<float> y(static_cast<size_t>(m * n));
+  ThreadPool pool(threads);
+  ops::Linear(y.data(), n, x.data<float>(), k, pw.value(), {.bias = b.data<float>()}, m, pool);
+  int mismatches = 0;
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      float acc = 0.0f;
+      for (int64_t p = 0; p < k; ++p)
+        acc = std::fma(x.data<float>()[i * k + p], w.data<float>()[j * k + p], acc);
+      mismatches += (acc + b.data<float>()[j]) != y[static_cast<size_t>(i * n + j)];
+    }
+  return mismatches;
+}
+
 // Invariant 1 of ops/gemm.cc: every output is the plain fma chain over k in
 // order, then + bias — whatever the tile, task or thread split. On targets
 // with native FMA that equals this scalar loop bit for bit.
@@ -191,21 +214,7 @@ TEST(OpsLinear, EveryOutputIsTheInOrderFmaChain) {
   ForEachTarget([&] {
     const std::string t = ops::TargetName();
     if (t == "SSE4" || t == "EMU128" || t == "SCALAR") return;  // no native FMA there
-    const int64_t m = 21, n = 39, k = 77;
-    Tensor x = Random({m, k}, 1), w = Random({n, k}, 2), b = Random({n}, 3);
-    Result<ops::PackedMatrix> pw = ops::PackedMatrix::Pack(w.data<float>(), k, n, k);
-    ASSERT_TRUE(pw.ok());
-    std::vector<float> y(static_cast<size_t>(m * n));
-    ThreadPool pool(3);
-    ops::Linear(y.data(), n, x.data<float>(), k, pw.value(), {.bias = b.data<float>()}, m, pool);
-    int mismatches = 0;
-    for (int64_t i = 0; i < m; ++i)
-      for (int64_t j = 0; j < n; ++j) {
-        float acc = 0.0f;
-        for (int64_t p = 0; p < k; ++p) acc = std::fma(x.data<float>()[i * k + p], w.data<float>()[j * k + p], acc);
-        mismatches += (acc + b.data<float>()[j]) != y[static_cast<size_t>(i * n + j)];
-      }
-    EXPECT_EQ(mismatches, 0);
+    EXPECT_EQ(FmaChainMismatches(21, 39, 77, 1, 3), 0);
   });
 }
 
@@ -233,22 +242,7 @@ TEST(OpsLinear, SmallRowCountsAreTheInOrderFmaChain) {
     const std::string t = ops::TargetName();
     if (t == "SSE4" || t == "EMU128" || t == "SCALAR") return;  // no native FMA there
     for (int64_t m : {1, 6, 17}) {
-      const int64_t n = 133, k = 300;
-      Tensor x = Random({m, k}, 11), w = Random({n, k}, 12), b = Random({n}, 13);
-      Result<ops::PackedMatrix> pw = ops::PackedMatrix::Pack(w.data<float>(), k, n, k);
-      ASSERT_TRUE(pw.ok());
-      std::vector<float> y(static_cast<size_t>(m * n));
-      ThreadPool pool(2);
-      ops::Linear(y.data(), n, x.data<float>(), k, pw.value(), {.bias = b.data<float>()}, m, pool);
-      int mismatches = 0;
-      for (int64_t i = 0; i < m; ++i)
-        for (int64_t j = 0; j < n; ++j) {
-          float acc = 0.0f;
-          for (int64_t p = 0; p < k; ++p)
-            acc = std::fma(x.data<float>()[i * k + p], w.data<float>()[j * k + p], acc);
-          mismatches += (acc + b.data<float>()[j]) != y[static_cast<size_t>(i * n + j)];
-        }
-      EXPECT_EQ(mismatches, 0) << "m=" << m << " target " << t;
+      EXPECT_EQ(FmaChainMismatches(m, 133, 300, 11, 2), 0) << "m=" << m << " target " << t;
     }
   });
 }

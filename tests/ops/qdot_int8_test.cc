@@ -26,59 +26,18 @@
 #include "attnflow/ops.h"
 #include "attnflow/rng.h"
 #include "gtest/gtest.h"
+#include "util/quant_weights_util.h"
 #include "util/simd_targets_util.h"
 
 namespace attnflow {
 namespace {
 
 using testing::ForEachTarget;
+using testing::MakeQuantWeights;
+using testing::QuantWeights;
 
 const GgmlType kFastTypes[] = {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1,
                                GgmlType::kQ5_0, GgmlType::kQ4_K, GgmlType::kQ6_K};
-
-struct Weights {
-  std::vector<uint8_t> raw;
-  std::vector<float> deq;
-  ops::QMatrix w;
-};
-
-// random_bytes: the quant bytes are uniformly random (scale fields set to
-// sane F16 values); otherwise rows of Normal values through QuantizeRow.
-Weights Make(GgmlType type, int64_t rows, int64_t cols, uint64_t seed, bool random_bytes) {
-  Weights m;
-  Rng rng(seed);
-  int64_t rb = 0;
-  EXPECT_TRUE(GgmlRowBytes(type, cols, &rb));
-  m.raw.resize(static_cast<size_t>(rb * rows));
-  m.deq.resize(static_cast<size_t>(rows * cols));
-  std::vector<float> x(static_cast<size_t>(cols));
-  const int64_t be = type == GgmlType::kQ4_K || type == GgmlType::kQ6_K ? 256 : 32;
-  const int64_t bb = rb / (cols / be);
-  for (int64_t r = 0; r < rows; ++r) {
-    uint8_t* row = m.raw.data() + r * rb;
-    if (random_bytes) {
-      for (int64_t i = 0; i < rb; ++i) row[i] = static_cast<uint8_t>(rng.Next() >> 56);
-      for (int64_t b = 0; b < cols / be; ++b) {
-        uint8_t* blk = row + b * bb;
-        // F16 0.0123 (0x224C) and 0.0061 (0x1E3F) as d / m / dmin.
-        auto put = [](uint8_t* p, uint16_t h) { std::memcpy(p, &h, 2); };
-        if (type == GgmlType::kQ6_K) {
-          put(blk + 208, 0x224C);
-        } else {
-          put(blk, 0x224C);
-          if (type == GgmlType::kQ4_1 || type == GgmlType::kQ4_K) put(blk + 2, 0x1E3F);
-        }
-      }
-    } else {
-      const double scale = 0.02 * (1 + r % 5);
-      for (auto& v : x) v = static_cast<float>(rng.Normal(0.0, scale) + (r % 3 == 0 ? 0.01 : 0.0));
-      EXPECT_TRUE(QuantizeRow(row, x.data(), type, cols).ok());
-    }
-    EXPECT_TRUE(DequantizeRow(m.deq.data() + r * cols, row, type, cols).ok());
-  }
-  m.w = ops::QMatrix{type, m.raw.data(), rows, cols, rb, "w"};
-  return m;
-}
 
 // Activations with the features of a real decode vector: mostly small, a
 // few outliers, one all-zero block, one block of equal magnitudes.
@@ -90,6 +49,19 @@ std::vector<float> Acts(int64_t n, uint64_t seed) {
   for (int64_t i = 64; i < 96 && i < n; ++i) x[static_cast<size_t>(i)] = 0.0f;
   for (int64_t i = 128; i < 160 && i < n; ++i) x[static_cast<size_t>(i)] = (i % 2 ? 0.5f : -0.5f);
   return x;
+}
+
+// Activations with their Q8 quantisation and a scratch row for the dots.
+struct ActsQ8 {
+  std::vector<float> x;
+  ops::Q8Acts a;
+  std::vector<float> tmp;
+};
+
+ActsQ8 QuantizedActs(int64_t n, uint64_t seed) {
+  ActsQ8 r{Acts(n, seed), {}, std::vector<float>(static_cast<size_t>(n))};
+  ops::QuantizeActsQ8(&r.a, r.x.data(), n);
+  return r;
 }
 
 TEST(QDotInt8, QuantizeActsQ8Properties) {
@@ -145,15 +117,13 @@ TEST(QDotInt8, EveryTargetEqualsTheScalarOracle) {
   for (int64_t cols : {768, 800}) {
     for (GgmlType type : kFastTypes) {
       if (cols % 256 != 0 && (type == GgmlType::kQ4_K || type == GgmlType::kQ6_K)) continue;
-      const std::vector<float> x = Acts(cols, 5);
-      ops::Q8Acts a;
-      ops::QuantizeActsQ8(&a, x.data(), cols);
-      std::vector<float> tmp(static_cast<size_t>(cols));
+      auto [x, a, tmp] = QuantizedActs(cols, 5);
       for (bool random_bytes : {false, true}) {
         SCOPED_TRACE(std::string(GgmlTypeName(static_cast<uint32_t>(type))) + (random_bytes ? " random bytes" : " quantised") +
                      ", " + std::to_string(cols) + " columns");
         ASSERT_TRUE(ops::QFastDotSupported(type));
-        Weights m = Make(type, rows, cols, 7 + static_cast<uint64_t>(type), random_bytes);
+        QuantWeights m =
+            MakeQuantWeights(type, rows, cols, 7 + static_cast<uint64_t>(type), random_bytes);
         std::vector<float> want(static_cast<size_t>(rows));
         ops::QMatVecRowsFastRef(want.data(), m.w, 0, rows, a);
         ForEachTarget([&] {
@@ -221,7 +191,7 @@ TEST(QDotInt8, NonFiniteActivationsGiveNonFiniteDots) {
     std::vector<float> tmp(static_cast<size_t>(cols));
     for (GgmlType type : kFastTypes) {
       SCOPED_TRACE(std::string(GgmlTypeName(static_cast<uint32_t>(type))) + " " + std::to_string(bad));
-      Weights m = Make(type, rows, cols, 31 + static_cast<uint64_t>(type), false);
+      QuantWeights m = MakeQuantWeights(type, rows, cols, 31 + static_cast<uint64_t>(type));
       std::vector<float> ref(static_cast<size_t>(rows));
       ops::QMatVecRowsFastRef(ref.data(), m.w, 0, rows, a);
       for (float v : ref) EXPECT_FALSE(std::isfinite(v));
@@ -236,14 +206,11 @@ TEST(QDotInt8, NonFiniteActivationsGiveNonFiniteDots) {
 
 TEST(QDotInt8, MatchesFloat64DotWithinTheInt8StepBound) {
   const int64_t rows = 24, cols = 1536;
-  const std::vector<float> x = Acts(cols, 9);
-  ops::Q8Acts a;
-  ops::QuantizeActsQ8(&a, x.data(), cols);
-  std::vector<float> tmp(static_cast<size_t>(cols));
+  auto [x, a, tmp] = QuantizedActs(cols, 9);
   const double eps = std::ldexp(1.0, -24);
   for (GgmlType type : kFastTypes) {
     SCOPED_TRACE(GgmlTypeName(static_cast<uint32_t>(type)));
-    Weights m = Make(type, rows, cols, 21 + static_cast<uint64_t>(type), false);
+    QuantWeights m = MakeQuantWeights(type, rows, cols, 21 + static_cast<uint64_t>(type));
     std::vector<float> y(static_cast<size_t>(rows));
     ops::QMatVecRowsFast(y.data(), m.w, 0, rows, a, x.data(), tmp.data());
     double worst_q = 0, worst_x = 0;
@@ -286,14 +253,11 @@ TEST(QDotInt8, HasSimdOnAvx2AndNewerX86Targets) {
 
 TEST(QDotInt8, OtherTypesFallBackToTheExactDot) {
   const int64_t rows = 7, cols = 256;
-  const std::vector<float> x = Acts(cols, 13);
-  ops::Q8Acts a;
-  ops::QuantizeActsQ8(&a, x.data(), cols);
-  std::vector<float> tmp(static_cast<size_t>(cols));
+  auto [x, a, tmp] = QuantizedActs(cols, 13);
   for (GgmlType type : {GgmlType::kQ5_1, GgmlType::kQ5_K}) {
     SCOPED_TRACE(GgmlTypeName(static_cast<uint32_t>(type)));
     EXPECT_FALSE(ops::QFastDotSupported(type));
-    Weights m = Make(type, rows, cols, 3, false);
+    QuantWeights m = MakeQuantWeights(type, rows, cols, 3);
     std::vector<float> fast(static_cast<size_t>(rows)), exact(static_cast<size_t>(rows));
     ops::QMatVecRowsFast(fast.data(), m.w, 0, rows, a, x.data(), tmp.data());
     ops::QMatVecRows(exact.data(), m.w, 0, rows, x.data(), tmp.data());

@@ -1,7 +1,8 @@
 """browser_util.py — what the browser tests (player, lab, cli_page) share.
 
-The paths they read from the environment, the `attnflow trace` runner, and
-pages in Debian's chromium (headless, background networking off) through
+The paths they read from the environment, the `attnflow trace` runner, the
+PNG chunk reader of their independent PNG decoders, and pages in Debian's
+chromium (headless, background networking off) through
 Playwright for Python (pinned in tools/deps/browser.pip; it never downloads a
 browser): every request that is not file:// is aborted and recorded, and a
 test fails at its cleanup if a page reached for the network or threw a
@@ -9,7 +10,10 @@ JavaScript error. Not a test itself (CMake registers tests/py/*_test.py).
 """
 import os
 import pathlib
+import struct
 import subprocess
+import unittest
+import zlib
 
 os.environ.setdefault("PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD", "1")
 
@@ -44,6 +48,36 @@ def launch_browser(out):
     SHOTS.mkdir(parents=True, exist_ok=True)
     pw = sync_playwright().start()
     return pw, pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+
+
+@unittest.skipIf(os.environ.get("ATTNFLOW_SKIP_BROWSER") == "1", "ATTNFLOW_SKIP_BROWSER=1")
+class BrowserTestCase(unittest.TestCase):
+    """A test class whose tests share one chromium: its setUpClass calls
+    start_browser(out) (see launch_browser); tearDownClass closes it. Skipped,
+    with every subclass, under ATTNFLOW_SKIP_BROWSER=1."""
+
+    @classmethod
+    def start_browser(cls, out):
+        cls.pw, cls.browser = launch_browser(out)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.browser.close()
+        cls.pw.stop()
+
+
+def png_chunks(data):
+    """The chunks of PNG bytes, in order, as (kind, body); checks the
+    signature and every chunk's CRC."""
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", "bad PNG signature"
+    at = 8
+    while at < len(data):
+        n = struct.unpack(">I", data[at:at + 4])[0]
+        kind, body = data[at + 4:at + 8], data[at + 8:at + 8 + n]
+        crc = struct.unpack(">I", data[at + 8 + n:at + 12 + n])[0]
+        assert zlib.crc32(kind + body) & 0xFFFFFFFF == crc, f"bad CRC in {kind}"
+        yield kind, body
+        at += 12 + n
 
 
 def offline_context(test, browser, **options):

@@ -34,17 +34,15 @@ import subprocess
 import sys
 import unittest
 
-from browser_util import ARGS, BUILD, CHROMIUM, CLI, SHOTS, open_page, shot
+from browser_util import ARGS, BUILD, CHROMIUM, CLI, SHOTS, BrowserTestCase, open_page, shot
 
 OUT = BUILD / "cli_page_test"
 
 
-@unittest.skipIf(os.environ.get("ATTNFLOW_SKIP_BROWSER") == "1", "ATTNFLOW_SKIP_BROWSER=1")
-class PooledPageTest(unittest.TestCase):
+class PooledPageTest(BrowserTestCase):
     @classmethod
     def setUpClass(cls):
         import subprocess
-        from playwright.sync_api import sync_playwright
         OUT.mkdir(parents=True, exist_ok=True)
         # A 256-row budget (pool 3) keeps the chip geometry below simple.
         p = subprocess.run([CLI, "trace", "--tokens", "600", "--max-page-tokens", "256",
@@ -52,13 +50,7 @@ class PooledPageTest(unittest.TestCase):
                             "--json", OUT / "toy600.json", "-q"], capture_output=True, text=True, timeout=300)
         assert p.returncode == 0, p.stdout + p.stderr
         cls.trace = json.loads((OUT / "toy600.json").read_text())
-        cls.pw = sync_playwright().start()
-        cls.browser = cls.pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.browser.close()
-        cls.pw.stop()
+        cls.start_browser(OUT)
 
     def open(self):
         ctx = self.browser.new_context(viewport={"width": 1400, "height": 900})
@@ -276,11 +268,9 @@ def view_values(v):
     return list(struct.unpack("<%df" % n, raw))
 
 
-@unittest.skipIf(os.environ.get("ATTNFLOW_SKIP_BROWSER") == "1", "ATTNFLOW_SKIP_BROWSER=1")
-class ViewsPageTest(unittest.TestCase):
+class ViewsPageTest(BrowserTestCase):
     @classmethod
     def setUpClass(cls):
-        from playwright.sync_api import sync_playwright
         OUT.mkdir(parents=True, exist_ok=True)
         # An image with structure: a bright disc on a gradient, 100 × 70 (P6).
         w, h = 100, 70
@@ -297,13 +287,7 @@ class ViewsPageTest(unittest.TestCase):
                                capture_output=True, text=True, timeout=300)
             assert p.returncode == 0, p.stdout + p.stderr
             cls.json[name] = json.loads((OUT / f"{name}.json").read_text())
-        cls.pw = sync_playwright().start()
-        cls.browser = cls.pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.browser.close()
-        cls.pw.stop()
+        cls.start_browser(OUT)
 
     def open(self, name):
         ctx = self.browser.new_context(viewport={"width": 1400, "height": 900})

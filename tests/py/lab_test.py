@@ -33,8 +33,8 @@ import subprocess
 import unittest
 import zlib
 
-from browser_util import (BUILD, CLI, js_num, launch_browser, offline_context, open_page, run_cli,
-                          shot)
+from browser_util import (BUILD, CLI, BrowserTestCase, js_num, offline_context, open_page, png_chunks,
+                          run_cli, shot)
 
 OUT = BUILD / "lab_test"
 
@@ -52,19 +52,13 @@ def read_png_rgba(data):
     """Independent PNG decoder (zlib + the five row filters) for 8-bit RGB/RGBA
     non-interlaced images, as canvas.toBlob writes them. Returns w, h, rows of
     RGBA tuples."""
-    assert data[:8] == b"\x89PNG\r\n\x1a\n", "bad PNG signature"
-    at, idat, w, h, ctype = 8, b"", 0, 0, 0
-    while at < len(data):
-        n = struct.unpack(">I", data[at:at + 4])[0]
-        kind, body = data[at + 4:at + 8], data[at + 8:at + 8 + n]
-        crc = struct.unpack(">I", data[at + 8 + n:at + 12 + n])[0]
-        assert zlib.crc32(kind + body) & 0xFFFFFFFF == crc, f"bad CRC in {kind}"
+    idat, w, h, ctype = b"", 0, 0, 0
+    for kind, body in png_chunks(data):
         if kind == b"IHDR":
             w, h, depth, ctype, _, _, interlace = struct.unpack(">IIBBBBB", body[:13])
             assert depth == 8 and ctype in (2, 6) and interlace == 0, (depth, ctype, interlace)
         elif kind == b"IDAT":
             idat += body
-        at += 12 + n
     bpp = 4 if ctype == 6 else 3
     raw = zlib.decompress(idat)
     stride = w * bpp
@@ -130,11 +124,10 @@ def padded_trace(toy):
     return t
 
 
-@unittest.skipIf(os.environ.get("ATTNFLOW_SKIP_BROWSER") == "1", "ATTNFLOW_SKIP_BROWSER=1")
-class LabTest(unittest.TestCase):
+class LabTest(BrowserTestCase):
     @classmethod
     def setUpClass(cls):
-        cls.pw, cls.browser = launch_browser(OUT)
+        cls.start_browser(OUT)
         rc, text = run_cli("--decode-steps", 3, "--html", OUT / "toy.html", "--json", OUT / "toy.json",
                            "--csv", OUT / "csv", "-q")
         assert rc == 0, text
@@ -153,11 +146,6 @@ class LabTest(unittest.TestCase):
             assert rc == 0, text
             cls.cli_checks[causal] = [(l[2:6].strip(), l[8:].split(":")[0]) for l in text.splitlines()
                                       if l[2:6] in ("PASS", "FAIL", "n/a ")]
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.browser.close()
-        cls.pw.stop()
 
     def open(self, path, ctx=None):
         if ctx is None:

@@ -32,8 +32,8 @@ import unittest
 import xml.etree.ElementTree as ET
 import zlib
 
-from browser_util import (BUILD, SRC, js_num, launch_browser, offline_context, open_page, run_cli,
-                          shot)
+from browser_util import (BUILD, SRC, BrowserTestCase, js_num, offline_context, open_page, png_chunks,
+                          run_cli, shot)
 
 OUT = BUILD / "player_test"
 
@@ -48,13 +48,8 @@ def read_png(path):
     """Independent PNG reader (zlib): returns width, height, rows of RGB tuples.
     8-bit RGB or 8-bit palette (the heatmaps are palette images)."""
     data = pathlib.Path(path).read_bytes()
-    assert data[:8] == b"\x89PNG\r\n\x1a\n", "bad PNG signature"
-    at, idat, w, h, ctype, plte = 8, b"", 0, 0, 0, []
-    while at < len(data):
-        n = struct.unpack(">I", data[at:at + 4])[0]
-        kind, body = data[at + 4:at + 8], data[at + 8:at + 8 + n]
-        crc = struct.unpack(">I", data[at + 8 + n:at + 12 + n])[0]
-        assert zlib.crc32(kind + body) & 0xFFFFFFFF == crc, f"bad CRC in {kind}"
+    idat, w, h, ctype, plte = b"", 0, 0, 0, []
+    for kind, body in png_chunks(data):
         if kind == b"IHDR":
             w, h, depth, ctype = struct.unpack(">IIBB", body[:10])
             assert (depth, ctype) in ((8, 2), (8, 3))
@@ -62,7 +57,6 @@ def read_png(path):
             plte = [tuple(body[i:i + 3]) for i in range(0, len(body), 3)]
         elif kind == b"IDAT":
             idat += body
-        at += 12 + n
     raw = zlib.decompress(idat)
     bpp = 3 if ctype == 2 else 1
     stride = bpp * w + 1
@@ -88,21 +82,15 @@ def read_npy(path):
     return header, list(vals)
 
 
-@unittest.skipIf(os.environ.get("ATTNFLOW_SKIP_BROWSER") == "1", "ATTNFLOW_SKIP_BROWSER=1")
-class PlayerTest(unittest.TestCase):
+class PlayerTest(BrowserTestCase):
     @classmethod
     def setUpClass(cls):
-        cls.pw, cls.browser = launch_browser(OUT)
+        cls.start_browser(OUT)
         # The toy with three decode steps and every export.
         rc, text = run_cli("--decode-steps", 3, "--html", OUT / "toy.html", "--json", OUT / "toy.json",
                            "--png", OUT / "png", "--svg", OUT / "svg", "--npy", OUT / "npy")
         assert rc == 0, text
         cls.toy = json.loads((OUT / "toy.json").read_text())
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.browser.close()
-        cls.pw.stop()
 
     def open(self, path, viewport=(1400, 900)):
         ctx = offline_context(self, self.browser, viewport={"width": viewport[0], "height": viewport[1]})

@@ -38,10 +38,6 @@
 #include "util/smollm2_util.h"
 #include "util/cli_util.h"
 
-#ifdef ATTNFLOW_HAVE_ZLIB
-#include <zlib.h>
-#endif
-
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
@@ -549,16 +545,7 @@ TEST(TraceModels, SmolLm2PrefillAndDecodeStagesEqualTheReference) {
 // ATTNFLOW_PROGRESS_AFTER_MS=0 drops the ~1 s threshold so a short run shows it.
 std::string RunOnPty(const std::vector<std::string>& args, int* code) {
   int fd = -1;
-  const pid_t pid = forkpty(&fd, nullptr, nullptr, nullptr);
-  if (pid == 0) {
-    setenv("ATTNFLOW_PROGRESS_AFTER_MS", "0", 1);
-    setenv("ATTNFLOW_NUM_THREADS", "2", 1);
-    std::vector<char*> argv;
-    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
+  const pid_t pid = testing::ForkOnPty(args, "ATTNFLOW_PROGRESS_AFTER_MS=0", &fd);
   std::string out;
   char buf[4096];
   const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(300);

@@ -37,18 +37,15 @@ struct SpecWriter {
     for (int64_t d : shape) l += " " + std::to_string(d);
     Raw(l);
   }
-  // f32 values of elements [off, off + n) of `v`.
-  void PartF32(const std::string& stage, const std::vector<float>& v, size_t off, size_t n) {
+  // One part of elements [off, off + n): item(e, &bytes) appends element e's
+  // little-endian bytes and returns its text.
+  template <typename Item>
+  void Part(const std::string& stage, size_t off, size_t n, Item item) {
     Raw("AFDUMP part " + stage + " " + std::to_string(off) + " " + std::to_string(n));
     std::vector<uint8_t> bytes;
     std::string l;
     for (size_t i = 0; i < n; ++i) {
-      uint32_t u;
-      std::memcpy(&u, &v[off + i], 4);
-      for (int b = 0; b < 4; ++b) bytes.push_back(uint8_t(u >> (8 * b)));
-      char hex[16];
-      std::snprintf(hex, sizeof(hex), "%08x", u);
-      l += std::string(l.empty() ? "AFDUMP d " : " ") + hex;
+      l += std::string(l.empty() ? "AFDUMP d " : " ") + item(off + i, &bytes);
       if ((i + 1) % size_t(per_line) == 0 || i + 1 == n) {
         Raw(l);
         l.clear();
@@ -58,24 +55,25 @@ struct SpecWriter {
     std::snprintf(fnv, sizeof(fnv), "%08x", SpecFnv(bytes));
     Raw("AFDUMP end " + stage + " " + std::to_string(off) + " " + std::to_string(n) + " " + fnv);
   }
+  // f32 values of elements [off, off + n) of `v`.
+  void PartF32(const std::string& stage, const std::vector<float>& v, size_t off, size_t n) {
+    Part(stage, off, n, [&v](size_t e, std::vector<uint8_t>* bytes) {
+      uint32_t u;
+      std::memcpy(&u, &v[e], 4);
+      for (int b = 0; b < 4; ++b) bytes->push_back(uint8_t(u >> (8 * b)));
+      char hex[16];
+      std::snprintf(hex, sizeof(hex), "%08x", u);
+      return std::string(hex);
+    });
+  }
   // i8 (bytes = 1) or i32 (bytes = 4) values.
   void PartInt(const std::string& stage, const std::vector<int64_t>& v, int nbytes, size_t off,
                size_t n) {
-    Raw("AFDUMP part " + stage + " " + std::to_string(off) + " " + std::to_string(n));
-    std::vector<uint8_t> bytes;
-    std::string l;
-    for (size_t i = 0; i < n; ++i) {
-      const uint32_t u = static_cast<uint32_t>(v[off + i]);
-      for (int b = 0; b < nbytes; ++b) bytes.push_back(uint8_t(u >> (8 * b)));
-      l += std::string(l.empty() ? "AFDUMP d " : " ") + std::to_string(v[off + i]);
-      if ((i + 1) % size_t(per_line) == 0 || i + 1 == n) {
-        Raw(l);
-        l.clear();
-      }
-    }
-    char fnv[16];
-    std::snprintf(fnv, sizeof(fnv), "%08x", SpecFnv(bytes));
-    Raw("AFDUMP end " + stage + " " + std::to_string(off) + " " + std::to_string(n) + " " + fnv);
+    Part(stage, off, n, [&v, nbytes](size_t e, std::vector<uint8_t>* bytes) {
+      const uint32_t u = static_cast<uint32_t>(v[e]);
+      for (int b = 0; b < nbytes; ++b) bytes->push_back(uint8_t(u >> (8 * b)));
+      return std::to_string(v[e]);
+    });
   }
   void Done(const std::string& name) { Raw("AFDUMP done " + name); }
 };

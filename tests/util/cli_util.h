@@ -5,14 +5,24 @@
 // the shell (so args may quote), optionally under `timeout` (a hang becomes
 // exit 124 instead of a stuck test), optionally with stdin from /dev/null,
 // with stderr merged into the captured text unless asked otherwise.
+// RunCliJsonLines runs it for JSON output: exit 0 and one JSON document per
+// line. ForkOnPty starts a binary on a pseudo-terminal instead (for what the CLI
+// does only on a terminal: line editing, the progress line).
 // Nothing here computes expected values.
 #pragma once
 
+#include <gtest/gtest.h>
+#include <pty.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdio>
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
+#include <vector>
 
 namespace attnflow::testing {
 
@@ -48,6 +58,39 @@ inline CliResult RunShell(const std::string& cmd_line, const CliOptions& o = {})
 // Runs the attnflow CLI built with the tests (ATTNFLOW_CLI) with `args`.
 inline CliResult RunCli(const std::string& args, const CliOptions& o = {}) {
   return RunShell(std::string(ATTNFLOW_CLI) + " " + args, o);
+}
+
+// Runs the CLI with `args` (stderr discarded), asserts exit 0 and parses
+// each non-empty line of stdout as one JSON document into *rows (a line that
+// does not parse fails the test). Callers wrap it in ASSERT_NO_FATAL_FAILURE.
+inline void RunCliJsonLines(const std::string& args, std::vector<nlohmann::json>* rows) {
+  const CliResult r = RunCli(args, {.merge_stderr = false});
+  ASSERT_EQ(r.code, 0) << args << "\n" << r.text;
+  std::istringstream in(r.text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    rows->push_back(nlohmann::json::parse(line, nullptr, false));
+    ASSERT_FALSE(rows->back().is_discarded()) << line;
+  }
+}
+
+// Starts `args` (args[0] the binary's path) on a new pseudo-terminal
+// (forkpty) with ATTNFLOW_NUM_THREADS=2 and, when not empty, the "NAME=value"
+// `env_kv`; returns the child's pid (-1 on failure) and the terminal's
+// master side in *fd. The caller reads *fd, then waits for the child.
+inline pid_t ForkOnPty(const std::vector<std::string>& args, const std::string& env_kv, int* fd) {
+  const pid_t pid = forkpty(fd, nullptr, nullptr, nullptr);
+  if (pid == 0) {
+    if (!env_kv.empty()) putenv(const_cast<char*>(env_kv.c_str()));
+    setenv("ATTNFLOW_NUM_THREADS", "2", 1);
+    std::vector<char*> argv;
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  return pid;
 }
 
 }  // namespace attnflow::testing

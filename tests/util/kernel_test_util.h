@@ -2,8 +2,10 @@
 // tests/kernels/decode_test.cc: problem specs (Spec, SweepSpecs), input builders
 // (Make), the plain fp32 implementation that sets the tolerance (NaiveF32),
 // the float64 reference run (Reference), the fast-kernel run (RunKernel), the
-// FlashAttention-style comparison (CheckAgainst) and the bit-identity of
-// several runs (ExpectBitIdentical).
+// FlashAttention-style comparison (CheckAgainst, CheckRun), runs on several
+// thread pools (RunOnPools) and the bit-identity of several runs
+// (ExpectBitIdentical). Spec is an aggregate: tests write a case as one
+// designated initializer, e.g. Spec{.H = 2, .Lq = 9, .Lk = 40, .D = 16}.
 //
 // Tolerance method (FlashAttention's): on the same inputs, the kernel's max
 // error vs the float64 reference must be <= 2x the max error of a plain fp32
@@ -19,6 +21,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <initializer_list>
 #include <limits>
 #include <random>
 #include <set>
@@ -315,14 +318,40 @@ void CheckOutputs(const Outputs& got, const Outputs& naive, const Outputs& ref,
   CheckAgainst("lse", got.lse.view(), naive.lse.view(), ref.lse.view(), name);
 }
 
+const Outputs& OutputsOf(const Outputs& o) { return o; }
+const Outputs& OutputsOf(const KernelRun& r) { return r.o; }
+
 // Every run's out and LSE bytes equal the first run's (results independent
-// of the thread count and of the split); `name` goes into the message.
-void ExpectBitIdentical(const std::vector<KernelRun>& runs, const std::string& name = "") {
+// of the thread count and of the split); `name` goes into the message. Runs
+// are KernelRun or Outputs.
+template <typename Run>
+void ExpectBitIdentical(const std::vector<Run>& runs, const std::string& name = "") {
   for (size_t r = 1; r < runs.size(); ++r) {
-    EXPECT_EQ(std::memcmp(runs[0].o.out.data<float>(), runs[r].o.out.data<float>(),
-                          runs[0].o.out.nbytes()), 0) << name;
-    EXPECT_EQ(std::memcmp(runs[0].o.lse.data<float>(), runs[r].o.lse.data<float>(),
-                          runs[0].o.lse.nbytes()), 0) << name;
+    const Outputs &a = OutputsOf(runs[0]), &b = OutputsOf(runs[r]);
+    EXPECT_EQ(std::memcmp(a.out.data<float>(), b.out.data<float>(), a.out.nbytes()), 0) << name;
+    EXPECT_EQ(std::memcmp(a.lse.data<float>(), b.lse.data<float>(), a.lse.nbytes()), 0) << name;
+  }
+}
+
+// Runs `in` with `kopt`, asserts that it succeeds and checks out and LSE
+// against the given references; the run goes to `*run` when given.
+void CheckRun(const Inputs& in, const KernelOptions& kopt, const Outputs& naive,
+              const Outputs& ref, KernelRun* run = nullptr) {
+  KernelRun k = RunKernel(in, kopt);
+  ASSERT_TRUE(k.status.ok()) << k.status.ToString();
+  CheckOutputs(k.o, naive, ref, in.s.Name());
+  if (run != nullptr) *run = std::move(k);
+}
+
+// Runs `in` with `kopt` once on each pool (kopt.pool set to it), asserting
+// that each run succeeds; the runs are appended to `runs` in pool order.
+// Callers wrap it in ASSERT_NO_FATAL_FAILURE.
+void RunOnPools(const Inputs& in, KernelOptions kopt, std::initializer_list<ThreadPool*> pools,
+                std::vector<KernelRun>* runs, bool strided_out = false) {
+  for (ThreadPool* p : pools) {
+    kopt.pool = p;
+    runs->push_back(RunKernel(in, kopt, strided_out));
+    ASSERT_TRUE(runs->back().status.ok()) << runs->back().status.ToString();
   }
 }
 
