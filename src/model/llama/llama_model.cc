@@ -106,8 +106,7 @@ class LlamaModel : public DecoderModel {
   Status EnsureCapacity(int64_t needed);
   Status ForwardImpl(const std::vector<int32_t>& ids, bool all_logits, Tensor* logits,
                      const StageCapture& capture);
-  // The one-token forward in one region per token or per layer (see the
-  // file comment).
+  // The one-token forward as one phased region (see the file comment).
   // Caller checked the id, the context and the cache capacity.
   Status DecodeStep(int32_t id, Tensor* logits);
   bool CanFuseDecode() const { return opt_.fused_decode && info_.head_dim % kDecodeRows == 0; }
