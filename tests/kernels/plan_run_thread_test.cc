@@ -1,4 +1,4 @@
-// plan_run_test.cc — the plan/run pair of attnflow/kernels.h: PlanAttention
+// plan_run_thread_test.cc — the plan/run pair of attnflow/kernels.h: PlanAttention
 // agrees with ExplainAttention's choice; running a plan's phases inside a
 // caller's own region (core::PhasedRegion on 1, 2 and 7 workers, and serially
 // in reverse task order) gives Attention()'s out and LSE bit for bit, which in
