@@ -19,7 +19,9 @@
 // Anything else goes to reference::Sdpa.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -76,6 +78,110 @@ Status Attention(const TensorView& out, const TensorView& lse,
                  const TensorView& q, const TensorView& k, const TensorView& v,
                  const SdpaOptions& opt, const KernelOptions& kopt = {},
                  KernelChoice* choice = nullptr);
+
+// ---- Plan and run -------------------------------------------------------
+// Attention() is PlanAttention + running the plan's tasks. A caller with its
+// own parallel region (the Llama decode step runs a whole token as one)
+// plans once per shape, binds the tensors of each call, and runs the tasks
+// of each phase inside its region, with a barrier between the phases:
+//   phase kTasks: plan.num_tasks independent tasks (prefill: (b, kv head,
+//     q tile); split_kv_decode: (b, kv head, split); reference/naive: one
+//     task that runs the whole call);
+//   phase kMerge: plan.num_merge_tasks tasks (split_kv_decode: one per
+//     (b, kv head), merging its splits in split order; else none), which
+//     read every kTasks result of their (b, kv head).
+// Which thread or worker runs a task never changes a bit of the result, so
+// running the phases in any parallel schedule gives Attention()'s results
+// bit for bit (and those are independent of the thread count).
+
+enum class AttentionPhase : uint8_t { kTasks = 0, kMerge = 1 };
+
+// The plan of one call's shape: the kernel, its tiles and its tasks. Cheap
+// (no strings, no allocation), a plain value: keep it for as long as the
+// shape, dtypes and KernelOptions tiles stay the same (the masks, scale and
+// other SdpaOptions are bound later and do not change the plan).
+struct AttentionPlan {
+  KernelKind kernel = KernelKind::kReference;  // never kAuto
+  int64_t simd_target = 0;         // Highway target bit (0 for reference/naive)
+  int64_t tile_q = 0, tile_kv = 0; // as KernelChoice (0 = n/a)
+  int64_t num_splits = 0;          // split_kv_decode: KV splits per (b, kv head)
+  int64_t split_len = 0;           // split_kv_decode: keys per split
+  int64_t num_tasks = 0;           // tasks of phase kTasks (0: nothing to do)
+  int64_t num_merge_tasks = 0;     // tasks of phase kMerge
+  size_t worker_scratch_floats = 0;  // scratch per worker (AttentionWorkspace)
+  size_t shared_scratch_floats = 0;  // scratch shared by the tasks (decode partials)
+  // What the plan was made for (AttentionRun::Bind checks the tensors).
+  SdpaDims dims{};
+  DType q_dtype = DType::kF32, k_dtype = DType::kF32, v_dtype = DType::kF32,
+        out_dtype = DType::kF32, lse_dtype = DType::kF32;
+  bool has_lse = false;
+  int64_t PhaseTasks(AttentionPhase p) const {
+    return p == AttentionPhase::kTasks ? num_tasks : num_merge_tasks;
+  }
+  // The kernels' partition (src/kernels/internal.h Plan), opaque here.
+  alignas(8) unsigned char tiling[160] = {};
+};
+
+// Validates like Attention and plans the call without running it (the
+// choice ExplainAttention explains, without its reason text).
+Status PlanAttention(const TensorView& out, const TensorView& lse, const TensorView& q,
+                     const TensorView& k, const TensorView& v, const SdpaOptions& opt,
+                     const KernelOptions& kopt, AttentionPlan* plan);
+
+// Scratch for running plans: one buffer per worker plus the shared decode
+// partials. Grows, never shrinks; reuse one across calls (each bound call
+// that runs at the same time needs its own).
+class AttentionWorkspace {
+ public:
+  AttentionWorkspace() = default;
+  ~AttentionWorkspace();
+  AttentionWorkspace(const AttentionWorkspace&) = delete;
+  AttentionWorkspace& operator=(const AttentionWorkspace&) = delete;
+  // Room for `plan` run by workers 0 .. num_workers-1.
+  Status Reserve(const AttentionPlan& plan, int num_workers);
+  // Whether Reserve(plan, n) with n >= num_workers() has been called.
+  bool Holds(const AttentionPlan& plan) const {
+    return base_ != nullptr && plan.worker_scratch_floats <= worker_floats_ &&
+           plan.shared_scratch_floats <= shared_floats_;
+  }
+  float* worker(int w) const { return base_ + static_cast<size_t>(w) * worker_floats_; }
+  float* shared() const { return base_ + static_cast<size_t>(num_workers_) * worker_floats_; }
+  int num_workers() const { return num_workers_; }
+
+ private:
+  float* base_ = nullptr;
+  size_t worker_floats_ = 0, shared_floats_ = 0;
+  int num_workers_ = 0;
+};
+
+// A plan bound to one call's tensors and options. Bind validates them like
+// Attention and checks that they have the plan's shape and dtypes (an
+// error names both); the views must stay valid while tasks run. Rebinding
+// reuses the object's storage (no allocation once warm).
+class AttentionRun {
+ public:
+  AttentionRun();
+  ~AttentionRun();
+  AttentionRun(AttentionRun&&) noexcept;
+  AttentionRun& operator=(AttentionRun&&) noexcept;
+  Status Bind(const AttentionPlan& plan, const TensorView& out, const TensorView& lse,
+              const TensorView& q, const TensorView& k, const TensorView& v,
+              const SdpaOptions& opt);
+  const AttentionPlan& plan() const;
+
+ private:
+  friend Status RunAttentionTasks(const AttentionRun&, AttentionPhase, int64_t, int64_t, int,
+                                  const AttentionWorkspace&);
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Runs tasks [begin, end) of `phase` with worker `worker`'s scratch
+// (0 <= worker < ws.num_workers(); ws reserved for run's plan). Every task
+// of kTasks must be done before any task of kMerge starts. Tasks run on the
+// calling thread; a reference/naive task runs its whole call there.
+Status RunAttentionTasks(const AttentionRun& run, AttentionPhase phase, int64_t begin,
+                         int64_t end, int worker, const AttentionWorkspace& ws);
 
 // The gradient of Attention with respect to q, k and v (FlashAttention-2
 // backward): the softmax is recomputed tile by tile from the forward's

@@ -1,6 +1,6 @@
 // core/chunk_range.h — one worker's share of a parallel loop's chunks, for
 // work stealing without locks (the decode matvec of ops/qmatmul.cc and the
-// fused decode regions of model/llama).
+// phases of core/phased_region.h).
 //
 // Invariants: [front, back) is packed in one 64-bit word, so the owner
 // (taking chunks from the front) and thieves (taking them from the back)

@@ -18,11 +18,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <atomic>
 #include <functional>
 #include <limits>
 #include <mutex>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "attnflow/reference.h"
@@ -175,6 +177,7 @@ struct Prepared {
   Problem P;
   Plan plan;
   kernels::ProblemStorage storage;
+  AttentionPlan ap;
 };
 
 int FastD(const SdpaDims& d) {
@@ -285,18 +288,35 @@ void PlanDecode(const SdpaDims& d, const KernelOptions& kopt, Plan* pl,
                 " tasks";
 }
 
-Status Prepare(const char* op, const TensorView& out, const TensorView& lse,
-               const TensorView& q, const TensorView& k, const TensorView& v,
-               const SdpaOptions& opt, const KernelOptions& kopt, bool explain,
-               Prepared* pr) {
+// Chooses the kernel and its partition (the reason text only with
+// `explain`); no tensor pointers are resolved. Fills pr->d, pr->choice,
+// pr->plan and *ap.
+Status PlanCall(const char* op, const TensorView& out, const TensorView& lse,
+                const TensorView& q, const TensorView& k, const TensorView& v,
+                const SdpaOptions& opt, const KernelOptions& kopt, bool explain,
+                Prepared* pr, AttentionPlan* ap) {
   ATTNFLOW_RETURN_IF_ERROR(ValidateSdpa(op, out, lse, q, k, v, opt, &pr->d));
   const SdpaDims& d = pr->d;
   KernelChoice& ch = pr->choice;
   ch = KernelChoice{};
-  if (kopt.force == KernelKind::kReference) {
-    ch.kernel = KernelKind::kReference;
-    ch.reason = "reference: forced by KernelOptions.force";
+  *ap = AttentionPlan{};
+  ap->dims = d;
+  ap->q_dtype = q.dtype;
+  ap->k_dtype = k.dtype;
+  ap->v_dtype = v.dtype;
+  ap->out_dtype = out.dtype;
+  ap->has_lse = !lse.empty_view();
+  if (ap->has_lse) ap->lse_dtype = lse.dtype;
+  // reference / naive: one task, the whole call.
+  auto whole_call = [&](KernelKind kind) {
+    ch.kernel = kind;
+    ap->kernel = kind;
+    ap->num_tasks = 1;
     return Status::Ok();
+  };
+  if (kopt.force == KernelKind::kReference) {
+    if (explain) ch.reason = "reference: forced by KernelOptions.force";
+    return whole_call(KernelKind::kReference);
   }
   if (kopt.force == KernelKind::kTiledBackward) {
     return InvalidArgument(std::string(op) +
@@ -308,10 +328,11 @@ Status Prepare(const char* op, const TensorView& out, const TensorView& lse,
     const std::string why = kernels::NaiveUnsupportedReason(out, lse, q, k, v);
     if (!why.empty())
       return InvalidArgument(std::string(op) + ": cannot force naive: " + why);
-    ch.kernel = KernelKind::kNaive;
-    ch.reason = "naive: forced by KernelOptions.force; materialised fp32 S and P [Lq,Lk] per "
-                "(batch, head) (write S, read S, write P, read P)";
-    return Status::Ok();
+    if (explain) {
+      ch.reason = "naive: forced by KernelOptions.force; materialised fp32 S and P [Lq,Lk] per "
+                  "(batch, head) (write S, read S, write P, read P)";
+    }
+    return whole_call(KernelKind::kNaive);
   }
   const std::string why_not = FastUnsupportedReason(out, lse, q, k, v, d);
   if (!why_not.empty()) {
@@ -319,27 +340,17 @@ Status Prepare(const char* op, const TensorView& out, const TensorView& lse,
       return InvalidArgument(std::string(op) + ": cannot force " +
                              KernelKindName(kopt.force) + ": " + why_not);
     }
-    ch.kernel = KernelKind::kReference;
-    ch.reason = "reference: " + why_not;
-    return Status::Ok();
+    if (explain) ch.reason = "reference: " + why_not;
+    return whole_call(KernelKind::kReference);
   }
   const TargetInfo t = Target();
-  ch.simd_target = hwy::TargetName(t.target);
+  if (explain) ch.simd_target = hwy::TargetName(t.target);
   const int64_t G = d.num_heads / std::max<int64_t>(d.num_kv_heads, 1);
   KernelKind kind = kopt.force;
-  std::string why;
+  bool below_threshold = false;
   if (kind == KernelKind::kAuto) {
-    if (d.q_len <= kDecodeMaxQueryLen) {
-      kind = KernelKind::kSplitKvDecode;
-      why = "q_len=" + std::to_string(d.q_len) + " <= decode threshold " +
-            std::to_string(kDecodeMaxQueryLen);
-    } else {
-      kind = KernelKind::kTiledPrefill;
-      why = "q_len=" + std::to_string(d.q_len) + " > decode threshold " +
-            std::to_string(kDecodeMaxQueryLen);
-    }
-  } else {
-    why = "forced by KernelOptions.force";
+    below_threshold = d.q_len <= kDecodeMaxQueryLen;
+    kind = below_threshold ? KernelKind::kSplitKvDecode : KernelKind::kTiledPrefill;
   }
   if (kind == KernelKind::kSplitKvDecode && G * d.q_len > kDecodeMaxRows) {
     if (kopt.force == KernelKind::kSplitKvDecode) {
@@ -352,21 +363,77 @@ Status Prepare(const char* op, const TensorView& out, const TensorView& lse,
   }
   ch.kernel = kind;
   if (explain) {
+    const std::string why =
+        kopt.force != KernelKind::kAuto
+            ? std::string("forced by KernelOptions.force")
+            : "q_len=" + std::to_string(d.q_len) +
+                  (below_threshold ? " <= decode threshold " : " > decode threshold ") +
+                  std::to_string(kDecodeMaxQueryLen);
     ch.reason = std::string(KernelKindName(kind)) + ": " + why + "; " +
               DimNote(d, FastD(d)) + "; k/v " + DTypeName(k.dtype) + "/" +
               DTypeName(v.dtype) + "; " + ch.simd_target + " (" +
               std::to_string(t.lanes) + " fp32 lanes); ";
   }
-  if (kind == KernelKind::kTiledPrefill) {
-    PlanPrefill(d, kopt, &pr->plan, &ch, explain);
-  } else {
+  const bool decode = kind == KernelKind::kSplitKvDecode;
+  if (decode) {
     PlanDecode(d, kopt, &pr->plan, &ch, explain);
+  } else {
+    PlanPrefill(d, kopt, &pr->plan, &ch, explain);
   }
   if (explain && RunsInline(d)) {
     ch.reason += "; tiny call (<= 2^19 FLOP): its tasks run on the calling thread";
   }
+  const Plan& pl = pr->plan;
+  const bool empty = d.batch == 0 || d.num_heads == 0 || d.q_len == 0;
+  ap->kernel = kind;
+  ap->simd_target = t.target;
+  ap->tile_q = ch.tile_q;
+  ap->tile_kv = ch.tile_kv;
+  ap->num_splits = ch.num_splits;
+  ap->split_len = decode ? pl.split_len : 0;
+  ap->num_tasks = empty ? 0 : pl.num_tasks;
+  ap->num_merge_tasks = decode && !empty ? d.batch * d.num_kv_heads : 0;
+  ap->worker_scratch_floats = pl.worker_floats;
+  if (decode && !empty) {
+    // Overflow-checked: num_tasks * partial_floats.
+    const size_t kMaxFloats = std::numeric_limits<size_t>::max() / 8;
+    const size_t tasks = static_cast<size_t>(pl.num_tasks);
+    if (pl.partial_floats != 0 && tasks > kMaxFloats / pl.partial_floats) {
+      return ResourceExhausted(std::string(op) + ": kernel scratch size overflows for q " +
+                               q.shape_string() + ", k " + k.shape_string());
+    }
+    ap->shared_scratch_floats = tasks * pl.partial_floats;
+  }
+  static_assert(sizeof(Plan) <= sizeof(ap->tiling), "AttentionPlan::tiling too small");
+  static_assert(std::is_trivially_copyable_v<Plan>);
+  std::memcpy(ap->tiling, &pl, sizeof(Plan));
+  return Status::Ok();
+}
 
-  return kernels::ResolveProblem(op, d, out, lse, q, k, v, opt, &pr->P, &pr->storage);
+Status Prepare(const char* op, const TensorView& out, const TensorView& lse,
+               const TensorView& q, const TensorView& k, const TensorView& v,
+               const SdpaOptions& opt, const KernelOptions& kopt, bool explain,
+               Prepared* pr) {
+  ATTNFLOW_RETURN_IF_ERROR(PlanCall(op, out, lse, q, k, v, opt, kopt, explain, pr, &pr->ap));
+  if (pr->ap.kernel == KernelKind::kReference || pr->ap.kernel == KernelKind::kNaive) {
+    return Status::Ok();
+  }
+  return kernels::ResolveProblem(op, pr->d, out, lse, q, k, v, opt, &pr->P, &pr->storage);
+}
+
+// Task `task` of `phase` of a fast plan (the one place that maps a plan's
+// tasks to kernel calls; Attention and RunAttentionTasks both run it).
+// `partials` is the shared decode scratch (AttentionPlan::shared_scratch_floats).
+void RunFastTask(const Problem& P, const Plan& pl, bool decode, AttentionPhase phase,
+                 int64_t task, float* worker_scratch, float* partials) {
+  if (!decode) {
+    kernels::RunPrefillTask(P, pl, task, worker_scratch);
+  } else if (phase == AttentionPhase::kTasks) {
+    kernels::RunDecodeSplit(P, pl, task, worker_scratch,
+                            partials + static_cast<size_t>(task) * pl.partial_floats);
+  } else {
+    kernels::MergeDecodeSplits(P, pl, task, partials);
+  }
 }
 
 // Scratch buffers are recycled across calls (a fresh multi-100-KiB buffer per
@@ -540,35 +607,30 @@ Status Attention(const TensorView& out, const TensorView& lse,
   ATTNFLOW_RETURN_IF_ERROR(
       Prepare("attention", out, lse, q, k, v, opt, kopt, choice != nullptr, &pr));
   if (choice != nullptr) *choice = pr.choice;
-  if (pr.choice.kernel == KernelKind::kReference) {
+  const AttentionPlan& ap = pr.ap;
+  if (ap.kernel == KernelKind::kReference) {
     return reference::Sdpa(out, lse, q, k, v, opt);
   }
-  if (pr.choice.kernel == KernelKind::kNaive) {
+  if (ap.kernel == KernelKind::kNaive) {
     return kernels::NaiveAttention(out, lse, q, k, v, opt, pr.d,
                                    kopt.pool != nullptr ? *kopt.pool : DefaultPool());
   }
-  const SdpaDims& d = pr.d;
-  if (d.batch == 0 || d.num_heads == 0 || d.q_len == 0) return Status::Ok();
+  if (ap.num_tasks == 0) return Status::Ok();
 
   ThreadPool& pool = kopt.pool != nullptr ? *kopt.pool : DefaultPool();
   const Plan& pl = pr.plan;
-  const bool decode = pr.choice.kernel == KernelKind::kSplitKvDecode;
+  const bool decode = ap.kernel == KernelKind::kSplitKvDecode;
   const size_t workers = static_cast<size_t>(std::max(pool.NumWorkers(), 1));
-  const size_t worker_floats = pl.worker_floats;
-  // Overflow-checked scratch size: workers * worker_floats (+ decode partials).
+  const size_t worker_floats = ap.worker_scratch_floats;
+  // Overflow-checked scratch size: workers * worker_floats + shared partials.
   const size_t kMaxFloats = std::numeric_limits<size_t>::max() / 8;
   size_t total = 0;
   bool overflow = worker_floats > kMaxFloats / workers;
   if (!overflow) total = workers * worker_floats;
-  size_t partial_off = total;
-  if (decode && !overflow) {
-    const size_t tasks = static_cast<size_t>(pl.num_tasks);
-    overflow = pl.partial_floats != 0 && tasks > kMaxFloats / pl.partial_floats;
-    if (!overflow) {
-      const size_t add = tasks * pl.partial_floats;
-      overflow = add > kMaxFloats - total;
-      total += add;
-    }
+  const size_t partial_off = total;
+  if (!overflow) {
+    overflow = ap.shared_scratch_floats > kMaxFloats - total;
+    total += ap.shared_scratch_floats;
   }
   if (overflow) {
     return ResourceExhausted("attention: kernel scratch size overflows for q " +
@@ -580,37 +642,189 @@ Status Attention(const TensorView& out, const TensorView& lse,
   if (guard.p == nullptr) {
     return ResourceExhausted("attention: cannot allocate " +
                              std::to_string(total * sizeof(float)) +
-                             " bytes of kernel scratch (" + KernelKindName(pr.choice.kernel) +
+                             " bytes of kernel scratch (" + KernelKindName(ap.kernel) +
                              ", " + std::to_string(workers) + " workers)");
   }
   float* scratch = static_cast<float*>(guard.p);
+  float* partials = scratch + partial_off;
   const Problem& P = pr.P;
-  const bool run_inline = RunsInline(d);
+  const bool run_inline = RunsInline(pr.d);
   auto parallel_for = [&](const std::function<void(int64_t, int)>& fn) {
-    if (!run_inline) return pool.ParallelFor(pl.num_tasks, fn);
-    for (int64_t t = 0; t < pl.num_tasks; ++t) fn(t, 0);  // worker 0's scratch
+    if (!run_inline) return pool.ParallelFor(ap.num_tasks, fn);
+    for (int64_t t = 0; t < ap.num_tasks; ++t) fn(t, 0);  // worker 0's scratch
   };
   if (!decode) {
     parallel_for([&](int64_t task, int worker) {
-      kernels::RunPrefillTask(P, pl, task,
-                              scratch + static_cast<size_t>(worker) * worker_floats);
+      RunFastTask(P, pl, false, AttentionPhase::kTasks, task,
+                  scratch + static_cast<size_t>(worker) * worker_floats, partials);
     });
   } else {
-    // The task that finishes the last split of a (b, kv head) merges its
-    // splits (in split order; which thread does it does not matter).
-    float* partials = scratch + partial_off;
-    const int64_t n_bh = d.batch * d.num_kv_heads;
-    std::vector<std::atomic<int64_t>> done(static_cast<size_t>(n_bh));
+    // One pool call for both phases: the task that finishes the last split
+    // of a (b, kv head) runs that pair's kMerge task (the merge reads only
+    // its own pair's splits; which thread does it does not matter).
+    std::vector<std::atomic<int64_t>> done(static_cast<size_t>(ap.num_merge_tasks));
     for (auto& c : done) c.store(0, std::memory_order_relaxed);
     parallel_for([&](int64_t task, int worker) {
-      kernels::RunDecodeSplit(P, pl, task,
-                              scratch + static_cast<size_t>(worker) * worker_floats,
-                              partials + static_cast<size_t>(task) * pl.partial_floats);
+      RunFastTask(P, pl, true, AttentionPhase::kTasks, task,
+                  scratch + static_cast<size_t>(worker) * worker_floats, partials);
       const int64_t bh = task / pl.n_splits;
       if (done[static_cast<size_t>(bh)].fetch_add(1, std::memory_order_acq_rel) == pl.n_splits - 1) {
-        kernels::MergeDecodeSplits(P, pl, bh, partials);
+        RunFastTask(P, pl, true, AttentionPhase::kMerge, bh, nullptr, partials);
       }
     });
+  }
+  return Status::Ok();
+}
+
+Status PlanAttention(const TensorView& out, const TensorView& lse, const TensorView& q,
+                     const TensorView& k, const TensorView& v, const SdpaOptions& opt,
+                     const KernelOptions& kopt, AttentionPlan* plan) {
+  if (plan == nullptr) return InvalidArgument("attention: plan: the output plan is null");
+  Prepared pr;
+  return PlanCall("attention", out, lse, q, k, v, opt, kopt, false, &pr, plan);
+}
+
+// ---- AttentionWorkspace --------------------------------------------------
+
+AttentionWorkspace::~AttentionWorkspace() { AlignedFree(base_); }
+
+Status AttentionWorkspace::Reserve(const AttentionPlan& plan, int num_workers) {
+  if (num_workers < 1) {
+    return InvalidArgument("attention workspace: num_workers " + std::to_string(num_workers) +
+                           " < 1");
+  }
+  const size_t wf = std::max(worker_floats_, plan.worker_scratch_floats);
+  const size_t shared = std::max(shared_floats_, plan.shared_scratch_floats);
+  const int nw = std::max(num_workers_, num_workers);
+  if (base_ != nullptr && wf == worker_floats_ && shared == shared_floats_ && nw == num_workers_) {
+    return Status::Ok();
+  }
+  const size_t kMaxFloats = std::numeric_limits<size_t>::max() / 8;
+  if (shared > kMaxFloats || (wf != 0 && static_cast<size_t>(nw) > (kMaxFloats - shared) / wf)) {
+    return ResourceExhausted("attention workspace: " + std::to_string(nw) + " workers x " +
+                             std::to_string(wf) + " floats + " + std::to_string(shared) +
+                             " shared floats overflows");
+  }
+  const size_t total = static_cast<size_t>(nw) * wf + shared;
+  void* p = AlignedAlloc(std::max<size_t>(total, 1) * sizeof(float));
+  if (p == nullptr) {
+    return ResourceExhausted("attention workspace: cannot allocate " +
+                             std::to_string(total * sizeof(float)) + " bytes");
+  }
+  AlignedFree(base_);
+  base_ = static_cast<float*>(p);
+  worker_floats_ = wf;
+  shared_floats_ = shared;
+  num_workers_ = nw;
+  return Status::Ok();
+}
+
+// ---- AttentionRun --------------------------------------------------------
+
+struct AttentionRun::Impl {
+  AttentionPlan plan;
+  Plan pl;
+  Problem P;
+  kernels::ProblemStorage storage;
+  SdpaDims d{};
+  TensorView out, lse, q, k, v;
+  SdpaOptions opt;
+  size_t worker_floats = 0;
+};
+
+AttentionRun::AttentionRun() = default;
+AttentionRun::~AttentionRun() = default;
+AttentionRun::AttentionRun(AttentionRun&&) noexcept = default;
+AttentionRun& AttentionRun::operator=(AttentionRun&&) noexcept = default;
+
+const AttentionPlan& AttentionRun::plan() const {
+  static const AttentionPlan kNone{};
+  return impl_ != nullptr ? impl_->plan : kNone;
+}
+
+namespace {
+bool SameDims(const SdpaDims& a, const SdpaDims& b) {
+  return a.batch == b.batch && a.num_heads == b.num_heads && a.num_kv_heads == b.num_kv_heads &&
+         a.q_len == b.q_len && a.kv_len == b.kv_len && a.head_dim == b.head_dim &&
+         a.v_dim == b.v_dim;
+}
+std::string DescribePlanned(const SdpaDims& d, DType q, DType k, DType v, DType out, bool has_lse,
+                            DType lse) {
+  return "[B=" + std::to_string(d.batch) + " H=" + std::to_string(d.num_heads) +
+         " Hkv=" + std::to_string(d.num_kv_heads) + " Lq=" + std::to_string(d.q_len) +
+         " Lk=" + std::to_string(d.kv_len) + " D=" + std::to_string(d.head_dim) +
+         " Dv=" + std::to_string(d.v_dim) + "] q/k/v/out " + DTypeName(q) + "/" +
+         DTypeName(k) + "/" + DTypeName(v) + "/" + DTypeName(out) + ", lse " +
+         (has_lse ? DTypeName(lse) : "absent");
+}
+}  // namespace
+
+Status AttentionRun::Bind(const AttentionPlan& plan, const TensorView& out, const TensorView& lse,
+                          const TensorView& q, const TensorView& k, const TensorView& v,
+                          const SdpaOptions& opt) {
+  if (impl_ == nullptr) impl_ = std::make_unique<Impl>();
+  Impl& m = *impl_;
+  m.plan = AttentionPlan{};
+  m.plan.kernel = KernelKind::kAuto;  // unbound until every check passed
+  SdpaDims d{};
+  ATTNFLOW_RETURN_IF_ERROR(ValidateSdpa("attention", out, lse, q, k, v, opt, &d));
+  const bool has_lse = !lse.empty_view();
+  if (!SameDims(d, plan.dims) || q.dtype != plan.q_dtype || k.dtype != plan.k_dtype ||
+      v.dtype != plan.v_dtype || out.dtype != plan.out_dtype || has_lse != plan.has_lse ||
+      (has_lse && lse.dtype != plan.lse_dtype)) {
+    return InvalidArgument(
+        "attention: the plan was made for " +
+        DescribePlanned(plan.dims, plan.q_dtype, plan.k_dtype, plan.v_dtype, plan.out_dtype,
+                        plan.has_lse, plan.lse_dtype) +
+        ", the call has " +
+        DescribePlanned(d, q.dtype, k.dtype, v.dtype, out.dtype, has_lse, lse.dtype));
+  }
+  m.d = d;
+  m.out = out;
+  m.lse = lse;
+  m.q = q;
+  m.k = k;
+  m.v = v;
+  m.opt = opt;
+  std::memcpy(&m.pl, plan.tiling, sizeof(Plan));
+  if (plan.kernel != KernelKind::kReference && plan.kernel != KernelKind::kNaive) {
+    ATTNFLOW_RETURN_IF_ERROR(
+        kernels::ResolveProblem("attention", d, out, lse, q, k, v, opt, &m.P, &m.storage));
+  }
+  m.plan = plan;
+  return Status::Ok();
+}
+
+Status RunAttentionTasks(const AttentionRun& run, AttentionPhase phase, int64_t begin,
+                         int64_t end, int worker, const AttentionWorkspace& ws) {
+  if (run.impl_ == nullptr || run.impl_->plan.kernel == KernelKind::kAuto) {
+    return InvalidArgument("attention: run tasks: the run is not bound");
+  }
+  const AttentionRun::Impl& m = *run.impl_;
+  const AttentionPlan& ap = m.plan;
+  const int64_t n = ap.PhaseTasks(phase);
+  if (begin < 0 || begin > end || end > n) {
+    return OutOfRange("attention: run tasks [" + std::to_string(begin) + ", " +
+                      std::to_string(end) + ") of phase " +
+                      (phase == AttentionPhase::kTasks ? "tasks" : "merge") + ", which has " +
+                      std::to_string(n));
+  }
+  if (begin == end) return Status::Ok();
+  if (ap.kernel == KernelKind::kReference) {
+    return reference::Sdpa(m.out, m.lse, m.q, m.k, m.v, m.opt);
+  }
+  if (ap.kernel == KernelKind::kNaive) {
+    ThreadPool one(1);  // starts no thread: the call runs on this one
+    return kernels::NaiveAttention(m.out, m.lse, m.q, m.k, m.v, m.opt, m.d, one);
+  }
+  if (worker < 0 || worker >= ws.num_workers() || !ws.Holds(ap)) {
+    return InvalidArgument("attention: run tasks: worker " + std::to_string(worker) +
+                           " outside the workspace's " + std::to_string(ws.num_workers()) +
+                           " workers, or the workspace is not reserved for this plan");
+  }
+  const bool decode = ap.kernel == KernelKind::kSplitKvDecode;
+  for (int64_t t = begin; t < end; ++t) {
+    RunFastTask(m.P, m.pl, decode, phase, t, ws.worker(worker), ws.shared());
   }
   return Status::Ok();
 }

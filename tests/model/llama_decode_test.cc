@@ -1,10 +1,11 @@
 // llama_decode_test.cc — the Llama fused decode step (one parallel region per
-// token while the attention has one split, else one per layer;
-// src/model/llama/llama_model.cc DecodeStep) against the op-by-op path
-// on the tiny synthetic model: bit-identical logits step after step. Small
-// and self-contained (no model download), so CI's TSan job (tests named
-// *decode*) runs the region protocol -- chunk stealing, per-phase completion
-// counts, per-task residual copies -- under ThreadSanitizer with 1-3 threads.
+// token, core::PhasedRegion, with the attention kernel's planned tasks and
+// merge as phases; src/model/llama/llama_model.cc DecodeStep) against the
+// op-by-op path (attnflow::Attention per layer) on the tiny synthetic model:
+// bit-identical logits step after step. Small and self-contained (no model
+// download), so CI's TSan job (tests named *decode*) runs the region
+// protocol -- item stealing, per-phase completion counts, per-task residual
+// copies -- under ThreadSanitizer with 1, 2, 3 and 7 threads.
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -30,7 +31,7 @@ double MaxDiff(const float* a, const float* b, int64_t n) {
 }
 
 // The tiny model's logits after `prompt`, then after each of `steps`, through
-// the fused decode step on 1-3 threads equal, bit for bit, those of the
+// the fused decode step on 1, 2, 3 and 7 threads equal, bit for bit, those of the
 // op-by-op path (fused_decode = false, 2 threads); the cache length follows.
 void ExpectFusedEqualsOpByOp(const TinyOpts& to, DType kv, const std::vector<int32_t>& prompt,
                              const std::vector<int32_t>& steps) {
@@ -46,7 +47,7 @@ void ExpectFusedEqualsOpByOp(const TinyOpts& to, DType kv, const std::vector<int
     ASSERT_TRUE(ref->Forward({id}, false, &l).ok());
     want.emplace_back(l.data<float>(), l.data<float>() + l.numel());
   }
-  for (int threads : {1, 2, 3}) {
+  for (int threads : {1, 2, 3, 7}) {
     llama::LlamaOptions o;
     o.kv_dtype = kv;
     o.num_threads = threads;
@@ -65,7 +66,7 @@ void ExpectFusedEqualsOpByOp(const TinyOpts& to, DType kv, const std::vector<int
 // The fused decode step (matvec chunks with RoPE / SwiGLU / cache append
 // applied to each chunk, per-task norms; here one region per token) gives
 // exactly the op-by-op path's logits, step after step (so the cache it
-// writes is the same too), for 1-3 threads, both cache dtypes, tied and
+// writes is the same too), for 1-7 threads, both cache dtypes, tied and
 // untied heads and every weight type of the tiny model (quantised, F16, F32).
 TEST(LlamaLoader, FusedDecodeStepEqualsOpByOp) {
   for (bool tied : {false, true}) {
@@ -79,10 +80,10 @@ TEST(LlamaLoader, FusedDecodeStepEqualsOpByOp) {
 }
 
 // Across the context where the decode kernel starts splitting the keys (one
-// split up to 512 keys for the tiny model's 2 kv heads: the step runs as one
-// region with the attention as a phase of kv-head chunks; past it, as one
-// region per layer with the attention call between them), the fused step
-// still gives the op-by-op path's logits bit for bit, on 1-3 threads.
+// split up to 512 keys for the tiny model's 2 kv heads, two past it: the
+// attention phase then has (kv head, split) tasks and the merge phase
+// combines them), the fused step still gives the op-by-op path's logits bit
+// for bit, on 1-7 threads.
 TEST(LlamaLoader, FusedDecodeStepEqualsOpByOpAcrossTheSplitBoundary) {
   std::vector<int32_t> prompt;
   for (int i = 0; i < 505; ++i) prompt.push_back((i * 37 + 11) % 256);

@@ -14,59 +14,41 @@
 // would) — appends never reallocate or copy. Only where the reservation is
 // refused does it fall back to growing by 1.5x with a copy.
 //
-// Decode step (one token, no stage capture; DecodeStep): while the decode
-// kernel runs the attention with one split (its tasks are then exactly the
-// kv heads: every context up to its split length, 512 keys for SmolLM2), the
-// whole token is ONE pool region; past that, one region per layer with the
-// layer's attention call between two regions. A region per layer holds the
-// rest of layer l (Wo, residual, RMSNorm, gate/up with SwiGLU applied to each
-// 16-row chunk as it is computed, Wdown, residual) and the start of layer l+1
-// (RMSNorm, q/k/v with RoPE applied to each chunk and k/v written to the
-// cache from it), or the output head after the last layer; in one region
-// per token, layer l+1 then opens with its attention as a phase of kv-head
-// chunks (each chunk the kernel on that head alone, with the same single
-// split: the same arithmetic) -- 1 pool hand-off a token instead of 61 (30
-// layers), and the short-context attention, which the kernel runs on the
-// calling thread alone, is shared by the tasks.
-// Inside a region, each phase's rows are 16-row chunks split into one
-// contiguous range per task with stealing from the back (as ops::QMatMul's
-// decode path); a task waits for a phase's chunk count to complete (acquire
-// on the per-chunk release counts) before it reads that phase's output.
+// Decode step (one token, no stage capture; DecodeStep): the whole token is
+// ONE parallel region (core::PhasedRegion, src/core/phased_region.h: task
+// claiming and the barrier between phases live there), 6 phases per layer:
+// the attention kernel's tasks and its merge (the plan of
+// attnflow::PlanAttention for the token's shape, bound per layer; the model
+// does not know how the kernel splits), Wo, gate/up with SwiGLU applied to
+// each 16-row chunk as it is computed, Wdown, then q/k/v of the next layer
+// (RMSNorm first, RoPE applied to each chunk and k/v written to the cache
+// from it) or the output head after the last layer.
 // Every task keeps its own copy of the residual stream and of the normed
 // input (the same ops on the same data, so the copies are identical), so no
 // single task has to run the norm while the others wait. Phases write to
 // distinct buffers (Wo and Wdown outputs one per layer, o_out_ and dn_), so a
 // late task still updates its copies from unmodified inputs; a task reads a
-// shared phase input (att_, g_, q/k/v) only inside a chunk it claimed, while
-// the phase is unfinished and so no task is past it. No task ever waits for
-// another task to *arrive*, only for claimed chunks to finish -- if the pool
-// runs the tasks one after the other (one worker, or a nested call) the first
-// task does all the work and the others only update their copies. Each value
-// is computed by the same function on the same inputs as on the op-by-op path
+// shared phase input (att_, g_, q/k/v) only inside an item it claimed, while
+// the phase is unfinished and so no task is past it. Each value is computed
+// by the same function on the same inputs as on the op-by-op path
 // (ops::QMatVecRows is QMatMul's per-row dot; Rope, SwiGlu, Add and RmsNorm
-// are the ops themselves on slices; the attention is the same kernel and
-// split), so the logits are bit-identical to it and to any thread count.
+// are the ops themselves on slices; the attention runs the same plan's tasks
+// as Attention()), so the logits are bit-identical to it and to any thread
+// count.
 #include "model/llama/llama_model.h"
 
-#include "core/chunk_range.h"
+#include "core/phased_region.h"
 
 #include <sys/mman.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <new>
 #include <system_error>
-#include <thread>
 #include <vector>
-
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#endif
 
 #include "attnflow/attention.h"
 #include "attnflow/reference.h"
@@ -91,55 +73,6 @@ struct Layer {
 };
 
 constexpr int64_t kDecodeRows = 16;  // rows per chunk in a decode region phase
-
-// One task's share of a decode phase's chunks, [front, back) packed in one
-// 64-bit word: the owner takes chunks from the front, others from the back,
-// and each chunk is claimed exactly once.
-using core::ChunkRange;  // core/chunk_range.h
-using core::RunOwnThenSteal;
-using core::SplitEvenly;
-
-// Chunks of one phase finished so far (release per task, acquire by waiters).
-struct alignas(64) DoneCount {
-  std::atomic<int64_t> n{0};
-};
-
-inline void CpuRelax() {
-#if defined(__x86_64__) || defined(__i386__)
-  _mm_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
-
-// A phase of `total` chunks over W tasks: ranges[0..W) and its done count.
-struct DecodePhase {
-  ChunkRange* ranges = nullptr;
-  DoneCount* done = nullptr;
-  int64_t total = 0;
-  void Reset(int64_t chunks, int64_t W) {
-    total = chunks;
-    done->n.store(0, std::memory_order_relaxed);
-    SplitEvenly(ranges, chunks, W);
-  }
-  // Task w runs its own chunks, then steals; with `wait`, returns only when
-  // every chunk of the phase is done (their writes visible to the caller).
-  template <typename Fn>
-  void Run(int64_t w, int64_t W, bool wait, Fn&& chunk) {
-    const int64_t n = RunOwnThenSteal(ranges, w, W, [&](uint32_t c) { chunk(static_cast<int64_t>(c)); });
-    if (n > 0) done->n.fetch_add(n, std::memory_order_release);
-    if (!wait) return;
-    // Only claimed chunks are waited for (their tasks are running), so this
-    // cannot deadlock; yield after a while so a descheduled task gets a CPU.
-    for (int spins = 0; done->n.load(std::memory_order_acquire) < total; ++spins) {
-      if (spins < 2048) {
-        CpuRelax();
-      } else {
-        std::this_thread::yield();
-      }
-    }
-  }
-};
 
 // The reference's score stages pass through; its "out" is dropped (the
 // model reports the fast kernel's output as heads_out).
@@ -173,8 +106,7 @@ class LlamaModel : public DecoderModel {
   Status EnsureCapacity(int64_t needed);
   Status ForwardImpl(const std::vector<int32_t>& ids, bool all_logits, Tensor* logits,
                      const StageCapture& capture);
-  // The one-token forward in one region per token or per layer (see the
-  // file comment).
+  // The one-token forward as one phased region (see the file comment).
   // Caller checked the id, the context and the cache capacity.
   Status DecodeStep(int32_t id, Tensor* logits);
   bool CanFuseDecode() const { return opt_.fused_decode && info_.head_dim % kDecodeRows == 0; }
@@ -216,16 +148,15 @@ class LlamaModel : public DecoderModel {
   // Work buffers (resized per call; capacity is kept).
   std::vector<float> x_, h_, q_, k_, v_, att_, g_, u_, tmp_, cos_, sin_;
   std::vector<int64_t> pos_;
-  // Decode regions: per-task residual / normed copies [W, E], the Wo and
-  // Wdown outputs [layers, E], and the phases' ranges and counts (5 per
-  // region, regions 0..layers).
+  // Decode region: per-task residual / normed copies [W, E], the Wo and
+  // Wdown outputs [layers, E], the region's phases, the attention bound per
+  // layer and its scratch.
   std::vector<float> xw_, hw_, o_out_, dn_;
   // opt_.fast_dot: per-task int8 copies of hw (qh_) and of att_ / g_ (qa_).
   std::vector<ops::Q8Acts> qh_, qa_;
-  std::unique_ptr<ChunkRange[]> dec_ranges_;
-  std::unique_ptr<DoneCount[]> dec_done_;
-  std::vector<DecodePhase> dec_phases_;  // over dec_ranges_ / dec_done_, for
-  int64_t dec_workers_ = 0;              // this many workers
+  core::PhasedRegion region_;
+  std::vector<AttentionRun> att_runs_;
+  AttentionWorkspace att_ws_;
 
  public:
   ~LlamaModel() override {
@@ -662,7 +593,6 @@ void LlamaModel::StoreKv(uint8_t* cache, int64_t r, const float* src, int64_t n)
 Status LlamaModel::DecodeStep(int32_t id, Tensor* logits) {
   const int64_t E = info_.hidden, H = info_.num_heads, Hkv = info_.num_kv_heads;
   const int64_t D = info_.head_dim, F = info_.ffn_hidden, V = info_.vocab_size;
-  const int64_t G = H / Hkv;
   const int64_t p0 = cache_len_, Lk = p0 + 1;
   ThreadPool& pool = *pool_;
   const int64_t W = pool.NumWorkers();
@@ -688,75 +618,56 @@ Status LlamaModel::DecodeStep(int32_t id, Tensor* logits) {
   pos_.resize(1);
   const int64_t qd = H * D, kd = Hkv * D;
 
-  // The attention views of layer l for the kv heads [h0, h0 + nh): q and out
-  // [1, nh*G, 1, D] over q_ / att_ (heads [h0*G, (h0+nh)*G)), k/v
-  // [1, nh, Lk, D] over the cache.
+  // The attention views of layer l: q and out [1, H, 1, D] over q_ / att_,
+  // k/v [1, Hkv, Lk, D] over the cache. One plan serves every layer (same
+  // shape), bound to each layer's views before the region starts.
   SdpaOptions so;
   so.causal = Causal::kBottomRight;
-  const size_t kv_elem = DTypeSize(opt_.kv_dtype);
   struct AttViews {
     TensorView q, k, v, out;
   };
-  auto att_views = [&](int64_t l, int64_t h0, int64_t nh) {
-    const size_t off = static_cast<size_t>(h0 * cap_ * D) * kv_elem;
-    const Shape qs = {1, nh * G, 1, D}, qst = {H * D, D, H * D, 1};
-    const Shape ks = {1, nh, Lk, D}, kst = {Hkv * cap_ * D, cap_ * D, D, 1};
-    return AttViews{MakeStridedView(q_.data() + h0 * G * D, DType::kF32, qs, qst),
-                    MakeStridedView(KPtr(static_cast<size_t>(l)) + off, opt_.kv_dtype, ks, kst),
-                    MakeStridedView(VPtr(static_cast<size_t>(l)) + off, opt_.kv_dtype, ks, kst),
-                    MakeStridedView(att_.data() + h0 * G * D, DType::kF32, qs, qst)};
+  auto att_views = [&](size_t l) {
+    const Shape qs = {1, H, 1, D}, qst = {H * D, D, H * D, 1};
+    const Shape ks = {1, Hkv, Lk, D}, kst = {Hkv * cap_ * D, cap_ * D, D, 1};
+    return AttViews{MakeStridedView(q_.data(), DType::kF32, qs, qst),
+                    MakeStridedView(KPtr(l), opt_.kv_dtype, ks, kst),
+                    MakeStridedView(VPtr(l), opt_.kv_dtype, ks, kst),
+                    MakeStridedView(att_.data(), DType::kF32, qs, qst)};
   };
-  auto attention = [&](int64_t l, int64_t h0, int64_t nh, const KernelOptions& ko) -> Status {
-    const AttViews a = att_views(l, h0, nh);
-    Status st = Attention(a.out, TensorView(), a.q, a.k, a.v, so, ko);
-    if (!st.ok()) return Status(st.code(), "llama: layer " + std::to_string(l) + ": " + st.message());
-    return Status::Ok();
+  auto layer_error = [](int64_t l, const Status& st) {
+    return Status(st.code(), "llama: layer " + std::to_string(l) + ": " + st.message());
   };
   KernelOptions ko;
   ko.pool = pool_;
-  // One region for the whole token when the kernel's tasks are exactly the
-  // kv heads (decode with one split, which every context up to the split
-  // length is): the attention is then a phase of kv-head chunks inside the
-  // region, each chunk the kernel on that head alone with the same single
-  // split (so the same arithmetic, bit for bit; the nested call runs inline
-  // on its task). Longer contexts split the keys: there the kernel's own
-  // (head, split) tasks balance better, so each layer's attention stays a
-  // call of its own between two regions.
-  bool one_region = false;
+  AttentionPlan plan;
   {
-    const AttViews a = att_views(0, 0, Hkv);
-    KernelChoice ch;
-    if (ExplainAttention(a.out, TensorView(), a.q, a.k, a.v, so, ko, &ch).ok()) {
-      one_region = ch.kernel == KernelKind::kSplitKvDecode && ch.num_splits == 1;
-    }
+    const AttViews a = att_views(0);
+    Status st = PlanAttention(a.out, TensorView(), a.q, a.k, a.v, so, ko, &plan);
+    if (!st.ok()) return layer_error(0, st);
   }
-  KernelOptions ko_head = ko;
-  ko_head.split_kv = Lk;  // one split, as the whole-layer call's
+  ATTNFLOW_RETURN_IF_ERROR(att_ws_.Reserve(plan, static_cast<int>(W)));
+  att_runs_.resize(layers_.size());
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const AttViews a = att_views(l);
+    Status st = att_runs_[l].Bind(plan, a.out, TensorView(), a.q, a.k, a.v, so);
+    if (!st.ok()) return layer_error(static_cast<int64_t>(l), st);
+  }
 
-  // Phases of region r = l + 1 (l = -1 .. nl-1): attention of layer l (one
-  // region only), Wo, gate/up, Wdown, then q/k/v of layer l + 1 or the head.
-  // All are reset here, before any region runs.
-  constexpr int kPhases = 5;
-  enum { kAtt = 0, kWo = 1, kGateUp = 2, kDown = 3, kNext = 4 };
-  const size_t n_ph = static_cast<size_t>(kPhases * (nl + 1));
-  if (dec_phases_.size() != n_ph || dec_workers_ != W) {
-    dec_ranges_.reset(new ChunkRange[n_ph * static_cast<size_t>(W)]);
-    dec_done_.reset(new DoneCount[n_ph]);
-    dec_phases_.assign(n_ph, DecodePhase{});
-    for (size_t i = 0; i < n_ph; ++i) {
-      dec_phases_[i].ranges = dec_ranges_.get() + i * static_cast<size_t>(W);
-      dec_phases_[i].done = &dec_done_[i];
-    }
-    dec_workers_ = W;
-  }
+  // Phases of region part r = l + 1 (l = -1 .. nl-1): attention tasks and
+  // merge of layer l, Wo, gate/up, Wdown, then q/k/v of layer l + 1 or the
+  // head. All are declared here, before the region runs.
+  constexpr int kPhases = 6;
+  enum { kAtt = 0, kMerge = 1, kWo = 2, kGateUp = 3, kDown = 4, kNext = 5 };
+  region_.Reset(W, kPhases * static_cast<int>(nl + 1));
   auto chunks = [](int64_t rows) { return (rows + kDecodeRows - 1) / kDecodeRows; };
   for (int64_t r = 0; r <= nl; ++r) {
-    DecodePhase* ph = dec_phases_.data() + r * kPhases;
-    ph[kAtt].Reset(r > 0 ? Hkv : 0, W);
-    ph[kWo].Reset(r > 0 ? chunks(E) : 0, W);
-    ph[kGateUp].Reset(r > 0 ? chunks(F) : 0, W);
-    ph[kDown].Reset(r > 0 ? chunks(E) : 0, W);
-    ph[kNext].Reset(r == nl ? chunks(V) : (qd + 2 * kd) / kDecodeRows, W);
+    const int p = static_cast<int>(r) * kPhases;
+    region_.SetItems(p + kAtt, r > 0 ? plan.PhaseTasks(AttentionPhase::kTasks) : 0);
+    region_.SetItems(p + kMerge, r > 0 ? plan.PhaseTasks(AttentionPhase::kMerge) : 0);
+    region_.SetItems(p + kWo, r > 0 ? chunks(E) : 0);
+    region_.SetItems(p + kGateUp, r > 0 ? chunks(F) : 0);
+    region_.SetItems(p + kDown, r > 0 ? chunks(E) : 0);
+    region_.SetItems(p + kNext, r == nl ? chunks(V) : (qd + 2 * kd) / kDecodeRows);
   }
   // The logits are written whole by the head phase: the caller's tensor is
   // reused when it already is [1, V] F32 (no 4*V-byte allocation per step).
@@ -773,17 +684,14 @@ Status LlamaModel::DecodeStep(int32_t id, Tensor* logits) {
   pos_[0] = p0;
   ops::RopeTables(cos_.data(), sin_.data(), pos_.data(), inv_freq_.data(), 1.0, 1, D);
 
-  // Task w's part of region l + 1: the attention phase (one region only),
-  // the rest of layer l (l >= 0), then the start of layer l + 1 or the head.
-  // An attention chunk's error is kept in first_error (the region's other
-  // phases still run to completion, on garbage that is discarded).
-  Status first_error;
-  std::mutex err_mu;
-  auto region = [&](int64_t l, int64_t w, int worker) {
-    DecodePhase* ph = dec_phases_.data() + (l + 1) * kPhases;
+  // Task t's part of region part l + 1: the attention of layer l (l >= 0)
+  // and the rest of layer l, then the start of layer l + 1 or the head.
+  auto part = [&](int64_t l, core::PhasedRegion::Task& t) {
+    const int p = static_cast<int>(l + 1) * kPhases;
+    const int64_t w = t.id();
     float* xw = xw_.data() + w * E;
     float* hw = hw_.data() + w * E;
-    float* buf = scratch_.worker(worker);
+    float* buf = scratch_.worker(t.worker());
     ops::Q8Acts* qh = fast ? &qh_[static_cast<size_t>(w)] : nullptr;
     ops::Q8Acts* qa = fast ? &qa_[static_cast<size_t>(w)] : nullptr;
     // y = W[r0, r0 + nr) x, exact or (fast) on xq, the int8 copy of x.
@@ -800,22 +708,20 @@ Status LlamaModel::DecodeStep(int32_t id, Tensor* logits) {
       const Layer& L = layers_[static_cast<size_t>(l)];
       float* o_out = o_out_.data() + l * E;
       float* dn = dn_.data() + l * E;
-      if (one_region) {
-        ph[kAtt].Run(w, W, true, [&](int64_t hk) {
-          Status st = attention(l, hk, 1, ko_head);
-          if (!st.ok()) {
-            std::lock_guard<std::mutex> lock(err_mu);
-            if (first_error.ok()) first_error = st;
-          }
+      const AttentionRun& run = att_runs_[static_cast<size_t>(l)];
+      for (AttentionPhase ph : {AttentionPhase::kTasks, AttentionPhase::kMerge}) {
+        t.Phase(p + (ph == AttentionPhase::kTasks ? kAtt : kMerge), [&](int64_t i) {
+          Status st = RunAttentionTasks(run, ph, i, i + 1, t.worker(), att_ws_);
+          return st.ok() ? st : layer_error(l, st);
         });
       }
       // The int8 copies of the shared inputs (att_, g_) are made on a task's
-      // first chunk of the phase: while a chunk is unfinished no task is past
+      // first item of the phase: while an item is unfinished no task is past
       // the phase, so the input is still this layer's (a task that arrives
-      // after the phase is done must not read it: in one region, another
-      // task may be writing a later layer's att_ / g_ by then).
+      // after the phase is done must not read it: another task may be
+      // writing a later layer's att_ / g_ by then).
       bool quantized = false;
-      ph[kWo].Run(w, W, true, [&](int64_t c) {
+      t.Phase(p + kWo, [&](int64_t c) {
         if (fast && !quantized) {
           ops::QuantizeActsQ8(qa, att_.data(), H * D);
           quantized = true;
@@ -826,7 +732,7 @@ Status LlamaModel::DecodeStep(int32_t id, Tensor* logits) {
       ops::Add(xw, xw, o_out, E, pool);
       ops::RmsNorm(hw, E, xw, E, L.ffn_norm.data(), eps_, 1, E, pool);
       if (fast) ops::QuantizeActsQ8(qh, hw, E);
-      ph[kGateUp].Run(w, W, true, [&](int64_t c) {
+      t.Phase(p + kGateUp, [&](int64_t c) {
         const int64_t r0 = c * kDecodeRows, nr = std::min(kDecodeRows, F - r0);
         float u[kDecodeRows];
         mv(g_.data() + r0, L.gate, r0, nr, hw, qh);
@@ -834,7 +740,7 @@ Status LlamaModel::DecodeStep(int32_t id, Tensor* logits) {
         ops::SwiGlu(g_.data() + r0, g_.data() + r0, u, nr, pool);
       });
       quantized = false;
-      ph[kDown].Run(w, W, true, [&](int64_t c) {
+      t.Phase(p + kDown, [&](int64_t c) {
         if (fast && !quantized) {
           ops::QuantizeActsQ8(qa, g_.data(), F);
           quantized = true;
@@ -847,19 +753,19 @@ Status LlamaModel::DecodeStep(int32_t id, Tensor* logits) {
     if (l + 1 == nl) {
       ops::RmsNorm(hw, E, xw, E, output_norm_.data(), eps_, 1, E, pool);
       if (fast) ops::QuantizeActsQ8(qh, hw, E);
-      ph[kNext].Run(w, W, false, [&](int64_t c) {
+      t.Phase(p + kNext, [&](int64_t c) {
         const int64_t r0 = c * kDecodeRows, nr = std::min(kDecodeRows, V - r0);
         mv(lg + r0, output_, r0, nr, hw, qh);
-      });
+      }, core::PhaseEnd::kNoWait);
       return;
     }
     const size_t ln = static_cast<size_t>(l + 1);
     const Layer& N = layers_[ln];
     ops::RmsNorm(hw, E, xw, E, N.attn_norm.data(), eps_, 1, E, pool);
     if (fast) ops::QuantizeActsQ8(qh, hw, E);
-    // In one region, the next layer's attention phase reads every q/k/v row
-    // and the cache rows written here: wait for all of them.
-    ph[kNext].Run(w, W, one_region, [&](int64_t c) {
+    // The next layer's attention reads every q/k/v row and the cache rows
+    // written here: wait for all of them.
+    t.Phase(p + kNext, [&](int64_t c) {
       int64_t r = c * kDecodeRows;  // row of [q | k | v]; a chunk lies in one head
       const float* cs = cos_.data() + (r % D) / 2;
       const float* sn = sin_.data() + (r % D) / 2;
@@ -881,17 +787,9 @@ Status LlamaModel::DecodeStep(int32_t id, Tensor* logits) {
     });
   };
 
-  if (one_region) {
-    pool.ParallelFor(W, [&](int64_t w, int worker) {
-      for (int64_t l = -1; l < nl; ++l) region(l, w, worker);
-    });
-    if (!first_error.ok()) return first_error;
-  } else {
-    for (int64_t l = -1; l < nl; ++l) {
-      if (l >= 0) ATTNFLOW_RETURN_IF_ERROR(attention(l, 0, Hkv, ko));
-      pool.ParallelFor(W, [&](int64_t w, int worker) { region(l, w, worker); });
-    }
-  }
+  ATTNFLOW_RETURN_IF_ERROR(region_.Run(pool, [&](core::PhasedRegion::Task& t) {
+    for (int64_t l = -1; l < nl; ++l) part(l, t);
+  }));
   cache_len_ += 1;
   return Status::Ok();
 }
