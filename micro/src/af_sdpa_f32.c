@@ -151,14 +151,16 @@ AF_INLINE void af_pv4_f32(float* acc, const float* p, const float* v, int32_t Dv
 #define AF_BOOL_HIDES(m) ((m) == 0)
 #endif
 
-/* Per-key work of a masked / ALiBi row on scaled scores x[0..t_n) of keys
- * j0 ..: a hidden key becomes -INFINITY, else the additive mask and then the
- * ALiBi bias are added (the reference's order: scaled + mask + ALiBi). */
+/* Per-key work of a masked / ALiBi / softcap row on scaled scores
+ * x[0..t_n) of keys j0 ..: a hidden key becomes -INFINITY, else the softcap
+ * cap * tanhf(x / cap), then the additive mask and then the ALiBi bias (the
+ * reference's order: softcap(scaled) + mask + ALiBi). */
 static void af_bias_f32(float* x, int32_t t_n, const af_row_bias* rb, int32_t j0) {
   int32_t t;
   for (t = 0; t < t_n; ++t) {
     const int32_t j = j0 + t;
     float y = x[t];
+    if (rb->kind & AF_BIAS_SOFTCAP) y = rb->cap * tanhf(y / rb->cap);
     if (rb->kind & AF_BIAS_BOOL) {
       if (AF_BOOL_HIDES(((const uint8_t*)rb->mrow)[(size_t)j * rb->msj])) {
         x[t] = -INFINITY;
@@ -431,8 +433,8 @@ af_status af_sdpa_f32_ex(float* out, float* lse, const float* q, const float* k,
           af_row_keys(s, o, i, valid, &f0, &l0);
           if (two) af_row_keys(s, o, i + 1, valid, &f1, &l1);
           if (o != NULL) {
-            af_row_bias_init(&rb[0], s, o, b, h, i);
-            af_row_bias_init(&rb[1], s, o, b, h, two ? i + 1 : i);
+            af_row_bias_init(&rb[0], s, o, b, h, i, valid);
+            af_row_bias_init(&rb[1], s, o, b, h, two ? i + 1 : i, valid);
             if (rb[0].kind) {
               rb0 = &rb[0];
               rb1 = &rb[1];
@@ -499,7 +501,7 @@ af_status af_sdpa_f32_probe(float* scores, float* scaled, float* masked, float* 
   kh = k + ((size_t)b * s->num_kv_heads + h / (s->num_heads / s->num_kv_heads)) * s->kv_len *
                s->head_dim;
   af_row_keys(s, o, i, kv_lens ? kv_lens[b] : s->kv_len, &f, &l);
-  af_row_bias_init(&rb, s, o, b, h, i);
+  af_row_bias_init(&rb, s, o, b, h, i, kv_lens ? kv_lens[b] : s->kv_len);
   for (j = 0; j < s->kv_len; ++j) {
     const float x = af_probe_key(scores ? scores + j : NULL, scaled ? scaled + j : NULL, qr, kh,
                                  j, s->head_dim, scale, f, l, &rb);
