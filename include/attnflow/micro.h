@@ -499,6 +499,10 @@ af_status af_s8_alibi_prepare(int32_t* alibi_s8, const float* slopes, int32_t nu
  * [0, 8] with linear interpolation, s' = sign(s) * min(mulq(t, out), |s|)
  * (error bound: docs/edge.md "int8 softcap"). AF_ERR_PARAM unless cap is
  * finite and > 0 and both multipliers are representable. */
+/* The int8 softcap's error, derived in docs/edge.md "int8 softcap": the
+ * capped raw score times sq*sk*scale is within cap * AF_S8_SOFTCAP_ERR plus
+ * half a raw-score unit of cap * tanh(scaled / cap). */
+#define AF_S8_SOFTCAP_ERR 1.25e-4
 af_status af_s8_softcap_prepare(int32_t* softcap_s8, float cap, int32_t num_heads, const float* sq,
                                 const float* sk, int32_t n, float scale);
 /* An additive float mask (as AF_MASK_F32) -> AF_MASK_S32 for per-tensor
