@@ -226,6 +226,14 @@ af_status af_decode_f32(float* out, float* lse, const float* q,
 af_status af_decode_f32_ex(float* out, float* lse, const float* q, const af_kv_cache* c,
                            int32_t num_heads, float scale, const float* alibi_slopes,
                            void* arena, size_t arena_bytes);
+/* af_decode_f32_ex with a softcap (cap > 0: the scaled score x becomes
+ * cap * tanhf(x / cap) before ALiBi; 0 = off; NaN, inf or < 0:
+ * AF_ERR_PARAM). A decode step is one sequence whose diagonal is its own
+ * length - 1, i.e. always per-sequence aligned; [B,H] slopes are that
+ * sequence's [H] row. */
+af_status af_decode_f32_softcap(float* out, float* lse, const float* q, const af_kv_cache* c,
+                                int32_t num_heads, float scale, const float* alibi_slopes,
+                                float softcap, void* arena, size_t arena_bytes);
 
 /* ---------------------------------------------------------------- MHA --- */
 
@@ -483,6 +491,13 @@ size_t af_decode_s8_workspace_bytes(const af_kv_cache_s8* c, int32_t num_heads);
 af_status af_decode_s8(int8_t* out, const int8_t* q, const af_kv_cache_s8* c, int32_t num_heads,
                        const af_s8_params* p, const int32_t* alibi_s8, void* arena,
                        size_t arena_bytes);
+/* af_decode_s8 with a softcap: softcap_s8 [num_heads][4] from
+ * af_s8_softcap_prepare (NULL = off), applied to the raw score before ALiBi
+ * as in af_sdpa_s8_ex. Per-sequence alignment and [B,H] slopes as for
+ * af_decode_f32_softcap. */
+af_status af_decode_s8_softcap(int8_t* out, const int8_t* q, const af_kv_cache_s8* c,
+                               int32_t num_heads, const af_s8_params* p, const int32_t* alibi_s8,
+                               const int32_t* softcap_s8, void* arena, size_t arena_bytes);
 
 /* ALiBi for the int8 path (float, preparing side): alibi_s8[h] =
  * round(slopes[h] / (sq * sk * scale) * 256) for each of num_heads query

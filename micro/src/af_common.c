@@ -131,6 +131,15 @@ void af_kv_visible(int32_t length, int32_t window, int32_t* first, int32_t* n) {
   *first = length - *n;
 }
 
+af_status af_softcap_s8_check(const int32_t* c, int32_t num_heads) {
+  int32_t h;
+  if (!af_aligned(c, 4)) return AF_ERR_ALIGN;
+  for (h = 0; h < num_heads; ++h, c += 4)
+    if (c[0] <= 0 || c[1] < -31 || c[1] > 30 || c[2] <= 0 || c[3] < -31 || c[3] > 30)
+      return AF_ERR_PARAM;
+  return AF_OK;
+}
+
 void af_row_bias_decode(af_row_bias* rb, int32_t length) {
   rb->kind = AF_BIAS_ALIBI;
   rb->mrow = NULL;
@@ -139,6 +148,8 @@ void af_row_bias_decode(af_row_bias* rb, int32_t length) {
   rb->slope = 0.f;
   rb->slope_s8 = 0;
   rb->alibi32 = 0;
+  rb->cap = 0.f;
+  rb->cap_s8 = NULL;
 }
 
 af_status af_vec_check(int32_t n, uintptr_t align, const void* a, const void* b,
@@ -190,8 +201,10 @@ af_status af_sdpa_check_opts(const af_sdpa_opts* o, const af_sdpa_shape* s, int 
   if (o->alibi_per_batch != 0 && o->alibi_per_batch != 1) return AF_ERR_PARAM;
   n_slopes = o->alibi_per_batch ? s->batch * s->num_heads : s->num_heads;
   /* softcap read from its bits (no float compare on the integer path):
-   * +0 = off; f32: finite and > 0; int8: must be 0 (softcap_s8 instead). */
+   * +-0 = off (the host's `>= 0`); f32: finite and > 0; int8: must be 0
+   * (softcap_s8 instead). */
   AF_COPY(&cap_bits, &o->softcap, 4);
+  cap_bits = (cap_bits & 0x7fffffffu) == 0 ? 0 : cap_bits;
   if (o->v_layout != AF_V_ROWS && (!int8 || o->v_layout != AF_V_COLS)) return AF_ERR_PARAM;
   if (o->mask_type != AF_MASK_NONE) {
     const int32_t target[4] = {s->batch, s->num_heads, s->q_len, s->kv_len};
@@ -214,12 +227,8 @@ af_status af_sdpa_check_opts(const af_sdpa_opts* o, const af_sdpa_shape* s, int 
     if (o->alibi_s8 != NULL && !af_aligned(o->alibi_s8, 4)) return AF_ERR_ALIGN;
     if (cap_bits != 0) return AF_ERR_PARAM; /* int8 takes softcap_s8 */
     if (o->softcap_s8 != NULL) {
-      if (!af_aligned(o->softcap_s8, 4)) return AF_ERR_ALIGN;
-      for (h = 0; h < s->num_heads; ++h) {
-        const int32_t* c = o->softcap_s8 + 4 * h;
-        if (c[0] <= 0 || c[1] < -31 || c[1] > 30 || c[2] <= 0 || c[3] < -31 || c[3] > 30)
-          return AF_ERR_PARAM;
-      }
+      const af_status st = af_softcap_s8_check(o->softcap_s8, s->num_heads);
+      if (st != AF_OK) return st;
     }
   } else {
     if (o->alibi_s8 != NULL || o->softcap_s8 != NULL)
@@ -265,7 +274,7 @@ void af_row_bias_init(af_row_bias* rb, const af_sdpa_shape* s, const af_sdpa_opt
   rb->cap_s8 = NULL;
   if (o == NULL) return;
   AF_COPY(&cap_bits, &o->softcap, 4);
-  if (cap_bits != 0) { /* f32 (checked: finite, > 0) */
+  if ((cap_bits & 0x7fffffffu) != 0) { /* f32 (checked: finite, > 0) */
     rb->kind |= AF_BIAS_SOFTCAP;
     rb->cap = o->softcap;
   } else if (o->softcap_s8 != NULL) {

@@ -61,6 +61,10 @@ af_status af_rope_check(int32_t num_heads, int32_t head_dim, af_rope_layout layo
  * (1, 1e300). */
 af_status af_rope_table_check(const void* cos_t, const void* sin_t, int32_t pos, int32_t head_dim,
                               double theta);
+/* af_s8_softcap_prepare's constants of num_heads heads: AF_ERR_ALIGN
+ * unless 4-byte aligned, AF_ERR_PARAM unless every multiplier is positive
+ * with a shift in [-31, 30]. */
+af_status af_softcap_s8_check(const int32_t* c, int32_t num_heads);
 /* 1 if p is aligned to `align` bytes (NULL counts as aligned). */
 int af_aligned(const void* p, uintptr_t align);
 
@@ -92,7 +96,8 @@ typedef struct {
 void af_row_bias_init(af_row_bias* rb, const af_sdpa_shape* s, const af_sdpa_opts* o, int32_t b,
                       int32_t h, int32_t i, int32_t valid);
 /* The ALiBi-only bias of a decode step over `length` positions (diag
- * length - 1, no mask, slopes 0: the caller sets its path's slope). */
+ * length - 1, no mask, slopes 0, no softcap: the caller sets its path's
+ * slope, or its kind and cap). */
 void af_row_bias_decode(af_row_bias* rb, int32_t length);
 /* |d - j| for the ALiBi distance. */
 #define AF_ABS_DIST(d, j) ((d) >= (j) ? (d) - (j) : (j) - (d))

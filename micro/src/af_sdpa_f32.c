@@ -572,6 +572,13 @@ size_t af_decode_f32_workspace_bytes(const af_kv_cache* c, int32_t num_heads) {
 af_status af_decode_f32_ex(float* out, float* lse, const float* q, const af_kv_cache* c,
                            int32_t num_heads, float scale, const float* alibi_slopes,
                            void* arena, size_t arena_bytes) {
+  return af_decode_f32_softcap(out, lse, q, c, num_heads, scale, alibi_slopes, 0.f, arena,
+                               arena_bytes);
+}
+
+af_status af_decode_f32_softcap(float* out, float* lse, const float* q, const af_kv_cache* c,
+                                int32_t num_heads, float scale, const float* alibi_slopes,
+                                float softcap, void* arena, size_t arena_bytes) {
   int32_t h, first, n;
   float* sbuf;
   af_status st = af_kv_cache_check(c);
@@ -583,6 +590,7 @@ af_status af_decode_f32_ex(float* out, float* lse, const float* q, const af_kv_c
   if (num_heads < 1 || num_heads > AF_MAX_DIM || num_heads % c->num_kv_heads != 0)
     return AF_ERR_SHAPE;
   if (!af_scale_ok(scale)) return AF_ERR_PARAM;
+  if (!(softcap == 0.f || af_scale_ok(softcap))) return AF_ERR_PARAM; /* finite, >= 0 */
   if (alibi_slopes)
     for (h = 0; h < num_heads; ++h)
       if (!af_finite_f32(alibi_slopes[h])) return AF_ERR_PARAM;
@@ -605,10 +613,18 @@ af_status af_decode_f32_ex(float* out, float* lse, const float* q, const af_kv_c
     rs.n = 0;
     rs.acc = out + (size_t)h * c->v_dim;
     for (d = 0; d < c->v_dim; ++d) rs.acc[d] = 0.f;
-    if (alibi_slopes) { /* key at position p: -slope * (length - 1 - p) */
+    if (alibi_slopes || softcap > 0.f) {
       af_row_bias_decode(&rb, c->length);
-      rb.slope = alibi_slopes[h];
+      rb.kind = 0;
       rbp = &rb;
+    }
+    if (alibi_slopes) { /* key at position p: -slope * (length - 1 - p) */
+      rb.kind |= AF_BIAS_ALIBI;
+      rb.slope = alibi_slopes[h];
+    }
+    if (softcap > 0.f) { /* cap * tanhf(x / cap) before ALiBi, as af_sdpa_f32_ex */
+      rb.kind |= AF_BIAS_SOFTCAP;
+      rb.cap = softcap;
     }
     /* The ring holds positions in slot order; visit them oldest first, as
      * at most two contiguous segments. */

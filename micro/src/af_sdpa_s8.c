@@ -1676,6 +1676,12 @@ size_t af_decode_s8_workspace_bytes(const af_kv_cache_s8* c, int32_t num_heads) 
 af_status af_decode_s8(int8_t* out, const int8_t* q, const af_kv_cache_s8* c, int32_t num_heads,
                        const af_s8_params* p, const int32_t* alibi_s8, void* arena,
                        size_t arena_bytes) {
+  return af_decode_s8_softcap(out, q, c, num_heads, p, alibi_s8, NULL, arena, arena_bytes);
+}
+
+af_status af_decode_s8_softcap(int8_t* out, const int8_t* q, const af_kv_cache_s8* c,
+                               int32_t num_heads, const af_s8_params* p, const int32_t* alibi_s8,
+                               const int32_t* softcap_s8, void* arena, size_t arena_bytes) {
   int32_t h, n, first, wshift = 0;
   int32_t *sbuf, *acc;
   af_status st = af_kv_cache_s8_check(c);
@@ -1691,6 +1697,7 @@ af_status af_decode_s8(int8_t* out, const int8_t* q, const af_kv_cache_s8* c, in
     if (p->exp_mult[h].mult < 0 || p->exp_mult[h].shift < 0 || p->exp_mult[h].shift > 8 ||
         p->out_mult[h].mult < 0 || p->out_mult[h].shift < -31 || p->out_mult[h].shift > 30)
       return AF_ERR_PARAM;
+  if (softcap_s8 != NULL && (st = af_softcap_s8_check(softcap_s8, num_heads)) != AF_OK) return st;
   if (arena_bytes < af_decode_s8_workspace_bytes(c, num_heads) || ((uintptr_t)arena & 3u))
     return AF_ERR_ARENA;
   sbuf = (int32_t*)arena;
@@ -1714,12 +1721,20 @@ af_status af_decode_s8(int8_t* out, const int8_t* q, const af_kv_cache_s8* c, in
     r.l = 0;
     r.started = 0;
     r.acc = acc; /* zero: before the first head, then af_s8_finish */
-    if (alibi_s8 != NULL) { /* key at position pos: -((slope * (length-1-pos) + 128) >> 8) */
+    if (alibi_s8 != NULL || softcap_s8 != NULL) {
       af_row_bias_decode(&rb, c->length);
+      rb.kind = 0;
+      rbp = &rb;
+    }
+    if (alibi_s8 != NULL) { /* key at position pos: -((slope * (length-1-pos) + 128) >> 8) */
+      rb.kind |= AF_BIAS_ALIBI;
       rb.slope_s8 = alibi_s8[h];
       rb.alibi32 = rb.slope_s8 >= 0 && (int64_t)rb.slope_s8 * c->capacity + 128 < 2147483647 &&
                    (int64_t)rb.slope_s8 * ((int64_t)c->length) + 128 < 2147483647;
-      rbp = &rb;
+    }
+    if (softcap_s8 != NULL) { /* before ALiBi, as in af_sdpa_s8_ex */
+      rb.kind |= AF_BIAS_SOFTCAP;
+      rb.cap_s8 = softcap_s8 + 4 * h;
     }
     /* The ring holds positions in slot order; oldest first, as at most two
      * contiguous segments, each tiled from its start. */

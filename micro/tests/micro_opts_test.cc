@@ -571,12 +571,15 @@ TEST(MicroProbe, F32RowsMatchTheReferenceStagesWithTheNewOptions) {
 TEST(MicroSafety, NewOptionsAreValidated) {
   af_sdpa_shape s{2, 2, 1, 3, 4, 4, 4, AF_CAUSAL_NONE};
   const float nan = std::nanf("");
-  for (float bad : {nan, kInf, -kInf, -1.f, -0.f}) {
+  for (float bad : {nan, kInf, -kInf, -1.f, -1e-30f}) {
     af_sdpa_opts o = AF_SDPA_OPTS_INIT;
     o.softcap = bad;
     EXPECT_EQ(af_sdpa_check_opts(&o, &s, 0), AF_ERR_PARAM) << bad;
   }
   af_sdpa_opts o = AF_SDPA_OPTS_INIT;
+  o.softcap = -0.f;  // off, as the host's softcap >= 0
+  EXPECT_EQ(af_sdpa_check_opts(&o, &s, 0), AF_OK);
+  EXPECT_EQ(af_sdpa_check_opts(&o, &s, 1), AF_OK);
   o.softcap = 1e-30f;
   EXPECT_EQ(af_sdpa_check_opts(&o, &s, 0), AF_OK);
   EXPECT_EQ(af_sdpa_check_opts(&o, &s, 1), AF_ERR_PARAM);  // int8 takes softcap_s8
@@ -947,6 +950,7 @@ TEST(MicroGolden, EveryMhaCaseEveryStage) {
 TEST(MicroDecode, AlibiAndWindowOverTheRingMatchReference) {
   Rng rng(8);
   const int32_t H = 4, Hkv = 2, D = 8, Dv = 6, cap = 12;
+  for (float softcap : {0.f, 0.8f})
   for (int32_t window : {0, 5, 12}) {
     std::vector<float> ks(size_t(Hkv) * cap * D), vs(size_t(Hkv) * cap * Dv);
     af_kv_cache c;
@@ -965,9 +969,18 @@ TEST(MicroDecode, AlibiAndWindowOverTheRingMatchReference) {
       all_v.insert(all_v.end(), vn.begin(), vn.end());
       std::vector<float> out(size_t(H) * Dv), lse(H);
       std::vector<uint32_t> arena(af_decode_f32_workspace_bytes(&c, H) / 4 + 1);
-      ASSERT_EQ(af_decode_f32_ex(out.data(), lse.data(), q.data(), &c, H, 0.4f, slopes.data(),
-                                 arena.data(), arena.size() * 4),
-                AF_OK);
+      if (softcap == 0.f) {
+        ASSERT_EQ(af_decode_f32_ex(out.data(), lse.data(), q.data(), &c, H, 0.4f, slopes.data(),
+                                   arena.data(), arena.size() * 4),
+                  AF_OK);
+      } else {
+        ASSERT_EQ(af_decode_f32_softcap(out.data(), lse.data(), q.data(), &c, H, 0.4f,
+                                        slopes.data(), softcap, arena.data(), arena.size() * 4),
+                  AF_OK);
+        EXPECT_EQ(af_decode_f32_softcap(out.data(), lse.data(), q.data(), &c, H, 0.4f,
+                                        slopes.data(), -1.f, arena.data(), arena.size() * 4),
+                  AF_ERR_PARAM);
+      }
       // Reference: the whole history as one bottom-right row with ALiBi and
       // the window (left = window - 1).
       const int32_t L = t + 1;
@@ -983,6 +996,7 @@ TEST(MicroDecode, AlibiAndWindowOverTheRingMatchReference) {
         }
       p.scale = 0.4f;
       p.alibi = slopes;
+      p.softcap = softcap;
       p.window_left = window > 0 ? window - 1 : -1;
       Ref r;
       Reference(p, p.q, p.k, p.v, &r);

@@ -335,6 +335,7 @@ int main(void) {
                          fbuf + 256, 0, 0.35f, &s, &o, 0, 1, 2);
   r |= af_s8_prepare(&p, &small, &small, &one, &one, 1, 0.35f);
   r |= af_s8_alibi_prepare(i32buf, fbuf, 2, &small, &small, 1, 0.35f);
+  r |= af_s8_softcap_prepare(i32buf + 24, 5.f, 2, &small, &small, 1, 0.35f);
   r |= af_s8_mask_prepare(i32buf + 8, fbuf, 4, small, small, 0.35f);
   r |= af_sdpa_s8(ibuf, ibuf + 64, ibuf + 128, ibuf + 256, 0, &p, &s, arena,
                   af_sdpa_s8_workspace_bytes(&s));
@@ -345,6 +346,7 @@ int main(void) {
   r |= af_kv_cache_append(&c, fbuf, fbuf);
   r |= af_decode_f32(fbuf + 3000, 0, fbuf, &c, 2, 0.35f, arena, af_decode_f32_workspace_bytes(&c, 2));
   r |= af_decode_f32_ex(fbuf + 3000, 0, fbuf, &c, 2, 0.35f, fbuf, arena, 1024);
+  r |= af_decode_f32_softcap(fbuf + 3000, 0, fbuf, &c, 2, 0.35f, fbuf, 5.f, arena, 1024);
   {
     af_mha_shape ms = {1, 2, 2, 8, 2, 1, AF_CAUSAL_BOTTOM_RIGHT};
     af_mha_weights_f32 mw = {fbuf, fbuf + 64, fbuf + 128, fbuf + 192, 0, 0, 0, 0};
@@ -374,6 +376,8 @@ int main(void) {
     r |= af_kv_cache_s8_init(&c8, k8s, v8s, 1, 8, 8, 16, 0);
     r |= af_kv_cache_s8_append(&c8, ibuf, ibuf);
     r |= af_decode_s8(ibuf + 700, ibuf, &c8, 2, &p, 0, arena, af_decode_s8_workspace_bytes(&c8, 2));
+    r |= af_decode_s8_softcap(ibuf + 700, ibuf, &c8, 2, &p, 0, i32buf + 24, arena,
+                              af_decode_s8_workspace_bytes(&c8, 2));
     r |= af_rope_table_f32(fbuf + 3800, fbuf + 3804, 3, 8, 10000.0);
     r |= af_rope_f32(fbuf + 3810, 1, 8, fbuf + 3800, fbuf + 3804, AF_ROPE_HALF);
     r |= af_rope_table_s8(c15, s15, 3, 8, 10000.0);
