@@ -261,7 +261,6 @@ void af_row_keys(const af_sdpa_shape* s, const af_sdpa_opts* o, int32_t i, int32
 
 void af_row_bias_init(af_row_bias* rb, const af_sdpa_shape* s, const af_sdpa_opts* o, int32_t b,
                       int32_t h, int32_t i, int32_t valid) {
-  const size_t slope_at = (o != NULL && o->alibi_per_batch ? (size_t)b * s->num_heads : 0) + h;
   uint32_t cap_bits = 0;
   rb->kind = 0;
   rb->mrow = NULL;
@@ -306,10 +305,10 @@ void af_row_bias_init(af_row_bias* rb, const af_sdpa_shape* s, const af_sdpa_opt
   }
   if (o->alibi_slopes != NULL) {
     rb->kind |= AF_BIAS_ALIBI;
-    rb->slope = o->alibi_slopes[slope_at];
+    rb->slope = o->alibi_slopes[(o->alibi_per_batch ? (size_t)b * s->num_heads : 0) + h];
   } else if (o->alibi_s8 != NULL) {
     rb->kind |= AF_BIAS_ALIBI;
-    rb->slope_s8 = o->alibi_s8[slope_at];
+    rb->slope_s8 = o->alibi_s8[(o->alibi_per_batch ? (size_t)b * s->num_heads : 0) + h];
     rb->alibi32 = rb->slope_s8 >= 0 &&
                   (int64_t)rb->slope_s8 * ((int64_t)s->q_len + s->kv_len) + 128 < 2147483647;
   }

@@ -155,12 +155,27 @@ AF_INLINE void af_pv4_f32(float* acc, const float* p, const float* v, int32_t Dv
  * x[0..t_n) of keys j0 ..: a hidden key becomes -INFINITY, else the softcap
  * cap * tanhf(x / cap), then the additive mask and then the ALiBi bias (the
  * reference's order: softcap(scaled) + mask + ALiBi). */
+#if defined(__GNUC__)
+#define AF_NOINLINE __attribute__((noinline))
+#else
+#define AF_NOINLINE
+#endif
+/* cap * tanhf(x / cap) over a tile, out of line so that the mask and ALiBi
+ * loop of af_bias_f32 keeps its registers. */
+static AF_NOINLINE void af_softcap_tile_f32(float* x, int32_t t_n, float cap) {
+  int32_t t;
+  for (t = 0; t < t_n; ++t) x[t] = cap * tanhf(x[t] / cap);
+}
+
 static void af_bias_f32(float* x, int32_t t_n, const af_row_bias* rb, int32_t j0) {
   int32_t t;
+  if (rb->kind & AF_BIAS_SOFTCAP) { /* first, on the scaled scores */
+    af_softcap_tile_f32(x, t_n, rb->cap);
+    if ((rb->kind & ~AF_BIAS_SOFTCAP) == 0) return;
+  }
   for (t = 0; t < t_n; ++t) {
     const int32_t j = j0 + t;
     float y = x[t];
-    if (rb->kind & AF_BIAS_SOFTCAP) y = rb->cap * tanhf(y / rb->cap);
     if (rb->kind & AF_BIAS_BOOL) {
       if (AF_BOOL_HIDES(((const uint8_t*)rb->mrow)[(size_t)j * rb->msj])) {
         x[t] = -INFINITY;

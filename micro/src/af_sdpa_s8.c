@@ -962,6 +962,14 @@ static int32_t af_softcap_s8(int32_t s, const int32_t* c) {
   return s < 0 ? -r : r;
 }
 
+/* The softcap of a tile of raw scores, out of line so that the mask and
+ * ALiBi loops of af_bias_s8 keep their registers. */
+static __attribute__((noinline)) void af_softcap_tile_s8(int32_t* x, int32_t t_n,
+                                                          const int32_t* c) {
+  int32_t t;
+  for (t = 0; t < t_n; ++t) x[t] = af_softcap_s8(x[t], c);
+}
+
 /* Test-only mutation hook (see af_sdpa_f32.c): inverts the bool mask. */
 #ifdef AF_TEST_PLANT_MASK_BUG
 #define AF_BOOL_HIDES(m) ((m) != 0)
@@ -978,7 +986,7 @@ static int32_t af_softcap_s8(int32_t s, const int32_t* c) {
  * bits when slope * max distance fits (alibi32), else in 64. A bool mask
  * alone only hides keys (its own loop: the common case). */
 static void af_bias_s8(int32_t* x, int32_t t_n, const af_row_bias* rb, int32_t j0) {
-  const int32_t kind = rb->kind;
+  const int32_t kind = rb->kind & ~AF_BIAS_SOFTCAP; /* the caller applied it */
   int32_t t;
   if (kind == AF_BIAS_BOOL) {
     const uint8_t* m = (const uint8_t*)rb->mrow + (size_t)j0 * rb->msj;
@@ -989,7 +997,6 @@ static void af_bias_s8(int32_t* x, int32_t t_n, const af_row_bias* rb, int32_t j
   for (t = 0; t < t_n; ++t) {
     const int32_t j = j0 + t;
     int32_t y = x[t];
-    if (kind & AF_BIAS_SOFTCAP) y = af_softcap_s8(y, rb->cap_s8);
     if (kind & AF_BIAS_BOOL) {
       if (AF_BOOL_HIDES(((const uint8_t*)rb->mrow)[(size_t)j * rb->msj])) {
         x[t] = AF_S8_MASKED;
@@ -1026,7 +1033,11 @@ static void af_s8_softmax_tile(af_s8_row* r, int32_t* sbuf, int32_t t_n, af_qmul
                                int32_t hi_cut, int32_t wshift, int32_t Dv,
                                const af_row_bias* rb, int32_t j0) {
   int32_t t, tmax, l = r->l, m;
-  if (rb != NULL) af_bias_s8(sbuf, t_n, rb, j0);
+  if (rb != NULL) {
+    if (rb->kind & AF_BIAS_SOFTCAP) /* first, on the raw scores (never AF_S8_MASKED) */
+      af_softcap_tile_s8(sbuf, t_n, rb->cap_s8);
+    af_bias_s8(sbuf, t_n, rb, j0);
+  }
   tmax = sbuf[0];
   for (t = 1; t < t_n; ++t)
     if (sbuf[t] > tmax) tmax = sbuf[t];
@@ -1758,6 +1769,7 @@ static int32_t af_s8_probe_key(int32_t* raw, const int8_t* qr, const int8_t* kh,
   int32_t x = af_qk1_s8(qr, kh + (size_t)j * D, D);
   if (raw) *raw = x;
   if (j < f || j > l) return AF_S8_MASKED;
+  if (rb->kind & AF_BIAS_SOFTCAP) af_softcap_tile_s8(&x, 1, rb->cap_s8);
   if (rb->kind) af_bias_s8(&x, 1, rb, j);
   return x;
 }
