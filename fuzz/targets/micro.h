@@ -77,12 +77,28 @@ inline void Sdpa(ByteReader& r) {
   }
   o.window_left = int32_t(r.Range(-2, 12));
   o.window_right = int32_t(r.Range(-2, 4));
-  std::vector<float> slopes(dim(s.num_heads));
-  std::vector<int32_t> slopes8(dim(s.num_heads));
+  // ALiBi [H] or [B,H] (buffer sized for the declared extents), the
+  // diagonal alignment (2 is invalid) and softcap (f32: 0, 0.5, 5, NaN or
+  // -1; int8: prepared constants or fuzzed ones, [H][4]).
+  const bool alibi_bh = r.Bool();
+  std::vector<float> slopes((alibi_bh ? dim(s.batch) : 1) * dim(s.num_heads));
+  std::vector<int32_t> slopes8(slopes.size());
   const bool alibi = r.Bool();
   for (size_t h = 0; h < slopes.size(); ++h) {
     slopes[h] = float(r.U8()) / 64.f;
     slopes8[h] = int32_t(r.U32());
+  }
+  o.kv_align = af_kv_align(r.Range(0, 2));
+  const float caps[5] = {0.f, 0.5f, 5.f, NAN, -1.f};
+  const float cap = caps[r.Range(0, 4)];
+  std::vector<int32_t> cap8(4 * dim(s.num_heads));
+  const int cap8_mode = int(r.Range(0, 2));  // none, prepared, fuzzed
+  if (cap8_mode == 1 && !cap8.empty()) {
+    const float sq = 1.f / 16;
+    if (af_s8_softcap_prepare(cap8.data(), 5.f, s.num_heads, &sq, &sq, 1, 0.25f) != AF_OK)
+      FUZZ_CHECK(false, "af_s8_softcap_prepare refused a valid cap");
+  } else {
+    for (auto& x : cap8) x = int32_t(r.U32());
   }
   const size_t arena_req = size_t(r.Range(0, 1024));
   std::vector<uint32_t> arena(arena_req / 4 + 8, kCanary);
@@ -99,7 +115,12 @@ inline void Sdpa(ByteReader& r) {
         po.alibi_slopes = slopes.empty() ? nullptr : slopes.data();
       else
         po.alibi_s8 = slopes8.empty() ? nullptr : slopes8.data();
+      po.alibi_per_batch = alibi_bh;
     }
+    if (path == 0)
+      po.softcap = cap;
+    else if (cap8_mode != 0 && !cap8.empty())
+      po.softcap_s8 = cap8.data();
     const bool shape_ok = af_sdpa_check_shape(&s) == AF_OK;
     const bool opts_ok = shape_ok && af_sdpa_check_opts(&po, &s, path) == AF_OK;
     std::fill(out.begin(), out.end(), 7.f);

@@ -11,9 +11,10 @@
 //    chunk (a batch element and a kv head) fits ram_bytes. Sizes come from
 //    the validated shapes before any allocation.
 //  * A refusal is kInvalidArgument naming the case and the limit
-//    ("... exceeds a device limit: ..."), or the semantics the micro library
-//    does not implement yet ("...: softcap is not implemented by the micro
-//    library yet"; likewise the per-sequence diagonal and [B,H] ALiBi slopes).
+//    ("... exceeds a device limit: ..."). The micro library implements every
+//    option of a golden case (masks, kv_lens, windows, [H] and [B,H] ALiBi,
+//    the per-sequence diagonal, softcap), so no case is refused for its
+//    semantics.
 //  * The header text embeds the data blob as 32-bit words (flash) or, with
 //    data_file set, names that file and holds only offsets (the caller writes
 //    `data` there). The blob is little-endian.
@@ -55,10 +56,5 @@ struct DeviceExport {
 };
 
 Result<DeviceExport> ExportForDevice(const GoldenCase& c, const DeviceExportOptions& opt);
-
-// The semantics of `o` the micro library does not implement yet, as
-// ExportForDevice's refusal names it ("softcap", the per-sequence diagonal,
-// "[B,H] ALiBi slopes"); nullptr when it implements all of them.
-const char* NotOnDeviceYet(const SdpaOptions& o);
 
 }  // namespace attnflow

@@ -24,7 +24,9 @@
  *    a bool mask (nonzero = may attend) or an additive mask broadcast to
  *    [B,H,Lq,Lk]; windows relative to the bottom-right diagonal
  *    d = i + Lk - Lq (FlashAttention convention, -1 = unbounded); ALiBi adds
- *    -slope[h] * |d - j| to the scaled score after the mask. Every constraint
+ *    -slope[h] * |d - j| to the scaled score after the mask (slopes [H] or
+ *    [B,H]); softcap before the mask; the diagonal d per sequence
+ *    (kv_lens[b]) on request. Every constraint
  *    is ANDed. Keys outside the row's window/causal/padding range are never
  *    read.
  *  - Pointers to float and int32 data must be 4-byte aligned
@@ -99,12 +101,16 @@ typedef enum {
  *    a rank 2..4 mask, right-aligned and padded with 1s);
  *  window_left / window_right: key j of query row i is visible only if
  *    (window_left < 0 || j >= d - window_left) &&
- *    (window_right < 0 || j <= d + window_right), d = i + Lk - Lq;
- *  alibi_slopes (f32 paths): [H] floats, bias -slope[h] * |d - j| added to
- *    the scaled score (after the mask);
- *  alibi_s8 (int8 path): [H] slopes in Q8 raw-score units from
- *    af_s8_alibi_prepare: bias = -((alibi_s8[h] * |d - j| + 128) >> 8)
- *    added to the raw score (after the mask);
+ *    (window_right < 0 || j <= d + window_right), d = i + Lk - Lq
+ *    (d = i + kv_lens[b] - Lq with kv_align AF_KV_ALIGN_PER_SEQUENCE);
+ *  alibi_slopes (f32 paths): [H] floats ([B, H] with alibi_per_batch), bias
+ *    -slope[h] * |d - j| added to the scaled score (after the mask);
+ *  alibi_s8 (int8 path): [H] ([B, H] with alibi_per_batch) slopes in Q8
+ *    raw-score units from af_s8_alibi_prepare: bias =
+ *    -((alibi_s8[h] * |d - j| + 128) >> 8) added to the raw score (after
+ *    the mask);
+ *  softcap (f32) / softcap_s8 (int8): logit soft-capping, applied to the
+ *    scaled (int8: raw) score before the mask and ALiBi, as semantics.h;
  *  v_layout: AF_V_ROWS (v [B,Hkv,Lk,Dv]) or, int8 path only, AF_V_COLS
  *    (v [B,Hkv,Dv,Lk]).
  * int8 path: an AF_MASK_S32 value is clamped to [-2^30, 2^30] (other than
@@ -119,6 +125,13 @@ typedef enum {
                     int8 KV cache (af_kv_cache_s8) */
 } af_v_layout;
 
+/* Which key length places the bottom-right diagonal d of batch b
+ * (semantics.h KvAlign): the padded kv_len (default) or, per sequence,
+ * kv_lens[b] (FlashAttention's cache_seqlens: d = i + kv_lens[b] - Lq). It
+ * moves bottom-right causal, the window and ALiBi; top-left causal is j <= i
+ * either way. Without kv_lens both are the same. */
+typedef enum { AF_KV_ALIGN_PADDED = 0, AF_KV_ALIGN_PER_SEQUENCE = 1 } af_kv_align;
+
 typedef struct {
   af_mask_type mask_type;
   const void* mask;
@@ -127,9 +140,21 @@ typedef struct {
   const float* alibi_slopes;
   const int32_t* alibi_s8;
   af_v_layout v_layout; /* AF_V_COLS: int8 path only */
+  /* Added after the fields above (their layout is unchanged): */
+  af_kv_align kv_align;    /* the diagonal of windows, bottom-right causal, ALiBi */
+  int32_t alibi_per_batch; /* 1: alibi_slopes / alibi_s8 are [B, H] (slope of
+                              (b, h) at b * H + h), 0: [H] for every batch */
+  float softcap;           /* f32 paths: cap > 0 maps the scaled score x to
+                              cap * tanhf(x / cap) before the mask and ALiBi
+                              (Gemma 2); 0 = off. Must be 0 on the int8 path. */
+  const int32_t* softcap_s8; /* int8 path: [H][4] from af_s8_softcap_prepare
+                                (NULL = off); the raw score s becomes
+                                round(K * tanh(s / K)), K = cap in raw units,
+                                before the mask and ALiBi (integer only) */
 } af_sdpa_opts;
 
-#define AF_SDPA_OPTS_INIT {AF_MASK_NONE, 0, {1, 1, 1, 1}, -1, -1, 0, 0, AF_V_ROWS}
+#define AF_SDPA_OPTS_INIT \
+  {AF_MASK_NONE, 0, {1, 1, 1, 1}, -1, -1, 0, 0, AF_V_ROWS, AF_KV_ALIGN_PADDED, 0, 0.f, 0}
 void af_sdpa_opts_init(af_sdpa_opts* o);
 
 /* Validates options against a shape (int8 = 1 for the int8 path, which takes
@@ -201,6 +226,14 @@ af_status af_decode_f32(float* out, float* lse, const float* q,
 af_status af_decode_f32_ex(float* out, float* lse, const float* q, const af_kv_cache* c,
                            int32_t num_heads, float scale, const float* alibi_slopes,
                            void* arena, size_t arena_bytes);
+/* af_decode_f32_ex with a softcap (cap > 0: the scaled score x becomes
+ * cap * tanhf(x / cap) before ALiBi; 0 = off; NaN, inf or < 0:
+ * AF_ERR_PARAM). A decode step is one sequence whose diagonal is its own
+ * length - 1, i.e. always per-sequence aligned; [B,H] slopes are that
+ * sequence's [H] row. */
+af_status af_decode_f32_softcap(float* out, float* lse, const float* q, const af_kv_cache* c,
+                                int32_t num_heads, float scale, const float* alibi_slopes,
+                                float softcap, void* arena, size_t arena_bytes);
 
 /* ---------------------------------------------------------------- MHA --- */
 
@@ -458,6 +491,13 @@ size_t af_decode_s8_workspace_bytes(const af_kv_cache_s8* c, int32_t num_heads);
 af_status af_decode_s8(int8_t* out, const int8_t* q, const af_kv_cache_s8* c, int32_t num_heads,
                        const af_s8_params* p, const int32_t* alibi_s8, void* arena,
                        size_t arena_bytes);
+/* af_decode_s8 with a softcap: softcap_s8 [num_heads][4] from
+ * af_s8_softcap_prepare (NULL = off), applied to the raw score before ALiBi
+ * as in af_sdpa_s8_ex. Per-sequence alignment and [B,H] slopes as for
+ * af_decode_f32_softcap. */
+af_status af_decode_s8_softcap(int8_t* out, const int8_t* q, const af_kv_cache_s8* c,
+                               int32_t num_heads, const af_s8_params* p, const int32_t* alibi_s8,
+                               const int32_t* softcap_s8, void* arena, size_t arena_bytes);
 
 /* ALiBi for the int8 path (float, preparing side): alibi_s8[h] =
  * round(slopes[h] / (sq * sk * scale) * 256) for each of num_heads query
@@ -465,6 +505,21 @@ af_status af_decode_s8(int8_t* out, const int8_t* q, const af_kv_cache_s8* c, in
  * AF_ERR_PARAM for a negative or non-finite slope or one that overflows. */
 af_status af_s8_alibi_prepare(int32_t* alibi_s8, const float* slopes, int32_t num_heads,
                               const float* sq, const float* sk, int32_t n, float scale);
+/* Softcap for the int8 path (float, preparing side): softcap_s8 [num_heads][4]
+ * = {in.mult, in.shift, out.mult, out.shift} per query head, with
+ * K = cap / (sq * sk * scale) the cap in raw-score units,
+ * in = 2^16 / K (raw score -> Q16 tanh argument) and out = K / 2^16 (Q16
+ * tanh -> raw score) as af_qmult. The kernel computes, integer only,
+ * x = mulq(|s|, in) (Q16), t = tanh(x) in Q16 from a 257-entry table over
+ * [0, 8] with linear interpolation, s' = sign(s) * min(mulq(t, out), |s|)
+ * (error bound: docs/edge.md "int8 softcap"). AF_ERR_PARAM unless cap is
+ * finite and > 0 and both multipliers are representable. */
+/* The int8 softcap's error, derived in docs/edge.md "int8 softcap": the
+ * capped raw score times sq*sk*scale is within cap * AF_S8_SOFTCAP_ERR plus
+ * half a raw-score unit of cap * tanh(scaled / cap). */
+#define AF_S8_SOFTCAP_ERR 1.25e-4
+af_status af_s8_softcap_prepare(int32_t* softcap_s8, float cap, int32_t num_heads, const float* sq,
+                                const float* sk, int32_t n, float scale);
 /* An additive float mask (as AF_MASK_F32) -> AF_MASK_S32 for per-tensor
  * scales: round(mask / (sq * sk * scale)) clamped to [-2^30, 2^30], and
  * AF_S8_MASKED for -INFINITY. AF_ERR_PARAM for NaN or +INFINITY. */

@@ -45,11 +45,16 @@ typedef struct {
   float scale, atol, rtol;
   /* Masking (both kinds): mask_type AF_MASK_NONE, AF_MASK_BOOL (uint8) or
    * AF_MASK_F32 (float), broadcast extents [B|1, H|1, Lq|1, Lk|1]; windows;
-   * ALiBi slopes [H] (f32). */
+   * ALiBi slopes [H] or, alibi_per_batch, [B,H] (f32); the diagonal
+   * alignment (af_kv_align); softcap (0 = off; the int8 path prepares its
+   * constants with af_s8_softcap_prepare at start-up). */
   af_mask_type mask_type;
   int32_t mask_shape[4];
   int32_t window_left, window_right;
   af_gref mask, alibi, kv_lens;
+  af_kv_align kv_align;
+  int32_t alibi_per_batch;
+  float softcap;
   /* kind sdpa */
   af_sdpa_shape shape;
   af_gref q, k, v;

@@ -230,7 +230,8 @@ static const char* const kStageNames[ST_N] = {"scores", "scaled", "masked",
 /* The int8 path's stage tolerances in real units (docs/edge.md "Stages on
  * the device"): scores are exact integers (one f32 rounding each side);
  * masked adds the rounding of a float mask and of ALiBi to raw-score units
- * (<= 1 unit); weights are the Q15 table weights (<= 0.27 % per exponent
+ * (<= 1 unit) and, with softcap, the integer tanh's error (cap *
+ * AF_S8_SOFTCAP_ERR + half a unit, docs/edge.md "int8 softcap"); weights are the Q15 table weights (<= 0.27 % per exponent
  * truncation, 0.5 / sum per rounding). */
 #define AF_S8_WEIGHTS_ATOL (1.0 / 256)
 #define AF_S8_WEIGHTS_RTOL (1.0 / 32)
@@ -260,6 +261,8 @@ static int run_sdpa(const af_golden_case* c, int s8) {
     double at = c->atol, rt = c->rtol;
     if (s8) {
       at = st_i == ST_SCORES ? 1e-6 * unit : (st_i == ST_MASKED ? 1.01 * unit_scaled : 0);
+      if (st_i == ST_MASKED && c->softcap > 0.f) /* the integer tanh's derived bound */
+        at += (double)c->softcap * AF_S8_SOFTCAP_ERR + 0.5 * unit_scaled;
       rt = st_i == ST_OUT ? 0.0 : 1e-5;
       if (st_i == ST_WEIGHTS) {
         at = AF_S8_WEIGHTS_ATOL;
@@ -327,6 +330,7 @@ static int run_sdpa(const af_golden_case* c, int s8) {
       /* Options of the chunk: its slice of the mask and of the ALiBi slopes. */
       o.window_left = c->window_left;
       o.window_right = c->window_right;
+      o.kv_align = c->kv_align;
       if (c->mask_type != AF_MASK_NONE) {
         const int32_t* ms = c->mask_shape;
         const uint32_t per = (uint32_t)ms[2] * ms[3];
@@ -356,8 +360,9 @@ static int run_sdpa(const af_golden_case* c, int s8) {
           }
         }
       }
-      if (c->alibi.off != AF_G_ABSENT) {
-        const float* sl = (const float*)fetch(c, c->alibi, h0, (uint32_t)G, 4);
+      if (c->alibi.off != AF_G_ABSENT) { /* [H] or [B,H]: the chunk's G slopes */
+        const float* sl = (const float*)fetch(c, c->alibi, c->alibi_per_batch ? bh0 : h0,
+                                              (uint32_t)G, 4);
         if (s8) {
           int32_t* a8 = (int32_t*)take((size_t)G * 4);
           if (a8 == NULL || sl == NULL ||
@@ -369,6 +374,20 @@ static int run_sdpa(const af_golden_case* c, int s8) {
           o.alibi_s8 = a8;
         } else {
           o.alibi_slopes = sl;
+        }
+      }
+      if (c->softcap > 0.f) {
+        if (s8) { /* start-up conversion to raw-score units */
+          int32_t* c8 = (int32_t*)take((size_t)G * 16);
+          if (c8 == NULL ||
+              af_s8_softcap_prepare(c8, c->softcap, G, &c->sq, &c->sk, 1, c->scale) != AF_OK) {
+            close_data();
+            return fail_run(c->name, "sdpa", impl, "masked",
+                            g_err ? g_err : "af_s8_softcap_prepare refused the softcap");
+          }
+          o.softcap_s8 = c8;
+        } else {
+          o.softcap = c->softcap;
         }
       }
 #ifdef AF_HARNESS_V_COLS
@@ -592,6 +611,9 @@ static int run_mha(const af_golden_case* c) {
   }
   if (c->alibi.off != AF_G_ABSENT)
     o.alibi_slopes = (const float*)fetch(c, c->alibi, 0, c->alibi.count, 4);
+  o.alibi_per_batch = c->alibi_per_batch;
+  o.kv_align = c->kv_align;
+  o.softcap = c->softcap;
   out = (float*)take((size_t)no * 4 + 4);
   st.q = (float*)take((size_t)nq * 4 + 4);
   st.k = (float*)take((size_t)nk * 4 + 4);
@@ -785,13 +807,25 @@ static int run_mha_s8(const af_golden_case* c) {
   }
   if (c->alibi.off != AF_G_ABSENT) {
     const float* sl = (const float*)fetch(c, c->alibi, 0, c->alibi.count, 4);
-    int32_t* a8 = (int32_t*)take((size_t)H * 4);
-    if (sl == NULL || a8 == NULL || af_s8_alibi_prepare(a8, sl, H, &c->sq, &c->sk, 1, c->scale) != AF_OK) {
+    int32_t* a8 = (int32_t*)take((size_t)c->alibi.count * 4); /* [H] or [B,H] */
+    if (sl == NULL || a8 == NULL ||
+        af_s8_alibi_prepare(a8, sl, (int32_t)c->alibi.count, &c->sq, &c->sk, 1, c->scale) != AF_OK) {
       close_data();
       return fail_run(c->name, "mha", impl, "heads_out",
                       g_err ? g_err : "af_s8_alibi_prepare refused the slopes");
     }
     o.alibi_s8 = a8;
+    o.alibi_per_batch = c->alibi_per_batch;
+  }
+  o.kv_align = c->kv_align;
+  if (c->softcap > 0.f) {
+    int32_t* c8 = (int32_t*)take((size_t)H * 16);
+    if (c8 == NULL || af_s8_softcap_prepare(c8, c->softcap, H, &c->sq, &c->sk, 1, c->scale) != AF_OK) {
+      close_data();
+      return fail_run(c->name, "mha", impl, "heads_out",
+                      g_err ? g_err : "af_s8_softcap_prepare refused the softcap");
+    }
+    o.softcap_s8 = c8;
   }
   out = (int8_t*)take((size_t)no + 4);
   st.q = (int8_t*)take((size_t)nq + 4);

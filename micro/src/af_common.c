@@ -46,12 +46,14 @@ af_status af_sdpa_check_shape(const af_sdpa_shape* s) {
   return AF_OK;
 }
 
-int32_t af_last_key(const af_sdpa_shape* s, int32_t i, int32_t valid) {
+/* Largest key index row i may see (causal rule with the diagonal of key
+ * length dlen, then key padding `valid`); negative: the row sees nothing. */
+static int32_t af_last_key(const af_sdpa_shape* s, int32_t i, int32_t dlen, int32_t valid) {
   int32_t last = s->kv_len - 1;
   if (s->causal == AF_CAUSAL_TOP_LEFT) {
     if (i < last) last = i;
   } else if (s->causal == AF_CAUSAL_BOTTOM_RIGHT) {
-    const int32_t d = i + (s->kv_len - s->q_len);
+    const int32_t d = i + (dlen - s->q_len);
     if (d < last) last = d;
   }
   if (valid - 1 < last) last = valid - 1;
@@ -95,13 +97,18 @@ af_status af_mha_check_call(const af_mha_shape* s, const af_sdpa_shape* sd, cons
   return af_sdpa_check_opts(o, &full, int8);
 }
 
-void af_mha_seq_opts(af_sdpa_opts* ob, const af_sdpa_opts* o, int32_t b) {
+void af_mha_seq_opts(af_sdpa_opts* ob, const af_sdpa_opts* o, int32_t b, int32_t num_heads) {
   *ob = *o;
   if (o->mask_type != AF_MASK_NONE && o->mask_shape[0] != 1) {
     const size_t per_b = (size_t)o->mask_shape[1] * o->mask_shape[2] * o->mask_shape[3];
     ob->mask = (const uint8_t*)o->mask + (size_t)b * per_b * (o->mask_type == AF_MASK_BOOL ? 1 : 4);
   }
   ob->mask_shape[0] = 1;
+  if (o->alibi_per_batch) { /* [B, H] slopes: this sequence's [H] row */
+    if (o->alibi_slopes != NULL) ob->alibi_slopes = o->alibi_slopes + (size_t)b * num_heads;
+    if (o->alibi_s8 != NULL) ob->alibi_s8 = o->alibi_s8 + (size_t)b * num_heads;
+    ob->alibi_per_batch = 0;
+  }
 }
 
 int af_aligned(const void* p, uintptr_t align) { return ((uintptr_t)p & (align - 1u)) == 0; }
@@ -124,6 +131,15 @@ void af_kv_visible(int32_t length, int32_t window, int32_t* first, int32_t* n) {
   *first = length - *n;
 }
 
+af_status af_softcap_s8_check(const int32_t* c, int32_t num_heads) {
+  int32_t h;
+  if (!af_aligned(c, 4)) return AF_ERR_ALIGN;
+  for (h = 0; h < num_heads; ++h, c += 4)
+    if (c[0] <= 0 || c[1] < -31 || c[1] > 30 || c[2] <= 0 || c[3] < -31 || c[3] > 30)
+      return AF_ERR_PARAM;
+  return AF_OK;
+}
+
 void af_row_bias_decode(af_row_bias* rb, int32_t length) {
   rb->kind = AF_BIAS_ALIBI;
   rb->mrow = NULL;
@@ -132,6 +148,8 @@ void af_row_bias_decode(af_row_bias* rb, int32_t length) {
   rb->slope = 0.f;
   rb->slope_s8 = 0;
   rb->alibi32 = 0;
+  rb->cap = 0.f;
+  rb->cap_s8 = NULL;
 }
 
 af_status af_vec_check(int32_t n, uintptr_t align, const void* a, const void* b,
@@ -166,13 +184,27 @@ void af_sdpa_opts_init(af_sdpa_opts* o) {
   o->alibi_slopes = NULL;
   o->alibi_s8 = NULL;
   o->v_layout = AF_V_ROWS;
+  o->kv_align = AF_KV_ALIGN_PADDED;
+  o->alibi_per_batch = 0;
+  o->softcap = 0.f;
+  o->softcap_s8 = NULL;
 }
 
 af_status af_sdpa_check_opts(const af_sdpa_opts* o, const af_sdpa_shape* s, int int8) {
-  int32_t d, h;
+  int32_t d, h, n_slopes;
+  uint32_t cap_bits;
   if (s == NULL) return AF_ERR_NULL;
   if (o == NULL) return AF_OK;
   if (o->window_left < -1 || o->window_right < -1) return AF_ERR_PARAM;
+  if (o->kv_align != AF_KV_ALIGN_PADDED && o->kv_align != AF_KV_ALIGN_PER_SEQUENCE)
+    return AF_ERR_PARAM;
+  if (o->alibi_per_batch != 0 && o->alibi_per_batch != 1) return AF_ERR_PARAM;
+  n_slopes = o->alibi_per_batch ? s->batch * s->num_heads : s->num_heads;
+  /* softcap read from its bits (no float compare on the integer path):
+   * +-0 = off (the host's `>= 0`); f32: finite and > 0; int8: must be 0
+   * (softcap_s8 instead). */
+  AF_COPY(&cap_bits, &o->softcap, 4);
+  cap_bits = (cap_bits & 0x7fffffffu) == 0 ? 0 : cap_bits;
   if (o->v_layout != AF_V_ROWS && (!int8 || o->v_layout != AF_V_COLS)) return AF_ERR_PARAM;
   if (o->mask_type != AF_MASK_NONE) {
     const int32_t target[4] = {s->batch, s->num_heads, s->q_len, s->kv_len};
@@ -193,22 +225,31 @@ af_status af_sdpa_check_opts(const af_sdpa_opts* o, const af_sdpa_shape* s, int 
   if (int8) {
     if (o->alibi_slopes != NULL) return AF_ERR_PARAM; /* int8 takes alibi_s8 */
     if (o->alibi_s8 != NULL && !af_aligned(o->alibi_s8, 4)) return AF_ERR_ALIGN;
+    if (cap_bits != 0) return AF_ERR_PARAM; /* int8 takes softcap_s8 */
+    if (o->softcap_s8 != NULL) {
+      const af_status st = af_softcap_s8_check(o->softcap_s8, s->num_heads);
+      if (st != AF_OK) return st;
+    }
   } else {
-    if (o->alibi_s8 != NULL) return AF_ERR_PARAM; /* f32 takes alibi_slopes */
+    if (o->alibi_s8 != NULL || o->softcap_s8 != NULL)
+      return AF_ERR_PARAM; /* f32 takes alibi_slopes and softcap */
     if (o->alibi_slopes != NULL) {
       if (!af_aligned(o->alibi_slopes, 4)) return AF_ERR_ALIGN;
-      for (h = 0; h < s->num_heads; ++h)
+      for (h = 0; h < n_slopes; ++h)
         if (!af_finite_f32(o->alibi_slopes[h])) return AF_ERR_PARAM;
     }
+    /* off (+0), or finite and > 0: sign bit clear, not inf/NaN */
+    if (cap_bits != 0 && ((cap_bits >> 31) || !af_finite_f32(o->softcap))) return AF_ERR_PARAM;
   }
   return AF_OK;
 }
 
 void af_row_keys(const af_sdpa_shape* s, const af_sdpa_opts* o, int32_t i, int32_t valid,
                  int32_t* first, int32_t* last) {
-  int32_t f = 0, l = af_last_key(s, i, valid);
+  const int32_t dlen = AF_DIAG_LEN(s, o, valid);
+  int32_t f = 0, l = af_last_key(s, i, dlen, valid);
   if (o != NULL && (o->window_left >= 0 || o->window_right >= 0)) {
-    const int64_t d = (int64_t)i + s->kv_len - s->q_len;
+    const int64_t d = (int64_t)i + dlen - s->q_len;
     if (o->window_left >= 0 && d - o->window_left > f)
       f = (int32_t)(d - o->window_left > s->kv_len ? s->kv_len : d - o->window_left);
     if (o->window_right >= 0 && d + o->window_right < l)
@@ -219,15 +260,26 @@ void af_row_keys(const af_sdpa_shape* s, const af_sdpa_opts* o, int32_t i, int32
 }
 
 void af_row_bias_init(af_row_bias* rb, const af_sdpa_shape* s, const af_sdpa_opts* o, int32_t b,
-                      int32_t h, int32_t i) {
+                      int32_t h, int32_t i, int32_t valid) {
+  uint32_t cap_bits = 0;
   rb->kind = 0;
   rb->mrow = NULL;
   rb->msj = 0;
-  rb->diag = i + s->kv_len - s->q_len;
+  rb->diag = i + AF_DIAG_LEN(s, o, valid) - s->q_len;
   rb->slope = 0.f;
   rb->slope_s8 = 0;
   rb->alibi32 = 0;
+  rb->cap = 0.f;
+  rb->cap_s8 = NULL;
   if (o == NULL) return;
+  AF_COPY(&cap_bits, &o->softcap, 4);
+  if ((cap_bits & 0x7fffffffu) != 0) { /* f32 (checked: finite, > 0) */
+    rb->kind |= AF_BIAS_SOFTCAP;
+    rb->cap = o->softcap;
+  } else if (o->softcap_s8 != NULL) {
+    rb->kind |= AF_BIAS_SOFTCAP;
+    rb->cap_s8 = o->softcap_s8 + 4 * h;
+  }
   if (o->mask_type != AF_MASK_NONE) {
     const int32_t* ms = o->mask_shape;
     const size_t s3 = ms[3] == 1 ? 0 : 1;
@@ -253,10 +305,10 @@ void af_row_bias_init(af_row_bias* rb, const af_sdpa_shape* s, const af_sdpa_opt
   }
   if (o->alibi_slopes != NULL) {
     rb->kind |= AF_BIAS_ALIBI;
-    rb->slope = o->alibi_slopes[h];
+    rb->slope = o->alibi_slopes[(o->alibi_per_batch ? (size_t)b * s->num_heads : 0) + h];
   } else if (o->alibi_s8 != NULL) {
     rb->kind |= AF_BIAS_ALIBI;
-    rb->slope_s8 = o->alibi_s8[h];
+    rb->slope_s8 = o->alibi_s8[(o->alibi_per_batch ? (size_t)b * s->num_heads : 0) + h];
     rb->alibi32 = rb->slope_s8 >= 0 &&
                   (int64_t)rb->slope_s8 * ((int64_t)s->q_len + s->kv_len) + 128 < 2147483647;
   }

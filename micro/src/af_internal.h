@@ -9,11 +9,13 @@
 
 #include "attnflow/micro.h"
 
-/* Largest key index row i may see (causal rule on the tensor lengths, then
- * key padding `valid`); negative: the row sees nothing. */
-int32_t af_last_key(const af_sdpa_shape* s, int32_t i, int32_t valid);
+/* The key length that places row i's bottom-right diagonal: kv_len, or
+ * `valid` (the batch's kv_lens[b]) with AF_KV_ALIGN_PER_SEQUENCE. */
+#define AF_DIAG_LEN(s, o, valid) \
+  ((o) != NULL && (o)->kv_align == AF_KV_ALIGN_PER_SEQUENCE ? (valid) : (s)->kv_len)
 /* Visible key range of row i: causal, padding `valid` and the window of `o`
- * (NULL: none). *first > *last means an empty row. */
+ * (NULL: none), on the diagonal AF_DIAG_LEN. *first > *last means an empty
+ * row. */
 void af_row_keys(const af_sdpa_shape* s, const af_sdpa_opts* o, int32_t i, int32_t valid,
                  int32_t* first, int32_t* last);
 /* AF_ERR_PARAM if any kv_lens[b] is outside [0, kv_len]. */
@@ -24,8 +26,9 @@ af_status af_mha_check_shape(const af_mha_shape* s, af_sdpa_shape* per_seq);
 /* kv_lens in [0, kv_len] and the options against the whole batch. */
 af_status af_mha_check_call(const af_mha_shape* s, const af_sdpa_shape* per_seq,
                             const int32_t* kv_lens, const af_sdpa_opts* o, int int8);
-/* Options of sequence b: its slice of the mask (batch extent 1). */
-void af_mha_seq_opts(af_sdpa_opts* ob, const af_sdpa_opts* o, int32_t b);
+/* Options of sequence b: its slice of the mask (batch extent 1) and of
+ * [B, H] ALiBi slopes. */
+void af_mha_seq_opts(af_sdpa_opts* ob, const af_sdpa_opts* o, int32_t b, int32_t num_heads);
 /* KV cache rings (af_kv_cache, af_kv_cache_s8): AF_ERR_SHAPE unless every
  * extent is in [1, AF_MAX_DIM], capacity <= max_capacity and
  * Hkv * capacity * max(D, Dv) < 2^31; AF_ERR_PARAM unless window is in
@@ -58,6 +61,10 @@ af_status af_rope_check(int32_t num_heads, int32_t head_dim, af_rope_layout layo
  * (1, 1e300). */
 af_status af_rope_table_check(const void* cos_t, const void* sin_t, int32_t pos, int32_t head_dim,
                               double theta);
+/* af_s8_softcap_prepare's constants of num_heads heads: AF_ERR_ALIGN
+ * unless 4-byte aligned, AF_ERR_PARAM unless every multiplier is positive
+ * with a shift in [-31, 30]. */
+af_status af_softcap_s8_check(const int32_t* c, int32_t num_heads);
 /* 1 if p is aligned to `align` bytes (NULL counts as aligned). */
 int af_aligned(const void* p, uintptr_t align);
 
@@ -65,7 +72,13 @@ int af_aligned(const void* p, uintptr_t align);
  * offset to its (b, h, i) row; key stride msj 0 or 1), its ALiBi slope and
  * its diagonal d. `kind` is a bit set of AF_BIAS_*; 0 means "no per-key
  * work" and the kernels then take their plain path. */
-enum { AF_BIAS_BOOL = 1, AF_BIAS_F32 = 2, AF_BIAS_S32 = 4, AF_BIAS_ALIBI = 8 };
+enum {
+  AF_BIAS_BOOL = 1,
+  AF_BIAS_F32 = 2,
+  AF_BIAS_S32 = 4,
+  AF_BIAS_ALIBI = 8,
+  AF_BIAS_SOFTCAP = 16
+};
 typedef struct {
   int32_t kind;
   const void* mrow;
@@ -74,13 +87,17 @@ typedef struct {
   float slope;      /* f32 paths */
   int32_t slope_s8; /* int8 path, Q8 raw-score units */
   int32_t alibi32;  /* int8: slope_s8 * (Lq + Lk) + 128 < 2^31, 32-bit ALiBi */
+  float cap;        /* f32 softcap (AF_BIAS_SOFTCAP) */
+  const int32_t* cap_s8; /* int8 softcap: {in.mult, in.shift, out.mult, out.shift} */
 } af_row_bias;
 
-/* Fills rb for row i of head h, batch b (diag = i + Lk - Lq). */
+/* Fills rb for row i of head h, batch b of valid keys `valid` (diag =
+ * i + AF_DIAG_LEN - Lq). */
 void af_row_bias_init(af_row_bias* rb, const af_sdpa_shape* s, const af_sdpa_opts* o, int32_t b,
-                      int32_t h, int32_t i);
+                      int32_t h, int32_t i, int32_t valid);
 /* The ALiBi-only bias of a decode step over `length` positions (diag
- * length - 1, no mask, slopes 0: the caller sets its path's slope). */
+ * length - 1, no mask, slopes 0, no softcap: the caller sets its path's
+ * slope, or its kind and cap). */
 void af_row_bias_decode(af_row_bias* rb, int32_t length);
 /* |d - j| for the ALiBi distance. */
 #define AF_ABS_DIST(d, j) ((d) >= (j) ? (d) - (j) : (j) - (d))

@@ -82,7 +82,7 @@ af_status af_mha_f32_ex(float* out, const float* x_q, const float* x_k, const fl
     for (b = 0; b < s->batch; ++b) {
       int32_t i, f, h;
       af_sdpa_opts ob;
-      if (o != NULL) af_mha_seq_opts(&ob, o, b); /* its slice of the mask */
+      if (o != NULL) af_mha_seq_opts(&ob, o, b, H); /* its slice of the mask, slopes */
       af_project_heads(qh, x_q + (size_t)b * Lq * E, w->w_q, w->b_q, Lq, E, E, dh);
       af_project_heads(kh, x_k + (size_t)b * Lk * E, w->w_k, w->b_k, Lk, E, Ekv, dh);
       af_project_heads(vh, x_v + (size_t)b * Lk * E, w->w_v, w->b_v, Lk, E, Ekv, dh);

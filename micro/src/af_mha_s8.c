@@ -83,7 +83,7 @@ af_status af_mha_s8(int8_t* out, const int8_t* x_q, const int8_t* x_k, const int
     for (b = 0; b < s->batch; ++b) {
       int32_t i, f, h;
       af_sdpa_opts ob;
-      if (o != NULL) af_mha_seq_opts(&ob, o, b); /* its slice of the mask */
+      if (o != NULL) af_mha_seq_opts(&ob, o, b, H); /* its slice of the mask, slopes */
       af_project_heads_s8(qh, x_q + (size_t)b * Lq * E, w->w_q, w->b_q, w->m_q, Lq, E, E, dh);
       af_project_heads_s8(kh, x_k + (size_t)b * Lk * E, w->w_k, w->b_k, w->m_k, Lk, E, Ekv, dh);
       af_project_heads_s8(vh, x_v + (size_t)b * Lk * E, w->w_v, w->b_v, w->m_v, Lk, E, Ekv, dh);

@@ -89,6 +89,32 @@ af_status af_s8_alibi_prepare(int32_t* alibi_s8, const float* slopes, int32_t nu
   return AF_OK;
 }
 
+af_status af_s8_softcap_prepare(int32_t* softcap_s8, float cap, int32_t num_heads, const float* sq,
+                                const float* sk, int32_t n, float scale) {
+  int32_t h;
+  af_status st;
+  if (softcap_s8 == NULL || sq == NULL || sk == NULL) return AF_ERR_NULL;
+  if (num_heads < 1 || num_heads > AF_MAX_DIM || !(n == 1 || n == num_heads)) return AF_ERR_PARAM;
+  if (!(scale > 0.f) || !isfinite(scale) || !(cap > 0.f) || !isfinite(cap)) return AF_ERR_PARAM;
+  for (h = 0; h < num_heads; ++h) {
+    const int32_t sh = n == 1 ? 0 : h;
+    af_qmult in, out;
+    double unit, K;
+    if (!(sq[sh] > 0.f) || !(sk[sh] > 0.f) || !isfinite(sq[sh]) || !isfinite(sk[sh]))
+      return AF_ERR_PARAM;
+    unit = (double)sq[sh] * sk[sh] * scale; /* one raw-score unit, in scaled-score units */
+    K = (double)cap / unit;                 /* the cap in raw-score units */
+    if ((st = af_quantize_multiplier(&in, 65536.0 / K)) != AF_OK) return st;
+    if ((st = af_quantize_multiplier(&out, K / 65536.0)) != AF_OK) return st;
+    if (in.mult == 0 || out.mult == 0) return AF_ERR_PARAM; /* below 2^-32 */
+    softcap_s8[4 * h] = in.mult;
+    softcap_s8[4 * h + 1] = in.shift;
+    softcap_s8[4 * h + 2] = out.mult;
+    softcap_s8[4 * h + 3] = out.shift;
+  }
+  return AF_OK;
+}
+
 af_status af_s8_mask_prepare(int32_t* out, const float* mask, int32_t count, float sq, float sk,
                              float scale) {
   int32_t i;

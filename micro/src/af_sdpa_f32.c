@@ -151,11 +151,28 @@ AF_INLINE void af_pv4_f32(float* acc, const float* p, const float* v, int32_t Dv
 #define AF_BOOL_HIDES(m) ((m) == 0)
 #endif
 
-/* Per-key work of a masked / ALiBi row on scaled scores x[0..t_n) of keys
- * j0 ..: a hidden key becomes -INFINITY, else the additive mask and then the
- * ALiBi bias are added (the reference's order: scaled + mask + ALiBi). */
+/* Per-key work of a masked / ALiBi / softcap row on scaled scores
+ * x[0..t_n) of keys j0 ..: a hidden key becomes -INFINITY, else the softcap
+ * cap * tanhf(x / cap), then the additive mask and then the ALiBi bias (the
+ * reference's order: softcap(scaled) + mask + ALiBi). */
+#if defined(__GNUC__)
+#define AF_NOINLINE __attribute__((noinline))
+#else
+#define AF_NOINLINE
+#endif
+/* cap * tanhf(x / cap) over a tile, out of line so that the mask and ALiBi
+ * loop of af_bias_f32 keeps its registers. */
+static AF_NOINLINE void af_softcap_tile_f32(float* x, int32_t t_n, float cap) {
+  int32_t t;
+  for (t = 0; t < t_n; ++t) x[t] = cap * tanhf(x[t] / cap);
+}
+
 static void af_bias_f32(float* x, int32_t t_n, const af_row_bias* rb, int32_t j0) {
   int32_t t;
+  if (rb->kind & AF_BIAS_SOFTCAP) { /* first, on the scaled scores */
+    af_softcap_tile_f32(x, t_n, rb->cap);
+    if ((rb->kind & ~AF_BIAS_SOFTCAP) == 0) return;
+  }
   for (t = 0; t < t_n; ++t) {
     const int32_t j = j0 + t;
     float y = x[t];
@@ -431,8 +448,8 @@ af_status af_sdpa_f32_ex(float* out, float* lse, const float* q, const float* k,
           af_row_keys(s, o, i, valid, &f0, &l0);
           if (two) af_row_keys(s, o, i + 1, valid, &f1, &l1);
           if (o != NULL) {
-            af_row_bias_init(&rb[0], s, o, b, h, i);
-            af_row_bias_init(&rb[1], s, o, b, h, two ? i + 1 : i);
+            af_row_bias_init(&rb[0], s, o, b, h, i, valid);
+            af_row_bias_init(&rb[1], s, o, b, h, two ? i + 1 : i, valid);
             if (rb[0].kind) {
               rb0 = &rb[0];
               rb1 = &rb[1];
@@ -499,7 +516,7 @@ af_status af_sdpa_f32_probe(float* scores, float* scaled, float* masked, float* 
   kh = k + ((size_t)b * s->num_kv_heads + h / (s->num_heads / s->num_kv_heads)) * s->kv_len *
                s->head_dim;
   af_row_keys(s, o, i, kv_lens ? kv_lens[b] : s->kv_len, &f, &l);
-  af_row_bias_init(&rb, s, o, b, h, i);
+  af_row_bias_init(&rb, s, o, b, h, i, kv_lens ? kv_lens[b] : s->kv_len);
   for (j = 0; j < s->kv_len; ++j) {
     const float x = af_probe_key(scores ? scores + j : NULL, scaled ? scaled + j : NULL, qr, kh,
                                  j, s->head_dim, scale, f, l, &rb);
@@ -570,6 +587,13 @@ size_t af_decode_f32_workspace_bytes(const af_kv_cache* c, int32_t num_heads) {
 af_status af_decode_f32_ex(float* out, float* lse, const float* q, const af_kv_cache* c,
                            int32_t num_heads, float scale, const float* alibi_slopes,
                            void* arena, size_t arena_bytes) {
+  return af_decode_f32_softcap(out, lse, q, c, num_heads, scale, alibi_slopes, 0.f, arena,
+                               arena_bytes);
+}
+
+af_status af_decode_f32_softcap(float* out, float* lse, const float* q, const af_kv_cache* c,
+                                int32_t num_heads, float scale, const float* alibi_slopes,
+                                float softcap, void* arena, size_t arena_bytes) {
   int32_t h, first, n;
   float* sbuf;
   af_status st = af_kv_cache_check(c);
@@ -581,6 +605,7 @@ af_status af_decode_f32_ex(float* out, float* lse, const float* q, const af_kv_c
   if (num_heads < 1 || num_heads > AF_MAX_DIM || num_heads % c->num_kv_heads != 0)
     return AF_ERR_SHAPE;
   if (!af_scale_ok(scale)) return AF_ERR_PARAM;
+  if (!(softcap == 0.f || af_scale_ok(softcap))) return AF_ERR_PARAM; /* finite, >= 0 */
   if (alibi_slopes)
     for (h = 0; h < num_heads; ++h)
       if (!af_finite_f32(alibi_slopes[h])) return AF_ERR_PARAM;
@@ -603,10 +628,18 @@ af_status af_decode_f32_ex(float* out, float* lse, const float* q, const af_kv_c
     rs.n = 0;
     rs.acc = out + (size_t)h * c->v_dim;
     for (d = 0; d < c->v_dim; ++d) rs.acc[d] = 0.f;
-    if (alibi_slopes) { /* key at position p: -slope * (length - 1 - p) */
+    if (alibi_slopes || softcap > 0.f) {
       af_row_bias_decode(&rb, c->length);
-      rb.slope = alibi_slopes[h];
+      rb.kind = 0;
       rbp = &rb;
+    }
+    if (alibi_slopes) { /* key at position p: -slope * (length - 1 - p) */
+      rb.kind |= AF_BIAS_ALIBI;
+      rb.slope = alibi_slopes[h];
+    }
+    if (softcap > 0.f) { /* cap * tanhf(x / cap) before ALiBi, as af_sdpa_f32_ex */
+      rb.kind |= AF_BIAS_SOFTCAP;
+      rb.cap = softcap;
     }
     /* The ring holds positions in slot order; visit them oldest first, as
      * at most two contiguous segments. */

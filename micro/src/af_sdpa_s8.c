@@ -45,6 +45,31 @@ static const uint16_t kExp2NegQ15[256] = {
     16562, 16518, 16473, 16428,
 };
 
+/* tanh(i / 32) in Q16 for i = 0..208 (x in [0, 6.5]), round-to-nearest,
+ * capped at 65535; beyond 6.5 tanh is 1 within 4.5e-6 (docs/edge.md "int8
+ * softcap"). */
+#define AF_TANH_STEPS 208
+static const uint16_t kTanhQ16[AF_TANH_STEPS + 1] = {
+    0, 2047, 4091, 6126, 8150, 10157, 12146, 14112, 16051, 17961, 19838, 21681,
+    23485, 25250, 26973, 28652, 30285, 31873, 33412, 34904, 36346, 37740, 39084, 40379,
+    41625, 42823, 43972, 45075, 46131, 47142, 48108, 49031, 49912, 50752, 51552, 52314,
+    53038, 53727, 54382, 55003, 55593, 56152, 56683, 57185, 57660, 58110, 58536, 58939,
+    59320, 59680, 60019, 60340, 60643, 60929, 61199, 61454, 61694, 61920, 62134, 62335,
+    62524, 62703, 62871, 63029, 63179, 63319, 63451, 63576, 63693, 63803, 63907, 64004,
+    64096, 64182, 64263, 64340, 64412, 64479, 64543, 64603, 64659, 64712, 64761, 64808,
+    64852, 64893, 64932, 64968, 65003, 65035, 65065, 65093, 65120, 65145, 65169, 65191,
+    65212, 65231, 65250, 65267, 65283, 65299, 65313, 65327, 65339, 65351, 65362, 65373,
+    65383, 65392, 65401, 65409, 65417, 65424, 65431, 65437, 65443, 65449, 65454, 65459,
+    65464, 65468, 65472, 65476, 65480, 65483, 65486, 65489, 65492, 65495, 65497, 65500,
+    65502, 65504, 65506, 65508, 65509, 65511, 65512, 65514, 65515, 65516, 65518, 65519,
+    65520, 65521, 65522, 65523, 65523, 65524, 65525, 65526, 65526, 65527, 65527, 65528,
+    65528, 65529, 65529, 65530, 65530, 65530, 65531, 65531, 65531, 65532, 65532, 65532,
+    65532, 65533, 65533, 65533, 65533, 65533, 65534, 65534, 65534, 65534, 65534, 65534,
+    65534, 65534, 65534, 65535, 65535, 65535, 65535, 65535, 65535, 65535, 65535, 65535,
+    65535, 65535, 65535, 65535, 65535, 65535, 65535, 65535, 65535, 65535, 65535, 65535,
+    65535, 65535, 65535, 65535, 65535,
+};
+
 /* round(p / 2^sh) for sh in [0, 63], half up; 0..-1 for larger shifts. */
 static int64_t af_round_shift64(int64_t p, int32_t sh) {
   if (sh <= 0) return p;
@@ -911,6 +936,40 @@ AF_INLINE int32_t af_mul_q15_dsp(int32_t x, int32_t f) {
 }
 #endif
 
+/* Softcap of a raw score s (|s| < 2^30), integer only: x = |s| / K in Q16
+ * (c = {in.mult, in.shift, out.mult, out.shift} of af_s8_softcap_prepare),
+ * t = tanh(x) in Q16 by linear interpolation of kTanhQ16 (1 beyond 6.5),
+ * s' = sign(s) * min(round(t * K), |s|) (|K tanh(s/K)| <= |s| exactly, so
+ * the clamp only removes rounding excess). */
+static int32_t af_softcap_s8(int32_t s, const int32_t* c) {
+  const int32_t a = s < 0 ? -s : s;
+  af_qmult in, out;
+  int32_t x, t, r;
+  in.mult = c[0];
+  in.shift = c[1];
+  out.mult = c[2];
+  out.shift = c[3];
+  x = af_s8_mul_by_qmult(a, in);
+  if (x >= (AF_TANH_STEPS << 11)) {
+    t = 65536;
+  } else {
+    const int32_t idx = x >> 11, fr = x & 2047;
+    const int32_t t0 = kTanhQ16[idx];
+    t = t0 + ((((int32_t)kTanhQ16[idx + 1] - t0) * fr + 1024) >> 11);
+  }
+  r = af_s8_mul_by_qmult(t, out);
+  if (r > a) r = a;
+  return s < 0 ? -r : r;
+}
+
+/* The softcap of a tile of raw scores, out of line so that the mask and
+ * ALiBi loops of af_bias_s8 keep their registers. */
+static __attribute__((noinline)) void af_softcap_tile_s8(int32_t* x, int32_t t_n,
+                                                          const int32_t* c) {
+  int32_t t;
+  for (t = 0; t < t_n; ++t) x[t] = af_softcap_s8(x[t], c);
+}
+
 /* Test-only mutation hook (see af_sdpa_f32.c): inverts the bool mask. */
 #ifdef AF_TEST_PLANT_MASK_BUG
 #define AF_BOOL_HIDES(m) ((m) != 0)
@@ -920,14 +979,14 @@ AF_INLINE int32_t af_mul_q15_dsp(int32_t x, int32_t f) {
 
 #define AF_S8_BIAS_MAX 1073741824 /* 2^30 */
 
-/* Per-key work of a masked / ALiBi row on raw scores x[0..t_n) of keys
- * j0 ..: hidden -> AF_S8_MASKED, else + mask (clamped to +-2^30 first) +
- * ALiBi, clamped to [-2^30, 2^30 - 1]. |x| < 2^30 on entry, so the int32 sum
+/* Per-key work of a masked / ALiBi / softcap row on raw scores x[0..t_n) of
+ * keys j0 ..: hidden -> AF_S8_MASKED, else softcap (af_softcap_s8) + mask
+ * (clamped to +-2^30 first) + ALiBi, clamped to [-2^30, 2^30 - 1]. |x| < 2^30 on entry, so the int32 sum
  * of the score and a clamped mask cannot overflow; ALiBi is computed in 32
  * bits when slope * max distance fits (alibi32), else in 64. A bool mask
  * alone only hides keys (its own loop: the common case). */
 static void af_bias_s8(int32_t* x, int32_t t_n, const af_row_bias* rb, int32_t j0) {
-  const int32_t kind = rb->kind;
+  const int32_t kind = rb->kind & ~AF_BIAS_SOFTCAP; /* the caller applied it */
   int32_t t;
   if (kind == AF_BIAS_BOOL) {
     const uint8_t* m = (const uint8_t*)rb->mrow + (size_t)j0 * rb->msj;
@@ -974,7 +1033,11 @@ static void af_s8_softmax_tile(af_s8_row* r, int32_t* sbuf, int32_t t_n, af_qmul
                                int32_t hi_cut, int32_t wshift, int32_t Dv,
                                const af_row_bias* rb, int32_t j0) {
   int32_t t, tmax, l = r->l, m;
-  if (rb != NULL) af_bias_s8(sbuf, t_n, rb, j0);
+  if (rb != NULL) {
+    if (rb->kind & AF_BIAS_SOFTCAP) /* first, on the raw scores (never AF_S8_MASKED) */
+      af_softcap_tile_s8(sbuf, t_n, rb->cap_s8);
+    af_bias_s8(sbuf, t_n, rb, j0);
+  }
   tmax = sbuf[0];
   for (t = 1; t < t_n; ++t)
     if (sbuf[t] > tmax) tmax = sbuf[t];
@@ -1542,8 +1605,8 @@ af_status af_sdpa_s8_ex(int8_t* out, const int8_t* q, const int8_t* k, const int
           af_row_keys(s, o, i, valid, &f0, &l0);
           if (two) af_row_keys(s, o, i + 1, valid, &f1, &l1);
           if (o != NULL) {
-            af_row_bias_init(&rb[0], s, o, b, h, i);
-            af_row_bias_init(&rb[1], s, o, b, h, two ? i + 1 : i);
+            af_row_bias_init(&rb[0], s, o, b, h, i, valid);
+            af_row_bias_init(&rb[1], s, o, b, h, two ? i + 1 : i, valid);
             if (rb[0].kind) {
               rb0 = &rb[0];
               rb1 = &rb[1];
@@ -1624,6 +1687,12 @@ size_t af_decode_s8_workspace_bytes(const af_kv_cache_s8* c, int32_t num_heads) 
 af_status af_decode_s8(int8_t* out, const int8_t* q, const af_kv_cache_s8* c, int32_t num_heads,
                        const af_s8_params* p, const int32_t* alibi_s8, void* arena,
                        size_t arena_bytes) {
+  return af_decode_s8_softcap(out, q, c, num_heads, p, alibi_s8, NULL, arena, arena_bytes);
+}
+
+af_status af_decode_s8_softcap(int8_t* out, const int8_t* q, const af_kv_cache_s8* c,
+                               int32_t num_heads, const af_s8_params* p, const int32_t* alibi_s8,
+                               const int32_t* softcap_s8, void* arena, size_t arena_bytes) {
   int32_t h, n, first, wshift = 0;
   int32_t *sbuf, *acc;
   af_status st = af_kv_cache_s8_check(c);
@@ -1639,6 +1708,7 @@ af_status af_decode_s8(int8_t* out, const int8_t* q, const af_kv_cache_s8* c, in
     if (p->exp_mult[h].mult < 0 || p->exp_mult[h].shift < 0 || p->exp_mult[h].shift > 8 ||
         p->out_mult[h].mult < 0 || p->out_mult[h].shift < -31 || p->out_mult[h].shift > 30)
       return AF_ERR_PARAM;
+  if (softcap_s8 != NULL && (st = af_softcap_s8_check(softcap_s8, num_heads)) != AF_OK) return st;
   if (arena_bytes < af_decode_s8_workspace_bytes(c, num_heads) || ((uintptr_t)arena & 3u))
     return AF_ERR_ARENA;
   sbuf = (int32_t*)arena;
@@ -1662,12 +1732,20 @@ af_status af_decode_s8(int8_t* out, const int8_t* q, const af_kv_cache_s8* c, in
     r.l = 0;
     r.started = 0;
     r.acc = acc; /* zero: before the first head, then af_s8_finish */
-    if (alibi_s8 != NULL) { /* key at position pos: -((slope * (length-1-pos) + 128) >> 8) */
+    if (alibi_s8 != NULL || softcap_s8 != NULL) {
       af_row_bias_decode(&rb, c->length);
+      rb.kind = 0;
+      rbp = &rb;
+    }
+    if (alibi_s8 != NULL) { /* key at position pos: -((slope * (length-1-pos) + 128) >> 8) */
+      rb.kind |= AF_BIAS_ALIBI;
       rb.slope_s8 = alibi_s8[h];
       rb.alibi32 = rb.slope_s8 >= 0 && (int64_t)rb.slope_s8 * c->capacity + 128 < 2147483647 &&
                    (int64_t)rb.slope_s8 * ((int64_t)c->length) + 128 < 2147483647;
-      rbp = &rb;
+    }
+    if (softcap_s8 != NULL) { /* before ALiBi, as in af_sdpa_s8_ex */
+      rb.kind |= AF_BIAS_SOFTCAP;
+      rb.cap_s8 = softcap_s8 + 4 * h;
     }
     /* The ring holds positions in slot order; oldest first, as at most two
      * contiguous segments, each tiled from its start. */
@@ -1691,6 +1769,7 @@ static int32_t af_s8_probe_key(int32_t* raw, const int8_t* qr, const int8_t* kh,
   int32_t x = af_qk1_s8(qr, kh + (size_t)j * D, D);
   if (raw) *raw = x;
   if (j < f || j > l) return AF_S8_MASKED;
+  if (rb->kind & AF_BIAS_SOFTCAP) af_softcap_tile_s8(&x, 1, rb->cap_s8);
   if (rb->kind) af_bias_s8(&x, 1, rb, j);
   return x;
 }
@@ -1718,7 +1797,7 @@ af_status af_sdpa_s8_probe(int32_t* scores, int32_t* masked, int32_t* weights,
   kh = k + ((size_t)b * s->num_kv_heads + h / (s->num_heads / s->num_kv_heads)) * s->kv_len *
                s->head_dim;
   af_row_keys(s, o, i, kv_lens ? kv_lens[b] : s->kv_len, &f, &l);
-  af_row_bias_init(&rb, s, o, b, h, i);
+  af_row_bias_init(&rb, s, o, b, h, i, kv_lens ? kv_lens[b] : s->kv_len);
   for (j = 0; j < s->kv_len; ++j) {
     const int32_t x = af_s8_probe_key(scores ? scores + j : NULL, qr, kh, j, s->head_dim, f, l, &rb);
     if (masked) masked[j] = x;

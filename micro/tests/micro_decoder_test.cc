@@ -181,6 +181,29 @@ TEST(MicroDecodeS8, WithoutWrapItIsTheSdpaKernelBitForBit) {
   ASSERT_EQ(af_sdpa_s8(b.data(), q.data(), k.data(), v.data(), nullptr, &p, &s, arena.data(), 4096),
             AF_OK);
   EXPECT_EQ(a, b);
+  // With a softcap and ALiBi: af_decode_s8_softcap is af_sdpa_s8_ex with
+  // softcap_s8 and alibi_s8 on the bottom-right row, bit for bit; and the
+  // cap changes the output (the softcap path is taken at all).
+  int32_t c8[8], a8[2];
+  const float slopes[2] = {0.25f, 0.0625f};
+  ASSERT_EQ(af_s8_softcap_prepare(c8, 0.6f, H, &sq, &sq, 1, 0.125f), AF_OK);
+  ASSERT_EQ(af_s8_alibi_prepare(a8, slopes, H, &sq, &sq, 1, 0.125f), AF_OK);
+  std::vector<int8_t> d(size_t(H) * Dv), e(size_t(H) * Dv);
+  ASSERT_EQ(af_decode_s8_softcap(d.data(), q.data(), &c, H, &p, a8, c8, arena.data(), 4096), AF_OK);
+  af_sdpa_opts o = AF_SDPA_OPTS_INIT;
+  o.softcap_s8 = c8;
+  o.alibi_s8 = a8;
+  s.causal = AF_CAUSAL_BOTTOM_RIGHT;
+  ASSERT_EQ(af_sdpa_s8_ex(e.data(), q.data(), k.data(), v.data(), nullptr, &p, &s, &o,
+                          arena.data(), 4096),
+            AF_OK);
+  EXPECT_EQ(d, e);
+  std::vector<int8_t> f(size_t(H) * Dv);
+  ASSERT_EQ(af_decode_s8(f.data(), q.data(), &c, H, &p, a8, arena.data(), 4096), AF_OK);
+  EXPECT_NE(d, f);
+  c8[1] = 40;  // an invalid shift is refused
+  EXPECT_EQ(af_decode_s8_softcap(d.data(), q.data(), &c, H, &p, a8, c8, arena.data(), 4096),
+            AF_ERR_PARAM);
 }
 
 TEST(MicroDecodeS8, TheCacheStructIsValidated) {

@@ -62,7 +62,10 @@ struct Problem {
   std::vector<uint8_t> mask_b;
   std::vector<float> mask_f;
   int32_t window_left = -1, window_right = -1;
-  std::vector<float> alibi;  // [H] or empty
+  std::vector<float> alibi;  // [H], [B,H] (alibi_bh) or empty
+  bool alibi_bh = false;     // alibi holds [B,H] slopes
+  bool per_seq = false;      // KvAlign::kPerSequence
+  float softcap = 0.f;       // 0 = off
 
   size_t MaskCount() const {
     return size_t(mask_shape[0]) * mask_shape[1] * mask_shape[2] * mask_shape[3];
@@ -77,6 +80,9 @@ struct Problem {
     o.window_left = window_left;
     o.window_right = window_right;
     o.alibi_slopes = alibi.empty() ? nullptr : alibi.data();
+    o.alibi_per_batch = alibi_bh ? 1 : 0;
+    o.kv_align = per_seq ? AF_KV_ALIGN_PER_SEQUENCE : AF_KV_ALIGN_PADDED;
+    o.softcap = softcap;
     return o;
   }
 };
@@ -144,7 +150,12 @@ void Reference(const Problem& p, const std::vector<float>& q, const std::vector<
   opt.window_left = p.window_left;
   opt.window_right = p.window_right;
   if (!p.alibi.empty())
-    opt.alibi_slopes = MakeView(const_cast<float*>(p.alibi.data()), DType::kF32, {s.num_heads});
+    opt.alibi_slopes =
+        p.alibi_bh ? MakeView(const_cast<float*>(p.alibi.data()), DType::kF32,
+                              {s.batch, s.num_heads})
+                   : MakeView(const_cast<float*>(p.alibi.data()), DType::kF32, {s.num_heads});
+  opt.kv_align = p.per_seq ? KvAlign::kPerSequence : KvAlign::kPadded;
+  opt.softcap = p.softcap;
   Status st = reference::Sdpa(
       MakeView(r->out.data(), DType::kF64, {s.batch, s.num_heads, s.q_len, s.v_dim}),
       MakeView(r->lse.data(), DType::kF64, {s.batch, s.num_heads, s.q_len}),
@@ -240,7 +251,7 @@ struct S8Problem {
   Problem f;  // dequantised inputs, original mask/ALiBi/window
   std::vector<int8_t> q, k, v;
   float sq = 1, sk = 1, sv = 1, so = 1;
-  std::vector<int32_t> mask_s32, alibi_s8;
+  std::vector<int32_t> mask_s32, alibi_s8, softcap_s8;
 };
 
 S8Problem Quantise(const Problem& p) {
@@ -285,10 +296,20 @@ af_sdpa_opts S8Opts(S8Problem& c) {
   }
   if (!c.f.alibi.empty()) {
     c.alibi_s8.resize(c.f.alibi.size());
-    EXPECT_EQ(af_s8_alibi_prepare(c.alibi_s8.data(), c.f.alibi.data(), c.f.s.num_heads, &c.sq,
-                                  &c.sk, 1, c.f.scale),
+    // [B,H] slopes: B*H entries with per-tensor scales.
+    EXPECT_EQ(af_s8_alibi_prepare(c.alibi_s8.data(), c.f.alibi.data(),
+                                  int32_t(c.f.alibi.size()), &c.sq, &c.sk, 1, c.f.scale),
               AF_OK);
     o.alibi_s8 = c.alibi_s8.data();
+    o.alibi_per_batch = c.f.alibi_bh ? 1 : 0;
+  }
+  o.kv_align = c.f.per_seq ? AF_KV_ALIGN_PER_SEQUENCE : AF_KV_ALIGN_PADDED;
+  if (c.f.softcap > 0.f) {
+    c.softcap_s8.resize(size_t(4) * c.f.s.num_heads);
+    EXPECT_EQ(af_s8_softcap_prepare(c.softcap_s8.data(), c.f.softcap, c.f.s.num_heads, &c.sq,
+                                    &c.sk, 1, c.f.scale),
+              AF_OK);
+    o.softcap_s8 = c.softcap_s8.data();
   }
   return o;
 }
@@ -359,6 +380,300 @@ TEST(MicroOptsS8, PrepareHelpers) {
   EXPECT_EQ(af_s8_alibi_prepare(a8, &neg, 1, &sq, &sk, 1, scale), AF_ERR_PARAM);
 }
 
+// ------------------------------------- softcap, per-sequence, [B,H] ALiBi --
+
+// Adds the options of docs/semantics.md rules 2, 5 and 7 beyond the basic
+// ones: softcap (bit 0 of `variant`: a cap in [0.5, 60]), the per-sequence
+// diagonal (bit 1; kv_lens drawn when absent), [B,H] ALiBi slopes (bit 2:
+// random non-negative slopes per batch and head).
+void AddNewOptions(Rng& rng, Problem* p, int variant) {
+  const af_sdpa_shape& s = p->s;
+  if (variant & 1) p->softcap = float(rng.Uniform(0.5, 60.0));
+  if (variant & 2) {
+    p->per_seq = true;
+    if (p->kv_lens.empty())
+      for (int b = 0; b < s.batch; ++b)
+        p->kv_lens.push_back(int32_t(rng.Below(uint64_t(s.kv_len) + 1)));
+  }
+  if (variant & 4) {
+    p->alibi.clear();
+    for (int i = 0; i < s.batch * s.num_heads; ++i) p->alibi.push_back(float(rng.Uniform(0, 0.6)));
+    p->alibi_bh = true;
+  }
+}
+
+TEST(MicroOptsF32, SoftcapPerSequenceAndBatchedAlibiMatchReference) {
+  Rng rng(3303);
+  int n[3] = {0, 0, 0};
+  for (int it = 0; it < 240; ++it) {
+    Problem p = RandomProblem(rng, RandomShape(rng, it), 3.f, it % 32);
+    AddNewOptions(rng, &p, 1 + it % 7);
+    n[0] += p.softcap > 0;
+    n[1] += p.per_seq;
+    n[2] += p.alibi_bh;
+    SCOPED_TRACE(::testing::Message() << "case " << it << " softcap " << p.softcap << " per_seq "
+                                      << p.per_seq << " alibi_bh " << p.alibi_bh);
+    ExpectF32MatchesReference(p, 2e-5);
+  }
+  EXPECT_GT(n[0], 100);
+  EXPECT_GT(n[1], 100);
+  EXPECT_GT(n[2], 100);
+}
+
+TEST(MicroOptsF32, PerSequenceDiagonalMovesTheWindowAndAlibi) {
+  // One sequence of 6 keys of which 3 are valid, 2 queries, bottom-right
+  // causal: padded, row 1 sees keys up to 1 + (6 - 2) = 5, cut to 2 by
+  // padding; per sequence, up to 1 + (3 - 2) = 2 and row 0 up to 1 — and a
+  // window of 0 keys on the left leaves one key per row (the diagonal). The
+  // two alignments must differ, and each must match the reference.
+  af_sdpa_shape s{1, 1, 1, 2, 6, 4, 4, AF_CAUSAL_BOTTOM_RIGHT};
+  Rng rng(9);
+  Problem p = RandomProblem(rng, s, 1.f, 0);
+  p.kv_lens = {3};
+  p.window_left = 0;
+  std::vector<float> o_pad, o_seq, l;
+  p.per_seq = false;
+  ExpectF32MatchesReference(p, 2e-5);
+  ASSERT_EQ(RunF32(p, &o_pad, &l), AF_OK);
+  EXPECT_TRUE(std::isinf(l[0]) && std::isinf(l[1]));  // padded diagonal: keys 4, 5 are padding
+  p.per_seq = true;
+  ExpectF32MatchesReference(p, 2e-5);
+  ASSERT_EQ(RunF32(p, &o_seq, &l), AF_OK);
+  EXPECT_FALSE(std::isinf(l[0]) || std::isinf(l[1]));  // rows see keys 1 and 2
+  for (int d = 0; d < 4; ++d) EXPECT_FLOAT_EQ(o_seq[d], p.v[4 + d]);      // row 0: key 1
+  for (int d = 0; d < 4; ++d) EXPECT_FLOAT_EQ(o_seq[4 + d], p.v[8 + d]);  // row 1: key 2
+}
+
+TEST(MicroOptsS8, SoftcapPerSequenceAndBatchedAlibiWithinBound) {
+  Rng rng(3304);
+  int worst = 0, capped = 0;
+  for (int it = 0; it < 210; ++it) {
+    Problem p = RandomProblem(rng, RandomShape(rng, it), it % 5 == 0 ? 4.f : 1.5f, it % 32);
+    AddNewOptions(rng, &p, 1 + it % 7);
+    capped += p.softcap > 0;
+    S8Problem c = Quantise(p);
+    SCOPED_TRACE(::testing::Message() << "case " << it << " softcap " << p.softcap);
+    const int e = S8MaxError(c);
+    ASSERT_GE(e, 0);
+    worst = std::max(worst, e);
+  }
+  std::printf("int8 softcap/per-sequence/[B,H] ALiBi cases: worst error %d LSB\n", worst);
+  EXPECT_GT(capped, 100);
+  EXPECT_LE(worst, AF_S8_BOUND_LSB);
+}
+
+// The integer softcap against cap * tanh(x / cap) in float64, over raw
+// scores from 0 to the int8 maximum and caps from 0.05 to 500 scaled units:
+// within the bound of docs/edge.md "int8 softcap" (cap * 1.25e-4 + half a raw
+// unit, in scaled units), odd, monotone, and |s'| <= |s|.
+TEST(MicroOptsS8, SoftcapTanhWithinItsDerivedBound) {
+  const int32_t D = 64;
+  af_sdpa_shape s{1, 1, 1, 1, 1, D, D, AF_CAUSAL_NONE};
+  std::vector<int8_t> q(D), k(D);
+  const float sq = 0.02f, sk = 0.03f, scale = 0.125f;
+  const double unit = double(sq) * sk * scale;  // 7.5e-5 scaled units per raw unit
+  af_s8_params prm;
+  const float one = 1.f;
+  ASSERT_EQ(af_s8_prepare(&prm, &sq, &sk, &one, &one, 1, scale), AF_OK);
+  double worst_ratio = 0;
+  for (float cap : {0.05f, 0.5f, 1.f, 5.f, 20.f, 50.f, 500.f}) {
+    int32_t c8[4];
+    ASSERT_EQ(af_s8_softcap_prepare(c8, cap, 1, &sq, &sk, 1, scale), AF_OK);
+    af_sdpa_opts o = AF_SDPA_OPTS_INIT;
+    o.softcap_s8 = c8;
+    const double bound = cap * AF_S8_SOFTCAP_ERR + 0.5 * unit;
+    for (int32_t target = -127 * 127 * D; target <= 127 * 127 * D; target += 97) {
+      // q . k = target: q = 127 everywhere but the last element, k chosen.
+      int32_t rest = target;
+      for (int d = 0; d < D; ++d) {
+        q[d] = 127;
+        const int32_t kk = std::clamp(rest / 127, -127, 127);
+        k[d] = int8_t(kk);
+        rest -= 127 * kk;
+      }
+      int32_t raw = 0, m = 0;
+      ASSERT_EQ(af_sdpa_s8_probe(&raw, &m, nullptr, nullptr, q.data(), k.data(), nullptr, &prm,
+                                 &s, &o, 0, 0, 0),
+                AF_OK);
+      const double want = cap * std::tanh(raw * unit / cap);
+      const double err = std::fabs(m * unit - want);
+      ASSERT_LE(err, bound) << "cap " << cap << " raw " << raw;
+      ASSERT_LE(std::abs(int64_t(m)), std::abs(int64_t(raw)));
+      if (raw > 0) ASSERT_GE(m, 0);
+      if (raw < 0) ASSERT_LE(m, 0);
+      worst_ratio = std::max(worst_ratio, err / bound);
+    }
+  }
+  std::printf("int8 softcap: worst error %.3f of the derived bound\n", worst_ratio);
+}
+
+TEST(MicroOptsS8, SoftcapIsMonotoneInTheRawScore) {
+  const float sq = 0.01f, sk = 0.01f, scale = 0.25f;
+  for (float cap : {0.01f, 1.f, 30.f}) {
+    int32_t c8[4];
+    ASSERT_EQ(af_s8_softcap_prepare(c8, cap, 1, &sq, &sk, 1, scale), AF_OK);
+    // The probe on D = 1 with q in [-127, 127] and k = 127: s = 127 q.
+    af_sdpa_shape s{1, 1, 1, 1, 1, 1, 1, AF_CAUSAL_NONE};
+    af_s8_params prm;
+    const float one = 1.f;
+    ASSERT_EQ(af_s8_prepare(&prm, &sq, &sk, &one, &one, 1, scale), AF_OK);
+    af_sdpa_opts o = AF_SDPA_OPTS_INIT;
+    o.softcap_s8 = c8;
+    int32_t prev = INT32_MIN;
+    for (int qq = -127; qq <= 127; ++qq) {
+      const int8_t q = int8_t(qq), k = 127;
+      int32_t raw = 0, m = 0;
+      ASSERT_EQ(af_sdpa_s8_probe(&raw, &m, nullptr, nullptr, &q, &k, nullptr, &prm, &s, &o, 0, 0,
+                                 0),
+                AF_OK);
+      ASSERT_GE(m, prev) << "cap " << cap << " q " << qq;
+      prev = m;
+    }
+  }
+}
+
+TEST(MicroProbe, F32RowsMatchTheReferenceStagesWithTheNewOptions) {
+  Rng rng(15);
+  int rows = 0;
+  for (int it = 0; it < 40; ++it) {
+    Problem p = RandomProblem(rng, RandomShape(rng, it), 2.f, it % 32);
+    AddNewOptions(rng, &p, 1 + it % 7);
+    Ref r;
+    Reference(p, p.q, p.k, p.v, &r);
+    const af_sdpa_shape& s = p.s;
+    const af_sdpa_opts o = p.F32Opts();
+    const double *sd = Stage(r, "scaled"), *mk = Stage(r, "masked"), *w = Stage(r, "weights");
+    ASSERT_TRUE(sd && mk && w);
+    std::vector<float> b(s.kv_len), c(s.kv_len), d(s.kv_len);
+    for (int32_t bb = 0; bb < s.batch; ++bb)
+      for (int32_t h = 0; h < s.num_heads; ++h)
+        for (int32_t i = 0; i < s.q_len; ++i) {
+          ASSERT_EQ(af_sdpa_f32_probe(nullptr, b.data(), c.data(), d.data(), nullptr, p.q.data(),
+                                      p.k.data(), p.kv_lens.data(), p.scale, &s, &o, bb, h, i),
+                    AF_OK);
+          const size_t row = (size_t(bb * s.num_heads + h) * s.q_len + i);
+          for (int32_t j = 0; j < s.kv_len; ++j) {
+            const size_t e = row * s.kv_len + j;
+            // "scaled" is before the cap, "masked" after it (golden-format).
+            ASSERT_NEAR(b[j], sd[e], 1e-5 * (1 + std::fabs(sd[e]))) << "scaled " << it;
+            if (std::isinf(mk[e]))
+              ASSERT_EQ(c[j], -kInf) << "masked " << it << " j " << j;
+            else
+              ASSERT_NEAR(c[j], mk[e], 1e-5 * (1 + std::fabs(mk[e]))) << "masked " << it;
+            ASSERT_NEAR(d[j], w[e], 1e-6 + 1e-5 * w[e]) << "weights " << it;
+          }
+          ++rows;
+        }
+  }
+  EXPECT_GT(rows, 500);
+}
+
+TEST(MicroSafety, NewOptionsAreValidated) {
+  af_sdpa_shape s{2, 2, 1, 3, 4, 4, 4, AF_CAUSAL_NONE};
+  const float nan = std::nanf("");
+  for (float bad : {nan, kInf, -kInf, -1.f, -1e-30f}) {
+    af_sdpa_opts o = AF_SDPA_OPTS_INIT;
+    o.softcap = bad;
+    EXPECT_EQ(af_sdpa_check_opts(&o, &s, 0), AF_ERR_PARAM) << bad;
+  }
+  af_sdpa_opts o = AF_SDPA_OPTS_INIT;
+  o.softcap = -0.f;  // off, as the host's softcap >= 0
+  EXPECT_EQ(af_sdpa_check_opts(&o, &s, 0), AF_OK);
+  EXPECT_EQ(af_sdpa_check_opts(&o, &s, 1), AF_OK);
+  o.softcap = 1e-30f;
+  EXPECT_EQ(af_sdpa_check_opts(&o, &s, 0), AF_OK);
+  EXPECT_EQ(af_sdpa_check_opts(&o, &s, 1), AF_ERR_PARAM);  // int8 takes softcap_s8
+  o = AF_SDPA_OPTS_INIT;
+  int32_t c8[8] = {1 << 30, 0, 1 << 30, 0, 1 << 30, 0, 1 << 30, 0};
+  o.softcap_s8 = c8;
+  EXPECT_EQ(af_sdpa_check_opts(&o, &s, 1), AF_OK);
+  EXPECT_EQ(af_sdpa_check_opts(&o, &s, 0), AF_ERR_PARAM);  // f32 takes softcap
+  c8[5] = 31;                                                // head 1: shift out of range
+  EXPECT_EQ(af_sdpa_check_opts(&o, &s, 1), AF_ERR_PARAM);
+  c8[5] = 0;
+  c8[6] = 0;  // head 1: zero multiplier
+  EXPECT_EQ(af_sdpa_check_opts(&o, &s, 1), AF_ERR_PARAM);
+  o = AF_SDPA_OPTS_INIT;
+  o.kv_align = af_kv_align(2);
+  EXPECT_EQ(af_sdpa_check_opts(&o, &s, 0), AF_ERR_PARAM);
+  o = AF_SDPA_OPTS_INIT;
+  o.alibi_per_batch = 2;
+  EXPECT_EQ(af_sdpa_check_opts(&o, &s, 0), AF_ERR_PARAM);
+  // [B,H] slopes: every one of the B*H is read and checked (the last one is
+  // beyond an [H] array).
+  float slopes[4] = {0.5f, 0.25f, 0.125f, nan};
+  o = AF_SDPA_OPTS_INIT;
+  o.alibi_slopes = slopes;
+  EXPECT_EQ(af_sdpa_check_opts(&o, &s, 0), AF_OK);  // [H]: the NaN is not read
+  o.alibi_per_batch = 1;
+  EXPECT_EQ(af_sdpa_check_opts(&o, &s, 0), AF_ERR_PARAM);
+  slopes[3] = 1.f;
+  EXPECT_EQ(af_sdpa_check_opts(&o, &s, 0), AF_OK);
+  // af_s8_softcap_prepare: cap finite and > 0, scales as af_s8_prepare.
+  const float sq = 0.01f, sk = 0.02f;
+  for (float cap : {0.f, -1.f, nan, kInf})
+    EXPECT_EQ(af_s8_softcap_prepare(c8, cap, 2, &sq, &sk, 1, 0.5f), AF_ERR_PARAM) << cap;
+  EXPECT_EQ(af_s8_softcap_prepare(c8, 5.f, 2, &sq, &sk, 1, nan), AF_ERR_PARAM);
+  EXPECT_EQ(af_s8_softcap_prepare(c8, 5.f, 2, &sq, &sk, 3, 0.5f), AF_ERR_PARAM);  // n != 1, H
+  EXPECT_EQ(af_s8_softcap_prepare(nullptr, 5.f, 2, &sq, &sk, 1, 0.5f), AF_ERR_NULL);
+  EXPECT_EQ(af_s8_softcap_prepare(c8, 1e-12f, 1, &sq, &sk, 1, 0.5f), AF_ERR_PARAM);  // K < 2^-14
+  ASSERT_EQ(af_s8_softcap_prepare(c8, 5.f, 2, &sq, &sk, 1, 0.5f), AF_OK);
+  EXPECT_EQ(c8[0], c8[4]);  // per-tensor scales: the same constants per head
+  af_sdpa_opts_init(&o);
+  EXPECT_EQ(o.kv_align, AF_KV_ALIGN_PADDED);
+  EXPECT_EQ(o.alibi_per_batch, 0);
+  EXPECT_EQ(o.softcap, 0.f);
+  EXPECT_EQ(o.softcap_s8, nullptr);
+}
+
+TEST(MicroMha, BatchedAlibiPerSequenceSoftcapMatchReference) {
+  // af_mha_f32_ex and af_mha_s8 slice [B,H] slopes per sequence; the f32
+  // MHA equals af_sdpa_f32_ex on its projected heads, checked through the
+  // stages against the float64 SDPA with the same options.
+  const int32_t B = 2, H = 2, E = 8, Lq = 3, Lk = 5, dh = E / H;
+  af_mha_shape ms{B, Lq, Lk, E, H, H, AF_CAUSAL_BOTTOM_RIGHT};
+  Rng rng(21);
+  auto rnd = [&](size_t n) {
+    std::vector<float> x(n);
+    for (auto& a : x) a = float(rng.Uniform(-1, 1));
+    return x;
+  };
+  std::vector<float> xq = rnd(B * Lq * E), xk = rnd(B * Lk * E), xv = rnd(B * Lk * E);
+  std::vector<float> wq = rnd(E * E), wk = rnd(E * E), wv = rnd(E * E), wo = rnd(E * E);
+  af_mha_weights_f32 w{wq.data(), wk.data(), wv.data(), wo.data(), nullptr, nullptr, nullptr,
+                       nullptr};
+  std::vector<float> slopes = {0.5f, 0.1f, 0.02f, 0.9f};
+  std::vector<int32_t> kv_lens = {4, 2};
+  af_sdpa_opts o = AF_SDPA_OPTS_INIT;
+  o.alibi_slopes = slopes.data();
+  o.alibi_per_batch = 1;
+  o.kv_align = AF_KV_ALIGN_PER_SEQUENCE;
+  o.softcap = 0.7f;
+  std::vector<float> out(B * Lq * E), sq(B * H * Lq * dh), sk(B * H * Lk * dh),
+      sv(B * H * Lk * dh), ho(B * H * Lq * dh), lse(B * H * Lq);
+  af_mha_stages_f32 st{sq.data(), sk.data(), sv.data(), lse.data(), ho.data(), nullptr};
+  const size_t ws = af_mha_f32_workspace_bytes(&ms);
+  std::vector<uint32_t> arena(ws / 4 + 1);
+  const float scale = 0.5f;
+  ASSERT_EQ(af_mha_f32_ex(out.data(), xq.data(), xk.data(), xv.data(), kv_lens.data(), &w, scale,
+                          &ms, &o, arena.data(), ws, &st),
+            AF_OK);
+  Problem p;
+  p.s = {B, H, H, Lq, Lk, dh, dh, AF_CAUSAL_BOTTOM_RIGHT};
+  p.q = sq;
+  p.k = sk;
+  p.v = sv;
+  p.scale = scale;
+  p.kv_lens = kv_lens;
+  p.alibi = slopes;
+  p.alibi_bh = true;
+  p.per_seq = true;
+  p.softcap = 0.7f;
+  Ref r;
+  Reference(p, p.q, p.k, p.v, &r);
+  for (size_t i = 0; i < ho.size(); ++i) ASSERT_NEAR(ho[i], r.out[i], 2e-5) << i;
+}
+
 // --------------------------------------------------------------- probes --
 
 TEST(MicroProbe, F32RowsMatchTheReferenceStages) {
@@ -405,9 +720,15 @@ TEST(MicroProbe, F32RowsMatchTheReferenceStages) {
 
 TEST(MicroProbe, S8RowsAreExactScoresAndBoundedWeights) {
   Rng rng(6);
-  for (int it = 0; it < 40; ++it) {
+  for (int it = 0; it < 80; ++it) {
     Problem p = RandomProblem(rng, RandomShape(rng, it), 1.f, it % 32);
+    // The second half adds softcap, the per-sequence diagonal, [B,H] ALiBi.
+    if (it >= 40) AddNewOptions(rng, &p, 1 + it % 7);
     S8Problem c = Quantise(p);
+    // The masked stage: mask/ALiBi rounding (<= 1 raw unit) plus, with a
+    // cap, the integer tanh's derived bound (docs/edge.md "int8 softcap").
+    const double cap_tol =
+        p.softcap > 0 ? p.softcap * AF_S8_SOFTCAP_ERR + 0.5 * double(c.sq) * c.sk * c.f.scale : 0;
     Ref r;
     Reference(c.f, c.f.q, c.f.k, c.f.v, &r);
     const af_sdpa_shape& s = c.f.s;
@@ -435,7 +756,8 @@ TEST(MicroProbe, S8RowsAreExactScoresAndBoundedWeights) {
               ASSERT_EQ(m[j], AF_S8_MASKED);
               ASSERT_EQ(wt[j], 0);
             } else {
-              ASSERT_NEAR(m[j] * unit_scaled, mk[e], 1.01 * unit_scaled + 1e-5 * std::fabs(mk[e]))
+              ASSERT_NEAR(m[j] * unit_scaled, mk[e],
+                          1.01 * unit_scaled + cap_tol + 1e-5 * std::fabs(mk[e]))
                   << "masked " << it;
             }
             const double got = sum > 0 ? double(wt[j]) / sum : 0.0;
@@ -447,21 +769,14 @@ TEST(MicroProbe, S8RowsAreExactScoresAndBoundedWeights) {
 
 // ----------------------------------------------------------- golden cases --
 
-// The committed cases of a kind, less those whose semantics the micro
-// library does not implement yet (NotOnDeviceYet: export-c refuses them;
-// tools/edge/run_edge.sh lists them), counted in *not_yet.
-std::vector<std::string> GoldenFiles(const char* prefix, int* not_yet = nullptr) {
+// Every committed case of a kind (the micro library implements every
+// option a golden case uses: nothing is skipped).
+std::vector<std::string> GoldenFiles(const char* prefix) {
   std::vector<std::string> files;
   for (const auto& e : fs::directory_iterator(fs::path(ATTNFLOW_SOURCE_DIR) / "tests/data/golden"))
     if (e.path().extension() == ".safetensors" &&
-        e.path().filename().string().rfind(prefix, 0) == 0) {
-      Result<GoldenCase> c = LoadGoldenCase(e.path().string());
-      if (c.ok() && NotOnDeviceYet(c->opt) != nullptr) {
-        if (not_yet != nullptr) ++*not_yet;
-        continue;
-      }
+        e.path().filename().string().rfind(prefix, 0) == 0)
       files.push_back(e.path().string());
-    }
   std::sort(files.begin(), files.end());
   return files;
 }
@@ -486,11 +801,14 @@ void CaseOptions(const GoldenCase& c, int64_t B, Problem* p) {
   p->window_left = int32_t(o.window_left);
   p->window_right = int32_t(o.window_right);
   if (!o.alibi_slopes.empty_view()) p->alibi = GoldenFloats(o.alibi_slopes);
+  p->alibi_bh = o.alibi_slopes.rank == 2;
+  p->per_seq = o.kv_align == KvAlign::kPerSequence;
+  p->softcap = float(o.softcap);
 }
 
 TEST(MicroGolden, EverySdpaCaseF32EveryStageAndInt8WithinBound) {
-  int checked = 0, masked = 0, not_yet = 0;
-  for (const auto& f : GoldenFiles("sdpa_", &not_yet)) {
+  int checked = 0, masked = 0, newopts = 0;
+  for (const auto& f : GoldenFiles("sdpa_")) {
     Result<GoldenCase> c = LoadGoldenCase(f);
     ASSERT_TRUE(c.ok()) << c.status().ToString();
     ASSERT_EQ(c->kind, "sdpa");
@@ -506,6 +824,7 @@ TEST(MicroGolden, EverySdpaCaseF32EveryStageAndInt8WithinBound) {
     CaseOptions(c.value(), p.s.batch, &p);
     masked += p.mask_type != AF_MASK_NONE || p.window_left >= 0 || p.window_right >= 0 ||
               !p.alibi.empty();
+    newopts += p.softcap > 0.f || p.per_seq || p.alibi_bh;
     const af_sdpa_shape& s = p.s;
     std::vector<float> o, l;
     ASSERT_EQ(RunF32(p, &o, &l), AF_OK);
@@ -548,8 +867,8 @@ TEST(MicroGolden, EverySdpaCaseF32EveryStageAndInt8WithinBound) {
     }
     ++checked;
   }
-  EXPECT_GE(checked, 40);
-  EXPECT_EQ(not_yet, 5);  // softcap, the per-sequence diagonal, [B,H] ALiBi slopes
+  EXPECT_GE(checked, 45);
+  EXPECT_GE(newopts, 5);  // softcap, the per-sequence diagonal, [B,H] ALiBi slopes
   EXPECT_GE(masked, 20);
 }
 
@@ -631,6 +950,7 @@ TEST(MicroGolden, EveryMhaCaseEveryStage) {
 TEST(MicroDecode, AlibiAndWindowOverTheRingMatchReference) {
   Rng rng(8);
   const int32_t H = 4, Hkv = 2, D = 8, Dv = 6, cap = 12;
+  for (float softcap : {0.f, 0.8f})
   for (int32_t window : {0, 5, 12}) {
     std::vector<float> ks(size_t(Hkv) * cap * D), vs(size_t(Hkv) * cap * Dv);
     af_kv_cache c;
@@ -649,9 +969,18 @@ TEST(MicroDecode, AlibiAndWindowOverTheRingMatchReference) {
       all_v.insert(all_v.end(), vn.begin(), vn.end());
       std::vector<float> out(size_t(H) * Dv), lse(H);
       std::vector<uint32_t> arena(af_decode_f32_workspace_bytes(&c, H) / 4 + 1);
-      ASSERT_EQ(af_decode_f32_ex(out.data(), lse.data(), q.data(), &c, H, 0.4f, slopes.data(),
-                                 arena.data(), arena.size() * 4),
-                AF_OK);
+      if (softcap == 0.f) {
+        ASSERT_EQ(af_decode_f32_ex(out.data(), lse.data(), q.data(), &c, H, 0.4f, slopes.data(),
+                                   arena.data(), arena.size() * 4),
+                  AF_OK);
+      } else {
+        ASSERT_EQ(af_decode_f32_softcap(out.data(), lse.data(), q.data(), &c, H, 0.4f,
+                                        slopes.data(), softcap, arena.data(), arena.size() * 4),
+                  AF_OK);
+        EXPECT_EQ(af_decode_f32_softcap(out.data(), lse.data(), q.data(), &c, H, 0.4f,
+                                        slopes.data(), -1.f, arena.data(), arena.size() * 4),
+                  AF_ERR_PARAM);
+      }
       // Reference: the whole history as one bottom-right row with ALiBi and
       // the window (left = window - 1).
       const int32_t L = t + 1;
@@ -667,6 +996,7 @@ TEST(MicroDecode, AlibiAndWindowOverTheRingMatchReference) {
         }
       p.scale = 0.4f;
       p.alibi = slopes;
+      p.softcap = softcap;
       p.window_left = window > 0 ? window - 1 : -1;
       Ref r;
       Reference(p, p.q, p.k, p.v, &r);

@@ -3,7 +3,8 @@
 //
 // The header defines one `static const af_golden_case NAME` (struct in
 // micro/harness/af_golden.h): shape, causal rule, scale, tolerances, mask
-// (bool or float, with its broadcast extents), window, ALiBi, and af_gref
+// (bool or float, with its broadcast extents), window, ALiBi ([H] or [B,H]),
+// the diagonal alignment, softcap, and af_gref
 // offsets into one little-endian data blob holding the f32 inputs, the
 // expected stages (float64 reference rounded to f32), and for sdpa the int8
 // inputs quantised per tensor (scale = max|x| / 127, so = sv) with their own
@@ -132,6 +133,9 @@ struct Export {
   int32_t mask_shape[4] = {1, 1, 1, 1};
   int64_t window_left = -1, window_right = -1;
   Ref mask, alibi, kv_lens;
+  int kv_align = AF_KV_ALIGN_PADDED;
+  int alibi_per_batch = 0;
+  float softcap = 0;
   af_sdpa_shape shape{};
   Ref q, k, v;
   std::map<std::string, Ref> f32;  // expected f32 stages by name
@@ -249,7 +253,15 @@ int Exporter::Options(int64_t B, int64_t H, int64_t Lq, int64_t Lk) {
     if (!bad.empty()) return Refuse(bad);
     slopes = GoldenFloats(o.alibi_slopes);
     mo.alibi_slopes = slopes.data();
+    e_.alibi_per_batch = o.alibi_slopes.rank == 2;  // [B,H]: slope of (b, h) at b * H + h
+    mo.alibi_per_batch = e_.alibi_per_batch;
   }
+  e_.kv_align = o.kv_align == KvAlign::kPerSequence ? AF_KV_ALIGN_PER_SEQUENCE : AF_KV_ALIGN_PADDED;
+  mo.kv_align = af_kv_align(e_.kv_align);
+  e_.softcap = float(o.softcap);
+  if (double(e_.softcap) != o.softcap)
+    return Refuse("softcap " + std::to_string(o.softcap) + " is not exactly an f32 value");
+  mo.softcap = e_.softcap;
   af_sdpa_shape full{int32_t(B), int32_t(H), int32_t(H), int32_t(Lq), int32_t(Lk), 1, 1,
                      AF_CAUSAL_NONE};
   const af_status st = af_sdpa_check_opts(&mo, &full, 0);
@@ -358,6 +370,7 @@ int Exporter::Sdpa() {
       fetch(G * 4);
       if (s8) u += Take(G * 4);
     }
+    if (s8 && e_.softcap > 0) u += Take(G * 16);  // af_s8_softcap_prepare's constants
     af_sdpa_shape cs = e_.shape;
     cs.batch = 1;
     cs.num_heads = int32_t(G);
@@ -405,12 +418,19 @@ int Exporter::Sdpa() {
     e_.s8_note = std::string("af_s8_prepare refuses the scales (") + af_status_name(ps) +
                  "): sq*sk*scale*log2(e)*256 must stay below 128";
   } else if (e_.alibi.present) {
-    std::vector<int32_t> a8(static_cast<size_t>(H));
-    const std::vector<float> sl = GoldenFloats(c_.opt.alibi_slopes);
-    if (af_s8_alibi_prepare(a8.data(), sl.data(), int32_t(H), &e_.sq, &e_.sk, 1, e_.scale) !=
-        AF_OK)
+    const std::vector<float> sl = GoldenFloats(c_.opt.alibi_slopes);  // [H] or [B,H]
+    std::vector<int32_t> a8(sl.size());
+    if (af_s8_alibi_prepare(a8.data(), sl.data(), int32_t(sl.size()), &e_.sq, &e_.sk, 1,
+                            e_.scale) != AF_OK)
       e_.s8_note = "af_s8_alibi_prepare refuses the ALiBi slopes (negative, or too large for "
                    "raw-score units)";
+  }
+  if (e_.s8_note.empty() && e_.softcap > 0) {
+    std::vector<int32_t> c8(size_t(4) * H);
+    if (af_s8_softcap_prepare(c8.data(), e_.softcap, int32_t(H), &e_.sq, &e_.sk, 1, e_.scale) !=
+        AF_OK)
+      e_.s8_note = "af_s8_softcap_prepare refuses the softcap (below 2^-14 raw-score units, or "
+                   "above 2^46)";
   }
   if (e_.s8_note.empty() && e_.mask_type == AF_MASK_F32) {
     const std::vector<float> mf = GoldenFloats(c_.opt.attn_mask);
@@ -569,7 +589,7 @@ int Exporter::Mha() {
       if (!t->empty_view()) u += Take(uint64_t(t->numel()) * 4 + 4);
     if (e_.kv_lens.present) u += Take(uint64_t(B) * 4 + 4);
     if (e_.mask.present) u += Take(e_.mask.count * (e_.mask_type == AF_MASK_BOOL ? 1 : 4) + 4);
-    if (e_.alibi.present) u += Take(uint64_t(H) * 4 + 4);
+    if (e_.alibi.present) u += Take(e_.alibi.count * 4 + 4);
   }
   uint64_t cmp = file ? Take(std::max({nq, nk, nl, no}) * 4 + 4) : 0;
   if (want_row_stages_)
@@ -671,10 +691,18 @@ int Exporter::MhaS8(int64_t B, int64_t Lq, int64_t Lk, int64_t E, int64_t H, int
     }
   }
   if (e_.alibi.present) {
-    std::vector<int32_t> a8(static_cast<size_t>(H));
-    const std::vector<float> sl = GoldenFloats(c_.opt.alibi_slopes);
-    if (af_s8_alibi_prepare(a8.data(), sl.data(), int32_t(H), &sq, &sk, 1, e_.scale) != AF_OK) {
+    const std::vector<float> sl = GoldenFloats(c_.opt.alibi_slopes);  // [H] or [B,H]
+    std::vector<int32_t> a8(sl.size());
+    if (af_s8_alibi_prepare(a8.data(), sl.data(), int32_t(sl.size()), &sq, &sk, 1, e_.scale) !=
+        AF_OK) {
       e_.s8_note = "af_s8_alibi_prepare refuses the ALiBi slopes";
+      return 0;
+    }
+  }
+  if (e_.softcap > 0) {
+    std::vector<int32_t> c8(size_t(4) * H);
+    if (af_s8_softcap_prepare(c8.data(), e_.softcap, int32_t(H), &sq, &sk, 1, e_.scale) != AF_OK) {
+      e_.s8_note = "af_s8_softcap_prepare refuses the softcap";
       return 0;
     }
   }
@@ -768,10 +796,11 @@ int Exporter::MhaS8(int64_t B, int64_t Lq, int64_t Lk, int64_t E, int64_t H, int
       if (r->present) u += Take(r->count * 4 + 4);
     if (e_.kv_lens.present) u += Take(uint64_t(B) * 4 + 4);
     if (e_.mask.present) u += Take(e_.mask.count * (e_.mask_type == AF_MASK_BOOL ? 1 : 4) + 4);
-    if (e_.alibi.present) u += Take(uint64_t(H) * 4 + 4);
+    if (e_.alibi.present) u += Take(e_.alibi.count * 4 + 4);
   }
   if (e_.mask_type == AF_MASK_F32) u += Take(e_.mask.count * 4);
-  if (e_.alibi.present) u += Take(uint64_t(H) * 4);
+  if (e_.alibi.present) u += Take(e_.alibi.count * 4);
+  if (e_.softcap > 0) u += Take(uint64_t(H) * 16);
   u += Take(no + 4) + Take(nq + 4) * 2 + Take(nk + 4) * 2 + Take(no + 4) + Take(ws8);
   const uint64_t mx = std::max({nq, nk, no});
   af_sdpa_shape sd{int32_t(B), int32_t(H), int32_t(Hkv), int32_t(Lq), int32_t(Lk),
@@ -832,7 +861,11 @@ std::string Exporter::Header() const {
      << e_.mask_shape[2] << ", " << e_.mask_shape[3] << "},\n"
      << "  .window_left = " << e_.window_left << ", .window_right = " << e_.window_right << ",\n"
      << "  .mask = " << RefLit(e_.mask) << ", .alibi = " << RefLit(e_.alibi)
-     << ", .kv_lens = " << RefLit(e_.kv_lens) << ",\n";
+     << ", .kv_lens = " << RefLit(e_.kv_lens) << ",\n"
+     << "  .kv_align = "
+     << (e_.kv_align == AF_KV_ALIGN_PER_SEQUENCE ? "AF_KV_ALIGN_PER_SEQUENCE" : "AF_KV_ALIGN_PADDED")
+     << ", .alibi_per_batch = " << e_.alibi_per_batch << ", .softcap = " << FloatLit(e_.softcap)
+     << ",\n";
   const af_sdpa_shape& s = e_.shape;
   os << "  .shape = {" << s.batch << ", " << s.num_heads << ", " << s.num_kv_heads << ", "
      << s.q_len << ", " << s.kv_len << ", " << s.head_dim << ", " << s.v_dim << ", "
@@ -883,10 +916,6 @@ Result<DeviceExport> Exporter::Run() {
     Refuse("kind '" + c_.kind + "' is not attention the micro library runs (sdpa, mha)");
     return err_;
   }
-  if (const char* f = NotOnDeviceYet(c_.opt)) {
-    Refuse(std::string(f) + " is not implemented by the micro library yet");
-    return err_;
-  }
   e_.name = o_.name.empty() ? Ident(std::filesystem::path(c_.path).stem().string())
                             : Ident(o_.name);
   e_.atol = float(c_.atol);
@@ -920,13 +949,6 @@ Result<DeviceExport> Exporter::Run() {
 }
 
 }  // namespace
-
-const char* NotOnDeviceYet(const SdpaOptions& o) {
-  if (o.softcap != 0.0) return "softcap";
-  if (o.kv_align != KvAlign::kPadded) return "the per-sequence diagonal (kv_align per_sequence)";
-  if (o.alibi_slopes.rank == 2) return "[B,H] ALiBi slopes";
-  return nullptr;
-}
 
 Result<DeviceExport> ExportForDevice(const GoldenCase& c, const DeviceExportOptions& opt) {
   return Exporter(opt, c).Run();

@@ -73,40 +73,30 @@ class ExportC : public ::testing::Test {
   fs::path dir_;
 };
 
-// The feature of a committed case that the micro library does not implement
-// yet ("" = none), read from the file itself (docs/golden-format.md): its
-// softcap and kv_align metadata and the rank of its ALiBi slopes.
-std::string NotOnDeviceYet(const fs::path& p) {
+// What a committed case carries beyond masks, windows and [H] ALiBi, read
+// from the file itself (docs/golden-format.md): its softcap and kv_align
+// metadata and the rank of its ALiBi slopes, as the header must say them.
+std::vector<std::string> NewSemanticsFields(const fs::path& p) {
   Result<SafetensorsFile> f = SafetensorsFile::Open(p.string());
   EXPECT_TRUE(f.ok()) << p;
-  if (!f.ok()) return "";
+  if (!f.ok()) return {};
   const auto& meta = f->metadata();
-  if (meta.count("softcap")) return "softcap";
+  std::vector<std::string> want;
+  if (meta.count("softcap") && std::stod(meta.at("softcap")) != 0.0) want.push_back(".softcap = 0x");
   if (meta.count("kv_align") && meta.at("kv_align") == "per_sequence")
-    return "the per-sequence diagonal (kv_align per_sequence)";
+    want.push_back(".kv_align = AF_KV_ALIGN_PER_SEQUENCE");
   Result<TensorView> slopes = f->Get("alibi_slopes");
-  if (slopes.ok() && slopes->rank == 2) return "[B,H] ALiBi slopes";
-  return "";
+  if (slopes.ok() && slopes->rank == 2) want.push_back(".alibi_per_batch = 1");
+  return want;
 }
 
 TEST_F(ExportC, EveryCommittedCaseExportsWithItsStagesAndInt8Path) {
-  int n = 0, refused = 0;
+  int n = 0, with_new = 0;
   for (const auto& e :
        fs::directory_iterator(fs::path(ATTNFLOW_SOURCE_DIR) / "tests/data/golden")) {
     if (e.path().extension() != ".safetensors") continue;
     const std::string out = (dir_ / (e.path().stem().string() + ".h")).string();
     auto r = RunCli("export-c " + e.path().string() + " --out " + out);
-    // Semantics the micro library lacks so far: refused, naming the feature,
-    // before anything is written.
-    if (const std::string why = NotOnDeviceYet(e.path()); !why.empty()) {
-      EXPECT_EQ(r.code, 2) << e.path() << "\n" << r.text;
-      EXPECT_NE(r.text.find(why + " is not implemented by the micro library yet"),
-                std::string::npos)
-          << e.path() << "\n" << r.text;
-      EXPECT_FALSE(fs::exists(out)) << e.path();
-      ++refused;
-      continue;
-    }
     ASSERT_EQ(r.code, 0) << e.path() << "\n" << r.text;
     const std::string h = ReadText(out);
     EXPECT_NE(h.find("static const af_golden_case " + e.path().stem().string() + " = {"),
@@ -116,24 +106,32 @@ TEST_F(ExportC, EveryCommittedCaseExportsWithItsStagesAndInt8Path) {
     if (e.path().filename().string().rfind("mha_", 0) == 0) {
       EXPECT_EQ(h.find(".heads_out8 = {AF_G_ABSENT"), std::string::npos) << e.path();
     }
+    // Softcap, the per-sequence diagonal and [B,H] slopes reach the header.
+    const std::vector<std::string> want = NewSemanticsFields(e.path());
+    for (const std::string& field : want)
+      EXPECT_NE(h.find(field), std::string::npos) << e.path() << ": " << field;
+    if (want.empty()) {
+      EXPECT_NE(h.find(".kv_align = AF_KV_ALIGN_PADDED, .alibi_per_batch = 0, .softcap = 0x0p+0f"),
+                std::string::npos)
+          << e.path();
+    }
+    with_new += !want.empty();
     EXPECT_NE(r.text.find("pool_bytes="), std::string::npos);
     ++n;
   }
-  EXPECT_GE(n, 47);
-  EXPECT_EQ(refused, 5);  // tools/edge/run_edge.sh's NOT_ON_DEVICE
+  EXPECT_GE(n, 52);
+  EXPECT_EQ(with_new, 5);  // softcap, the per-sequence diagonal, [B,H] ALiBi slopes
 }
 
-TEST_F(ExportC, SoftcapIsRefusedUntilTheMicroLibraryHasIt) {
+TEST_F(ExportC, SoftcapExportsWithItsCapAndAnInt8Path) {
   const fs::path header = dir_ / "softcap.h", data = dir_ / "softcap.bin";
   auto r = RunCli("export-c " + Golden("sdpa_softcap5_gqa_causal_br") + " --out " +
                   header.string() + " --data " + data.string());
-  EXPECT_EQ(r.code, 2) << r.text;
-  EXPECT_NE(r.text.find("sdpa_softcap5_gqa_causal_br.safetensors: softcap is not implemented "
-                        "by the micro library yet"),
-            std::string::npos)
-      << r.text;
-  EXPECT_FALSE(fs::exists(header));
-  EXPECT_FALSE(fs::exists(data));
+  ASSERT_EQ(r.code, 0) << r.text;
+  EXPECT_NE(r.text.find("int8: yes"), std::string::npos) << r.text;
+  const std::string h = ReadText(header.string());
+  EXPECT_NE(h.find(".softcap = 0x1.4p+2f"), std::string::npos) << h.substr(0, 2000);  // 5.0
+  EXPECT_TRUE(fs::exists(data));
 }
 
 TEST_F(ExportC, AStageShorterThanItsShapeIsRefusedBeforeWriting) {
