@@ -1307,6 +1307,45 @@ AF_INLINE void af_s8_keys1(af_s8_row* r, int32_t* sbuf, const int8_t* qr, const 
   }
 }
 
+/* Q.K and P.V of two rows over one key tile, out of line. Where there is
+ * no assembly (AF_S8_ASM), the head_dim 64 specialisation lives here, in
+ * these two loops (constant trip counts: the only place a constant head
+ * size pays), instead of in a second copy of the whole pair driver: the
+ * same instructions per MAC in less flash (tools/edge/code_size.sh). */
+#if !defined(AF_S8_ASM)
+#if !defined(AF_S8_NO_D64)
+#define AF_S8_TILE_D64 1
+#else
+#define AF_S8_TILE_D64 0
+#endif
+static __attribute__((noinline)) void af_qk2_tile_s8(int32_t* sb0, int32_t* sb1,
+                                                     const int8_t* q0, const int8_t* q1,
+                                                     const int8_t* kt, int32_t t_n, int32_t D) {
+  int32_t t = 0;
+  if (AF_S8_TILE_D64 && D == 64)
+    for (; t + 4 <= t_n; t += 4) af_qk2x4_s8(sb0 + t, sb1 + t, q0, kt + (size_t)t * 64, 64);
+  else
+    for (; t + 4 <= t_n; t += 4) af_qk2x4_s8(sb0 + t, sb1 + t, q0, kt + (size_t)t * D, D);
+  for (; t < t_n; ++t) {
+    sb0[t] = af_qk1_s8(q0, kt + (size_t)t * D, D);
+    sb1[t] = af_qk1_s8(q1, kt + (size_t)t * D, D);
+  }
+}
+static __attribute__((noinline)) void af_pv2_tile_s8(int32_t* acc0, int32_t* acc1,
+                                                     const int32_t* sb0, const int32_t* sb1,
+                                                     const int8_t* vt, int32_t t_n, int32_t Dv) {
+  int32_t t = 0;
+  if (AF_S8_TILE_D64 && Dv == 64)
+    for (; t + 4 <= t_n; t += 4) af_pv2x4_s8(acc0, sb0 + t, sb1 + t, vt + (size_t)t * 64, 64);
+  else
+    for (; t + 4 <= t_n; t += 4) af_pv2x4_s8(acc0, sb0 + t, sb1 + t, vt + (size_t)t * Dv, Dv);
+  for (; t < t_n; ++t) {
+    if (sb0[t] != 0) af_pv1_s8(acc0, sb0[t], vt + (size_t)t * Dv, Dv);
+    if (sb1[t] != 0) af_pv1_s8(acc1, sb1[t], vt + (size_t)t * Dv, Dv);
+  }
+}
+#endif
+
 /* Two rows over the same keys k[0..n) (absolute index of k[0]: j_base).
  * Requires q1 == q0 + D and r1->acc == r0->acc + Dv (consecutive rows,
  * adjacent accumulators). */
@@ -1316,7 +1355,10 @@ AF_INLINE void af_s8_keys2(af_s8_row* r0, af_s8_row* r1, int32_t* sb0, int32_t* 
                            int32_t hi_cut, int32_t wshift, int32_t D, int32_t Dv,
                            const af_row_bias* rb0, const af_row_bias* rb1, int32_t d64,
                            const int32_t* qx) {
-  int32_t j0, t;
+  int32_t j0;
+#if defined(AF_S8_ASM)
+  int32_t t;
+#endif
   (void)d64;
   (void)qx;
   for (j0 = 0; j0 < n; j0 += AF_S8_KEY_TILE) {
@@ -1349,24 +1391,32 @@ AF_INLINE void af_s8_keys2(af_s8_row* r0, af_s8_row* r1, int32_t* sb0, int32_t* 
       continue;
     }
 #endif
+#if defined(AF_S8_ASM)
     for (t = 0; t + 4 <= t_n; t += 4)
       af_qk2x4_s8(sb0 + t, sb1 + t, q0, kt + (size_t)t * D, D);
     for (; t < t_n; ++t) {
       sb0[t] = af_qk1_s8(q0, kt + (size_t)t * D, D);
       sb1[t] = af_qk1_s8(q1, kt + (size_t)t * D, D);
     }
+#else
+    af_qk2_tile_s8(sb0, sb1, q0, q1, kt, t_n, D);
+#endif
     af_s8_softmax_tile(r0, sb0, t_n, em, hi_cut, wshift, Dv, rb0, j_base + j0);
     af_s8_softmax_tile(r1, sb1, t_n, em, hi_cut, wshift, Dv, rb1, j_base + j0);
     if (ldv) {
       af_pvt2_s8(r0->acc, sb0, sb1, vt, ldv, t_n, Dv);
       continue;
     }
+#if defined(AF_S8_ASM)
     for (t = 0; t + 4 <= t_n; t += 4)
       af_pv2x4_s8(r0->acc, sb0 + t, sb1 + t, vt + (size_t)t * Dv, Dv);
     for (; t < t_n; ++t) {
       if (sb0[t] != 0) af_pv1_s8(r0->acc, sb0[t], vt + (size_t)t * Dv, Dv);
       if (sb1[t] != 0) af_pv1_s8(r1->acc, sb1[t], vt + (size_t)t * Dv, Dv);
     }
+#else
+    af_pv2_tile_s8(r0->acc, r1->acc, sb0, sb1, vt, t_n, Dv);
+#endif
   }
 }
 
@@ -1409,7 +1459,7 @@ AF_INLINE void af_s8_pair(af_s8_row* r0, af_s8_row* r1, int32_t* sb0, int32_t* s
  * the unrolled assembly); others the generic copy. -DAF_S8_NO_D64 drops it
  * for flash: on rv32imc the linked int8 attention is 1.8 KiB smaller and
  * takes 8% more instructions at D = 64 (docs/edge.md "Code size"). */
-#if !defined(AF_S8_NO_D64)
+#if defined(AF_S8_ASM) && !defined(AF_S8_NO_D64)
 #define AF_S8_HAVE_D64 1
 #else
 #define AF_S8_HAVE_D64 0
