@@ -443,6 +443,20 @@ void SdpaBackward(nb::handle dq, nb::handle dk, nb::handle dv, nb::handle dout,
 
 // Variable-length batch: q [Tq,H,D], k/v [Tk,Hkv,*], out [Tq,H,Dv], lse
 // [Tq,H] (a view), cu_seqlens [B+1].
+// The options the FlashAttention-API entry points (varlen, its backward,
+// paged) take: one assembly for all three.
+af::SdpaOptions FlashOptions(const af::TensorView& alibi, int causal, double scale,
+                             int64_t window_left, int64_t window_right, double softcap) {
+  af::SdpaOptions opt;
+  opt.alibi_slopes = alibi;
+  opt.causal = CausalOfCode(causal);
+  opt.scale = scale;
+  opt.window_left = window_left;
+  opt.window_right = window_right;
+  opt.softcap = softcap;
+  return opt;
+}
+
 void SdpaVarlen(nb::handle out, nb::handle lse, nb::handle q, nb::handle k, nb::handle v,
                 nb::handle cu_q, nb::handle cu_k, nb::handle alibi, int causal, double scale,
                 int64_t window_left, int64_t window_right, double softcap) {
@@ -455,12 +469,8 @@ void SdpaVarlen(nb::handle out, nb::handle lse, nb::handle q, nb::handle k, nb::
   a.v = ViewOfHandle(v, op, "v", &a.arrays);
   const af::TensorView cq = ViewOfHandle(cu_q, op, "cu_seqlens_q", &a.arrays),
                        ck = ViewOfHandle(cu_k, op, "cu_seqlens_k", &a.arrays);
-  a.opt.alibi_slopes = ViewOfHandle(alibi, op, "alibi_slopes", &a.arrays);
-  a.opt.causal = CausalOfCode(causal);
-  a.opt.scale = scale;
-  a.opt.window_left = window_left;
-  a.opt.window_right = window_right;
-  a.opt.softcap = softcap;
+  a.opt = FlashOptions(ViewOfHandle(alibi, op, "alibi_slopes", &a.arrays), causal, scale,
+                       window_left, window_right, softcap);
   const std::shared_ptr<af::ThreadPool> pool = CurrentPool();
   af::Status st;
   {
@@ -485,13 +495,8 @@ void SdpaVarlenBackward(nb::handle dq, nb::handle dk, nb::handle dv, nb::handle 
                        vk = view(k, "k"), vv = view(v, "v"), vo = view(out, "out"),
                        vl = view(lse, "lse"), cq = view(cu_q, "cu_seqlens_q"),
                        ck = view(cu_k, "cu_seqlens_k");
-  af::SdpaOptions opt;
-  opt.alibi_slopes = view(alibi, "alibi_slopes");
-  opt.causal = CausalOfCode(causal);
-  opt.scale = scale;
-  opt.window_left = window_left;
-  opt.window_right = window_right;
-  opt.softcap = softcap;
+  const af::SdpaOptions opt =
+      FlashOptions(view(alibi, "alibi_slopes"), causal, scale, window_left, window_right, softcap);
   const std::shared_ptr<af::ThreadPool> pool = CurrentPool();
   af::Status st;
   {
@@ -515,13 +520,8 @@ void SdpaPaged(nb::handle out, nb::handle lse, nb::handle q, nb::handle k_cache,
                        kc = view(k_cache, "k_cache"), vc = view(v_cache, "v_cache"),
                        bt = view(block_table, "block_table"),
                        sl = view(cache_seqlens, "cache_seqlens");
-  af::SdpaOptions opt;
-  opt.alibi_slopes = view(alibi, "alibi_slopes");
-  opt.causal = CausalOfCode(causal);
-  opt.scale = scale;
-  opt.window_left = window_left;
-  opt.window_right = window_right;
-  opt.softcap = softcap;
+  const af::SdpaOptions opt =
+      FlashOptions(view(alibi, "alibi_slopes"), causal, scale, window_left, window_right, softcap);
   const std::shared_ptr<af::ThreadPool> pool = CurrentPool();
   af::Status st;
   {
