@@ -331,16 +331,11 @@ struct DecPvPrefetch {
   HWY_INLINE void operator()(size_t j) const { PrefetchValue(*pf, j); }
 };
 
-struct DecodeRows {
+struct DecodeRows : RowScratch {  // first/last/diag/slope/live of each row
   size_t rows;
   float* qd;
   float* s;
   float* alpha;
-  int32_t* first;
-  int32_t* last;
-  int32_t* diag;
-  float* slope;
-  uint8_t* live;
   float* o;
   float* m;
   float* l;
@@ -467,11 +462,7 @@ void DecodeSplit(const Problem& P, const Plan& pl, int64_t task,
   R.qd = scratch + L.qt;
   R.s = scratch + L.st;
   R.alpha = scratch + L.alpha;
-  R.first = reinterpret_cast<int32_t*>(scratch + L.first);
-  R.last = reinterpret_cast<int32_t*>(scratch + L.last);
-  R.diag = reinterpret_cast<int32_t*>(scratch + L.diag);
-  R.slope = scratch + L.slope;
-  R.live = reinterpret_cast<uint8_t*>(scratch + L.live);
+  static_cast<RowScratch&>(R) = RowScratchAt(scratch, L.row);
   // The partial is written in place: O [rows][dvp], then m [rows], l [rows].
   R.o = partial;
   R.m = partial + rows * dvp;

@@ -69,12 +69,7 @@ void PrefillTask(const Problem& P, const Plan& pl, int64_t task,
   float* m = scratch + L.m;
   float* l = scratch + L.l;
   float* alpha = scratch + L.alpha;
-  int32_t* first = reinterpret_cast<int32_t*>(scratch + L.first);
-  int32_t* last = reinterpret_cast<int32_t*>(scratch + L.last);
-  int32_t* diag = reinterpret_cast<int32_t*>(scratch + L.diag);
-  float* slope = scratch + L.slope;
-  uint8_t* live = reinterpret_cast<uint8_t*>(scratch + L.live);
-  uint8_t* pairlive = reinterpret_cast<uint8_t*>(scratch + L.pairlive);
+  const auto [first, last, diag, slope, live, pairlive] = RowScratchAt(scratch, L.row);
 
   // Row metadata. Row r = (local head r / tq, position p0 + r % tq).
   int64_t u_first = INT64_MAX, u_last = -1;     // union of live ranges

@@ -26,10 +26,7 @@
 #include "attnflow/kernels.h"
 #include "kernels/internal.h"
 
-HWY_BEFORE_NAMESPACE();
-namespace attnflow {
-namespace kernels {
-namespace HWY_NAMESPACE {
+ATTNFLOW_HWY_NAMESPACE_BEGIN(kernels)
 
 void RunDecodeSplitT(const Problem& p, const Plan& plan, int64_t task,
                      float* scratch, float* partial) {
@@ -145,28 +142,18 @@ void MergeDecodeSplitsT(const Problem& P, const Plan& pl, int64_t bh,
   }
 }
 
-}  // namespace HWY_NAMESPACE
-}  // namespace kernels
-}  // namespace attnflow
-HWY_AFTER_NAMESPACE();
+ATTNFLOW_HWY_NAMESPACE_END()
 
 #if HWY_ONCE
-namespace attnflow {
-namespace kernels {
+namespace attnflow::kernels {
 
-HWY_EXPORT(RunDecodeSplitT);
-HWY_EXPORT(MergeDecodeSplitsT);
+ATTNFLOW_HWY_EXPORT_DISPATCH(void, RunDecodeSplit,
+                             (const Problem& p, const Plan& plan, int64_t task, float* scratch,
+                              float* partial),
+                             (p, plan, task, scratch, partial))
+ATTNFLOW_HWY_EXPORT_DISPATCH(void, MergeDecodeSplits,
+                             (const Problem& P, const Plan& pl, int64_t bh, const float* partials),
+                             (P, pl, bh, partials))
 
-void RunDecodeSplit(const Problem& p, const Plan& plan, int64_t task,
-                    float* scratch, float* partial) {
-  HWY_DYNAMIC_DISPATCH(RunDecodeSplitT)(p, plan, task, scratch, partial);
-}
-
-void MergeDecodeSplits(const Problem& P, const Plan& pl, int64_t bh,
-                       const float* partials) {
-  HWY_DYNAMIC_DISPATCH(MergeDecodeSplitsT)(P, pl, bh, partials);
-}
-
-}  // namespace kernels
-}  // namespace attnflow
+}  // namespace attnflow::kernels
 #endif  // HWY_ONCE
