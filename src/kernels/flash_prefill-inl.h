@@ -69,7 +69,14 @@ void PrefillTask(const Problem& P, const Plan& pl, int64_t task,
   float* m = scratch + L.m;
   float* l = scratch + L.l;
   float* alpha = scratch + L.alpha;
-  const auto [first, last, diag, slope, live, pairlive] = RowScratchAt(scratch, L.row);
+  // Plain local pointers (not a structured binding): stores through the uint8
+  // flags may alias any object, so the pointers stay in registers this way.
+  int32_t* first = reinterpret_cast<int32_t*>(scratch + L.row.first);
+  int32_t* last = reinterpret_cast<int32_t*>(scratch + L.row.last);
+  int32_t* diag = reinterpret_cast<int32_t*>(scratch + L.row.diag);
+  float* slope = scratch + L.row.slope;
+  uint8_t* live = reinterpret_cast<uint8_t*>(scratch + L.row.live);
+  uint8_t* pairlive = reinterpret_cast<uint8_t*>(scratch + L.row.pairlive);
 
   // Row metadata. Row r = (local head r / tq, position p0 + r % tq).
   int64_t u_first = INT64_MAX, u_last = -1;     // union of live ranges
