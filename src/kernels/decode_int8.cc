@@ -396,18 +396,17 @@ Status DecodeKvS8(const TensorView& out, const TensorView& lse, const TensorView
     }
   }
 
-  ProblemS8 P;
-  P.B = B;
-  P.H = H;
-  P.Hkv = Hkv;
-  P.G = G;
-  P.D = D;
-  P.Dv = Dv;
-  P.cap = L.capacity;
-  P.seqs = seqs.data();
-  P.first = first.data();
-  P.n = nvis.data();
-  P.qs = qs;
+  const ProblemS8 P{.B = B,
+                    .H = H,
+                    .Hkv = Hkv,
+                    .G = G,
+                    .D = D,
+                    .Dv = Dv,
+                    .cap = L.capacity,
+                    .seqs = seqs.data(),
+                    .first = first.data(),
+                    .n = nvis.data(),
+                    .qs = qs};
 
   std::vector<std::atomic<int64_t>> done(static_cast<size_t>(bh));
   for (auto& c : done) c.store(0, std::memory_order_relaxed);
