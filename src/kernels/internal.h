@@ -14,9 +14,11 @@
 //  * scratch is sized by PlanScratch() and 64-byte aligned per worker.
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <limits>
 #include <vector>
 
 #include "attnflow/attention.h"
@@ -215,6 +217,47 @@ inline ScratchLayout MakeScratchLayout(const Plan& pl) {
   s.total = a.total();
   return s;
 }
+
+// The partials that the split-KV decode kernels (f32 and int8) write for the
+// splits s = 0..n_splits-1 of one (b, kv head): split s starts at
+// base + s * stride and holds O [rows][pitch] (unnormalised), then m [rows]
+// (running max, log2 domain), then l [rows] (sum of 2^(score - m)). The merge
+// of both kernels reads them through this one view, in split order.
+struct SplitPartials {
+  const float* base;
+  size_t stride, rows, pitch;
+  int64_t n_splits;
+
+  const float* Part(int64_t s) const { return base + static_cast<size_t>(s) * stride; }
+  // M = max m_s over the splits with l_s > 0 (-inf when none); *nan (if not
+  // null) says whether some m_s or l_s of row r is NaN.
+  double MaxM(size_t r, bool* nan) const {
+    double M = -std::numeric_limits<double>::infinity();
+    for (int64_t s = 0; s < n_splits; ++s) {
+      const float* part = Part(s);
+      const float ms = part[rows * pitch + r], ls = part[rows * pitch + rows + r];
+      if (nan != nullptr && (std::isnan(ms) || std::isnan(ls))) *nan = true;
+      if (ls > 0.0f && ms > M) M = ms;
+    }
+    return M;
+  }
+  // For s = 0..n_splits-1 in order, over the splits with l_s > 0: the weight
+  // w_s = 2^(m_s - M) (double), then lsum += w_s * l_s, then fn(w_s, O_s row
+  // r). Returns lsum (0 when no split has l_s > 0).
+  template <class F>
+  double ForEachWeighted(size_t r, double M, F fn) const {
+    double lsum = 0.0;
+    for (int64_t s = 0; s < n_splits; ++s) {
+      const float* part = Part(s);
+      const float ms = part[rows * pitch + r], ls = part[rows * pitch + rows + r];
+      if (!(ls > 0.0f)) continue;
+      const double w = std::exp2(static_cast<double>(ms) - M);
+      lsum += w * ls;
+      fn(w, part + r * pitch);
+    }
+    return lsum;
+  }
+};
 
 // The backward (flash_backward-inl.h): the forward problem plus the
 // gradient tensors and the per-row statistics of the forward.
