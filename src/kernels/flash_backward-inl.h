@@ -225,7 +225,8 @@ void BwdBlock(const BwdProblem& BP, const Plan& pl, int64_t b, int64_t hk, int64
       }
     }
   }
-  if (P.slope2 != nullptr) AlibiCols(T->st, rows, n, js, T->diag, T->slope, T->pairlive);
+  const StTile tile{T->st, rows, n, js, T->pairlive};
+  if (P.slope2 != nullptr) AlibiCols(tile, T->diag, T->slope);
   if (P.mask != nullptr) {
     for (size_t r = 0; r < rows; ++r) {
       if (!T->live[r]) continue;
@@ -234,7 +235,7 @@ void BwdBlock(const BwdProblem& BP, const Plan& pl, int64_t b, int64_t hk, int64
     }
   }
   if (!(js >= T->max_first && je - 1 <= T->min_last)) {
-    RangeMaskCols(T->st, rows, n, js, T->first, T->last, T->pairlive);
+    RangeMaskCols(tile, T->first, T->last);
   }
   // dP^T = V . dO^T.
   QkTile<kDim>(T->dot, rows, T->vt, dvp, T->vt + full * dvp, dvp, static_cast<size_t>(P.Dv), n,
