@@ -331,7 +331,7 @@ struct DecPvPrefetch {
   HWY_INLINE void operator()(size_t j) const { PrefetchValue(*pf, j); }
 };
 
-struct DecodeRows : RowScratch {  // first/last/diag/slope/live of each row
+struct DecodeRows : RowScratch {  // + the per-row ranges, diagonal, slope, live flags
   size_t rows;
   float* qd;
   float* s;

@@ -69,8 +69,6 @@ void PrefillTask(const Problem& P, const Plan& pl, int64_t task,
   float* m = scratch + L.m;
   float* l = scratch + L.l;
   float* alpha = scratch + L.alpha;
-  // Plain local pointers (not a structured binding): stores through the uint8
-  // flags may alias any object, so the pointers stay in registers this way.
   int32_t* first = reinterpret_cast<int32_t*>(scratch + L.row.first);
   int32_t* last = reinterpret_cast<int32_t*>(scratch + L.row.last);
   int32_t* diag = reinterpret_cast<int32_t*>(scratch + L.row.diag);
