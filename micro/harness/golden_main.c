@@ -423,13 +423,21 @@ static int run_sdpa(const af_golden_case* c, int s8) {
                  c->name, (unsigned long)sizeof pool, (unsigned long)c->pool_bytes);
         return fail_run(c->name, "sdpa", impl, "scores", why);
       }
-      rc = s8 ? af_sdpa_s8_ex(out8, (const int8_t*)q, (const int8_t*)k, (const int8_t*)v, kvl, &p,
-                              &cs, &o, arena, ws)
-              : af_sdpa_f32_ex(out_f, lse_f, (const float*)q, (const float*)k, (const float*)v,
-                               kvl, c->scale, &cs, &o, arena, ws);
+      /* int8: the lean entry point, or the one that links the softcap */
+      if (s8 && o.softcap_s8 != NULL)
+        rc = af_sdpa_s8_softcap_ex(out8, (const int8_t*)q, (const int8_t*)k, (const int8_t*)v,
+                                   kvl, &p, &cs, &o, arena, ws);
+      else if (s8)
+        rc = af_sdpa_s8_ex(out8, (const int8_t*)q, (const int8_t*)k, (const int8_t*)v, kvl, &p,
+                           &cs, &o, arena, ws);
+      else
+        rc = af_sdpa_f32_ex(out_f, lse_f, (const float*)q, (const float*)k, (const float*)v, kvl,
+                            c->scale, &cs, &o, arena, ws);
       if (rc != AF_OK) {
         char what[80];
-        snprintf(what, sizeof what, "%s returned %s", s8 ? "af_sdpa_s8_ex" : "af_sdpa_f32_ex",
+        snprintf(what, sizeof what, "%s returned %s",
+                 !s8 ? "af_sdpa_f32_ex"
+                     : (o.softcap_s8 != NULL ? "af_sdpa_s8_softcap_ex" : "af_sdpa_s8_ex"),
                  af_status_name(rc));
         close_data();
         return fail_run(c->name, "sdpa", impl, "scores", what);

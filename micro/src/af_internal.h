@@ -20,6 +20,12 @@ void af_row_keys(const af_sdpa_shape* s, const af_sdpa_opts* o, int32_t i, int32
                  int32_t* first, int32_t* last);
 /* AF_ERR_PARAM if any kv_lens[b] is outside [0, kv_len]. */
 af_status af_check_kv_lens(const int32_t* kv_lens, const af_sdpa_shape* s);
+/* af_sdpa_check_opts of each path, apart so that an application links only
+ * its path's checks: af_s8_check_opts refuses softcap_s8 unless
+ * with_softcap (the caller then checks the constants with
+ * af_softcap_s8_check). */
+af_status af_f32_check_opts(const af_sdpa_opts* o, const af_sdpa_shape* s);
+af_status af_s8_check_opts(const af_sdpa_opts* o, const af_sdpa_shape* s, int with_softcap);
 /* mha (af_mha_f32 / af_mha_s8): validates the shape and fills the attention
  * of one sequence (batch 1, H heads of embed / H). */
 af_status af_mha_check_shape(const af_mha_shape* s, af_sdpa_shape* per_seq);
@@ -89,6 +95,10 @@ typedef struct {
   int32_t alibi32;  /* int8: slope_s8 * (Lq + Lk) + 128 < 2^31, 32-bit ALiBi */
   float cap;        /* f32 softcap (AF_BIAS_SOFTCAP) */
   const int32_t* cap_s8; /* int8 softcap: {in.mult, in.shift, out.mult, out.shift} */
+  /* int8 softcap of a tile of raw scores (set with cap_s8 by the entry
+   * points that link the softcap; never called through NULL: without it
+   * af_s8_check_opts refuses softcap_s8). */
+  void (*cap_tile)(int32_t* x, int32_t t_n, const int32_t* c);
 } af_row_bias;
 
 /* Fills rb for row i of head h, batch b of valid keys `valid` (diag =

@@ -412,7 +412,7 @@ static af_status af_sdpa_f32_check(const float* q, const float* k, const int32_t
   if (!af_aligned(q, 4) || !af_aligned(k, 4) || !af_aligned(kv_lens, 4)) return AF_ERR_ALIGN;
   if (!af_scale_ok(scale)) return AF_ERR_PARAM;
   if ((st = af_check_kv_lens(kv_lens, s)) != AF_OK) return st;
-  return af_sdpa_check_opts(o, s, 0);
+  return af_f32_check_opts(o, s);
 }
 
 af_status af_sdpa_f32_ex(float* out, float* lse, const float* q, const float* k,

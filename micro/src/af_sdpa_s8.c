@@ -963,12 +963,24 @@ static int32_t af_softcap_s8(int32_t s, const int32_t* c) {
 }
 
 /* The softcap of a tile of raw scores, out of line so that the mask and
- * ALiBi loops of af_bias_s8 keep their registers. */
+ * ALiBi loops of af_bias_s8 keep their registers. Reached only through
+ * af_row_bias.cap_tile, which the softcap entry points set (af_sdpa_s8_softcap_ex,
+ * af_decode_s8_softcap, the probe): an application that calls neither links
+ * neither this loop nor kTanhQ16 (tools/edge/code_size.sh). */
 static __attribute__((noinline)) void af_softcap_tile_s8(int32_t* x, int32_t t_n,
                                                           const int32_t* c) {
   int32_t t;
   for (t = 0; t < t_n; ++t) x[t] = af_softcap_s8(x[t], c);
 }
+
+/* The softcap as a pluggable stage of the int8 entry points: its
+ * constants' check and its tile. NULL: no softcap linked (softcap_s8
+ * refused). */
+typedef struct {
+  af_status (*check)(const int32_t* c, int32_t num_heads);
+  void (*tile)(int32_t* x, int32_t t_n, const int32_t* c);
+} af_s8_softcap_ops;
+static const af_s8_softcap_ops kS8Softcap = {af_softcap_s8_check, af_softcap_tile_s8};
 
 /* Test-only mutation hook (see af_sdpa_f32.c): inverts the bool mask. */
 #ifdef AF_TEST_PLANT_MASK_BUG
@@ -1035,7 +1047,7 @@ static void af_s8_softmax_tile(af_s8_row* r, int32_t* sbuf, int32_t t_n, af_qmul
   int32_t t, tmax, l = r->l, m;
   if (rb != NULL) {
     if (rb->kind & AF_BIAS_SOFTCAP) /* first, on the raw scores (never AF_S8_MASKED) */
-      af_softcap_tile_s8(sbuf, t_n, rb->cap_s8);
+      rb->cap_tile(sbuf, t_n, rb->cap_s8);
     af_bias_s8(sbuf, t_n, rb, j0);
   }
   tmax = sbuf[0];
@@ -1591,11 +1603,13 @@ static void af_s8_finish(int8_t* o, const af_s8_row* r, af_qmult om, int32_t Dv)
   }
 }
 
-/* Everything af_sdpa_s8_ex and the probe check before touching memory;
- * *wshift gets the weight shift of the shape. */
+/* Everything af_sdpa_s8_ex, af_sdpa_s8_softcap_ex and the probe check
+ * before touching memory (cap NULL: softcap_s8 refused); *wshift gets the
+ * weight shift of the shape. */
 static af_status af_sdpa_s8_check(const int8_t* q, const int8_t* k, const int32_t* kv_lens,
                                   const af_s8_params* p, const af_sdpa_shape* s,
-                                  const af_sdpa_opts* o, int32_t* wshift) {
+                                  const af_sdpa_opts* o, const af_s8_softcap_ops* cap,
+                                  int32_t* wshift) {
   af_status st = af_sdpa_check_shape(s);
   int32_t h;
   if (st != AF_OK) return st;
@@ -1610,18 +1624,23 @@ static af_status af_sdpa_s8_check(const int8_t* q, const int8_t* k, const int32_
         p->out_mult[h].mult < 0 || p->out_mult[h].shift < -31 || p->out_mult[h].shift > 30)
       return AF_ERR_PARAM;
   if ((st = af_check_kv_lens(kv_lens, s)) != AF_OK) return st;
-  if ((st = af_sdpa_check_opts(o, s, 1)) != AF_OK) return st;
+  if ((st = af_s8_check_opts(o, s, cap != NULL)) != AF_OK) return st;
+  if (cap != NULL && o != NULL && o->softcap_s8 != NULL &&
+      (st = cap->check(o->softcap_s8, s->num_heads)) != AF_OK)
+    return st;
   *wshift = 0;
-  while (((int64_t)s->kv_len << (22 - *wshift)) >= ((int64_t)1 << 31)) ++*wshift;
+  while ((s->kv_len >> (9 + *wshift)) != 0) ++*wshift; /* kv_len * 2^(22 - w) >= 2^31 */
   return AF_OK;
 }
 
-af_status af_sdpa_s8_ex(int8_t* out, const int8_t* q, const int8_t* k, const int8_t* v,
-                        const int32_t* kv_lens, const af_s8_params* p, const af_sdpa_shape* s,
-                        const af_sdpa_opts* o, void* arena, size_t arena_bytes) {
+/* af_sdpa_s8_ex with the softcap stage `cap` (NULL: none linked). */
+static af_status af_sdpa_s8_run(int8_t* out, const int8_t* q, const int8_t* k, const int8_t* v,
+                                const int32_t* kv_lens, const af_s8_params* p,
+                                const af_sdpa_shape* s, const af_sdpa_opts* o,
+                                const af_s8_softcap_ops* cap, void* arena, size_t arena_bytes) {
   int32_t b, h, i, wshift = 0;
   int32_t *sb0, *sb1, *acc0, *acc1;
-  af_status st = af_sdpa_s8_check(q, k, kv_lens, p, s, o, &wshift);
+  af_status st = af_sdpa_s8_check(q, k, kv_lens, p, s, o, cap, &wshift);
   if (st != AF_OK) return st;
   if (out == NULL || v == NULL || arena == NULL) return AF_ERR_NULL;
   if (arena_bytes < af_sdpa_s8_workspace_bytes(s) || ((uintptr_t)arena & 3u))
@@ -1657,6 +1676,7 @@ af_status af_sdpa_s8_ex(int8_t* out, const int8_t* q, const int8_t* k, const int
           if (o != NULL) {
             af_row_bias_init(&rb[0], s, o, b, h, i, valid);
             af_row_bias_init(&rb[1], s, o, b, h, two ? i + 1 : i, valid);
+            if (cap != NULL) rb[0].cap_tile = rb[1].cap_tile = cap->tile;
             if (rb[0].kind) {
               rb0 = &rb[0];
               rb1 = &rb[1];
@@ -1682,6 +1702,19 @@ af_status af_sdpa_s8_ex(int8_t* out, const int8_t* q, const int8_t* k, const int
     }
   }
   return AF_OK;
+}
+
+af_status af_sdpa_s8_ex(int8_t* out, const int8_t* q, const int8_t* k, const int8_t* v,
+                        const int32_t* kv_lens, const af_s8_params* p, const af_sdpa_shape* s,
+                        const af_sdpa_opts* o, void* arena, size_t arena_bytes) {
+  return af_sdpa_s8_run(out, q, k, v, kv_lens, p, s, o, NULL, arena, arena_bytes);
+}
+
+af_status af_sdpa_s8_softcap_ex(int8_t* out, const int8_t* q, const int8_t* k, const int8_t* v,
+                                const int32_t* kv_lens, const af_s8_params* p,
+                                const af_sdpa_shape* s, const af_sdpa_opts* o, void* arena,
+                                size_t arena_bytes) {
+  return af_sdpa_s8_run(out, q, k, v, kv_lens, p, s, o, &kS8Softcap, arena, arena_bytes);
 }
 
 af_status af_sdpa_s8(int8_t* out, const int8_t* q, const int8_t* k,
@@ -1734,15 +1767,13 @@ size_t af_decode_s8_workspace_bytes(const af_kv_cache_s8* c, int32_t num_heads) 
   return (size_t)(AF_S8_KEY_TILE + c->v_dim) * sizeof(int32_t);
 }
 
-af_status af_decode_s8(int8_t* out, const int8_t* q, const af_kv_cache_s8* c, int32_t num_heads,
-                       const af_s8_params* p, const int32_t* alibi_s8, void* arena,
-                       size_t arena_bytes) {
-  return af_decode_s8_softcap(out, q, c, num_heads, p, alibi_s8, NULL, arena, arena_bytes);
-}
-
-af_status af_decode_s8_softcap(int8_t* out, const int8_t* q, const af_kv_cache_s8* c,
-                               int32_t num_heads, const af_s8_params* p, const int32_t* alibi_s8,
-                               const int32_t* softcap_s8, void* arena, size_t arena_bytes) {
+/* af_decode_s8_softcap with the softcap stage `cap` (NULL: none linked,
+ * softcap_s8 is then NULL). */
+static af_status af_decode_s8_run(int8_t* out, const int8_t* q, const af_kv_cache_s8* c,
+                                  int32_t num_heads, const af_s8_params* p,
+                                  const int32_t* alibi_s8, const int32_t* softcap_s8,
+                                  const af_s8_softcap_ops* cap, void* arena,
+                                  size_t arena_bytes) {
   int32_t h, n, first, wshift = 0;
   int32_t *sbuf, *acc;
   af_status st = af_kv_cache_s8_check(c);
@@ -1758,14 +1789,14 @@ af_status af_decode_s8_softcap(int8_t* out, const int8_t* q, const af_kv_cache_s
     if (p->exp_mult[h].mult < 0 || p->exp_mult[h].shift < 0 || p->exp_mult[h].shift > 8 ||
         p->out_mult[h].mult < 0 || p->out_mult[h].shift < -31 || p->out_mult[h].shift > 30)
       return AF_ERR_PARAM;
-  if (softcap_s8 != NULL && (st = af_softcap_s8_check(softcap_s8, num_heads)) != AF_OK) return st;
+  if (softcap_s8 != NULL && (st = cap->check(softcap_s8, num_heads)) != AF_OK) return st;
   if (arena_bytes < af_decode_s8_workspace_bytes(c, num_heads) || ((uintptr_t)arena & 3u))
     return AF_ERR_ARENA;
   sbuf = (int32_t*)arena;
   acc = sbuf + AF_S8_KEY_TILE;
   /* Visible positions [first, length): the last `window` ones, or all. */
   af_kv_visible(c->length, c->window, &first, &n);
-  while (((int64_t)n << (22 - wshift)) >= ((int64_t)1 << 31)) ++wshift;
+  while ((n >> (9 + wshift)) != 0) ++wshift; /* n * 2^(22 - w) >= 2^31 */
   for (h = 0; h < c->v_dim; ++h) acc[h] = 0;
   for (h = 0; h < num_heads; ++h) {
     const int32_t g = h / (num_heads / c->num_kv_heads), ph = p->num_scale_heads == 1 ? 0 : h;
@@ -1796,6 +1827,7 @@ af_status af_decode_s8_softcap(int8_t* out, const int8_t* q, const af_kv_cache_s
     if (softcap_s8 != NULL) { /* before ALiBi, as in af_sdpa_s8_ex */
       rb.kind |= AF_BIAS_SOFTCAP;
       rb.cap_s8 = softcap_s8 + 4 * h;
+      rb.cap_tile = cap->tile;
     }
     /* The ring holds positions in slot order; oldest first, as at most two
      * contiguous segments, each tiled from its start. */
@@ -1810,6 +1842,19 @@ af_status af_decode_s8_softcap(int8_t* out, const int8_t* q, const af_kv_cache_s
   return AF_OK;
 }
 
+af_status af_decode_s8(int8_t* out, const int8_t* q, const af_kv_cache_s8* c, int32_t num_heads,
+                       const af_s8_params* p, const int32_t* alibi_s8, void* arena,
+                       size_t arena_bytes) {
+  return af_decode_s8_run(out, q, c, num_heads, p, alibi_s8, NULL, NULL, arena, arena_bytes);
+}
+
+af_status af_decode_s8_softcap(int8_t* out, const int8_t* q, const af_kv_cache_s8* c,
+                               int32_t num_heads, const af_s8_params* p, const int32_t* alibi_s8,
+                               const int32_t* softcap_s8, void* arena, size_t arena_bytes) {
+  return af_decode_s8_run(out, q, c, num_heads, p, alibi_s8, softcap_s8, &kS8Softcap, arena,
+                          arena_bytes);
+}
+
 /* ------------------------------------------------------------- probe --- */
 
 /* Raw and masked score of key j (the kernel's dot product and bias;
@@ -1819,7 +1864,7 @@ static int32_t af_s8_probe_key(int32_t* raw, const int8_t* qr, const int8_t* kh,
   int32_t x = af_qk1_s8(qr, kh + (size_t)j * D, D);
   if (raw) *raw = x;
   if (j < f || j > l) return AF_S8_MASKED;
-  if (rb->kind & AF_BIAS_SOFTCAP) af_softcap_tile_s8(&x, 1, rb->cap_s8);
+  if (rb->kind & AF_BIAS_SOFTCAP) rb->cap_tile(&x, 1, rb->cap_s8);
   if (rb->kind) af_bias_s8(&x, 1, rb, j);
   return x;
 }
@@ -1834,7 +1879,7 @@ af_status af_sdpa_s8_probe(int32_t* scores, int32_t* masked, int32_t* weights,
   af_qmult em;
   int32_t hi_cut;
   const int8_t *qr, *kh;
-  af_status st = af_sdpa_s8_check(q, k, kv_lens, p, s, o, &wshift);
+  af_status st = af_sdpa_s8_check(q, k, kv_lens, p, s, o, &kS8Softcap, &wshift);
   if (st != AF_OK) return st;
   if (b < 0 || b >= s->batch || h < 0 || h >= s->num_heads || i < 0 || i >= s->q_len)
     return AF_ERR_PARAM;
@@ -1848,6 +1893,7 @@ af_status af_sdpa_s8_probe(int32_t* scores, int32_t* masked, int32_t* weights,
                s->head_dim;
   af_row_keys(s, o, i, kv_lens ? kv_lens[b] : s->kv_len, &f, &l);
   af_row_bias_init(&rb, s, o, b, h, i, kv_lens ? kv_lens[b] : s->kv_len);
+  rb.cap_tile = kS8Softcap.tile;
   for (j = 0; j < s->kv_len; ++j) {
     const int32_t x = af_s8_probe_key(scores ? scores + j : NULL, qr, kh, j, s->head_dim, f, l, &rb);
     if (masked) masked[j] = x;
