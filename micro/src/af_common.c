@@ -144,17 +144,23 @@ af_status af_softcap_s8_check(const int32_t* c, int32_t num_heads) {
   return AF_OK;
 }
 
-void af_row_bias_decode(af_row_bias* rb, int32_t length) {
-  rb->kind = AF_BIAS_ALIBI;
+/* A row bias of the given kind on diagonal `diag`: no mask, slopes 0, no
+ * softcap (each caller then sets what its row has). */
+static void af_row_bias_reset(af_row_bias* rb, int32_t kind, int32_t diag) {
+  rb->kind = kind;
   rb->mrow = NULL;
   rb->msj = 0;
-  rb->diag = length - 1;
+  rb->diag = diag;
   rb->slope = 0.f;
   rb->slope_s8 = 0;
   rb->alibi32 = 0;
   rb->cap = 0.f;
   rb->cap_s8 = NULL;
   rb->cap_tile = NULL;
+}
+
+void af_row_bias_decode(af_row_bias* rb, int32_t length) {
+  af_row_bias_reset(rb, AF_BIAS_ALIBI, length - 1);
 }
 
 af_status af_vec_check(int32_t n, uintptr_t align, const void* a, const void* b,
@@ -293,16 +299,7 @@ void af_row_keys(const af_sdpa_shape* s, const af_sdpa_opts* o, int32_t i, int32
 void af_row_bias_init(af_row_bias* rb, const af_sdpa_shape* s, const af_sdpa_opts* o, int32_t b,
                       int32_t h, int32_t i, int32_t valid) {
   uint32_t cap_bits = 0;
-  rb->kind = 0;
-  rb->mrow = NULL;
-  rb->msj = 0;
-  rb->diag = i + AF_DIAG_LEN(s, o, valid) - s->q_len;
-  rb->slope = 0.f;
-  rb->slope_s8 = 0;
-  rb->alibi32 = 0;
-  rb->cap = 0.f;
-  rb->cap_s8 = NULL;
-  rb->cap_tile = NULL;
+  af_row_bias_reset(rb, 0, i + AF_DIAG_LEN(s, o, valid) - s->q_len);
   if (o == NULL) return;
   AF_COPY(&cap_bits, &o->softcap, 4);
   if ((cap_bits & 0x7fffffffu) != 0) { /* f32 (checked: finite, > 0) */

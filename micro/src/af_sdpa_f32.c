@@ -62,30 +62,34 @@ static float af_exp_neg(float x) {
   return p * scale;
 }
 
+/* The f32 kernels' loop over d = 0..n-1 (d declared by the caller): STEP(o)
+ * for o = 0..3 per group of four, then STEP(0) for each of the n % 4 last
+ * elements, the two pointers a and b advancing with d (in order, so every
+ * kernel keeps the d order of its rounding sequence). */
+#define AF_UNROLL4(n, a, b, STEP)                       \
+  for (d = 0; d + 4 <= (n); d += 4, a += 4, b += 4) {   \
+    STEP(0) STEP(1) STEP(2) STEP(3)                     \
+  }                                                     \
+  for (; d < (n); ++d, ++a, ++b) {                      \
+    STEP(0)                                             \
+  }
+
 /* q.k in d order with one accumulator (the same rounding sequence as the
  * blocked kernels, so a key's score does not depend on its block). */
 static float af_dot_f32(const float* a, const float* b, int32_t n) {
   float s = 0.f;
   int32_t d;
-  for (d = 0; d + 4 <= n; d += 4, a += 4, b += 4) {
-    s = AF_FMA(a[0], b[0], s);
-    s = AF_FMA(a[1], b[1], s);
-    s = AF_FMA(a[2], b[2], s);
-    s = AF_FMA(a[3], b[3], s);
-  }
-  for (; d < n; ++d, ++a, ++b) s = AF_FMA(a[0], b[0], s);
+#define AF_DOT_STEP(o) s = AF_FMA(a[o], b[o], s);
+  AF_UNROLL4(n, a, b, AF_DOT_STEP)
+#undef AF_DOT_STEP
   return s;
 }
 
 static void af_axpy_f32(float* acc, float p, const float* v, int32_t n) {
   int32_t d;
-  for (d = 0; d + 4 <= n; d += 4, acc += 4, v += 4) {
-    acc[0] = AF_FMA(p, v[0], acc[0]);
-    acc[1] = AF_FMA(p, v[1], acc[1]);
-    acc[2] = AF_FMA(p, v[2], acc[2]);
-    acc[3] = AF_FMA(p, v[3], acc[3]);
-  }
-  for (; d < n; ++d, ++acc, ++v) acc[0] = AF_FMA(p, v[0], acc[0]);
+#define AF_AXPY_STEP(o) acc[o] = AF_FMA(p, v[o], acc[o]);
+  AF_UNROLL4(n, acc, v, AF_AXPY_STEP)
+#undef AF_AXPY_STEP
 }
 
 /* Scores of q against 4 consecutive keys: each q element loaded once for 4
@@ -99,15 +103,7 @@ AF_INLINE void af_qk4_f32(float* s, const float* q, const float* k, int32_t D) {
   a1 = AF_FMA(x, k[D + (o)], a1);         \
   a2 = AF_FMA(x, k[2 * D + (o)], a2);     \
   a3 = AF_FMA(x, k[3 * D + (o)], a3);
-  for (d = 0; d + 4 <= D; d += 4, q += 4, k += 4) {
-    AF_QK_STEP(0)
-    AF_QK_STEP(1)
-    AF_QK_STEP(2)
-    AF_QK_STEP(3)
-  }
-  for (; d < D; ++d, ++q, ++k) {
-    AF_QK_STEP(0)
-  }
+  AF_UNROLL4(D, q, k, AF_QK_STEP)
 #undef AF_QK_STEP
   s[0] = a0;
   s[1] = a1;
@@ -124,15 +120,7 @@ AF_INLINE void af_pv4_f32(float* acc, const float* p, const float* v, int32_t Dv
   acc[o] = AF_FMA(p3, v[3 * Dv + (o)],                                         \
                   AF_FMA(p2, v[2 * Dv + (o)],                                  \
                          AF_FMA(p1, v[Dv + (o)], AF_FMA(p0, v[o], acc[o]))));
-  for (d = 0; d + 4 <= Dv; d += 4, acc += 4, v += 4) {
-    AF_PV_STEP(0)
-    AF_PV_STEP(1)
-    AF_PV_STEP(2)
-    AF_PV_STEP(3)
-  }
-  for (; d < Dv; ++d, ++acc, ++v) {
-    AF_PV_STEP(0)
-  }
+  AF_UNROLL4(Dv, acc, v, AF_PV_STEP)
 #undef AF_PV_STEP
 }
 
