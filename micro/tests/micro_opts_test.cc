@@ -33,6 +33,7 @@
 #include "attnflow/reference.h"
 #include "attnflow/rng.h"
 #include "attnflow/stages.h"
+#include "micro_test_util.h"
 
 namespace attnflow {
 namespace {
@@ -175,20 +176,10 @@ const double* Stage(const Ref& r, const char* name) {
   return t->data<double>();
 }
 
-// Runs af_sdpa_f32_ex with an arena of exactly the reported size followed by
-// a canary.
+// Runs af_sdpa_f32_ex on p (micro_test_util.h: exact arena, canary).
 af_status RunF32(const Problem& p, std::vector<float>* out, std::vector<float>* lse) {
-  const af_sdpa_shape& s = p.s;
-  out->assign(size_t(s.batch) * s.num_heads * s.q_len * s.v_dim, -7.f);
-  lse->assign(size_t(s.batch) * s.num_heads * s.q_len, -7.f);
-  const size_t ws = af_sdpa_f32_workspace_bytes(&s);
-  std::vector<uint32_t> arena(ws / 4 + 16, 0xA5A5A5A5u);
   const af_sdpa_opts o = p.F32Opts();
-  af_status st = af_sdpa_f32_ex(out->data(), lse->data(), p.q.data(), p.k.data(), p.v.data(),
-                                p.kv_lens.empty() ? nullptr : p.kv_lens.data(), p.scale, &s, &o,
-                                arena.data(), ws);
-  for (size_t i = ws / 4; i < arena.size(); ++i) EXPECT_EQ(arena[i], 0xA5A5A5A5u) << "overrun";
-  return st;
+  return RunF32WithCanary(p.s, p.q, p.k, p.v, p.kv_lens, p.scale, &o, out, lse);
 }
 
 void ExpectF32MatchesReference(const Problem& p, double tol) {
@@ -538,6 +529,24 @@ TEST(MicroOptsS8, SoftcapIsMonotoneInTheRawScore) {
   }
 }
 
+// One row of af_sdpa_f32_probe (scores, scaled, masked, weights; scores
+// skipped when null) against the float64 stages of reference row `row`: a
+// -inf masked entry exactly, the rest within float rounding.
+void ExpectF32ProbeRow(const float* scores, const float* scaled, const float* masked,
+                       const float* weights, const double* sc, const double* sd,
+                       const double* mk, const double* w, size_t row, int32_t kv_len, int it) {
+  for (int32_t j = 0; j < kv_len; ++j) {
+    const size_t e = row * kv_len + j;
+    if (scores) ASSERT_NEAR(scores[j], sc[e], 1e-5 * (1 + std::fabs(sc[e]))) << "scores " << it;
+    ASSERT_NEAR(scaled[j], sd[e], 1e-5 * (1 + std::fabs(sd[e]))) << "scaled " << it;
+    if (std::isinf(mk[e]))
+      ASSERT_EQ(masked[j], -kInf) << "masked " << it << " j " << j;
+    else
+      ASSERT_NEAR(masked[j], mk[e], 1e-5 * (1 + std::fabs(mk[e]))) << "masked " << it;
+    ASSERT_NEAR(weights[j], w[e], 1e-6 + 1e-5 * w[e]) << "weights " << it;
+  }
+}
+
 TEST(MicroProbe, F32RowsMatchTheReferenceStagesWithTheNewOptions) {
   Rng rng(15);
   int rows = 0;
@@ -558,16 +567,9 @@ TEST(MicroProbe, F32RowsMatchTheReferenceStagesWithTheNewOptions) {
                                       p.k.data(), p.kv_lens.data(), p.scale, &s, &o, bb, h, i),
                     AF_OK);
           const size_t row = (size_t(bb * s.num_heads + h) * s.q_len + i);
-          for (int32_t j = 0; j < s.kv_len; ++j) {
-            const size_t e = row * s.kv_len + j;
-            // "scaled" is before the cap, "masked" after it (golden-format).
-            ASSERT_NEAR(b[j], sd[e], 1e-5 * (1 + std::fabs(sd[e]))) << "scaled " << it;
-            if (std::isinf(mk[e]))
-              ASSERT_EQ(c[j], -kInf) << "masked " << it << " j " << j;
-            else
-              ASSERT_NEAR(c[j], mk[e], 1e-5 * (1 + std::fabs(mk[e]))) << "masked " << it;
-            ASSERT_NEAR(d[j], w[e], 1e-6 + 1e-5 * w[e]) << "weights " << it;
-          }
+          // "scaled" is before the cap, "masked" after it (golden-format).
+          ASSERT_NO_FATAL_FAILURE(ExpectF32ProbeRow(nullptr, b.data(), c.data(), d.data(), nullptr,
+                                                    sd, mk, w, row, s.kv_len, it));
           ++rows;
         }
   }
@@ -704,16 +706,8 @@ TEST(MicroProbe, F32RowsMatchTheReferenceStages) {
                                       p.scale, &s, &o, bb, h, i),
                     AF_OK);
           const size_t row = (size_t(bb * s.num_heads + h) * s.q_len + i);
-          for (int32_t j = 0; j < s.kv_len; ++j) {
-            const size_t e = row * s.kv_len + j;
-            ASSERT_NEAR(a[j], sc[e], 1e-5 * (1 + std::fabs(sc[e]))) << "scores " << it;
-            ASSERT_NEAR(b[j], sd[e], 1e-5 * (1 + std::fabs(sd[e]))) << "scaled " << it;
-            if (std::isinf(mk[e]))
-              ASSERT_EQ(c[j], -kInf) << "masked " << it << " j " << j;
-            else
-              ASSERT_NEAR(c[j], mk[e], 1e-5 * (1 + std::fabs(mk[e]))) << "masked " << it;
-            ASSERT_NEAR(d[j], w[e], 1e-6 + 1e-5 * w[e]) << "weights " << it;
-          }
+          ASSERT_NO_FATAL_FAILURE(ExpectF32ProbeRow(a.data(), b.data(), c.data(), d.data(), sc, sd,
+                                                    mk, w, row, s.kv_len, it));
           if (std::isinf(r.lse[row]))
             ASSERT_EQ(lse, -kInf);
           else
