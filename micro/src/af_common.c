@@ -178,14 +178,6 @@ af_status af_rope_check(int32_t num_heads, int32_t head_dim, af_rope_layout layo
   return AF_OK;
 }
 
-af_status af_rope_table_check(const void* cos_t, const void* sin_t, int32_t pos, int32_t head_dim,
-                              double theta) {
-  if (cos_t == NULL || sin_t == NULL) return AF_ERR_NULL;
-  if (head_dim < 2 || head_dim % 2 || head_dim > AF_MAX_DIM || pos < 0) return AF_ERR_SHAPE;
-  if (!(theta > 1.0) || !(theta < 1e300)) return AF_ERR_PARAM;
-  return AF_OK;
-}
-
 void af_sdpa_opts_init(af_sdpa_opts* o) {
   if (o == NULL) return;
   o->mask_type = AF_MASK_NONE;

@@ -63,10 +63,13 @@ af_status af_vec_check(int32_t n, uintptr_t align, const void* a, const void* b,
 /* af_rope_f32 / af_rope_s8: heads x head_dim (even) within the limits, a
  * known layout. */
 af_status af_rope_check(int32_t num_heads, int32_t head_dim, af_rope_layout layout);
-/* af_rope_table_f32 / _s8: both tables, head_dim even, pos >= 0, theta in
- * (1, 1e300). */
-af_status af_rope_table_check(const void* cos_t, const void* sin_t, int32_t pos, int32_t head_dim,
-                              double theta);
+/* The one writer of the RoPE tables of af_rope_table_f32 (cos_t/sin_t
+ * non-NULL: f32) and af_rope_table_s8 (cos_t/sin_t NULL: Q15 into
+ * cos_q15/sin_q15), in af_nn_f32.c: AF_ERR_NULL unless both tables of the
+ * kind are given, AF_ERR_SHAPE unless head_dim is even within the limits
+ * and pos >= 0, AF_ERR_PARAM unless theta is in (1, 1e300). */
+af_status af_rope_table(float* cos_t, float* sin_t, int16_t* cos_q15, int16_t* sin_q15,
+                        int32_t pos, int32_t head_dim, double theta);
 /* af_s8_softcap_prepare's constants of num_heads heads: AF_ERR_ALIGN
  * unless 4-byte aligned, AF_ERR_PARAM unless every multiplier is positive
  * with a shift in [-31, 30]. */
