@@ -135,6 +135,36 @@ void af_row_bias_decode(af_row_bias* rb, int32_t length);
 #define AF_INLINE static inline
 #endif
 
+/* The body of the two-row x four-key score kernels (af_qk2x4_f32,
+ * af_qk2x4_s8_c), written once so both keep one order: s0[j] / s1[j] =
+ * q . k_j / (q + D) . k_j for the keys k_j = k + j * D, j = 0..3, with
+ * accumulators of type T (the q and k values are read as T too) from 0;
+ * MAC(x, kj, acc) adds x * kj to acc. Per d the 8 MACs go a0..a3, b0..b3,
+ * the d in order, two per iteration and an odd last one alone. */
+#define AF_QK2X4_STEP(T, MAC, o)                                                   \
+  {                                                                               \
+    const T x = q[o], y = q[D + (o)];                                             \
+    const T k0 = k[o], k1 = k[D + (o)], k2 = k[2 * D + (o)], k3 = k[3 * D + (o)]; \
+    MAC(x, k0, a0) MAC(x, k1, a1) MAC(x, k2, a2) MAC(x, k3, a3)                   \
+    MAC(y, k0, b0) MAC(y, k1, b1) MAC(y, k2, b2) MAC(y, k3, b3)                   \
+  }
+#define AF_QK2X4_BODY(T, MAC)                                         \
+  T a0 = 0, a1 = 0, a2 = 0, a3 = 0, b0 = 0, b1 = 0, b2 = 0, b3 = 0; \
+  int32_t d;                                                         \
+  for (d = 0; d + 2 <= D; d += 2, q += 2, k += 2) {                  \
+    AF_QK2X4_STEP(T, MAC, 0)                                         \
+    AF_QK2X4_STEP(T, MAC, 1)                                         \
+  }                                                                  \
+  if (d < D) AF_QK2X4_STEP(T, MAC, 0)                                \
+  s0[0] = a0;                                                        \
+  s0[1] = a1;                                                        \
+  s0[2] = a2;                                                        \
+  s0[3] = a3;                                                        \
+  s1[0] = b0;                                                        \
+  s1[1] = b1;                                                        \
+  s1[2] = b2;                                                        \
+  s1[3] = b3;
+
 /* 1 unless x is NaN or +-inf, read from its bits: no float compare, so an
  * integer-only path that shares a check links no soft-float routine. */
 AF_INLINE int af_finite_f32(float x) {

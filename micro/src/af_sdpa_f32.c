@@ -214,38 +214,12 @@ static void af_softmax_tile_f32(af_row_state* st, float* sbuf, int32_t t_n, floa
 }
 
 /* Two consecutive query rows (q, q + D) x 4 keys: per d, 2 q + 4 k loads
- * serve 8 MACs (fp32, one accumulator per score, d order). */
-#define AF_QK2_STEP(o)                                                          \
-  {                                                                             \
-    const float x = q[o], y = q[D + (o)];                                       \
-    const float k0 = k[o], k1 = k[D + (o)], k2 = k[2 * D + (o)], k3 = k[3 * D + (o)]; \
-    a0 = AF_FMA(x, k0, a0);                                                     \
-    a1 = AF_FMA(x, k1, a1);                                                     \
-    a2 = AF_FMA(x, k2, a2);                                                     \
-    a3 = AF_FMA(x, k3, a3);                                                     \
-    b0 = AF_FMA(y, k0, b0);                                                     \
-    b1 = AF_FMA(y, k1, b1);                                                     \
-    b2 = AF_FMA(y, k2, b2);                                                     \
-    b3 = AF_FMA(y, k3, b3);                                                     \
-  }
+ * serve 8 MACs (fp32, one accumulator per score, d order; AF_QK2X4_BODY). */
+#define AF_MAC_F32(x, k, a) a = AF_FMA(x, k, a);
 AF_INLINE void af_qk2x4_f32(float* s0, float* s1, const float* q, const float* k, int32_t D) {
-  float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f, b0 = 0.f, b1 = 0.f, b2 = 0.f, b3 = 0.f;
-  int32_t d;
-  for (d = 0; d + 2 <= D; d += 2, q += 2, k += 2) {
-    AF_QK2_STEP(0)
-    AF_QK2_STEP(1)
-  }
-  if (d < D) AF_QK2_STEP(0)
-  s0[0] = a0;
-  s0[1] = a1;
-  s0[2] = a2;
-  s0[3] = a3;
-  s1[0] = b0;
-  s1[1] = b1;
-  s1[2] = b2;
-  s1[3] = b3;
+  AF_QK2X4_BODY(float, AF_MAC_F32)
 }
-#undef AF_QK2_STEP
+#undef AF_MAC_F32
 
 /* Two rows' accumulators (acc, acc + Dv) += weights p, r x 4 value rows,
  * keys in order. */

@@ -110,39 +110,14 @@ typedef struct {
 
 /* ------------------------------------------------------------ kernels --- */
 /* Two consecutive query rows (q, q + D) x 4 keys: per d, 2 q + 4 k loads
- * serve 8 MACs; two d per iteration. With D a compile-time constant every
- * offset is an immediate and only two pointers move. */
-#define AF_QK_STEP(o)                                                           \
-  {                                                                            \
-    const int32_t x = q[o], y = q[D + (o)];                                    \
-    const int32_t k0 = k[o], k1 = k[D + (o)], k2 = k[2 * D + (o)], k3 = k[3 * D + (o)]; \
-    a0 += x * k0;                                                              \
-    a1 += x * k1;                                                              \
-    a2 += x * k2;                                                              \
-    a3 += x * k3;                                                              \
-    b0 += y * k0;                                                              \
-    b1 += y * k1;                                                              \
-    b2 += y * k2;                                                              \
-    b3 += y * k3;                                                              \
-  }
+ * serve 8 MACs; two d per iteration (AF_QK2X4_BODY). With D a compile-time
+ * constant every offset is an immediate and only two pointers move. */
+#define AF_MAC_S8(x, k, a) a += x * k;
 AF_INLINE void af_qk2x4_s8_c(int32_t* s0, int32_t* s1, const int8_t* q, const int8_t* k,
                            int32_t D) {
-  int32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0, b0 = 0, b1 = 0, b2 = 0, b3 = 0, d;
-  for (d = 0; d + 2 <= D; d += 2, q += 2, k += 2) {
-    AF_QK_STEP(0)
-    AF_QK_STEP(1)
-  }
-  if (d < D) AF_QK_STEP(0)
-  s0[0] = a0;
-  s0[1] = a1;
-  s0[2] = a2;
-  s0[3] = a3;
-  s1[0] = b0;
-  s1[1] = b1;
-  s1[2] = b2;
-  s1[3] = b3;
+  AF_QK2X4_BODY(int32_t, AF_MAC_S8)
 }
-#undef AF_QK_STEP
+#undef AF_MAC_S8
 
 AF_INLINE int32_t af_qk1_s8(const int8_t* q, const int8_t* k, int32_t D) {
   int32_t a = 0, d;
