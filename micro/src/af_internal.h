@@ -165,6 +165,20 @@ void af_row_bias_decode(af_row_bias* rb, int32_t length);
   s1[2] = b2;                                                        \
   s1[3] = b3;
 
+/* The body of the two-row x four-value-row kernels (af_pv2x4_f32,
+ * af_pv2x4_s8_c): the weights p[0..3] (row acc) and r[0..3] (row acc + Dv)
+ * held as T, STEP(o) the update of value dimension d + o; two d per
+ * iteration and an odd last one alone. */
+#define AF_PV2X4_BODY(T, STEP)                                \
+  const T p0 = p[0], p1 = p[1], p2 = p[2], p3 = p[3];         \
+  const T r0 = r[0], r1 = r[1], r2 = r[2], r3 = r[3];         \
+  int32_t d;                                                  \
+  for (d = 0; d + 2 <= Dv; d += 2, v += 2, acc += 2) {        \
+    STEP(0)                                                   \
+    STEP(1)                                                   \
+  }                                                           \
+  if (d < Dv) STEP(0)
+
 /* 1 unless x is NaN or +-inf, read from its bits: no float compare, so an
  * integer-only path that shares a check links no soft-float routine. */
 AF_INLINE int af_finite_f32(float x) {

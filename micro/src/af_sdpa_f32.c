@@ -232,14 +232,7 @@ AF_INLINE void af_qk2x4_f32(float* s0, float* s1, const float* q, const float* k
   }
 AF_INLINE void af_pv2x4_f32(float* acc, const float* p, const float* r, const float* v,
                             int32_t Dv) {
-  const float p0 = p[0], p1 = p[1], p2 = p[2], p3 = p[3];
-  const float r0 = r[0], r1 = r[1], r2 = r[2], r3 = r[3];
-  int32_t d;
-  for (d = 0; d + 2 <= Dv; d += 2, v += 2, acc += 2) {
-    AF_PV2_STEP(0)
-    AF_PV2_STEP(1)
-  }
-  if (d < Dv) AF_PV2_STEP(0)
+  AF_PV2X4_BODY(float, AF_PV2_STEP)
 }
 #undef AF_PV2_STEP
 

@@ -125,24 +125,17 @@ AF_INLINE int32_t af_qk1_s8(const int8_t* q, const int8_t* k, int32_t D) {
   return a;
 }
 
-/* Two rows' accumulators (acc, acc + Dv) += their weights w, u x 4 value
+/* Two rows' accumulators (acc, acc + Dv) += their weights p, r x 4 value
  * rows: per d, 4 v loads serve 8 MACs; two d per iteration. */
 #define AF_PV_STEP(o)                                                            \
   {                                                                             \
     const int32_t v0 = v[o], v1 = v[Dv + (o)], v2 = v[2 * Dv + (o)], v3 = v[3 * Dv + (o)]; \
-    acc[o] += w0 * v0 + w1 * v1 + w2 * v2 + w3 * v3;                            \
-    acc[Dv + (o)] += u0 * v0 + u1 * v1 + u2 * v2 + u3 * v3;                     \
+    acc[o] += p0 * v0 + p1 * v1 + p2 * v2 + p3 * v3;                            \
+    acc[Dv + (o)] += r0 * v0 + r1 * v1 + r2 * v2 + r3 * v3;                     \
   }
-AF_INLINE void af_pv2x4_s8_c(int32_t* acc, const int32_t* w, const int32_t* u, const int8_t* v,
+AF_INLINE void af_pv2x4_s8_c(int32_t* acc, const int32_t* p, const int32_t* r, const int8_t* v,
                            int32_t Dv) {
-  const int32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3];
-  const int32_t u0 = u[0], u1 = u[1], u2 = u[2], u3 = u[3];
-  int32_t d;
-  for (d = 0; d + 2 <= Dv; d += 2, v += 2, acc += 2) {
-    AF_PV_STEP(0)
-    AF_PV_STEP(1)
-  }
-  if (d < Dv) AF_PV_STEP(0)
+  AF_PV2X4_BODY(int32_t, AF_PV_STEP)
 }
 #undef AF_PV_STEP
 
