@@ -179,6 +179,32 @@ void af_row_bias_decode(af_row_bias* rb, int32_t length);
   }                                                           \
   if (d < Dv) STEP(0)
 
+/* The key segments of query rows i (keys [f0, l0]) and, when `two`, i + 1
+ * (keys [f1, l1]) in the two-row kernels: [*cf, *cl] the keys both rows see
+ * (*cf > *cl: none), then the returned number of single-row segments
+ * [from[x], to[x]] of row rowsel[x] (0: row i, 1: row i + 1; at most 4, a
+ * segment may be empty), each row's segments in key order. */
+AF_INLINE int32_t af_pair_segments(int32_t f0, int32_t l0, int32_t f1, int32_t l1, int32_t two,
+                                   int32_t* cf, int32_t* cl, int32_t* from, int32_t* to,
+                                   int32_t* rowsel) {
+  const int32_t jf = f0 > f1 ? f0 : f1, jl = l0 < l1 ? l0 : l1;
+  int32_t n = 0;
+  *cf = 1;
+  *cl = 0;
+  if (two && jf <= jl) {
+    *cf = jf;
+    *cl = jl;
+    from[n] = f0, to[n] = jf - 1, rowsel[n++] = 0;
+    from[n] = jl + 1, to[n] = l0, rowsel[n++] = 0;
+    from[n] = f1, to[n] = jf - 1, rowsel[n++] = 1;
+    from[n] = jl + 1, to[n] = l1, rowsel[n++] = 1;
+    return n;
+  }
+  from[n] = f0, to[n] = l0, rowsel[n++] = 0;
+  if (two) from[n] = f1, to[n] = l1, rowsel[n++] = 1;
+  return n;
+}
+
 /* 1 unless x is NaN or +-inf, read from its bits: no float compare, so an
  * integer-only path that shares a check links no soft-float routine. */
 AF_INLINE int af_finite_f32(float x) {

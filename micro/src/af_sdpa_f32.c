@@ -290,23 +290,11 @@ AF_INLINE void af_pair_impl(af_row_state* s0, af_row_state* s1, const float* q, 
                             const float* v, int32_t f0, int32_t l0, int32_t f1, int32_t l1,
                             int32_t two, int32_t D, int32_t Dv, float scale, float* sb0,
                             float* sb1, const af_row_bias* rb0, const af_row_bias* rb1) {
-  int32_t from[4], to[4], rowsel[4], n = 0, x;
-  if (two) {
-    const int32_t cf = f0 > f1 ? f0 : f1, cl = l0 < l1 ? l0 : l1;
-    if (cf <= cl) {
-      af_rows2_update_impl(s0, s1, q, k + (size_t)cf * D, v + (size_t)cf * Dv, cf, cl - cf + 1,
-                           D, Dv, scale, sb0, sb1, rb0, rb1);
-      from[n] = f1, to[n] = cf - 1, rowsel[n++] = 1;
-      from[n] = cl + 1, to[n] = l1, rowsel[n++] = 1;
-      from[n] = f0, to[n] = cf - 1, rowsel[n++] = 0;
-      from[n] = cl + 1, to[n] = l0, rowsel[n++] = 0;
-    } else {
-      from[n] = f1, to[n] = l1, rowsel[n++] = 1;
-      from[n] = f0, to[n] = l0, rowsel[n++] = 0;
-    }
-  } else {
-    from[n] = f0, to[n] = l0, rowsel[n++] = 0;
-  }
+  int32_t from[4], to[4], rowsel[4], cf, cl, x;
+  const int32_t n = af_pair_segments(f0, l0, f1, l1, two, &cf, &cl, from, to, rowsel);
+  if (cf <= cl)
+    af_rows2_update_impl(s0, s1, q, k + (size_t)cf * D, v + (size_t)cf * Dv, cf, cl - cf + 1, D,
+                         Dv, scale, sb0, sb1, rb0, rb1);
   for (x = 0; x < n; ++x) {
     if (from[x] > to[x]) continue;
     af_row_update_impl(rowsel[x] ? s1 : s0, rowsel[x] ? q + D : q, k + (size_t)from[x] * D,

@@ -1409,24 +1409,11 @@ AF_INLINE void af_s8_pair(af_s8_row* r0, af_s8_row* r1, int32_t* sb0, int32_t* s
                           af_qmult em, int32_t hi_cut, int32_t wshift, int32_t D, int32_t Dv,
                           const af_row_bias* rb0, const af_row_bias* rb1, int32_t d64,
                           const int32_t* qx) {
-  int32_t from[4], to[4], n = 0, x;
-  int32_t rowsel[4];
-  if (q1 != NULL) {
-    const int32_t cf = f0 > f1 ? f0 : f1, cl = l0 < l1 ? l0 : l1;
-    if (cf <= cl) {
-      af_s8_keys2(r0, r1, sb0, sb1, q0, q1, k + (size_t)cf * D, AF_VAT(v, cf, ldv, Dv), ldv,
-                  cf, cl - cf + 1, em, hi_cut, wshift, D, Dv, rb0, rb1, d64, qx);
-      from[n] = f0, to[n] = cf - 1, rowsel[n++] = 0;
-      from[n] = cl + 1, to[n] = l0, rowsel[n++] = 0;
-      from[n] = f1, to[n] = cf - 1, rowsel[n++] = 1;
-      from[n] = cl + 1, to[n] = l1, rowsel[n++] = 1;
-    } else {
-      from[n] = f0, to[n] = l0, rowsel[n++] = 0;
-      from[n] = f1, to[n] = l1, rowsel[n++] = 1;
-    }
-  } else {
-    from[n] = f0, to[n] = l0, rowsel[n++] = 0;
-  }
+  int32_t from[4], to[4], rowsel[4], cf, cl, x;
+  const int32_t n = af_pair_segments(f0, l0, f1, l1, q1 != NULL, &cf, &cl, from, to, rowsel);
+  if (cf <= cl)
+    af_s8_keys2(r0, r1, sb0, sb1, q0, q1, k + (size_t)cf * D, AF_VAT(v, cf, ldv, Dv), ldv, cf,
+                cl - cf + 1, em, hi_cut, wshift, D, Dv, rb0, rb1, d64, qx);
   for (x = 0; x < n; ++x) {
     if (from[x] > to[x]) continue;
     af_s8_keys1(rowsel[x] ? r1 : r0, rowsel[x] ? sb1 : sb0, rowsel[x] ? q1 : q0,
