@@ -179,6 +179,29 @@ void af_row_bias_decode(af_row_bias* rb, int32_t length);
   }                                                           \
   if (d < Dv) STEP(0)
 
+/* Query rows i and, when `two`, i + 1 of head h, batch b in the two-row
+ * kernels: their visible keys [*f0, *l0] and [*f1, *l1] (row i + 1's empty
+ * unless two); with options, rb[0..1] their biases and *rb0 / *rb1
+ * pointing at them when the rows have a bias, else NULL (the int8 caller
+ * then links its softcap tile into rb). */
+AF_INLINE void af_pair_rows(const af_sdpa_shape* s, const af_sdpa_opts* o, int32_t b, int32_t h,
+                            int32_t i, int32_t two, int32_t valid, int32_t* f0, int32_t* l0, int32_t* f1, int32_t* l1, af_row_bias* rb,
+                            const af_row_bias** rb0, const af_row_bias** rb1) {
+  *f1 = 0;
+  *l1 = -1;
+  *rb0 = *rb1 = NULL;
+  af_row_keys(s, o, i, valid, f0, l0);
+  if (two) af_row_keys(s, o, i + 1, valid, f1, l1);
+  if (o != NULL) {
+    af_row_bias_init(&rb[0], s, o, b, h, i, valid);
+    af_row_bias_init(&rb[1], s, o, b, h, two ? i + 1 : i, valid);
+    if (rb[0].kind) {
+      *rb0 = &rb[0];
+      *rb1 = &rb[1];
+    }
+  }
+}
+
 /* The key segments of query rows i (keys [f0, l0]) and, when `two`, i + 1
  * (keys [f1, l1]) in the two-row kernels: [*cf, *cl] the keys both rows see
  * (*cf > *cl: none), then the returned number of single-row segments

@@ -383,21 +383,11 @@ af_status af_sdpa_f32_ex(float* out, float* lse, const float* q, const float* k,
         for (i = 0; i < Lq; i += 2) {
           const size_t row = ((size_t)b * H + h) * Lq + i;
           const int32_t two = i + 1 < Lq;
-          int32_t f0, l0, f1 = 0, l1 = -1;
+          int32_t f0, l0, f1, l1, d;
           af_row_state r0, r1;
           af_row_bias rb[2];
-          const af_row_bias *rb0 = NULL, *rb1 = NULL;
-          int32_t d;
-          af_row_keys(s, o, i, valid, &f0, &l0);
-          if (two) af_row_keys(s, o, i + 1, valid, &f1, &l1);
-          if (o != NULL) {
-            af_row_bias_init(&rb[0], s, o, b, h, i, valid);
-            af_row_bias_init(&rb[1], s, o, b, h, two ? i + 1 : i, valid);
-            if (rb[0].kind) {
-              rb0 = &rb[0];
-              rb1 = &rb[1];
-            }
-          }
+          const af_row_bias *rb0, *rb1;
+          af_pair_rows(s, o, b, h, i, two, valid, &f0, &l0, &f1, &l1, rb, &rb0, &rb1);
           r0.m = r1.m = 0.f;
           r0.l = r1.l = 0.f;
           r0.n = r1.n = 0;

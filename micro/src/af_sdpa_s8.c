@@ -1622,21 +1622,12 @@ static af_status af_sdpa_s8_run(int8_t* out, const int8_t* q, const int8_t* k, c
           const size_t row = ((size_t)b * H + h) * Lq + i;
           const int32_t two = i + 1 < Lq;
           const int8_t* q1 = two ? q + (row + 1) * D : NULL;
-          int32_t f0, l0, f1 = 0, l1 = -1;
+          int32_t f0, l0, f1, l1;
           af_s8_row r0, r1;
           af_row_bias rb[2];
-          const af_row_bias *rb0 = NULL, *rb1 = NULL;
-          af_row_keys(s, o, i, valid, &f0, &l0);
-          if (two) af_row_keys(s, o, i + 1, valid, &f1, &l1);
-          if (o != NULL) {
-            af_row_bias_init(&rb[0], s, o, b, h, i, valid);
-            af_row_bias_init(&rb[1], s, o, b, h, two ? i + 1 : i, valid);
-            if (cap != NULL) rb[0].cap_tile = rb[1].cap_tile = cap->tile;
-            if (rb[0].kind) {
-              rb0 = &rb[0];
-              rb1 = &rb[1];
-            }
-          }
+          const af_row_bias *rb0, *rb1;
+          af_pair_rows(s, o, b, h, i, two, valid, &f0, &l0, &f1, &l1, rb, &rb0, &rb1);
+          if (cap != NULL && rb0 != NULL) rb[0].cap_tile = rb[1].cap_tile = cap->tile;
           r0.m = r1.m = 0;
           r0.l = r1.l = 0;
           r0.started = r1.started = 0;
