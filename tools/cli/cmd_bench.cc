@@ -17,6 +17,7 @@
 #include "attnflow/bench.h"
 #include "attnflow/kernels.h"
 #include "cli_common.h"
+#include "common_options.h"
 
 namespace attnflow::cli {
 namespace {
@@ -336,7 +337,7 @@ void AddBenchOptions(CLI::App& sub, BenchArgs& a) {
   sub.add_option("--kv-len", a.kv_len, "Lk (0 = Lq prefill, 4096 decode)")->delimiter(',')
       ->check(NonNegative());
   sub.add_option("--head-dim", a.head_dim, "D")->delimiter(',')->check(InRange(int64_t{1}, int64_t{4096}));
-  sub.add_option("--causal", a.causal, "none | top_left | bottom_right");
+  AddCausalOption(sub, a.causal);
   sub.add_option("--kv-dtype", a.kv_dtype,
                  "f32 | f16 | bf16 | int8 (int8: the micro library's int8 KV cache, decode only; "
                  "a comma list runs each shape with each dtype in turn, e.g. f16,int8)")
@@ -347,8 +348,7 @@ void AddBenchOptions(CLI::App& sub, BenchArgs& a) {
   sub.add_flag("--io", a.io,
                "prefill: flash vs naive schedule on each shape: modelled DRAM bytes, "
                "measured time, output agreement");
-  sub.add_option("--window-left", a.window_left, "Sliding window left (-1 unbounded)");
-  sub.add_option("--window-right", a.window_right, "Sliding window right (-1 unbounded)");
+  AddWindowOptions(sub, a.window_left, a.window_right);
   sub.add_option("--threads", a.threads, "Worker threads (0 = all cores)")->check(InRange(0, 1024));
   sub.add_option("--repeat", a.repeat, "Timed repetitions")->check(InRange(1, 100000));
   sub.add_option("--warmup", a.warmup, "Untimed warm-up calls (and at least 0.25 s of them when > 0)")->check(InRange(0, 1000));

@@ -84,6 +84,16 @@ void PrintMatrix(const char* title, const double* m, int rows, int cols, int str
   }
 }
 
+// A per-head stage [kH, rows, cols]: each head's matrix under " head h".
+void PrintPerHead(const char* title, const double* m, int rows, int cols,
+                  const std::vector<std::string>& row_names,
+                  const std::vector<std::string>& col_names) {
+  for (int h = 0; h < kH; ++h) {
+    P(" head %d\n", h);
+    PrintMatrix(title, m + h * rows * cols, rows, cols, cols, row_names, col_names);
+  }
+}
+
 nlohmann::json Mat(const double* m, int rows, int cols) {
   nlohmann::json j = nlohmann::json::array();
   for (int r = 0; r < rows; ++r) {
@@ -161,8 +171,9 @@ class Demo {
 
  private:
   // out [T, E] = Mha(x [T, E]) with the toy weights; stages in *rec.
-  Status Attend(std::vector<double>* out, StageRecorder* rec, std::vector<double>& x, int t,
-                Causal causal, std::vector<uint8_t>* mask);
+  // Runs the reference MHA; false (the error printed) when it fails.
+  bool Attend(std::vector<double>* out, StageRecorder* rec, std::vector<double>& x, int t,
+              Causal causal, std::vector<uint8_t>* mask);
   // Weight-row and causal/padding checks on recorded weights [H, T, T].
   void CheckWeights(const double* w, int t, Causal causal, const std::vector<uint8_t>* mask,
                     const char* what);
@@ -192,8 +203,8 @@ void Demo::Fail(const char* fmt, ...) {
   j_["failed_checks"].push_back(buf);
 }
 
-Status Demo::Attend(std::vector<double>* out, StageRecorder* rec, std::vector<double>& x, int t,
-                    Causal causal, std::vector<uint8_t>* mask) {
+bool Demo::Attend(std::vector<double>* out, StageRecorder* rec, std::vector<double>& x, int t,
+                  Causal causal, std::vector<uint8_t>* mask) {
   auto view = [](std::vector<double>& d, Shape s) { return MakeView(d.data(), DType::kF64, s); };
   reference::MhaWeights w;
   w.w_q = view(wq_, {kE, kE});
@@ -206,7 +217,9 @@ Status Demo::Attend(std::vector<double>* out, StageRecorder* rec, std::vector<do
   if (mask != nullptr) opt.attn_mask = MakeView(mask->data(), DType::kBool, {t, t});
   out->assign(static_cast<size_t>(t) * kE, 0.0);
   TensorView xv = view(x, {1, t, kE});
-  return reference::Mha(view(*out, {1, t, kE}), xv, xv, xv, w, opt, rec);
+  Status st = reference::Mha(view(*out, {1, t, kE}), xv, xv, xv, w, opt, rec);
+  if (!st.ok()) PrintError("demo", st.ToString());
+  return st.ok();
 }
 
 void Demo::CheckWeights(const double* w, int t, Causal causal, const std::vector<uint8_t>* mask,
@@ -259,11 +272,7 @@ int Demo::Run(bool json) {
   // ---- Steps 2-8: bidirectional ----------------------------------------------
   std::vector<double> out;
   StageRecorder rec;
-  Status st = Attend(&out, &rec, x, kT, Causal::kNone, nullptr);
-  if (!st.ok()) {
-    PrintError("demo", st.ToString());
-    return kExitUsage;
-  }
+  if (!Attend(&out, &rec, x, kT, Causal::kNone, nullptr)) return kExitUsage;
   {
     const double* q = rec.Find("q")->data<double>();
     const double* k = rec.Find("k")->data<double>();
@@ -281,26 +290,14 @@ int Demo::Run(bool json) {
       PrintMatrix("V", v + h * kT * kDh, kT, kDh, kDh, tok, {});
     }
     P("\nStep 3. scores = Q·Kᵀ (row = query, column = key)\n");
-    for (int h = 0; h < kH; ++h) {
-      P(" head %d\n", h);
-      PrintMatrix("scores", scores + h * kT * kT, kT, kT, kT, tok, tok);
-    }
+    PrintPerHead("scores", scores, kT, kT, tok, tok);
     P("\nStep 4. scaled = scores / sqrt(d_k)  (sqrt(4) = 2; step 11 shows why)\n");
-    for (int h = 0; h < kH; ++h) {
-      P(" head %d\n", h);
-      PrintMatrix("scaled", scaled + h * kT * kT, kT, kT, kT, tok, tok);
-    }
+    PrintPerHead("scaled", scaled, kT, kT, tok, tok);
     P("\nStep 5. weights = softmax(scaled) along each row (no mask: every token sees all)\n");
-    for (int h = 0; h < kH; ++h) {
-      P(" head %d\n", h);
-      PrintMatrix("weights", weights + h * kT * kT, kT, kT, kT, tok, tok);
-    }
+    PrintPerHead("weights", weights, kT, kT, tok, tok);
     CheckWeights(weights, kT, Causal::kNone, nullptr, "step 5");
     P("\nStep 6. head output = weights·V (each row a weighted average of V rows)\n");
-    for (int h = 0; h < kH; ++h) {
-      P(" head %d\n", h);
-      PrintMatrix("head output", heads + h * kT * kDh, kT, kDh, kDh, tok, {});
-    }
+    PrintPerHead("head output", heads, kT, kDh, tok, {});
     P("\nStep 7. concat heads: row t = [head0(t) | head1(t)]\n");
     PrintMatrix("concat", concat, kT, kE, kE, tok, {});
     P("\nStep 8. attention output = concat·W_oᵀ\n");
@@ -312,10 +309,7 @@ int Demo::Run(bool json) {
   // ---- Step 9: causal ---------------------------------------------------------
   std::vector<double> out_causal;
   StageRecorder rec_c;
-  if (Status s = Attend(&out_causal, &rec_c, x, kT, Causal::kTopLeft, nullptr); !s.ok()) {
-    PrintError("demo", s.ToString());
-    return kExitUsage;
-  }
+  if (!Attend(&out_causal, &rec_c, x, kT, Causal::kTopLeft, nullptr)) return kExitUsage;
   {
     const double* masked = rec_c.Find("masked")->data<double>();
     const double* weights = rec_c.Find("weights")->data<double>();
@@ -344,14 +338,8 @@ int Demo::Run(bool json) {
     for (int i = 0; i < kTp; ++i) mask[i * kTp + 0] = 0;  // nobody reads the pad key
     std::vector<double> out_p, out_nomask;
     StageRecorder rec_p, rec_n;
-    if (Status s = Attend(&out_p, &rec_p, xp, kTp, Causal::kTopLeft, &mask); !s.ok()) {
-      PrintError("demo", s.ToString());
-      return kExitUsage;
-    }
-    if (Status s = Attend(&out_nomask, &rec_n, xp, kTp, Causal::kTopLeft, nullptr); !s.ok()) {
-      PrintError("demo", s.ToString());
-      return kExitUsage;
-    }
+    if (!Attend(&out_p, &rec_p, xp, kTp, Causal::kTopLeft, &mask)) return kExitUsage;
+    if (!Attend(&out_nomask, &rec_n, xp, kTp, Causal::kTopLeft, nullptr)) return kExitUsage;
     const double* weights = rec_p.Find("weights")->data<double>();
     std::vector<std::string> ptok = {"<pad>"};
     for (const auto& s : tok) ptok.push_back(s);
@@ -445,10 +433,7 @@ int Demo::Run(bool json) {
     StageRecorder r0, r0p, rpp;
     for (auto [o, r, in] : {std::tuple{&o0, &r0, &x0}, std::tuple{&o0p, &r0p, &x0p},
                             std::tuple{&opp, &rpp, &xpp}}) {
-      if (Status s = Attend(o, r, *in, kT, Causal::kNone, nullptr); !s.ok()) {
-        PrintError("demo", s.ToString());
-        return kExitUsage;
-      }
+      if (!Attend(o, r, *in, kT, Causal::kNone, nullptr)) return kExitUsage;
     }
     const double* w0 = r0.Find("weights")->data<double>();
     const double* w0p = r0p.Find("weights")->data<double>();
@@ -507,10 +492,7 @@ int Demo::Run(bool json) {
       for (int c = 0; c < kE; ++c) xl[t * kE + c] = tok_embed[t * kE + c] + learned[t * kE + c];
     std::vector<double> ol;
     StageRecorder rl;
-    if (Status s = Attend(&ol, &rl, xl, kT, Causal::kNone, nullptr); !s.ok()) {
-      PrintError("demo", s.ToString());
-      return kExitUsage;
-    }
+    if (!Attend(&ol, &rl, xl, kT, Causal::kNone, nullptr)) return kExitUsage;
     const double* wl = rl.Find("weights")->data<double>();
     const double* ws = rec.Find("weights")->data<double>();
     const double ds = toeplitz_dev(sin_tab), dl = toeplitz_dev(learned);
