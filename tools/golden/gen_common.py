@@ -37,6 +37,12 @@ def installed_versions(modules):
     return out
 
 
+def given(**entries):
+    """The entries whose value is not None, in the order given (for the
+    optional tensors and config keys of a case)."""
+    return {k: v for k, v in entries.items() if v is not None}
+
+
 def write_case(out_dir, name, data, **fields):
     """Writes out_dir/<name>.safetensors; returns (path, its manifest entry:
     name, file, the given fields in order, bytes, sha256)."""

@@ -73,7 +73,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from gen_common import installed_versions, main, write_case, write_manifest  # tools/golden
+from gen_common import given, installed_versions, main, write_case, write_manifest  # tools/golden
 from st_io import st_bytes, st_load  # tools/golden/st_io.py
 
 FORMAT = "attnflow-golden/1"
@@ -479,13 +479,7 @@ def build_sdpa(c):
         slopes = torch.tensor(alibi_slopes(H), dtype=torch.float32) if c["alibi"] else None
     scale = float(c["scale"]) if c["scale"] is not None else 1.0 / math.sqrt(D)
 
-    inputs = dict(q=q, k=k, v=v)
-    if mask is not None:
-        inputs["attn_mask"] = mask
-    if kv_lens is not None:
-        inputs["kv_lens"] = kv_lens
-    if slopes is not None:
-        inputs["alibi_slopes"] = slopes
+    inputs = dict(q=q, k=k, v=v, **given(attn_mask=mask, kv_lens=kv_lens, alibi_slopes=slopes))
     meta = dict(format=FORMAT, kind="sdpa", causal=c["causal"], scale=repr(scale))
     if c["window"] is not None:
         meta["window_left"], meta["window_right"] = (str(int(x)) for x in c["window"])

@@ -74,7 +74,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from gen_common import installed_versions, main, write_case, write_manifest  # tools/golden
+from gen_common import given, installed_versions, main, write_case, write_manifest  # tools/golden
 from st_io import st_bytes, st_load  # tools/golden/st_io.py
 
 warnings.filterwarnings("ignore")
@@ -730,12 +730,7 @@ def block_cfg(H, act_kind, norm_kind, placement, causal="none", position="none",
     a = dict(num_heads=H, causal=causal, position=position)
     if Hkv:
         a["num_kv_heads"] = Hkv
-    if rope is not None:
-        a["rope"] = rope
-    if t5 is not None:
-        a["t5"] = t5
-    if scale is not None:
-        a["scale"] = scale
+    a.update(given(rope=rope, t5=t5, scale=scale))
     return dict(attn=a, act=act_kind, norm=norm_kind, norm_eps=eps, placement=placement)
 
 
