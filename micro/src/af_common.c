@@ -214,7 +214,10 @@ static af_status af_opts_check_common(const af_sdpa_opts* o, const af_sdpa_shape
     if (o->mask_type != AF_MASK_BOOL && !af_aligned(o->mask, 4)) return AF_ERR_ALIGN;
     for (d = 0; d < 4; ++d) {
       if (o->mask_shape[d] != 1 && o->mask_shape[d] != target[d]) return AF_ERR_SHAPE;
-      n[d] = (uint32_t)(o->mask_shape[d] > 0 ? o->mask_shape[d] : 1); /* <= AF_MAX_DIM */
+      /* af_fits needs factors <= AF_MAX_DIM; the shape may be unchecked here
+       * (af_sdpa_check_opts is public) */
+      if (o->mask_shape[d] > AF_MAX_DIM) return AF_ERR_SHAPE;
+      n[d] = (uint32_t)(o->mask_shape[d] > 0 ? o->mask_shape[d] : 1);
     }
     if (!af_fits(n[0], n[1], n[2], n[3])) return AF_ERR_SHAPE;
   } else if (o->mask != NULL) {

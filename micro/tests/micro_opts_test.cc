@@ -1191,6 +1191,12 @@ TEST(MicroSafety, ThirtyTwoBitBoundsAtTheirEdges) {
   std::copy(m_over, m_over + 4, mo.mask_shape);
   EXPECT_EQ(af_sdpa_check_opts(&mo, &ms, 1), AF_ERR_SHAPE);
   EXPECT_EQ(af_sdpa_check_opts(&mo, &ms, 0), AF_ERR_SHAPE);
+  // A shape the caller did not check: a mask extent over AF_MAX_DIM is a
+  // shape error, not a wrapped 32-bit count.
+  const af_sdpa_shape unchecked{1, 1, 1, 1, 65536 * 2, 1, 1, AF_CAUSAL_NONE};
+  const int32_t m_wide[4] = {1, 1, 1, 65536 * 2};
+  std::copy(m_wide, m_wide + 4, mo.mask_shape);
+  EXPECT_EQ(af_sdpa_check_opts(&mo, &unchecked, 1), AF_ERR_SHAPE);
 
   // Windows of INT32_MAX are no window, bit for bit, on both paths.
   const int32_t H = 2, Lq = 5, Lk = 9, D = 8;
