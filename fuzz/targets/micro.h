@@ -136,8 +136,14 @@ inline void Sdpa(ByteReader& r) {
       af_s8_params p;
       const float sq = 1.f / 16, one = 1.f;
       if (af_s8_prepare(&p, &sq, &sq, &one, &one, 1, 0.25f) != AF_OK) continue;
-      st = af_sdpa_s8_ex(out8.data(), q8.data(), k8.data(), v8.data(),
-                         use_kl ? kv_lens.data() : nullptr, &p, &s, &po, arena.data(), arena_req);
+      const int32_t* kl = use_kl ? kv_lens.data() : nullptr;
+      // The lean entry point refuses a softcap (the softcap one takes it).
+      st = af_sdpa_s8_ex(out8.data(), q8.data(), k8.data(), v8.data(), kl, &p, &s, &po,
+                         arena.data(), arena_req);
+      FUZZ_CHECK(po.softcap_s8 == nullptr || st != AF_OK, "the lean entry point took a softcap");
+      if (po.softcap_s8 != nullptr)
+        st = af_sdpa_s8_softcap_ex(out8.data(), q8.data(), k8.data(), v8.data(), kl, &p, &s, &po,
+                                   arena.data(), arena_req);
     }
     FUZZ_CHECK(Known(st), "unknown status");
     for (size_t i = arena_req / 4 + 1; i < arena.size(); ++i)

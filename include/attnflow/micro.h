@@ -150,7 +150,10 @@ typedef struct {
   const int32_t* softcap_s8; /* int8 path: [H][4] from af_s8_softcap_prepare
                                 (NULL = off); the raw score s becomes
                                 round(K * tanh(s / K)), K = cap in raw units,
-                                before the mask and ALiBi (integer only) */
+                                before the mask and ALiBi (integer only).
+                                Honoured by af_sdpa_s8_softcap_ex, af_mha_s8
+                                and af_sdpa_s8_probe; af_sdpa_s8_ex refuses
+                                it (AF_ERR_PARAM) */
 } af_sdpa_opts;
 
 #define AF_SDPA_OPTS_INIT \
@@ -410,11 +413,21 @@ af_status af_sdpa_s8(int8_t* out, const int8_t* q, const int8_t* k,
                      const af_s8_params* p, const af_sdpa_shape* s,
                      void* arena, size_t arena_bytes);
 
-/* af_sdpa_s8 with masks (AF_MASK_BOOL or AF_MASK_S32), ALiBi (alibi_s8) and
- * windows; o may be NULL. */
+/* af_sdpa_s8 with masks (AF_MASK_BOOL or AF_MASK_S32), ALiBi (alibi_s8),
+ * windows, per-sequence alignment and the V layout; o may be NULL. It
+ * returns AF_ERR_PARAM for o->softcap_s8: the softcap is
+ * af_sdpa_s8_softcap_ex, so that an application without it does not link
+ * the tanh table and its loop (0.9 KiB of flash, docs/edge.md "Code
+ * size"). */
 af_status af_sdpa_s8_ex(int8_t* out, const int8_t* q, const int8_t* k, const int8_t* v,
                         const int32_t* kv_lens, const af_s8_params* p, const af_sdpa_shape* s,
                         const af_sdpa_opts* o, void* arena, size_t arena_bytes);
+/* af_sdpa_s8_ex that also honours o->softcap_s8 (af_s8_softcap_prepare;
+ * NULL = off, the same results as af_sdpa_s8_ex). */
+af_status af_sdpa_s8_softcap_ex(int8_t* out, const int8_t* q, const int8_t* k, const int8_t* v,
+                                const int32_t* kv_lens, const af_s8_params* p,
+                                const af_sdpa_shape* s, const af_sdpa_opts* o, void* arena,
+                                size_t arena_bytes);
 
 /* Stage probe of the int8 path (as af_sdpa_f32_probe, integer results):
  * scores [kv_len] = q.k (int32, exact); masked [kv_len] = scores + mask +

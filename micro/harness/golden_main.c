@@ -423,13 +423,21 @@ static int run_sdpa(const af_golden_case* c, int s8) {
                  c->name, (unsigned long)sizeof pool, (unsigned long)c->pool_bytes);
         return fail_run(c->name, "sdpa", impl, "scores", why);
       }
-      rc = s8 ? af_sdpa_s8_ex(out8, (const int8_t*)q, (const int8_t*)k, (const int8_t*)v, kvl, &p,
-                              &cs, &o, arena, ws)
-              : af_sdpa_f32_ex(out_f, lse_f, (const float*)q, (const float*)k, (const float*)v,
-                               kvl, c->scale, &cs, &o, arena, ws);
+      /* int8: the lean entry point, or the one that links the softcap */
+      if (s8 && o.softcap_s8 != NULL)
+        rc = af_sdpa_s8_softcap_ex(out8, (const int8_t*)q, (const int8_t*)k, (const int8_t*)v,
+                                   kvl, &p, &cs, &o, arena, ws);
+      else if (s8)
+        rc = af_sdpa_s8_ex(out8, (const int8_t*)q, (const int8_t*)k, (const int8_t*)v, kvl, &p,
+                           &cs, &o, arena, ws);
+      else
+        rc = af_sdpa_f32_ex(out_f, lse_f, (const float*)q, (const float*)k, (const float*)v, kvl,
+                            c->scale, &cs, &o, arena, ws);
       if (rc != AF_OK) {
         char what[80];
-        snprintf(what, sizeof what, "%s returned %s", s8 ? "af_sdpa_s8_ex" : "af_sdpa_f32_ex",
+        snprintf(what, sizeof what, "%s returned %s",
+                 !s8 ? "af_sdpa_f32_ex"
+                     : (o.softcap_s8 != NULL ? "af_sdpa_s8_softcap_ex" : "af_sdpa_s8_ex"),
                  af_status_name(rc));
         close_data();
         return fail_run(c->name, "sdpa", impl, "scores", what);
@@ -533,6 +541,41 @@ static int run_sdpa(const af_golden_case* c, int s8) {
 
 /* ----------------------------------------------------------------- mha --- */
 
+/* The per-head attention of an mha shape: [B, H, Lq|Lk, E / H]. */
+static af_sdpa_shape head_shape(const af_mha_shape* s) {
+  af_sdpa_shape h;
+  h.batch = s->batch;
+  h.num_heads = s->num_heads;
+  h.num_kv_heads = s->num_kv_heads;
+  h.q_len = s->q_len;
+  h.kv_len = s->kv_len;
+  h.head_dim = h.v_dim = s->embed / s->num_heads;
+  h.causal = s->causal;
+  return h;
+}
+
+/* One whole tensor of case c (inside run_mha / run_mha_s8). */
+#define WHOLE(r, esize) fetch(c, (r), 0, (r).count, (esize))
+/* The inputs of an mha path, fetched whole and typed once for both paths:
+ * x_q/x_k/x_v and the weights w_* as T (fields suffixed S: x_q##S, w_q##S),
+ * the biases b_* as BT (suffixed BS), the kv lengths as int32. f32:
+ * (float, float, , ); int8: (int8_t, int32_t, 8, 32). */
+#define FETCH_MHA_INPUTS(T, BT, S, BS)                        \
+  do {                                                        \
+    xq = (const T*)WHOLE(c->x_q##S, sizeof(T));               \
+    xk = (const T*)WHOLE(c->x_k##S, sizeof(T));               \
+    xv = (const T*)WHOLE(c->x_v##S, sizeof(T));               \
+    w.w_q = (const T*)WHOLE(c->w_q##S, sizeof(T));            \
+    w.w_k = (const T*)WHOLE(c->w_k##S, sizeof(T));            \
+    w.w_v = (const T*)WHOLE(c->w_v##S, sizeof(T));            \
+    w.w_o = (const T*)WHOLE(c->w_o##S, sizeof(T));            \
+    w.b_q = (const BT*)WHOLE(c->b_q##BS, sizeof(BT));         \
+    w.b_k = (const BT*)WHOLE(c->b_k##BS, sizeof(BT));         \
+    w.b_v = (const BT*)WHOLE(c->b_v##BS, sizeof(BT));         \
+    w.b_o = (const BT*)WHOLE(c->b_o##BS, sizeof(BT));         \
+    kvl = (const int32_t*)WHOLE(c->kv_lens, 4);               \
+  } while (0)
+
 enum { M_Q, M_K, M_V, M_SCORES, M_SCALED, M_MASKED, M_WEIGHTS, M_LSE, M_HEADS, M_CONCAT, M_OUT,
        M_N };
 
@@ -549,7 +592,7 @@ static int run_mha(const af_golden_case* c) {
   af_mha_stages_f32 st;
   af_mha_weights_f32 w;
   af_sdpa_opts o = AF_SDPA_OPTS_INIT;
-  af_sdpa_shape ps; /* the per-head attention, for the probe */
+  const af_sdpa_shape ps = head_shape(s); /* for the probe */
   const af_gref* refs[M_N];
   const float* got[M_N];
   long counts[M_N];
@@ -590,27 +633,16 @@ static int run_mha(const af_golden_case* c) {
   acc_init(&a[M_OUT], kNames[M_OUT], c->atol, c->rtol, 3, B, Lq, E, 0);
   for (m = 0; m < M_N; ++m)
     if (refs[m]->off == AF_G_ABSENT) a[m].skip = "not in the exported case";
-  xq = (const float*)fetch(c, c->x_q, 0, c->x_q.count, 4);
-  xk = (const float*)fetch(c, c->x_k, 0, c->x_k.count, 4);
-  xv = (const float*)fetch(c, c->x_v, 0, c->x_v.count, 4);
-  w.w_q = (const float*)fetch(c, c->w_q, 0, c->w_q.count, 4);
-  w.w_k = (const float*)fetch(c, c->w_k, 0, c->w_k.count, 4);
-  w.w_v = (const float*)fetch(c, c->w_v, 0, c->w_v.count, 4);
-  w.w_o = (const float*)fetch(c, c->w_o, 0, c->w_o.count, 4);
-  w.b_q = (const float*)fetch(c, c->b_q, 0, c->b_q.count, 4);
-  w.b_k = (const float*)fetch(c, c->b_k, 0, c->b_k.count, 4);
-  w.b_v = (const float*)fetch(c, c->b_v, 0, c->b_v.count, 4);
-  w.b_o = (const float*)fetch(c, c->b_o, 0, c->b_o.count, 4);
-  kvl = (const int32_t*)fetch(c, c->kv_lens, 0, c->kv_lens.count, 4);
+  FETCH_MHA_INPUTS(float, float, , );
   o.window_left = c->window_left;
   o.window_right = c->window_right;
   if (c->mask_type != AF_MASK_NONE) {
     o.mask_type = c->mask_type;
     memcpy(o.mask_shape, c->mask_shape, sizeof o.mask_shape);
-    o.mask = fetch(c, c->mask, 0, c->mask.count, c->mask_type == AF_MASK_BOOL ? 1 : 4);
+    o.mask = WHOLE(c->mask, c->mask_type == AF_MASK_BOOL ? 1 : 4);
   }
   if (c->alibi.off != AF_G_ABSENT)
-    o.alibi_slopes = (const float*)fetch(c, c->alibi, 0, c->alibi.count, 4);
+    o.alibi_slopes = (const float*)WHOLE(c->alibi, 4);
   o.alibi_per_batch = c->alibi_per_batch;
   o.kv_align = c->kv_align;
   o.softcap = c->softcap;
@@ -660,14 +692,6 @@ static int run_mha(const af_golden_case* c) {
   }
   /* The score-row stages through the probe, on the device's own projected
    * q and k (its per-head attention: [B, H, Lq, Lk]). */
-  ps.batch = B;
-  ps.num_heads = H;
-  ps.num_kv_heads = Hkv;
-  ps.q_len = Lq;
-  ps.kv_len = Lk;
-  ps.head_dim = dh;
-  ps.v_dim = dh;
-  ps.causal = s->causal;
   if (a[M_SCORES].skip == NULL || a[M_SCALED].skip == NULL || a[M_MASKED].skip == NULL ||
       a[M_WEIGHTS].skip == NULL) {
     float* rows = (float*)take((size_t)4 * Lk * 4 + 4);
@@ -769,29 +793,18 @@ static int run_mha_s8(const af_golden_case* c) {
   acc_init(&a[MS_OUT], kNames[MS_OUT], 1, 0, 3, B, Lq, E, 0);
   if (af_s8_prepare(&p, &c->sq, &c->sk, &c->sv, &c->so, 1, c->scale) != AF_OK)
     return fail_run(c->name, "mha", impl, "q", "af_s8_prepare refused the scales");
-  xq = (const int8_t*)fetch(c, c->x_q8, 0, c->x_q8.count, 1);
-  xk = (const int8_t*)fetch(c, c->x_k8, 0, c->x_k8.count, 1);
-  xv = (const int8_t*)fetch(c, c->x_v8, 0, c->x_v8.count, 1);
-  w.w_q = (const int8_t*)fetch(c, c->w_q8, 0, c->w_q8.count, 1);
-  w.w_k = (const int8_t*)fetch(c, c->w_k8, 0, c->w_k8.count, 1);
-  w.w_v = (const int8_t*)fetch(c, c->w_v8, 0, c->w_v8.count, 1);
-  w.w_o = (const int8_t*)fetch(c, c->w_o8, 0, c->w_o8.count, 1);
-  w.b_q = (const int32_t*)fetch(c, c->b_q32, 0, c->b_q32.count, 4);
-  w.b_k = (const int32_t*)fetch(c, c->b_k32, 0, c->b_k32.count, 4);
-  w.b_v = (const int32_t*)fetch(c, c->b_v32, 0, c->b_v32.count, 4);
-  w.b_o = (const int32_t*)fetch(c, c->b_o32, 0, c->b_o32.count, 4);
-  w.m_q = (const af_qmult*)fetch(c, c->m_q, 0, c->m_q.count, 4);
-  w.m_k = (const af_qmult*)fetch(c, c->m_k, 0, c->m_k.count, 4);
-  w.m_v = (const af_qmult*)fetch(c, c->m_v, 0, c->m_v.count, 4);
-  mo = (const int32_t*)fetch(c, c->m_o, 0, c->m_o.count, 4);
+  FETCH_MHA_INPUTS(int8_t, int32_t, 8, 32);
+  w.m_q = (const af_qmult*)WHOLE(c->m_q, 4);
+  w.m_k = (const af_qmult*)WHOLE(c->m_k, 4);
+  w.m_v = (const af_qmult*)WHOLE(c->m_v, 4);
+  mo = (const int32_t*)WHOLE(c->m_o, 4);
   w.m_o = (const af_qmult*)mo;
-  kvl = (const int32_t*)fetch(c, c->kv_lens, 0, c->kv_lens.count, 4);
   o.window_left = c->window_left;
   o.window_right = c->window_right;
   if (c->mask_type != AF_MASK_NONE) {
     memcpy(o.mask_shape, c->mask_shape, sizeof o.mask_shape);
     o.mask_type = c->mask_type;
-    o.mask = fetch(c, c->mask, 0, c->mask.count, c->mask_type == AF_MASK_BOOL ? 1 : 4);
+    o.mask = WHOLE(c->mask, c->mask_type == AF_MASK_BOOL ? 1 : 4);
     if (c->mask_type == AF_MASK_F32) { /* start-up conversion to raw-score units */
       int32_t* m32 = (int32_t*)take((size_t)c->mask.count * 4);
       if (o.mask == NULL || m32 == NULL ||
@@ -806,7 +819,7 @@ static int run_mha_s8(const af_golden_case* c) {
     }
   }
   if (c->alibi.off != AF_G_ABSENT) {
-    const float* sl = (const float*)fetch(c, c->alibi, 0, c->alibi.count, 4);
+    const float* sl = (const float*)WHOLE(c->alibi, 4);
     int32_t* a8 = (int32_t*)take((size_t)c->alibi.count * 4); /* [H] or [B,H] */
     if (sl == NULL || a8 == NULL ||
         af_s8_alibi_prepare(a8, sl, (int32_t)c->alibi.count, &c->sq, &c->sk, 1, c->scale) != AF_OK) {
@@ -869,20 +882,12 @@ static int run_mha_s8(const af_golden_case* c) {
   if (a[MS_Q].max_abs > 0 || a[MS_K].max_abs > 0 || a[MS_V].max_abs > 0) {
     /* The device's q/k/v are off by a rounding: judge the attention on the
      * expected ones (teacher-forced), through the kernel af_mha_s8 calls. */
-    af_sdpa_shape sd;
+    const af_sdpa_shape sd = head_shape(s);
     const int8_t *q8e, *k8e, *v8e;
     int8_t* ho;
     void* sa;
     size_t sws;
     const size_t fmark = pool_used;
-    sd.batch = B;
-    sd.num_heads = H;
-    sd.num_kv_heads = Hkv;
-    sd.q_len = Lq;
-    sd.kv_len = Lk;
-    sd.head_dim = dh;
-    sd.v_dim = dh;
-    sd.causal = s->causal;
     sws = af_sdpa_s8_workspace_bytes(&sd);
     q8e = (const int8_t*)fetch(c, c->mq8, 0, nq, 1);
     k8e = (const int8_t*)fetch(c, c->mk8, 0, nk, 1);

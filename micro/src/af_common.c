@@ -21,8 +21,12 @@ const char* af_status_name(af_status s) {
   return "unknown status";
 }
 
-static int af_fits(uint64_t a, uint64_t b, uint64_t c, uint64_t d) {
-  return a * b * c * d < ((uint64_t)1 << 31);
+/* a * b * c * d < 2^31 for factors in [0, AF_MAX_DIM] (each pair's
+ * product < 2^32), in 32-bit arithmetic: one division, no 64-bit
+ * multiply. */
+static int af_fits(uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
+  const uint32_t ab = a * b, cd = c * d;
+  return ab == 0 || cd <= 0x7fffffffu / ab;
 }
 
 af_status af_sdpa_check_shape(const af_sdpa_shape* s) {
@@ -38,10 +42,10 @@ af_status af_sdpa_check_shape(const af_sdpa_shape* s) {
   if (s->causal != AF_CAUSAL_NONE && s->causal != AF_CAUSAL_TOP_LEFT &&
       s->causal != AF_CAUSAL_BOTTOM_RIGHT)
     return AF_ERR_PARAM;
-  if (!af_fits((uint64_t)s->batch, (uint64_t)s->num_heads, (uint64_t)s->q_len,
-               (uint64_t)(s->head_dim > s->v_dim ? s->head_dim : s->v_dim)) ||
-      !af_fits((uint64_t)s->batch, (uint64_t)s->num_kv_heads, (uint64_t)s->kv_len,
-               (uint64_t)(s->head_dim > s->v_dim ? s->head_dim : s->v_dim)))
+  if (!af_fits((uint32_t)s->batch, (uint32_t)s->num_heads, (uint32_t)s->q_len,
+               (uint32_t)(s->head_dim > s->v_dim ? s->head_dim : s->v_dim)) ||
+      !af_fits((uint32_t)s->batch, (uint32_t)s->num_kv_heads, (uint32_t)s->kv_len,
+               (uint32_t)(s->head_dim > s->v_dim ? s->head_dim : s->v_dim)))
     return AF_ERR_SHAPE;
   return AF_OK;
 }
@@ -118,8 +122,8 @@ af_status af_kv_check(int32_t num_kv_heads, int32_t head_dim, int32_t v_dim, int
   if (num_kv_heads < 1 || head_dim < 1 || v_dim < 1 || capacity < 1 ||
       num_kv_heads > AF_MAX_DIM || head_dim > AF_MAX_DIM || v_dim > AF_MAX_DIM ||
       capacity > max_capacity ||
-      !af_fits((uint64_t)num_kv_heads, (uint64_t)capacity,
-               (uint64_t)(head_dim > v_dim ? head_dim : v_dim), 1))
+      !af_fits((uint32_t)num_kv_heads, (uint32_t)capacity,
+               (uint32_t)(head_dim > v_dim ? head_dim : v_dim), 1))
     return AF_ERR_SHAPE;
   if (window < 0 || window > capacity || length < 0 || (window == 0 && length > capacity))
     return AF_ERR_PARAM;
@@ -140,16 +144,23 @@ af_status af_softcap_s8_check(const int32_t* c, int32_t num_heads) {
   return AF_OK;
 }
 
-void af_row_bias_decode(af_row_bias* rb, int32_t length) {
-  rb->kind = AF_BIAS_ALIBI;
+/* A row bias of the given kind on diagonal `diag`: no mask, slopes 0, no
+ * softcap (each caller then sets what its row has). */
+static void af_row_bias_reset(af_row_bias* rb, int32_t kind, int32_t diag) {
+  rb->kind = kind;
   rb->mrow = NULL;
   rb->msj = 0;
-  rb->diag = length - 1;
+  rb->diag = diag;
   rb->slope = 0.f;
   rb->slope_s8 = 0;
   rb->alibi32 = 0;
   rb->cap = 0.f;
   rb->cap_s8 = NULL;
+  rb->cap_tile = NULL;
+}
+
+void af_row_bias_decode(af_row_bias* rb, int32_t length) {
+  af_row_bias_reset(rb, AF_BIAS_ALIBI, length - 1);
 }
 
 af_status af_vec_check(int32_t n, uintptr_t align, const void* a, const void* b,
@@ -161,17 +172,9 @@ af_status af_vec_check(int32_t n, uintptr_t align, const void* a, const void* b,
 
 af_status af_rope_check(int32_t num_heads, int32_t head_dim, af_rope_layout layout) {
   if (num_heads < 1 || head_dim < 2 || head_dim % 2 || num_heads > AF_MAX_DIM ||
-      head_dim > AF_MAX_DIM || !af_fits((uint64_t)num_heads, (uint64_t)head_dim, 1, 1))
+      head_dim > AF_MAX_DIM || !af_fits((uint32_t)num_heads, (uint32_t)head_dim, 1, 1))
     return AF_ERR_SHAPE;
   if (layout != AF_ROPE_HALF && layout != AF_ROPE_INTERLEAVED) return AF_ERR_PARAM;
-  return AF_OK;
-}
-
-af_status af_rope_table_check(const void* cos_t, const void* sin_t, int32_t pos, int32_t head_dim,
-                              double theta) {
-  if (cos_t == NULL || sin_t == NULL) return AF_ERR_NULL;
-  if (head_dim < 2 || head_dim % 2 || head_dim > AF_MAX_DIM || pos < 0) return AF_ERR_SHAPE;
-  if (!(theta > 1.0) || !(theta < 1e300)) return AF_ERR_PARAM;
   return AF_OK;
 }
 
@@ -190,25 +193,20 @@ void af_sdpa_opts_init(af_sdpa_opts* o) {
   o->softcap_s8 = NULL;
 }
 
-af_status af_sdpa_check_opts(const af_sdpa_opts* o, const af_sdpa_shape* s, int int8) {
-  int32_t d, h, n_slopes;
-  uint32_t cap_bits;
-  if (s == NULL) return AF_ERR_NULL;
-  if (o == NULL) return AF_OK;
+/* The checks both paths share (windows, alignment of the diagonal, the
+ * slope layout, the V layout, the mask and its broadcast shape), then each
+ * path's own in its own function, so that an int8 application does not link
+ * the f32 checks, nor one without softcap the softcap constants' check. */
+static af_status af_opts_check_common(const af_sdpa_opts* o, const af_sdpa_shape* s, int int8) {
+  int32_t d;
   if (o->window_left < -1 || o->window_right < -1) return AF_ERR_PARAM;
   if (o->kv_align != AF_KV_ALIGN_PADDED && o->kv_align != AF_KV_ALIGN_PER_SEQUENCE)
     return AF_ERR_PARAM;
   if (o->alibi_per_batch != 0 && o->alibi_per_batch != 1) return AF_ERR_PARAM;
-  n_slopes = o->alibi_per_batch ? s->batch * s->num_heads : s->num_heads;
-  /* softcap read from its bits (no float compare on the integer path):
-   * +-0 = off (the host's `>= 0`); f32: finite and > 0; int8: must be 0
-   * (softcap_s8 instead). */
-  AF_COPY(&cap_bits, &o->softcap, 4);
-  cap_bits = (cap_bits & 0x7fffffffu) == 0 ? 0 : cap_bits;
   if (o->v_layout != AF_V_ROWS && (!int8 || o->v_layout != AF_V_COLS)) return AF_ERR_PARAM;
   if (o->mask_type != AF_MASK_NONE) {
     const int32_t target[4] = {s->batch, s->num_heads, s->q_len, s->kv_len};
-    uint64_t n = 1;
+    uint32_t n[4];
     if (o->mask_type != AF_MASK_BOOL &&
         (int8 ? o->mask_type != AF_MASK_S32 : o->mask_type != AF_MASK_F32))
       return AF_ERR_PARAM;
@@ -216,44 +214,78 @@ af_status af_sdpa_check_opts(const af_sdpa_opts* o, const af_sdpa_shape* s, int 
     if (o->mask_type != AF_MASK_BOOL && !af_aligned(o->mask, 4)) return AF_ERR_ALIGN;
     for (d = 0; d < 4; ++d) {
       if (o->mask_shape[d] != 1 && o->mask_shape[d] != target[d]) return AF_ERR_SHAPE;
-      n *= (uint64_t)(o->mask_shape[d] > 0 ? o->mask_shape[d] : 1);
+      /* af_fits needs factors <= AF_MAX_DIM; the shape may be unchecked here
+       * (af_sdpa_check_opts is public) */
+      if (o->mask_shape[d] > AF_MAX_DIM) return AF_ERR_SHAPE;
+      n[d] = (uint32_t)(o->mask_shape[d] > 0 ? o->mask_shape[d] : 1);
     }
-    if (n >= ((uint64_t)1 << 31)) return AF_ERR_SHAPE;
+    if (!af_fits(n[0], n[1], n[2], n[3])) return AF_ERR_SHAPE;
   } else if (o->mask != NULL) {
     return AF_ERR_PARAM; /* a mask without a type is a caller bug */
   }
-  if (int8) {
-    if (o->alibi_slopes != NULL) return AF_ERR_PARAM; /* int8 takes alibi_s8 */
-    if (o->alibi_s8 != NULL && !af_aligned(o->alibi_s8, 4)) return AF_ERR_ALIGN;
-    if (cap_bits != 0) return AF_ERR_PARAM; /* int8 takes softcap_s8 */
-    if (o->softcap_s8 != NULL) {
-      const af_status st = af_softcap_s8_check(o->softcap_s8, s->num_heads);
-      if (st != AF_OK) return st;
-    }
-  } else {
-    if (o->alibi_s8 != NULL || o->softcap_s8 != NULL)
-      return AF_ERR_PARAM; /* f32 takes alibi_slopes and softcap */
-    if (o->alibi_slopes != NULL) {
-      if (!af_aligned(o->alibi_slopes, 4)) return AF_ERR_ALIGN;
-      for (h = 0; h < n_slopes; ++h)
-        if (!af_finite_f32(o->alibi_slopes[h])) return AF_ERR_PARAM;
-    }
-    /* off (+0), or finite and > 0: sign bit clear, not inf/NaN */
-    if (cap_bits != 0 && ((cap_bits >> 31) || !af_finite_f32(o->softcap))) return AF_ERR_PARAM;
-  }
   return AF_OK;
+}
+
+/* The float softcap's bits (no float compare on the integer path): +-0 is
+ * off (the host's `>= 0`), reported as 0. */
+static uint32_t af_cap_bits(const af_sdpa_opts* o) {
+  uint32_t cap_bits;
+  AF_COPY(&cap_bits, &o->softcap, 4);
+  return (cap_bits & 0x7fffffffu) == 0 ? 0 : cap_bits;
+}
+
+af_status af_s8_check_opts(const af_sdpa_opts* o, const af_sdpa_shape* s, int with_softcap) {
+  af_status st;
+  if (s == NULL) return AF_ERR_NULL;
+  if (o == NULL) return AF_OK;
+  if ((st = af_opts_check_common(o, s, 1)) != AF_OK) return st;
+  if (o->alibi_slopes != NULL) return AF_ERR_PARAM; /* int8 takes alibi_s8 */
+  if (o->alibi_s8 != NULL && !af_aligned(o->alibi_s8, 4)) return AF_ERR_ALIGN;
+  if (af_cap_bits(o) != 0) return AF_ERR_PARAM; /* int8 takes softcap_s8 */
+  if (o->softcap_s8 != NULL && !with_softcap) return AF_ERR_PARAM;
+  return AF_OK;
+}
+
+af_status af_f32_check_opts(const af_sdpa_opts* o, const af_sdpa_shape* s) {
+  int32_t h, n_slopes;
+  uint32_t cap_bits;
+  af_status st;
+  if (s == NULL) return AF_ERR_NULL;
+  if (o == NULL) return AF_OK;
+  if ((st = af_opts_check_common(o, s, 0)) != AF_OK) return st;
+  if (o->alibi_s8 != NULL || o->softcap_s8 != NULL)
+    return AF_ERR_PARAM; /* f32 takes alibi_slopes and softcap */
+  n_slopes = o->alibi_per_batch ? s->batch * s->num_heads : s->num_heads;
+  if (o->alibi_slopes != NULL) {
+    if (!af_aligned(o->alibi_slopes, 4)) return AF_ERR_ALIGN;
+    for (h = 0; h < n_slopes; ++h)
+      if (!af_finite_f32(o->alibi_slopes[h])) return AF_ERR_PARAM;
+  }
+  /* off (+0), or finite and > 0: sign bit clear, not inf/NaN */
+  cap_bits = af_cap_bits(o);
+  if (cap_bits != 0 && ((cap_bits >> 31) || !af_finite_f32(o->softcap))) return AF_ERR_PARAM;
+  return AF_OK;
+}
+
+af_status af_sdpa_check_opts(const af_sdpa_opts* o, const af_sdpa_shape* s, int int8) {
+  af_status st;
+  if (!int8) return af_f32_check_opts(o, s);
+  if ((st = af_s8_check_opts(o, s, 1)) != AF_OK) return st;
+  return o != NULL && o->softcap_s8 != NULL ? af_softcap_s8_check(o->softcap_s8, s->num_heads)
+                                            : AF_OK;
 }
 
 void af_row_keys(const af_sdpa_shape* s, const af_sdpa_opts* o, int32_t i, int32_t valid,
                  int32_t* first, int32_t* last) {
   const int32_t dlen = AF_DIAG_LEN(s, o, valid);
   int32_t f = 0, l = af_last_key(s, i, dlen, valid);
-  if (o != NULL && (o->window_left >= 0 || o->window_right >= 0)) {
-    const int64_t d = (int64_t)i + dlen - s->q_len;
-    if (o->window_left >= 0 && d - o->window_left > f)
-      f = (int32_t)(d - o->window_left > s->kv_len ? s->kv_len : d - o->window_left);
-    if (o->window_right >= 0 && d + o->window_right < l)
-      l = (int32_t)(d + o->window_right < -1 ? -1 : d + o->window_right);
+  if (o != NULL) {
+    /* |d| <= 2 * AF_MAX_DIM (a checked shape), so d, l - d and the bounds
+     * below are int32 however large the window: wl < d and wr < l - d are
+     * the comparisons d - wl > 0 and d + wr < l without their overflow. */
+    const int32_t d = i + dlen - s->q_len, wl = o->window_left, wr = o->window_right;
+    if (wl >= 0 && wl < d) f = d - wl > s->kv_len ? s->kv_len : d - wl;
+    if (wr >= 0 && wr < l - d) l = d + wr < -1 ? -1 : d + wr;
   }
   *first = f;
   *last = l;
@@ -262,15 +294,7 @@ void af_row_keys(const af_sdpa_shape* s, const af_sdpa_opts* o, int32_t i, int32
 void af_row_bias_init(af_row_bias* rb, const af_sdpa_shape* s, const af_sdpa_opts* o, int32_t b,
                       int32_t h, int32_t i, int32_t valid) {
   uint32_t cap_bits = 0;
-  rb->kind = 0;
-  rb->mrow = NULL;
-  rb->msj = 0;
-  rb->diag = i + AF_DIAG_LEN(s, o, valid) - s->q_len;
-  rb->slope = 0.f;
-  rb->slope_s8 = 0;
-  rb->alibi32 = 0;
-  rb->cap = 0.f;
-  rb->cap_s8 = NULL;
+  af_row_bias_reset(rb, 0, i + AF_DIAG_LEN(s, o, valid) - s->q_len);
   if (o == NULL) return;
   AF_COPY(&cap_bits, &o->softcap, 4);
   if ((cap_bits & 0x7fffffffu) != 0) { /* f32 (checked: finite, > 0) */
@@ -288,20 +312,11 @@ void af_row_bias_init(af_row_bias* rb, const af_sdpa_shape* s, const af_sdpa_opt
     const size_t s0 = ms[0] == 1 ? 0 : (size_t)ms[1] * ms[2] * ms[3];
     const size_t off = (size_t)b * s0 + (size_t)h * s1 + (size_t)i * s2;
     rb->msj = (int32_t)s3;
-    switch (o->mask_type) {
-      case AF_MASK_BOOL:
-        rb->kind |= AF_BIAS_BOOL;
-        rb->mrow = (const uint8_t*)o->mask + off;
-        break;
-      case AF_MASK_F32:
-        rb->kind |= AF_BIAS_F32;
-        rb->mrow = (const float*)o->mask + off;
-        break;
-      default:
-        rb->kind |= AF_BIAS_S32;
-        rb->mrow = (const int32_t*)o->mask + off;
-        break;
-    }
+    /* bool: one byte per element; f32 and s32: four */
+    rb->mrow = (const uint8_t*)o->mask + (o->mask_type == AF_MASK_BOOL ? off : 4 * off);
+    rb->kind |= o->mask_type == AF_MASK_BOOL  ? AF_BIAS_BOOL
+                : o->mask_type == AF_MASK_F32 ? AF_BIAS_F32
+                                              : AF_BIAS_S32;
   }
   if (o->alibi_slopes != NULL) {
     rb->kind |= AF_BIAS_ALIBI;
@@ -309,7 +324,9 @@ void af_row_bias_init(af_row_bias* rb, const af_sdpa_shape* s, const af_sdpa_opt
   } else if (o->alibi_s8 != NULL) {
     rb->kind |= AF_BIAS_ALIBI;
     rb->slope_s8 = o->alibi_s8[(o->alibi_per_batch ? (size_t)b * s->num_heads : 0) + h];
+    /* slope * (Lq + Lk) + 128 < 2^31 - 1, in 32 bits (Lq + Lk < 2^17) */
+    const uint32_t span = (uint32_t)s->q_len + (uint32_t)s->kv_len;
     rb->alibi32 = rb->slope_s8 >= 0 &&
-                  (int64_t)rb->slope_s8 * ((int64_t)s->q_len + s->kv_len) + 128 < 2147483647;
+                  (span == 0 || (uint32_t)rb->slope_s8 <= (0x7fffffffu - 129u) / span);
   }
 }

@@ -75,18 +75,32 @@ static int af_name_ok(const char* s) {
 
 static uint32_t af_fnv(uint32_t h, uint8_t byte) { return (h ^ byte) * 16777619u; }
 
+/* Appends each string of a NULL-terminated list. */
+static void af_put_all(af_line* l, const char* const* parts) {
+  for (; *parts != NULL; ++parts) af_put(l, *parts);
+}
+
+/* "HEAD STAGE OFFSET COUNT", the start of a part's and of its end's line. */
+static void af_put_range(af_line* l, const char* head, const char* stage, uint32_t offset,
+                         uint32_t count) {
+  const char* const parts[] = {head, stage, " ", NULL};
+  af_put_all(l, parts);
+  af_put_u32(l, offset);
+  af_put(l, " ");
+  af_put_u32(l, count);
+}
+
 af_status af_dump_begin(af_write_fn write, void* ctx, const char* case_name, const char* kind,
                         const char* impl) {
   af_line l;
   if (write == NULL || case_name == NULL || kind == NULL || impl == NULL) return AF_ERR_NULL;
   if (!af_name_ok(case_name) || !af_name_ok(kind) || !af_name_ok(impl)) return AF_ERR_PARAM;
-  l.n = 0;
-  af_put(&l, "AFDUMP attnflow-dump/1 case=");
-  af_put(&l, case_name);
-  af_put(&l, " kind=");
-  af_put(&l, kind);
-  af_put(&l, " impl=");
-  af_put(&l, impl);
+  {
+    const char* const parts[] = {"AFDUMP attnflow-dump/1 case=", case_name, " kind=", kind,
+                                 " impl=", impl, NULL};
+    l.n = 0;
+    af_put_all(&l, parts);
+  }
   af_emit(write, ctx, &l);
   return AF_OK;
 }
@@ -104,12 +118,11 @@ af_status af_dump_tensor(af_write_fn write, void* ctx, const char* stage, af_dum
   if (rank < 0 || rank > 8) return AF_ERR_SHAPE;
   for (d = 0; d < rank; ++d)
     if (dims[d] < 0) return AF_ERR_SHAPE;
-  l.n = 0;
-  af_put(&l, "AFDUMP tensor ");
-  af_put(&l, stage);
-  af_put(&l, " ");
-  af_put(&l, af_dtype_name(dtype));
-  af_put(&l, " ");
+  {
+    const char* const parts[] = {"AFDUMP tensor ", stage, " ", af_dtype_name(dtype), " ", NULL};
+    l.n = 0;
+    af_put_all(&l, parts);
+  }
   af_put_i32(&l, rank);
   for (d = 0; d < rank; ++d) {
     af_put(&l, " ");
@@ -127,12 +140,7 @@ af_status af_dump_part(af_write_fn write, void* ctx, const char* stage, af_dump_
   if (!af_name_ok(stage) || af_dtype_name(dtype) == NULL) return AF_ERR_PARAM;
   if (dtype != AF_DUMP_I8 && !af_aligned(data, 4)) return AF_ERR_ALIGN;
   l.n = 0;
-  af_put(&l, "AFDUMP part ");
-  af_put(&l, stage);
-  af_put(&l, " ");
-  af_put_u32(&l, offset);
-  af_put(&l, " ");
-  af_put_u32(&l, count);
+  af_put_range(&l, "AFDUMP part ", stage, offset, count);
   af_emit(write, ctx, &l);
   for (i = 0; i < count; ++i) {
     uint32_t bits;
@@ -158,12 +166,7 @@ af_status af_dump_part(af_write_fn write, void* ctx, const char* stage, af_dump_
     }
     if (i % AF_DUMP_PER_LINE == AF_DUMP_PER_LINE - 1 || i + 1 == count) af_emit(write, ctx, &l);
   }
-  af_put(&l, "AFDUMP end ");
-  af_put(&l, stage);
-  af_put(&l, " ");
-  af_put_u32(&l, offset);
-  af_put(&l, " ");
-  af_put_u32(&l, count);
+  af_put_range(&l, "AFDUMP end ", stage, offset, count);
   af_put(&l, " ");
   af_put_hex8(&l, h);
   af_emit(write, ctx, &l);

@@ -3,7 +3,7 @@
  * element at a time. Per element: the int8 projections (af_linear_s8's
  * arithmetic: int32 dot product plus bias, saturated, one fixed-point
  * multiplier per output row) into head-major q [H, Lq, Dh] and k, v
- * [Hkv, Lk, Dh], af_sdpa_s8_ex over them (GQA, the options: masks, windows,
+ * [Hkv, Lk, Dh], af_sdpa_s8_softcap_ex over them (GQA, the options: masks, windows,
  * ALiBi), the concat of one query row at a time and the output projection.
  * Invariants: no heap, no float; the arena holds the projected activations
  * of one sequence, the SDPA arena and one concat row
@@ -87,8 +87,8 @@ af_status af_mha_s8(int8_t* out, const int8_t* x_q, const int8_t* x_k, const int
       af_project_heads_s8(qh, x_q + (size_t)b * Lq * E, w->w_q, w->b_q, w->m_q, Lq, E, E, dh);
       af_project_heads_s8(kh, x_k + (size_t)b * Lk * E, w->w_k, w->b_k, w->m_k, Lk, E, Ekv, dh);
       af_project_heads_s8(vh, x_v + (size_t)b * Lk * E, w->w_v, w->b_v, w->m_v, Lk, E, Ekv, dh);
-      st = af_sdpa_s8_ex(oh, qh, kh, vh, kv_lens ? kv_lens + b : NULL, p, &sd, o ? &ob : NULL, sa,
-                         sa_bytes);
+      st = af_sdpa_s8_softcap_ex(oh, qh, kh, vh, kv_lens ? kv_lens + b : NULL, p, &sd,
+                                 o ? &ob : NULL, sa, sa_bytes);
       if (st != AF_OK) return st;
       if (stages) {
         if (stages->q) memcpy(stages->q + (size_t)b * nq, qh, nq);

@@ -1,7 +1,7 @@
 /* af_nn_f32.c — the f32 building blocks of a transformer block for the micro
  * library (include/attnflow/micro.h): LayerNorm, RMSNorm, linear layer,
- * ReLU, residual add, RoPE (both layouts) and its table, SiLU, GELU,
- * SwiGLU. No heap; fp32 accumulation in index order; outputs may
+ * ReLU, residual add, RoPE (both layouts) and its tables (af_rope_table
+ * writes the f32 and the int8 path's Q15 table), SiLU, GELU, SwiGLU. No heap; fp32 accumulation in index order; outputs may
  * alias inputs only where stated. */
 #include <math.h>
 
@@ -96,18 +96,32 @@ af_status af_rope_f32(float* x, int32_t num_heads, int32_t head_dim, const float
   return AF_OK;
 }
 
-af_status af_rope_table_f32(float* cos_t, float* sin_t, int32_t pos, int32_t head_dim,
-                            double theta) {
+af_status af_rope_table(float* cos_t, float* sin_t, int16_t* cos_q15, int16_t* sin_q15,
+                        int32_t pos, int32_t head_dim, double theta) {
+  const int f32 = cos_t != NULL || sin_t != NULL;
   int32_t i;
-  const af_status st = af_rope_table_check(cos_t, sin_t, pos, head_dim, theta);
-  if (st != AF_OK) return st;
+  if (f32 ? cos_t == NULL || sin_t == NULL : cos_q15 == NULL || sin_q15 == NULL)
+    return AF_ERR_NULL;
+  if (head_dim < 2 || head_dim % 2 || head_dim > AF_MAX_DIM || pos < 0) return AF_ERR_SHAPE;
+  if (!(theta > 1.0) || !(theta < 1e300)) return AF_ERR_PARAM;
   for (i = 0; i < head_dim / 2; ++i) {
     /* theta_i = pos * theta^(-2i/D), as HF transformers' inv_freq */
     const double ang = (double)pos * pow(theta, -2.0 * i / head_dim);
-    cos_t[i] = (float)cos(ang);
-    sin_t[i] = (float)sin(ang);
+    if (f32) {
+      cos_t[i] = (float)cos(ang);
+      sin_t[i] = (float)sin(ang);
+    } else { /* Q15, 1.0 saturated to 32767 */
+      const double c = cos(ang) * 32768.0, s = sin(ang) * 32768.0;
+      cos_q15[i] = (int16_t)(c >= 32767.0 ? 32767 : (c <= -32768.0 ? -32768 : llround(c)));
+      sin_q15[i] = (int16_t)(s >= 32767.0 ? 32767 : (s <= -32768.0 ? -32768 : llround(s)));
+    }
   }
   return AF_OK;
+}
+
+af_status af_rope_table_f32(float* cos_t, float* sin_t, int32_t pos, int32_t head_dim,
+                            double theta) {
+  return af_rope_table(cos_t, sin_t, NULL, NULL, pos, head_dim, theta);
 }
 
 /* sigmoid(x) without overflow: e = exp(-|x|) <= 1. */

@@ -64,31 +64,37 @@ static af_status af_linear_s8_check(const void* y, const int8_t* x, const int8_t
   return AF_OK;
 }
 
-af_status af_linear_s8(int8_t* y, const int8_t* x, const int8_t* w, const int32_t* b,
-                       const af_qmult* m, int32_t in, int32_t out) {
-  af_status st = af_linear_s8_check(y, x, w, m, in, out);
+/* The one int8 linear layer: v[o] = mulq(x . w[o] + b[o], m[o]) stored as
+ * y[o] = sat8(v[o]) (y non-NULL; y must not alias x), or added as
+ * r[o] = sat32(r[o] + v[o]) (y NULL: the residual stream r, 4-byte aligned). */
+static af_status af_linear_s8_any(int8_t* y, int32_t* r, const int8_t* x, const int8_t* w,
+                                  const int32_t* b, const af_qmult* m, int32_t in, int32_t out) {
+  af_status st = af_linear_s8_check(y ? (const void*)y : (const void*)r, x, w, m, in, out);
   int32_t o;
   if (st != AF_OK) return st;
-  if ((const void*)y == (const void*)x) return AF_ERR_PARAM;
+  if (y != NULL && (const void*)y == (const void*)x) return AF_ERR_PARAM;
+  if (y == NULL && !af_aligned(r, 4)) return AF_ERR_ALIGN;
   for (o = 0; o < out; ++o) {
-    y[o] = af_sat8(af_s8_mul_by_qmult(af_dot_s8_bias(w + (size_t)o * in, x, b ? b[o] : 0, in),
-                                      m[o]));
+    const int32_t v =
+        af_s8_mul_by_qmult(af_dot_s8_bias(w + (size_t)o * in, x, b ? b[o] : 0, in), m[o]);
+    if (y != NULL)
+      y[o] = af_sat8(v);
+    else
+      r[o] = af_sat32_64((int64_t)r[o] + v);
   }
   return AF_OK;
 }
 
+af_status af_linear_s8(int8_t* y, const int8_t* x, const int8_t* w, const int32_t* b,
+                       const af_qmult* m, int32_t in, int32_t out) {
+  if (y == NULL) return AF_ERR_NULL;
+  return af_linear_s8_any(y, NULL, x, w, b, m, in, out);
+}
+
 af_status af_linear_s8_residual(int32_t* r, const int8_t* x, const int8_t* w, const int32_t* b,
                                 const af_qmult* m, int32_t in, int32_t out) {
-  af_status st = af_linear_s8_check(r, x, w, m, in, out);
-  int32_t o;
-  if (st != AF_OK) return st;
-  if (!af_aligned(r, 4)) return AF_ERR_ALIGN;
-  for (o = 0; o < out; ++o) {
-    r[o] = af_sat32_64((int64_t)r[o] + af_s8_mul_by_qmult(
-                                          af_dot_s8_bias(w + (size_t)o * in, x, b ? b[o] : 0, in),
-                                          m[o]));
-  }
-  return AF_OK;
+  if (r == NULL) return AF_ERR_NULL;
+  return af_linear_s8_any(NULL, r, x, w, b, m, in, out);
 }
 
 static uint32_t af_isqrt64(uint64_t x) { /* floor(sqrt(x)), x < 2^64 */

@@ -1,9 +1,10 @@
 /* af_quant.c — preparation of the int8 parameters (include/attnflow/micro.h):
  * real scales -> fixed-point multipliers (exp and output multipliers), ALiBi
- * slopes and additive float masks -> raw-score units. It is the only source
- * of the int8 path that uses floating point; run it on the host or once at
- * start-up. The kernels in af_sdpa_s8.c and af_nn_s8.c consume the integer
- * results only. */
+ * slopes and additive float masks -> raw-score units, the Q15 RoPE table
+ * (written by af_rope_table in af_nn_f32.c, the one writer of both RoPE
+ * tables). With that table writer it is the only floating point of the
+ * int8 path; run it on the host or once at start-up. The kernels in
+ * af_sdpa_s8.c and af_nn_s8.c consume the integer results only. */
 #include <math.h>
 
 #include "af_internal.h"
@@ -162,17 +163,7 @@ af_status af_rmsnorm_s8_fold(int32_t* g, int32_t* eps_int, const float* gamma, i
 
 af_status af_rope_table_s8(int16_t* cos_q15, int16_t* sin_q15, int32_t pos, int32_t head_dim,
                            double theta) {
-  int32_t i;
-  const af_status st = af_rope_table_check(cos_q15, sin_q15, pos, head_dim, theta);
-  if (st != AF_OK) return st;
-  for (i = 0; i < head_dim / 2; ++i) {
-    const double ang = (double)pos * pow(theta, -2.0 * i / head_dim);
-    const double c = cos(ang) * 32768.0, s = sin(ang) * 32768.0;
-    /* Q15, 1.0 saturated to 32767 */
-    cos_q15[i] = (int16_t)(c >= 32767.0 ? 32767 : (c <= -32768.0 ? -32768 : llround(c)));
-    sin_q15[i] = (int16_t)(s >= 32767.0 ? 32767 : (s <= -32768.0 ? -32768 : llround(s)));
-  }
-  return AF_OK;
+  return af_rope_table(NULL, NULL, cos_q15, sin_q15, pos, head_dim, theta); /* af_nn_f32.c */
 }
 
 af_status af_act_table_s8(int8_t* table, af_act act, float s_in, float s_out) {

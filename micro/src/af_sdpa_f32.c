@@ -62,30 +62,34 @@ static float af_exp_neg(float x) {
   return p * scale;
 }
 
+/* The f32 kernels' loop over d = 0..n-1 (d declared by the caller): STEP(o)
+ * for o = 0..3 per group of four, then STEP(0) for each of the n % 4 last
+ * elements, the two pointers a and b advancing with d (in order, so every
+ * kernel keeps the d order of its rounding sequence). */
+#define AF_UNROLL4(n, a, b, STEP)                       \
+  for (d = 0; d + 4 <= (n); d += 4, a += 4, b += 4) {   \
+    STEP(0) STEP(1) STEP(2) STEP(3)                     \
+  }                                                     \
+  for (; d < (n); ++d, ++a, ++b) {                      \
+    STEP(0)                                             \
+  }
+
 /* q.k in d order with one accumulator (the same rounding sequence as the
  * blocked kernels, so a key's score does not depend on its block). */
 static float af_dot_f32(const float* a, const float* b, int32_t n) {
   float s = 0.f;
   int32_t d;
-  for (d = 0; d + 4 <= n; d += 4, a += 4, b += 4) {
-    s = AF_FMA(a[0], b[0], s);
-    s = AF_FMA(a[1], b[1], s);
-    s = AF_FMA(a[2], b[2], s);
-    s = AF_FMA(a[3], b[3], s);
-  }
-  for (; d < n; ++d, ++a, ++b) s = AF_FMA(a[0], b[0], s);
+#define AF_DOT_STEP(o) s = AF_FMA(a[o], b[o], s);
+  AF_UNROLL4(n, a, b, AF_DOT_STEP)
+#undef AF_DOT_STEP
   return s;
 }
 
 static void af_axpy_f32(float* acc, float p, const float* v, int32_t n) {
   int32_t d;
-  for (d = 0; d + 4 <= n; d += 4, acc += 4, v += 4) {
-    acc[0] = AF_FMA(p, v[0], acc[0]);
-    acc[1] = AF_FMA(p, v[1], acc[1]);
-    acc[2] = AF_FMA(p, v[2], acc[2]);
-    acc[3] = AF_FMA(p, v[3], acc[3]);
-  }
-  for (; d < n; ++d, ++acc, ++v) acc[0] = AF_FMA(p, v[0], acc[0]);
+#define AF_AXPY_STEP(o) acc[o] = AF_FMA(p, v[o], acc[o]);
+  AF_UNROLL4(n, acc, v, AF_AXPY_STEP)
+#undef AF_AXPY_STEP
 }
 
 /* Scores of q against 4 consecutive keys: each q element loaded once for 4
@@ -99,15 +103,7 @@ AF_INLINE void af_qk4_f32(float* s, const float* q, const float* k, int32_t D) {
   a1 = AF_FMA(x, k[D + (o)], a1);         \
   a2 = AF_FMA(x, k[2 * D + (o)], a2);     \
   a3 = AF_FMA(x, k[3 * D + (o)], a3);
-  for (d = 0; d + 4 <= D; d += 4, q += 4, k += 4) {
-    AF_QK_STEP(0)
-    AF_QK_STEP(1)
-    AF_QK_STEP(2)
-    AF_QK_STEP(3)
-  }
-  for (; d < D; ++d, ++q, ++k) {
-    AF_QK_STEP(0)
-  }
+  AF_UNROLL4(D, q, k, AF_QK_STEP)
 #undef AF_QK_STEP
   s[0] = a0;
   s[1] = a1;
@@ -124,15 +120,7 @@ AF_INLINE void af_pv4_f32(float* acc, const float* p, const float* v, int32_t Dv
   acc[o] = AF_FMA(p3, v[3 * Dv + (o)],                                         \
                   AF_FMA(p2, v[2 * Dv + (o)],                                  \
                          AF_FMA(p1, v[Dv + (o)], AF_FMA(p0, v[o], acc[o]))));
-  for (d = 0; d + 4 <= Dv; d += 4, acc += 4, v += 4) {
-    AF_PV_STEP(0)
-    AF_PV_STEP(1)
-    AF_PV_STEP(2)
-    AF_PV_STEP(3)
-  }
-  for (; d < Dv; ++d, ++acc, ++v) {
-    AF_PV_STEP(0)
-  }
+  AF_UNROLL4(Dv, acc, v, AF_PV_STEP)
 #undef AF_PV_STEP
 }
 
@@ -226,38 +214,12 @@ static void af_softmax_tile_f32(af_row_state* st, float* sbuf, int32_t t_n, floa
 }
 
 /* Two consecutive query rows (q, q + D) x 4 keys: per d, 2 q + 4 k loads
- * serve 8 MACs (fp32, one accumulator per score, d order). */
-#define AF_QK2_STEP(o)                                                          \
-  {                                                                             \
-    const float x = q[o], y = q[D + (o)];                                       \
-    const float k0 = k[o], k1 = k[D + (o)], k2 = k[2 * D + (o)], k3 = k[3 * D + (o)]; \
-    a0 = AF_FMA(x, k0, a0);                                                     \
-    a1 = AF_FMA(x, k1, a1);                                                     \
-    a2 = AF_FMA(x, k2, a2);                                                     \
-    a3 = AF_FMA(x, k3, a3);                                                     \
-    b0 = AF_FMA(y, k0, b0);                                                     \
-    b1 = AF_FMA(y, k1, b1);                                                     \
-    b2 = AF_FMA(y, k2, b2);                                                     \
-    b3 = AF_FMA(y, k3, b3);                                                     \
-  }
+ * serve 8 MACs (fp32, one accumulator per score, d order; AF_QK2X4_BODY). */
+#define AF_MAC_F32(x, k, a) a = AF_FMA(x, k, a);
 AF_INLINE void af_qk2x4_f32(float* s0, float* s1, const float* q, const float* k, int32_t D) {
-  float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f, b0 = 0.f, b1 = 0.f, b2 = 0.f, b3 = 0.f;
-  int32_t d;
-  for (d = 0; d + 2 <= D; d += 2, q += 2, k += 2) {
-    AF_QK2_STEP(0)
-    AF_QK2_STEP(1)
-  }
-  if (d < D) AF_QK2_STEP(0)
-  s0[0] = a0;
-  s0[1] = a1;
-  s0[2] = a2;
-  s0[3] = a3;
-  s1[0] = b0;
-  s1[1] = b1;
-  s1[2] = b2;
-  s1[3] = b3;
+  AF_QK2X4_BODY(float, AF_MAC_F32)
 }
-#undef AF_QK2_STEP
+#undef AF_MAC_F32
 
 /* Two rows' accumulators (acc, acc + Dv) += weights p, r x 4 value rows,
  * keys in order. */
@@ -270,14 +232,7 @@ AF_INLINE void af_qk2x4_f32(float* s0, float* s1, const float* q, const float* k
   }
 AF_INLINE void af_pv2x4_f32(float* acc, const float* p, const float* r, const float* v,
                             int32_t Dv) {
-  const float p0 = p[0], p1 = p[1], p2 = p[2], p3 = p[3];
-  const float r0 = r[0], r1 = r[1], r2 = r[2], r3 = r[3];
-  int32_t d;
-  for (d = 0; d + 2 <= Dv; d += 2, v += 2, acc += 2) {
-    AF_PV2_STEP(0)
-    AF_PV2_STEP(1)
-  }
-  if (d < Dv) AF_PV2_STEP(0)
+  AF_PV2X4_BODY(float, AF_PV2_STEP)
 }
 #undef AF_PV2_STEP
 
@@ -335,23 +290,11 @@ AF_INLINE void af_pair_impl(af_row_state* s0, af_row_state* s1, const float* q, 
                             const float* v, int32_t f0, int32_t l0, int32_t f1, int32_t l1,
                             int32_t two, int32_t D, int32_t Dv, float scale, float* sb0,
                             float* sb1, const af_row_bias* rb0, const af_row_bias* rb1) {
-  int32_t from[4], to[4], rowsel[4], n = 0, x;
-  if (two) {
-    const int32_t cf = f0 > f1 ? f0 : f1, cl = l0 < l1 ? l0 : l1;
-    if (cf <= cl) {
-      af_rows2_update_impl(s0, s1, q, k + (size_t)cf * D, v + (size_t)cf * Dv, cf, cl - cf + 1,
-                           D, Dv, scale, sb0, sb1, rb0, rb1);
-      from[n] = f1, to[n] = cf - 1, rowsel[n++] = 1;
-      from[n] = cl + 1, to[n] = l1, rowsel[n++] = 1;
-      from[n] = f0, to[n] = cf - 1, rowsel[n++] = 0;
-      from[n] = cl + 1, to[n] = l0, rowsel[n++] = 0;
-    } else {
-      from[n] = f1, to[n] = l1, rowsel[n++] = 1;
-      from[n] = f0, to[n] = l0, rowsel[n++] = 0;
-    }
-  } else {
-    from[n] = f0, to[n] = l0, rowsel[n++] = 0;
-  }
+  int32_t from[4], to[4], rowsel[4], cf, cl, x;
+  const int32_t n = af_pair_segments(f0, l0, f1, l1, two, &cf, &cl, from, to, rowsel);
+  if (cf <= cl)
+    af_rows2_update_impl(s0, s1, q, k + (size_t)cf * D, v + (size_t)cf * Dv, cf, cl - cf + 1, D,
+                         Dv, scale, sb0, sb1, rb0, rb1);
   for (x = 0; x < n; ++x) {
     if (from[x] > to[x]) continue;
     af_row_update_impl(rowsel[x] ? s1 : s0, rowsel[x] ? q + D : q, k + (size_t)from[x] * D,
@@ -412,7 +355,7 @@ static af_status af_sdpa_f32_check(const float* q, const float* k, const int32_t
   if (!af_aligned(q, 4) || !af_aligned(k, 4) || !af_aligned(kv_lens, 4)) return AF_ERR_ALIGN;
   if (!af_scale_ok(scale)) return AF_ERR_PARAM;
   if ((st = af_check_kv_lens(kv_lens, s)) != AF_OK) return st;
-  return af_sdpa_check_opts(o, s, 0);
+  return af_f32_check_opts(o, s);
 }
 
 af_status af_sdpa_f32_ex(float* out, float* lse, const float* q, const float* k,
@@ -440,21 +383,11 @@ af_status af_sdpa_f32_ex(float* out, float* lse, const float* q, const float* k,
         for (i = 0; i < Lq; i += 2) {
           const size_t row = ((size_t)b * H + h) * Lq + i;
           const int32_t two = i + 1 < Lq;
-          int32_t f0, l0, f1 = 0, l1 = -1;
+          int32_t f0, l0, f1, l1, d;
           af_row_state r0, r1;
           af_row_bias rb[2];
-          const af_row_bias *rb0 = NULL, *rb1 = NULL;
-          int32_t d;
-          af_row_keys(s, o, i, valid, &f0, &l0);
-          if (two) af_row_keys(s, o, i + 1, valid, &f1, &l1);
-          if (o != NULL) {
-            af_row_bias_init(&rb[0], s, o, b, h, i, valid);
-            af_row_bias_init(&rb[1], s, o, b, h, two ? i + 1 : i, valid);
-            if (rb[0].kind) {
-              rb0 = &rb[0];
-              rb1 = &rb[1];
-            }
-          }
+          const af_row_bias *rb0, *rb1;
+          af_pair_rows(s, o, b, h, i, two, valid, &f0, &l0, &f1, &l1, rb, &rb0, &rb1);
           r0.m = r1.m = 0.f;
           r0.l = r1.l = 0.f;
           r0.n = r1.n = 0;

@@ -110,39 +110,14 @@ typedef struct {
 
 /* ------------------------------------------------------------ kernels --- */
 /* Two consecutive query rows (q, q + D) x 4 keys: per d, 2 q + 4 k loads
- * serve 8 MACs; two d per iteration. With D a compile-time constant every
- * offset is an immediate and only two pointers move. */
-#define AF_QK_STEP(o)                                                           \
-  {                                                                            \
-    const int32_t x = q[o], y = q[D + (o)];                                    \
-    const int32_t k0 = k[o], k1 = k[D + (o)], k2 = k[2 * D + (o)], k3 = k[3 * D + (o)]; \
-    a0 += x * k0;                                                              \
-    a1 += x * k1;                                                              \
-    a2 += x * k2;                                                              \
-    a3 += x * k3;                                                              \
-    b0 += y * k0;                                                              \
-    b1 += y * k1;                                                              \
-    b2 += y * k2;                                                              \
-    b3 += y * k3;                                                              \
-  }
+ * serve 8 MACs; two d per iteration (AF_QK2X4_BODY). With D a compile-time
+ * constant every offset is an immediate and only two pointers move. */
+#define AF_MAC_S8(x, k, a) a += x * k;
 AF_INLINE void af_qk2x4_s8_c(int32_t* s0, int32_t* s1, const int8_t* q, const int8_t* k,
                            int32_t D) {
-  int32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0, b0 = 0, b1 = 0, b2 = 0, b3 = 0, d;
-  for (d = 0; d + 2 <= D; d += 2, q += 2, k += 2) {
-    AF_QK_STEP(0)
-    AF_QK_STEP(1)
-  }
-  if (d < D) AF_QK_STEP(0)
-  s0[0] = a0;
-  s0[1] = a1;
-  s0[2] = a2;
-  s0[3] = a3;
-  s1[0] = b0;
-  s1[1] = b1;
-  s1[2] = b2;
-  s1[3] = b3;
+  AF_QK2X4_BODY(int32_t, AF_MAC_S8)
 }
-#undef AF_QK_STEP
+#undef AF_MAC_S8
 
 AF_INLINE int32_t af_qk1_s8(const int8_t* q, const int8_t* k, int32_t D) {
   int32_t a = 0, d;
@@ -150,24 +125,17 @@ AF_INLINE int32_t af_qk1_s8(const int8_t* q, const int8_t* k, int32_t D) {
   return a;
 }
 
-/* Two rows' accumulators (acc, acc + Dv) += their weights w, u x 4 value
+/* Two rows' accumulators (acc, acc + Dv) += their weights p, r x 4 value
  * rows: per d, 4 v loads serve 8 MACs; two d per iteration. */
 #define AF_PV_STEP(o)                                                            \
   {                                                                             \
     const int32_t v0 = v[o], v1 = v[Dv + (o)], v2 = v[2 * Dv + (o)], v3 = v[3 * Dv + (o)]; \
-    acc[o] += w0 * v0 + w1 * v1 + w2 * v2 + w3 * v3;                            \
-    acc[Dv + (o)] += u0 * v0 + u1 * v1 + u2 * v2 + u3 * v3;                     \
+    acc[o] += p0 * v0 + p1 * v1 + p2 * v2 + p3 * v3;                            \
+    acc[Dv + (o)] += r0 * v0 + r1 * v1 + r2 * v2 + r3 * v3;                     \
   }
-AF_INLINE void af_pv2x4_s8_c(int32_t* acc, const int32_t* w, const int32_t* u, const int8_t* v,
+AF_INLINE void af_pv2x4_s8_c(int32_t* acc, const int32_t* p, const int32_t* r, const int8_t* v,
                            int32_t Dv) {
-  const int32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3];
-  const int32_t u0 = u[0], u1 = u[1], u2 = u[2], u3 = u[3];
-  int32_t d;
-  for (d = 0; d + 2 <= Dv; d += 2, v += 2, acc += 2) {
-    AF_PV_STEP(0)
-    AF_PV_STEP(1)
-  }
-  if (d < Dv) AF_PV_STEP(0)
+  AF_PV2X4_BODY(int32_t, AF_PV_STEP)
 }
 #undef AF_PV_STEP
 
@@ -963,12 +931,24 @@ static int32_t af_softcap_s8(int32_t s, const int32_t* c) {
 }
 
 /* The softcap of a tile of raw scores, out of line so that the mask and
- * ALiBi loops of af_bias_s8 keep their registers. */
+ * ALiBi loops of af_bias_s8 keep their registers. Reached only through
+ * af_row_bias.cap_tile, which the softcap entry points set (af_sdpa_s8_softcap_ex,
+ * af_decode_s8_softcap, the probe): an application that calls neither links
+ * neither this loop nor kTanhQ16 (tools/edge/code_size.sh). */
 static __attribute__((noinline)) void af_softcap_tile_s8(int32_t* x, int32_t t_n,
                                                           const int32_t* c) {
   int32_t t;
   for (t = 0; t < t_n; ++t) x[t] = af_softcap_s8(x[t], c);
 }
+
+/* The softcap as a pluggable stage of the int8 entry points: its
+ * constants' check and its tile. NULL: no softcap linked (softcap_s8
+ * refused). */
+typedef struct {
+  af_status (*check)(const int32_t* c, int32_t num_heads);
+  void (*tile)(int32_t* x, int32_t t_n, const int32_t* c);
+} af_s8_softcap_ops;
+static const af_s8_softcap_ops kS8Softcap = {af_softcap_s8_check, af_softcap_tile_s8};
 
 /* Test-only mutation hook (see af_sdpa_f32.c): inverts the bool mask. */
 #ifdef AF_TEST_PLANT_MASK_BUG
@@ -1035,7 +1015,7 @@ static void af_s8_softmax_tile(af_s8_row* r, int32_t* sbuf, int32_t t_n, af_qmul
   int32_t t, tmax, l = r->l, m;
   if (rb != NULL) {
     if (rb->kind & AF_BIAS_SOFTCAP) /* first, on the raw scores (never AF_S8_MASKED) */
-      af_softcap_tile_s8(sbuf, t_n, rb->cap_s8);
+      rb->cap_tile(sbuf, t_n, rb->cap_s8);
     af_bias_s8(sbuf, t_n, rb, j0);
   }
   tmax = sbuf[0];
@@ -1429,24 +1409,11 @@ AF_INLINE void af_s8_pair(af_s8_row* r0, af_s8_row* r1, int32_t* sb0, int32_t* s
                           af_qmult em, int32_t hi_cut, int32_t wshift, int32_t D, int32_t Dv,
                           const af_row_bias* rb0, const af_row_bias* rb1, int32_t d64,
                           const int32_t* qx) {
-  int32_t from[4], to[4], n = 0, x;
-  int32_t rowsel[4];
-  if (q1 != NULL) {
-    const int32_t cf = f0 > f1 ? f0 : f1, cl = l0 < l1 ? l0 : l1;
-    if (cf <= cl) {
-      af_s8_keys2(r0, r1, sb0, sb1, q0, q1, k + (size_t)cf * D, AF_VAT(v, cf, ldv, Dv), ldv,
-                  cf, cl - cf + 1, em, hi_cut, wshift, D, Dv, rb0, rb1, d64, qx);
-      from[n] = f0, to[n] = cf - 1, rowsel[n++] = 0;
-      from[n] = cl + 1, to[n] = l0, rowsel[n++] = 0;
-      from[n] = f1, to[n] = cf - 1, rowsel[n++] = 1;
-      from[n] = cl + 1, to[n] = l1, rowsel[n++] = 1;
-    } else {
-      from[n] = f0, to[n] = l0, rowsel[n++] = 0;
-      from[n] = f1, to[n] = l1, rowsel[n++] = 1;
-    }
-  } else {
-    from[n] = f0, to[n] = l0, rowsel[n++] = 0;
-  }
+  int32_t from[4], to[4], rowsel[4], cf, cl, x;
+  const int32_t n = af_pair_segments(f0, l0, f1, l1, q1 != NULL, &cf, &cl, from, to, rowsel);
+  if (cf <= cl)
+    af_s8_keys2(r0, r1, sb0, sb1, q0, q1, k + (size_t)cf * D, AF_VAT(v, cf, ldv, Dv), ldv, cf,
+                cl - cf + 1, em, hi_cut, wshift, D, Dv, rb0, rb1, d64, qx);
   for (x = 0; x < n; ++x) {
     if (from[x] > to[x]) continue;
     af_s8_keys1(rowsel[x] ? r1 : r0, rowsel[x] ? sb1 : sb0, rowsel[x] ? q1 : q0,
@@ -1591,11 +1558,13 @@ static void af_s8_finish(int8_t* o, const af_s8_row* r, af_qmult om, int32_t Dv)
   }
 }
 
-/* Everything af_sdpa_s8_ex and the probe check before touching memory;
- * *wshift gets the weight shift of the shape. */
+/* Everything af_sdpa_s8_ex, af_sdpa_s8_softcap_ex and the probe check
+ * before touching memory (cap NULL: softcap_s8 refused); *wshift gets the
+ * weight shift of the shape. */
 static af_status af_sdpa_s8_check(const int8_t* q, const int8_t* k, const int32_t* kv_lens,
                                   const af_s8_params* p, const af_sdpa_shape* s,
-                                  const af_sdpa_opts* o, int32_t* wshift) {
+                                  const af_sdpa_opts* o, const af_s8_softcap_ops* cap,
+                                  int32_t* wshift) {
   af_status st = af_sdpa_check_shape(s);
   int32_t h;
   if (st != AF_OK) return st;
@@ -1610,18 +1579,23 @@ static af_status af_sdpa_s8_check(const int8_t* q, const int8_t* k, const int32_
         p->out_mult[h].mult < 0 || p->out_mult[h].shift < -31 || p->out_mult[h].shift > 30)
       return AF_ERR_PARAM;
   if ((st = af_check_kv_lens(kv_lens, s)) != AF_OK) return st;
-  if ((st = af_sdpa_check_opts(o, s, 1)) != AF_OK) return st;
+  if ((st = af_s8_check_opts(o, s, cap != NULL)) != AF_OK) return st;
+  if (cap != NULL && o != NULL && o->softcap_s8 != NULL &&
+      (st = cap->check(o->softcap_s8, s->num_heads)) != AF_OK)
+    return st;
   *wshift = 0;
-  while (((int64_t)s->kv_len << (22 - *wshift)) >= ((int64_t)1 << 31)) ++*wshift;
+  while ((s->kv_len >> (9 + *wshift)) != 0) ++*wshift; /* kv_len * 2^(22 - w) >= 2^31 */
   return AF_OK;
 }
 
-af_status af_sdpa_s8_ex(int8_t* out, const int8_t* q, const int8_t* k, const int8_t* v,
-                        const int32_t* kv_lens, const af_s8_params* p, const af_sdpa_shape* s,
-                        const af_sdpa_opts* o, void* arena, size_t arena_bytes) {
+/* af_sdpa_s8_ex with the softcap stage `cap` (NULL: none linked). */
+static af_status af_sdpa_s8_run(int8_t* out, const int8_t* q, const int8_t* k, const int8_t* v,
+                                const int32_t* kv_lens, const af_s8_params* p,
+                                const af_sdpa_shape* s, const af_sdpa_opts* o,
+                                const af_s8_softcap_ops* cap, void* arena, size_t arena_bytes) {
   int32_t b, h, i, wshift = 0;
   int32_t *sb0, *sb1, *acc0, *acc1;
-  af_status st = af_sdpa_s8_check(q, k, kv_lens, p, s, o, &wshift);
+  af_status st = af_sdpa_s8_check(q, k, kv_lens, p, s, o, cap, &wshift);
   if (st != AF_OK) return st;
   if (out == NULL || v == NULL || arena == NULL) return AF_ERR_NULL;
   if (arena_bytes < af_sdpa_s8_workspace_bytes(s) || ((uintptr_t)arena & 3u))
@@ -1648,20 +1622,12 @@ af_status af_sdpa_s8_ex(int8_t* out, const int8_t* q, const int8_t* k, const int
           const size_t row = ((size_t)b * H + h) * Lq + i;
           const int32_t two = i + 1 < Lq;
           const int8_t* q1 = two ? q + (row + 1) * D : NULL;
-          int32_t f0, l0, f1 = 0, l1 = -1;
+          int32_t f0, l0, f1, l1;
           af_s8_row r0, r1;
           af_row_bias rb[2];
-          const af_row_bias *rb0 = NULL, *rb1 = NULL;
-          af_row_keys(s, o, i, valid, &f0, &l0);
-          if (two) af_row_keys(s, o, i + 1, valid, &f1, &l1);
-          if (o != NULL) {
-            af_row_bias_init(&rb[0], s, o, b, h, i, valid);
-            af_row_bias_init(&rb[1], s, o, b, h, two ? i + 1 : i, valid);
-            if (rb[0].kind) {
-              rb0 = &rb[0];
-              rb1 = &rb[1];
-            }
-          }
+          const af_row_bias *rb0, *rb1;
+          af_pair_rows(s, o, b, h, i, two, valid, &f0, &l0, &f1, &l1, rb, &rb0, &rb1);
+          if (cap != NULL && rb0 != NULL) rb[0].cap_tile = rb[1].cap_tile = cap->tile;
           r0.m = r1.m = 0;
           r0.l = r1.l = 0;
           r0.started = r1.started = 0;
@@ -1682,6 +1648,19 @@ af_status af_sdpa_s8_ex(int8_t* out, const int8_t* q, const int8_t* k, const int
     }
   }
   return AF_OK;
+}
+
+af_status af_sdpa_s8_ex(int8_t* out, const int8_t* q, const int8_t* k, const int8_t* v,
+                        const int32_t* kv_lens, const af_s8_params* p, const af_sdpa_shape* s,
+                        const af_sdpa_opts* o, void* arena, size_t arena_bytes) {
+  return af_sdpa_s8_run(out, q, k, v, kv_lens, p, s, o, NULL, arena, arena_bytes);
+}
+
+af_status af_sdpa_s8_softcap_ex(int8_t* out, const int8_t* q, const int8_t* k, const int8_t* v,
+                                const int32_t* kv_lens, const af_s8_params* p,
+                                const af_sdpa_shape* s, const af_sdpa_opts* o, void* arena,
+                                size_t arena_bytes) {
+  return af_sdpa_s8_run(out, q, k, v, kv_lens, p, s, o, &kS8Softcap, arena, arena_bytes);
 }
 
 af_status af_sdpa_s8(int8_t* out, const int8_t* q, const int8_t* k,
@@ -1734,15 +1713,13 @@ size_t af_decode_s8_workspace_bytes(const af_kv_cache_s8* c, int32_t num_heads) 
   return (size_t)(AF_S8_KEY_TILE + c->v_dim) * sizeof(int32_t);
 }
 
-af_status af_decode_s8(int8_t* out, const int8_t* q, const af_kv_cache_s8* c, int32_t num_heads,
-                       const af_s8_params* p, const int32_t* alibi_s8, void* arena,
-                       size_t arena_bytes) {
-  return af_decode_s8_softcap(out, q, c, num_heads, p, alibi_s8, NULL, arena, arena_bytes);
-}
-
-af_status af_decode_s8_softcap(int8_t* out, const int8_t* q, const af_kv_cache_s8* c,
-                               int32_t num_heads, const af_s8_params* p, const int32_t* alibi_s8,
-                               const int32_t* softcap_s8, void* arena, size_t arena_bytes) {
+/* af_decode_s8_softcap with the softcap stage `cap` (NULL: none linked,
+ * softcap_s8 is then NULL). */
+static af_status af_decode_s8_run(int8_t* out, const int8_t* q, const af_kv_cache_s8* c,
+                                  int32_t num_heads, const af_s8_params* p,
+                                  const int32_t* alibi_s8, const int32_t* softcap_s8,
+                                  const af_s8_softcap_ops* cap, void* arena,
+                                  size_t arena_bytes) {
   int32_t h, n, first, wshift = 0;
   int32_t *sbuf, *acc;
   af_status st = af_kv_cache_s8_check(c);
@@ -1758,14 +1735,14 @@ af_status af_decode_s8_softcap(int8_t* out, const int8_t* q, const af_kv_cache_s
     if (p->exp_mult[h].mult < 0 || p->exp_mult[h].shift < 0 || p->exp_mult[h].shift > 8 ||
         p->out_mult[h].mult < 0 || p->out_mult[h].shift < -31 || p->out_mult[h].shift > 30)
       return AF_ERR_PARAM;
-  if (softcap_s8 != NULL && (st = af_softcap_s8_check(softcap_s8, num_heads)) != AF_OK) return st;
+  if (softcap_s8 != NULL && (st = cap->check(softcap_s8, num_heads)) != AF_OK) return st;
   if (arena_bytes < af_decode_s8_workspace_bytes(c, num_heads) || ((uintptr_t)arena & 3u))
     return AF_ERR_ARENA;
   sbuf = (int32_t*)arena;
   acc = sbuf + AF_S8_KEY_TILE;
   /* Visible positions [first, length): the last `window` ones, or all. */
   af_kv_visible(c->length, c->window, &first, &n);
-  while (((int64_t)n << (22 - wshift)) >= ((int64_t)1 << 31)) ++wshift;
+  while ((n >> (9 + wshift)) != 0) ++wshift; /* n * 2^(22 - w) >= 2^31 */
   for (h = 0; h < c->v_dim; ++h) acc[h] = 0;
   for (h = 0; h < num_heads; ++h) {
     const int32_t g = h / (num_heads / c->num_kv_heads), ph = p->num_scale_heads == 1 ? 0 : h;
@@ -1796,6 +1773,7 @@ af_status af_decode_s8_softcap(int8_t* out, const int8_t* q, const af_kv_cache_s
     if (softcap_s8 != NULL) { /* before ALiBi, as in af_sdpa_s8_ex */
       rb.kind |= AF_BIAS_SOFTCAP;
       rb.cap_s8 = softcap_s8 + 4 * h;
+      rb.cap_tile = cap->tile;
     }
     /* The ring holds positions in slot order; oldest first, as at most two
      * contiguous segments, each tiled from its start. */
@@ -1810,6 +1788,19 @@ af_status af_decode_s8_softcap(int8_t* out, const int8_t* q, const af_kv_cache_s
   return AF_OK;
 }
 
+af_status af_decode_s8(int8_t* out, const int8_t* q, const af_kv_cache_s8* c, int32_t num_heads,
+                       const af_s8_params* p, const int32_t* alibi_s8, void* arena,
+                       size_t arena_bytes) {
+  return af_decode_s8_run(out, q, c, num_heads, p, alibi_s8, NULL, NULL, arena, arena_bytes);
+}
+
+af_status af_decode_s8_softcap(int8_t* out, const int8_t* q, const af_kv_cache_s8* c,
+                               int32_t num_heads, const af_s8_params* p, const int32_t* alibi_s8,
+                               const int32_t* softcap_s8, void* arena, size_t arena_bytes) {
+  return af_decode_s8_run(out, q, c, num_heads, p, alibi_s8, softcap_s8, &kS8Softcap, arena,
+                          arena_bytes);
+}
+
 /* ------------------------------------------------------------- probe --- */
 
 /* Raw and masked score of key j (the kernel's dot product and bias;
@@ -1819,7 +1810,7 @@ static int32_t af_s8_probe_key(int32_t* raw, const int8_t* qr, const int8_t* kh,
   int32_t x = af_qk1_s8(qr, kh + (size_t)j * D, D);
   if (raw) *raw = x;
   if (j < f || j > l) return AF_S8_MASKED;
-  if (rb->kind & AF_BIAS_SOFTCAP) af_softcap_tile_s8(&x, 1, rb->cap_s8);
+  if (rb->kind & AF_BIAS_SOFTCAP) rb->cap_tile(&x, 1, rb->cap_s8);
   if (rb->kind) af_bias_s8(&x, 1, rb, j);
   return x;
 }
@@ -1834,7 +1825,7 @@ af_status af_sdpa_s8_probe(int32_t* scores, int32_t* masked, int32_t* weights,
   af_qmult em;
   int32_t hi_cut;
   const int8_t *qr, *kh;
-  af_status st = af_sdpa_s8_check(q, k, kv_lens, p, s, o, &wshift);
+  af_status st = af_sdpa_s8_check(q, k, kv_lens, p, s, o, &kS8Softcap, &wshift);
   if (st != AF_OK) return st;
   if (b < 0 || b >= s->batch || h < 0 || h >= s->num_heads || i < 0 || i >= s->q_len)
     return AF_ERR_PARAM;
@@ -1848,6 +1839,7 @@ af_status af_sdpa_s8_probe(int32_t* scores, int32_t* masked, int32_t* weights,
                s->head_dim;
   af_row_keys(s, o, i, kv_lens ? kv_lens[b] : s->kv_len, &f, &l);
   af_row_bias_init(&rb, s, o, b, h, i, kv_lens ? kv_lens[b] : s->kv_len);
+  rb.cap_tile = kS8Softcap.tile;
   for (j = 0; j < s->kv_len; ++j) {
     const int32_t x = af_s8_probe_key(scores ? scores + j : NULL, qr, kh, j, s->head_dim, f, l, &rb);
     if (masked) masked[j] = x;

@@ -181,8 +181,8 @@ TEST(MicroDecodeS8, WithoutWrapItIsTheSdpaKernelBitForBit) {
   ASSERT_EQ(af_sdpa_s8(b.data(), q.data(), k.data(), v.data(), nullptr, &p, &s, arena.data(), 4096),
             AF_OK);
   EXPECT_EQ(a, b);
-  // With a softcap and ALiBi: af_decode_s8_softcap is af_sdpa_s8_ex with
-  // softcap_s8 and alibi_s8 on the bottom-right row, bit for bit; and the
+  // With a softcap and ALiBi: af_decode_s8_softcap is af_sdpa_s8_softcap_ex
+  // with softcap_s8 and alibi_s8 on the bottom-right row, bit for bit; and the
   // cap changes the output (the softcap path is taken at all).
   int32_t c8[8], a8[2];
   const float slopes[2] = {0.25f, 0.0625f};
@@ -194,10 +194,14 @@ TEST(MicroDecodeS8, WithoutWrapItIsTheSdpaKernelBitForBit) {
   o.softcap_s8 = c8;
   o.alibi_s8 = a8;
   s.causal = AF_CAUSAL_BOTTOM_RIGHT;
-  ASSERT_EQ(af_sdpa_s8_ex(e.data(), q.data(), k.data(), v.data(), nullptr, &p, &s, &o,
-                          arena.data(), 4096),
+  ASSERT_EQ(af_sdpa_s8_softcap_ex(e.data(), q.data(), k.data(), v.data(), nullptr, &p, &s, &o,
+                                  arena.data(), 4096),
             AF_OK);
   EXPECT_EQ(d, e);
+  // The lean entry point does not link the softcap: it refuses one.
+  EXPECT_EQ(af_sdpa_s8_ex(e.data(), q.data(), k.data(), v.data(), nullptr, &p, &s, &o,
+                          arena.data(), 4096),
+            AF_ERR_PARAM);
   std::vector<int8_t> f(size_t(H) * Dv);
   ASSERT_EQ(af_decode_s8(f.data(), q.data(), &c, H, &p, a8, arena.data(), 4096), AF_OK);
   EXPECT_NE(d, f);

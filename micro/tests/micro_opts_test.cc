@@ -33,6 +33,7 @@
 #include "attnflow/reference.h"
 #include "attnflow/rng.h"
 #include "attnflow/stages.h"
+#include "micro_test_util.h"
 
 namespace attnflow {
 namespace {
@@ -175,20 +176,10 @@ const double* Stage(const Ref& r, const char* name) {
   return t->data<double>();
 }
 
-// Runs af_sdpa_f32_ex with an arena of exactly the reported size followed by
-// a canary.
+// Runs af_sdpa_f32_ex on p (micro_test_util.h: exact arena, canary).
 af_status RunF32(const Problem& p, std::vector<float>* out, std::vector<float>* lse) {
-  const af_sdpa_shape& s = p.s;
-  out->assign(size_t(s.batch) * s.num_heads * s.q_len * s.v_dim, -7.f);
-  lse->assign(size_t(s.batch) * s.num_heads * s.q_len, -7.f);
-  const size_t ws = af_sdpa_f32_workspace_bytes(&s);
-  std::vector<uint32_t> arena(ws / 4 + 16, 0xA5A5A5A5u);
   const af_sdpa_opts o = p.F32Opts();
-  af_status st = af_sdpa_f32_ex(out->data(), lse->data(), p.q.data(), p.k.data(), p.v.data(),
-                                p.kv_lens.empty() ? nullptr : p.kv_lens.data(), p.scale, &s, &o,
-                                arena.data(), ws);
-  for (size_t i = ws / 4; i < arena.size(); ++i) EXPECT_EQ(arena[i], 0xA5A5A5A5u) << "overrun";
-  return st;
+  return RunF32WithCanary(p.s, p.q, p.k, p.v, p.kv_lens, p.scale, &o, out, lse);
 }
 
 void ExpectF32MatchesReference(const Problem& p, double tol) {
@@ -324,12 +315,18 @@ int S8MaxError(S8Problem& c) {
   std::vector<int8_t> out(r.out.size(), 99);
   const size_t ws = af_sdpa_s8_workspace_bytes(&c.f.s);
   std::vector<uint32_t> arena(ws / 4 + 8, 0xA5A5A5A5u);
-  const af_status st =
-      af_sdpa_s8_ex(out.data(), c.q.data(), c.k.data(), c.v.data(),
-                    c.f.kv_lens.empty() ? nullptr : c.f.kv_lens.data(), &p, &c.f.s, &o,
-                    arena.data(), ws);
+  const int32_t* kvl = c.f.kv_lens.empty() ? nullptr : c.f.kv_lens.data();
+  // The lean entry point refuses a softcap; the softcap one takes every
+  // case, and without a softcap gives the lean one's bytes.
+  const af_status lean = af_sdpa_s8_ex(out.data(), c.q.data(), c.k.data(), c.v.data(), kvl, &p,
+                                       &c.f.s, &o, arena.data(), ws);
+  EXPECT_EQ(lean, o.softcap_s8 != nullptr ? AF_ERR_PARAM : AF_OK);
+  std::vector<int8_t> lean_out = out;
+  const af_status st = af_sdpa_s8_softcap_ex(out.data(), c.q.data(), c.k.data(), c.v.data(), kvl,
+                                             &p, &c.f.s, &o, arena.data(), ws);
   EXPECT_EQ(st, AF_OK);
   if (st != AF_OK) return -1;
+  if (lean == AF_OK) EXPECT_EQ(lean_out, out);
   for (size_t i = ws / 4; i < arena.size(); ++i) EXPECT_EQ(arena[i], 0xA5A5A5A5u);
   int worst = 0;
   for (size_t i = 0; i < r.out.size(); ++i) {
@@ -532,6 +529,24 @@ TEST(MicroOptsS8, SoftcapIsMonotoneInTheRawScore) {
   }
 }
 
+// One row of af_sdpa_f32_probe (scores, scaled, masked, weights; scores
+// skipped when null) against the float64 stages of reference row `row`: a
+// -inf masked entry exactly, the rest within float rounding.
+void ExpectF32ProbeRow(const float* scores, const float* scaled, const float* masked,
+                       const float* weights, const double* sc, const double* sd,
+                       const double* mk, const double* w, size_t row, int32_t kv_len, int it) {
+  for (int32_t j = 0; j < kv_len; ++j) {
+    const size_t e = row * kv_len + j;
+    if (scores) ASSERT_NEAR(scores[j], sc[e], 1e-5 * (1 + std::fabs(sc[e]))) << "scores " << it;
+    ASSERT_NEAR(scaled[j], sd[e], 1e-5 * (1 + std::fabs(sd[e]))) << "scaled " << it;
+    if (std::isinf(mk[e]))
+      ASSERT_EQ(masked[j], -kInf) << "masked " << it << " j " << j;
+    else
+      ASSERT_NEAR(masked[j], mk[e], 1e-5 * (1 + std::fabs(mk[e]))) << "masked " << it;
+    ASSERT_NEAR(weights[j], w[e], 1e-6 + 1e-5 * w[e]) << "weights " << it;
+  }
+}
+
 TEST(MicroProbe, F32RowsMatchTheReferenceStagesWithTheNewOptions) {
   Rng rng(15);
   int rows = 0;
@@ -552,16 +567,9 @@ TEST(MicroProbe, F32RowsMatchTheReferenceStagesWithTheNewOptions) {
                                       p.k.data(), p.kv_lens.data(), p.scale, &s, &o, bb, h, i),
                     AF_OK);
           const size_t row = (size_t(bb * s.num_heads + h) * s.q_len + i);
-          for (int32_t j = 0; j < s.kv_len; ++j) {
-            const size_t e = row * s.kv_len + j;
-            // "scaled" is before the cap, "masked" after it (golden-format).
-            ASSERT_NEAR(b[j], sd[e], 1e-5 * (1 + std::fabs(sd[e]))) << "scaled " << it;
-            if (std::isinf(mk[e]))
-              ASSERT_EQ(c[j], -kInf) << "masked " << it << " j " << j;
-            else
-              ASSERT_NEAR(c[j], mk[e], 1e-5 * (1 + std::fabs(mk[e]))) << "masked " << it;
-            ASSERT_NEAR(d[j], w[e], 1e-6 + 1e-5 * w[e]) << "weights " << it;
-          }
+          // "scaled" is before the cap, "masked" after it (golden-format).
+          ASSERT_NO_FATAL_FAILURE(ExpectF32ProbeRow(nullptr, b.data(), c.data(), d.data(), nullptr,
+                                                    sd, mk, w, row, s.kv_len, it));
           ++rows;
         }
   }
@@ -698,16 +706,8 @@ TEST(MicroProbe, F32RowsMatchTheReferenceStages) {
                                       p.scale, &s, &o, bb, h, i),
                     AF_OK);
           const size_t row = (size_t(bb * s.num_heads + h) * s.q_len + i);
-          for (int32_t j = 0; j < s.kv_len; ++j) {
-            const size_t e = row * s.kv_len + j;
-            ASSERT_NEAR(a[j], sc[e], 1e-5 * (1 + std::fabs(sc[e]))) << "scores " << it;
-            ASSERT_NEAR(b[j], sd[e], 1e-5 * (1 + std::fabs(sd[e]))) << "scaled " << it;
-            if (std::isinf(mk[e]))
-              ASSERT_EQ(c[j], -kInf) << "masked " << it << " j " << j;
-            else
-              ASSERT_NEAR(c[j], mk[e], 1e-5 * (1 + std::fabs(mk[e]))) << "masked " << it;
-            ASSERT_NEAR(d[j], w[e], 1e-6 + 1e-5 * w[e]) << "weights " << it;
-          }
+          ASSERT_NO_FATAL_FAILURE(ExpectF32ProbeRow(a.data(), b.data(), c.data(), d.data(), sc, sd,
+                                                    mk, w, row, s.kv_len, it));
           if (std::isinf(r.lse[row]))
             ASSERT_EQ(lse, -kInf);
           else
@@ -1164,6 +1164,103 @@ TEST(MicroSafety, OptionsAreValidated) {
   af_sdpa_opts z;
   std::memset(&z, 0, sizeof z);
   EXPECT_EQ(af_sdpa_check_opts(&z, &s, 0), AF_OK);
+}
+
+// The shape, mask-count, window and ALiBi bounds are computed in 32 bits
+// from the AF_MAX_DIM bounds (no 64-bit multiply on rv32imc): each at its
+// edge, against the arithmetic written out in 64 bits here.
+TEST(MicroSafety, ThirtyTwoBitBoundsAtTheirEdges) {
+  // Element counts: 46340^2 < 2^31 <= 46341^2; 2^31 exactly is refused.
+  const af_sdpa_shape fits{1, 46340, 1, 46340, 1, 1, 1, AF_CAUSAL_NONE};
+  const af_sdpa_shape over{1, 46341, 1, 46341, 1, 1, 1, AF_CAUSAL_NONE};
+  const af_sdpa_shape pow31{1, 32768, 1, 32768, 1, 2, 1, AF_CAUSAL_NONE};
+  const af_sdpa_shape huge{65535, 65535, 1, 65535, 1, 65535, 1, AF_CAUSAL_NONE};
+  EXPECT_EQ(af_sdpa_check_shape(&fits), AF_OK);
+  EXPECT_EQ(af_sdpa_check_shape(&over), AF_ERR_SHAPE);
+  EXPECT_EQ(af_sdpa_check_shape(&pow31), AF_ERR_SHAPE);
+  EXPECT_EQ(af_sdpa_check_shape(&huge), AF_ERR_SHAPE);
+  // A mask's element count, likewise (the mask is never read by the check).
+  const uint8_t one = 1;
+  af_sdpa_opts mo = AF_SDPA_OPTS_INIT;
+  mo.mask_type = AF_MASK_BOOL;
+  mo.mask = &one;
+  const af_sdpa_shape ms{1, 46340, 1, 46340, 2, 1, 1, AF_CAUSAL_NONE};
+  const int32_t m_fits[4] = {1, 46340, 46340, 1}, m_over[4] = {1, 46340, 46340, 2};
+  std::copy(m_fits, m_fits + 4, mo.mask_shape);
+  EXPECT_EQ(af_sdpa_check_opts(&mo, &ms, 1), AF_OK);
+  std::copy(m_over, m_over + 4, mo.mask_shape);
+  EXPECT_EQ(af_sdpa_check_opts(&mo, &ms, 1), AF_ERR_SHAPE);
+  EXPECT_EQ(af_sdpa_check_opts(&mo, &ms, 0), AF_ERR_SHAPE);
+  // A shape the caller did not check: a mask extent over AF_MAX_DIM is a
+  // shape error, not a wrapped 32-bit count.
+  const af_sdpa_shape unchecked{1, 1, 1, 1, 65536 * 2, 1, 1, AF_CAUSAL_NONE};
+  const int32_t m_wide[4] = {1, 1, 1, 65536 * 2};
+  std::copy(m_wide, m_wide + 4, mo.mask_shape);
+  EXPECT_EQ(af_sdpa_check_opts(&mo, &unchecked, 1), AF_ERR_SHAPE);
+
+  // Windows of INT32_MAX are no window, bit for bit, on both paths.
+  const int32_t H = 2, Lq = 5, Lk = 9, D = 8;
+  af_sdpa_shape s{1, H, 1, Lq, Lk, D, D, AF_CAUSAL_BOTTOM_RIGHT};
+  Rng rng(31);
+  std::vector<int8_t> q8(size_t(H) * Lq * D), k8(size_t(Lk) * D), v8(size_t(Lk) * D);
+  std::vector<float> qf(q8.size()), kf(k8.size()), vf(v8.size());
+  for (auto* v : {&q8, &k8, &v8})
+    for (int8_t& x : *v) x = int8_t(int(rng.Below(255)) - 127);
+  for (size_t i = 0; i < q8.size(); ++i) qf[i] = q8[i] / 64.f;
+  for (size_t i = 0; i < k8.size(); ++i) kf[i] = k8[i] / 64.f, vf[i] = v8[i] / 64.f;
+  const int32_t kvl = 7;
+  const float sq = 1.f / 64, so = 1.f / 128;
+  af_s8_params p;
+  ASSERT_EQ(af_s8_prepare(&p, &sq, &sq, &sq, &so, 1, 0.35f), AF_OK);
+  std::vector<uint32_t> arena(4096);
+  auto run = [&](int32_t wl, int32_t wr, std::vector<int8_t>* o8, std::vector<float>* of) {
+    af_sdpa_opts o = AF_SDPA_OPTS_INIT;
+    o.window_left = wl;
+    o.window_right = wr;
+    o.kv_align = AF_KV_ALIGN_PER_SEQUENCE;
+    o8->assign(q8.size(), 0);
+    of->assign(qf.size(), 0.f);
+    ASSERT_EQ(af_sdpa_s8_ex(o8->data(), q8.data(), k8.data(), v8.data(), &kvl, &p, &s, &o,
+                            arena.data(), arena.size() * 4),
+              AF_OK);
+    ASSERT_EQ(af_sdpa_f32_ex(of->data(), nullptr, qf.data(), kf.data(), vf.data(), &kvl, 0.35f,
+                             &s, &o, arena.data(), arena.size() * 4),
+              AF_OK);
+  };
+  std::vector<int8_t> a8, b8;
+  std::vector<float> af, bf;
+  for (const auto& w : std::vector<std::pair<int32_t, int32_t>>{{INT32_MAX, INT32_MAX},
+                                                                {INT32_MAX, 0},
+                                                                {0, INT32_MAX}}) {
+    run(w.first == INT32_MAX ? -1 : w.first, w.second == INT32_MAX ? -1 : w.second, &a8, &af);
+    run(w.first, w.second, &b8, &bf);
+    EXPECT_EQ(a8, b8) << w.first << " " << w.second;
+    EXPECT_EQ(af, bf) << w.first << " " << w.second;
+  }
+
+  // ALiBi at the largest slope of the 32-bit path, floor((2^31 - 130) /
+  // (Lq + Lk)), and one above it (the 64-bit path): the probe's masked row
+  // is score - ((slope * |d - j| + 128) >> 8), clamped to [-2^30, 2^30 - 1],
+  // evaluated here in 64 bits.
+  s.causal = AF_CAUSAL_NONE;
+  const int64_t edge = (int64_t(INT32_MAX) - 129) / (Lq + Lk);
+  for (const int64_t slope : {edge, edge + 1}) {
+    const int32_t sl[2] = {int32_t(slope), int32_t(slope)};
+    af_sdpa_opts o = AF_SDPA_OPTS_INIT;
+    o.alibi_s8 = sl;
+    std::vector<int32_t> raw(Lk), masked(Lk);
+    for (int32_t i = 0; i < Lq; ++i) {
+      ASSERT_EQ(af_sdpa_s8_probe(raw.data(), masked.data(), nullptr, nullptr, q8.data(),
+                                 k8.data(), nullptr, &p, &s, &o, 0, 1, i),
+                AF_OK);
+      const int64_t d = i + Lk - Lq;
+      for (int32_t j = 0; j < Lk; ++j) {
+        const int64_t y = raw[j] - ((slope * (d > j ? d - j : j - d) + 128) >> 8);
+        const int64_t want = std::clamp<int64_t>(y, -(int64_t(1) << 30), (int64_t(1) << 30) - 1);
+        EXPECT_EQ(masked[j], want) << "slope " << slope << " row " << i << " key " << j;
+      }
+    }
+  }
 }
 
 TEST(MicroSafety, Int8PiecesAtExtremeValuesHaveNoOverflow) {

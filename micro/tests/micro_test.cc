@@ -21,6 +21,7 @@
 #include "attnflow/reference.h"
 #include "attnflow/golden.h"
 #include "attnflow/micro.h"
+#include "micro_test_util.h"
 
 namespace attnflow {
 namespace {
@@ -76,19 +77,9 @@ void Reference(const Case& c, std::vector<double>* out, std::vector<double>* lse
   ASSERT_TRUE(st.ok()) << st.ToString();
 }
 
-// Runs af_sdpa_f32 with an arena of exactly the reported size followed by a
-// canary; checks the canary survives.
+// Runs af_sdpa_f32 on c (micro_test_util.h: exact arena, canary).
 af_status RunF32(const Case& c, std::vector<float>* out, std::vector<float>* lse) {
-  const af_sdpa_shape& s = c.s;
-  out->assign(size_t(s.batch) * s.num_heads * s.q_len * s.v_dim, -7.f);
-  lse->assign(size_t(s.batch) * s.num_heads * s.q_len, -7.f);
-  const size_t ws = af_sdpa_f32_workspace_bytes(&s);
-  std::vector<uint32_t> arena(ws / 4 + 16, 0xA5A5A5A5u);
-  af_status st = af_sdpa_f32(out->data(), lse->data(), c.q.data(), c.k.data(), c.v.data(),
-                             c.kv_lens.empty() ? nullptr : c.kv_lens.data(), c.scale, &s,
-                             arena.data(), ws);
-  for (size_t i = ws / 4; i < arena.size(); ++i) EXPECT_EQ(arena[i], 0xA5A5A5A5u) << "arena overrun";
-  return st;
+  return RunF32WithCanary(c.s, c.q, c.k, c.v, c.kv_lens, c.scale, nullptr, out, lse);
 }
 
 void ExpectCloseF32(const Case& c, double tol) {

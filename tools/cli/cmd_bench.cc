@@ -17,6 +17,7 @@
 #include "attnflow/bench.h"
 #include "attnflow/kernels.h"
 #include "cli_common.h"
+#include "common_options.h"
 
 namespace attnflow::cli {
 namespace {
@@ -27,15 +28,15 @@ struct BenchArgs {
   std::string causal = "none";
   std::vector<std::string> kv_dtype{"f32"};  // a comma list sweeps (innermost)
   std::string kernel = "auto";
+  // The spec fields the options set directly (--window-left/right, --repeat,
+  // --warmup, --cold; the spec's defaults are the CLI's); SpecOf adds the
+  // shape and the mask of each configuration.
+  AttentionBenchSpec base;
   int threads = 0;
-  int repeat = 10;
-  int warmup = 2;
   bool json = false;
   bool explain = false;
   bool no_peak = false;
   bool io = false;
-  bool cold = false;
-  int64_t window_left = -1, window_right = -1;
 };
 
 struct Config {
@@ -45,19 +46,14 @@ struct Config {
 // The spec of one sweep configuration: its shape, the mask and the timing
 // options (kv dtype and kernel choice are set by the caller).
 AttentionBenchSpec SpecOf(const Config& c, const BenchArgs& a, Causal causal) {
-  AttentionBenchSpec spec;
+  AttentionBenchSpec spec = a.base;
   spec.batch = c.B;
   spec.num_heads = c.H;
   spec.num_kv_heads = c.Hkv;
-  spec.cold = a.cold;
   spec.q_len = c.Lq;
   spec.kv_len = c.Lk;
   spec.head_dim = c.D;
   spec.causal = causal;
-  spec.window_left = a.window_left;
-  spec.window_right = a.window_right;
-  spec.repeat = a.repeat;
-  spec.warmup = a.warmup;
   return spec;
 }
 
@@ -192,7 +188,7 @@ int RunBench(const BenchArgs& a) {
         return kExitUsage;
       }
     }
-    if (causal == Causal::kTopLeft || a.window_right > 0) {
+    if (causal == Causal::kTopLeft || a.base.window_right > 0) {
       PrintError("bench", "--kv-dtype int8: the query is the newest position; use --causal none or "
                           "bottom_right and no --window-right");
       return kExitUsage;
@@ -247,7 +243,7 @@ int RunBench(const BenchArgs& a) {
     if (decode)
       std::printf("(read_ms: a plain read of the same K/V bytes, same threads, cache state alike; "
                   "vs_read = median_ms / read_ms)\n");
-    if (a.cold)
+    if (a.base.cold)
       std::printf("(cold caches: an untimed read of %.0f MiB before every timed call%s)\n",
                   static_cast<double>(ColdFlushBytes()) / (1 << 20),
                   decode ? " and every timed read" : "");
@@ -287,11 +283,11 @@ int RunBench(const BenchArgs& a) {
           "\"cold\":%s,\"flush_bytes\":%.0f,\"reason\":\"%s\"}\n",
           a.mode.c_str(), kname, choice.simd_target.c_str(), pool.NumWorkers(),
           (long long)c.B, (long long)c.H, (long long)c.Hkv, (long long)c.Lq, (long long)c.Lk,
-          (long long)c.D, a.causal.c_str(), kv_name.c_str(), a.repeat, tmin, tmed, gflops,
+          (long long)c.D, a.causal.c_str(), kv_name.c_str(), a.base.repeat, tmin, tmed, gflops,
           gbps, peak_gflops, peak_gbps, pct, pct_bw, kv_bytes, (long long)PeakRssSinceExecBytes(),
           (long long)choice.tile_q, (long long)choice.tile_kv, (long long)choice.num_splits,
           read_s, res->read_median_s, read_s > 0 ? tmed / read_s : 0.0,
-          a.cold ? "true" : "false", res->flush_bytes, [&] {
+          a.base.cold ? "true" : "false", res->flush_bytes, [&] {
             std::string s;
             for (char ch : choice.reason) s += (ch == '"' || ch == '\\') ? '\'' : ch;
             return s;
@@ -336,7 +332,7 @@ void AddBenchOptions(CLI::App& sub, BenchArgs& a) {
   sub.add_option("--kv-len", a.kv_len, "Lk (0 = Lq prefill, 4096 decode)")->delimiter(',')
       ->check(NonNegative());
   sub.add_option("--head-dim", a.head_dim, "D")->delimiter(',')->check(InRange(int64_t{1}, int64_t{4096}));
-  sub.add_option("--causal", a.causal, "none | top_left | bottom_right");
+  AddCausalOption(sub, a.causal);
   sub.add_option("--kv-dtype", a.kv_dtype,
                  "f32 | f16 | bf16 | int8 (int8: the micro library's int8 KV cache, decode only; "
                  "a comma list runs each shape with each dtype in turn, e.g. f16,int8)")
@@ -347,12 +343,11 @@ void AddBenchOptions(CLI::App& sub, BenchArgs& a) {
   sub.add_flag("--io", a.io,
                "prefill: flash vs naive schedule on each shape: modelled DRAM bytes, "
                "measured time, output agreement");
-  sub.add_option("--window-left", a.window_left, "Sliding window left (-1 unbounded)");
-  sub.add_option("--window-right", a.window_right, "Sliding window right (-1 unbounded)");
+  AddWindowOptions(sub, a.base.window_left, a.base.window_right);
   sub.add_option("--threads", a.threads, "Worker threads (0 = all cores)")->check(InRange(0, 1024));
-  sub.add_option("--repeat", a.repeat, "Timed repetitions")->check(InRange(1, 100000));
-  sub.add_option("--warmup", a.warmup, "Untimed warm-up calls (and at least 0.25 s of them when > 0)")->check(InRange(0, 1000));
-  sub.add_flag("--cold", a.cold,
+  sub.add_option("--repeat", a.base.repeat, "Timed repetitions")->check(InRange(1, 100000));
+  sub.add_option("--warmup", a.base.warmup, "Untimed warm-up calls (and at least 0.25 s of them when > 0)")->check(InRange(0, 1000));
+  sub.add_flag("--cold", a.base.cold,
                "Evict every cache (an untimed read of max(256 MiB, 4 x LLC)) before each "
                "timed call and each timed read: K/V and the read both from DRAM");
   sub.add_flag("--json", a.json, "One JSON object per line per configuration");

@@ -74,6 +74,16 @@ nlohmann::json Items(const std::vector<nn::ByteItem>& v) {
   return j;
 }
 
+// How one weights/K-V choice fits the device: the fields a choice and the
+// whole budget (for the chosen storage) share.
+template <typename Fit>
+nlohmann::json FitJson(const Fit& f) {
+  return {{"flash_bytes", f.flash_bytes},         {"flash_fits", f.flash_fits},
+          {"ram_fixed_bytes", f.ram_fixed_bytes}, {"kv_bytes_per_token", f.kv_bytes_per_token},
+          {"max_context_ram", f.max_context_ram}, {"max_context", f.max_context},
+          {"binds", f.binds}};
+}
+
 // --device: the microcontroller view (flash for weights, RAM for the cache,
 // the activations and the arena).
 int RunDevice(const BudgetArgs& a, const nn::ModelShape& shape) {
@@ -122,17 +132,13 @@ int RunDevice(const BudgetArgs& a, const nn::ModelShape& shape) {
   }
   nlohmann::json choices = nlohmann::json::array();
   for (const auto& c : d.choices) {
-    choices.push_back({{"weights", nn::DeviceWeightsName(c.weights)},
-                       {"kv_cache", nn::DeviceKvName(c.kv)},
-                       {"flash_bytes", c.flash_bytes},
-                       {"flash_fits", c.flash_fits},
-                       {"ram_fixed_bytes", c.ram_fixed_bytes},
-                       {"kv_bytes_per_token", c.kv_bytes_per_token},
-                       {"max_context_ram", c.max_context_ram},
-                       {"max_context", c.max_context},
-                       {"binds", c.binds}});
+    nlohmann::json choice = FitJson(c);
+    choice["weights"] = nn::DeviceWeightsName(c.weights);
+    choice["kv_cache"] = nn::DeviceKvName(c.kv);
+    choices.push_back(choice);
   }
-  nlohmann::json j = {
+  nlohmann::json j = FitJson(d);
+  j.update({
       {"schema", "attnflow-budget-device/1"},
       {"config", d.shape.name},
       {"target", {{"name", d.opt.target.name}, {"description", d.opt.target.description},
@@ -143,23 +149,16 @@ int RunDevice(const BudgetArgs& a, const nn::ModelShape& shape) {
       {"kv_scale_bytes", d.opt.kv_scale_bytes},
       {"total_params", d.total_params},
       {"flash", Items(d.flash)},
-      {"flash_bytes", d.flash_bytes},
-      {"flash_fits", d.flash_fits},
       {"activations", Items(d.activations)},
       {"activation_bytes", d.activation_bytes},
       {"arena", {{"name", d.arena.name}, {"formula", d.arena.formula}, {"bytes", d.arena.bytes}}},
-      {"kv_bytes_per_token", d.kv_bytes_per_token},
-      {"ram_fixed_bytes", d.ram_fixed_bytes},
-      {"max_context_ram", d.max_context_ram},
       {"model_limit", d.model_limit},
-      {"max_context", d.max_context},
-      {"binds", d.binds},
       {"context", d.context},
       {"kv_bytes", d.kv_bytes},
       {"ram_bytes", d.ram_bytes},
       {"ram_fits", d.ram_fits},
       {"choices", choices},
-  };
+  });
   std::printf("%s\n", j.dump().c_str());
   return kExitOk;
 }

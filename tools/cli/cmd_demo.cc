@@ -23,6 +23,7 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -81,6 +82,16 @@ void PrintMatrix(const char* title, const double* m, int rows, int cols, int str
       else std::printf(" %9.4f", v);
     }
     std::printf("\n");
+  }
+}
+
+// A per-head stage [kH, rows, cols]: each head's matrix under " head h".
+void PrintPerHead(const char* title, const double* m, int rows, int cols,
+                  const std::vector<std::string>& row_names,
+                  const std::vector<std::string>& col_names) {
+  for (int h = 0; h < kH; ++h) {
+    P(" head %d\n", h);
+    PrintMatrix(title, m + h * rows * cols, rows, cols, cols, row_names, col_names);
   }
 }
 
@@ -155,14 +166,22 @@ std::vector<double> Copy(const Tensor& t) {
   return std::vector<double>(t.data<double>(), t.data<double>() + t.numel());
 }
 
+// One reference MHA run of the toy: out [T, E] and every recorded stage.
+struct Attended {
+  std::vector<double> out;
+  StageRecorder rec;
+  const double* operator[](const char* stage) const { return rec.Find(stage)->data<double>(); }
+};
+
 class Demo {
  public:
   int Run(bool json);
 
  private:
-  // out [T, E] = Mha(x [T, E]) with the toy weights; stages in *rec.
-  Status Attend(std::vector<double>* out, StageRecorder* rec, std::vector<double>& x, int t,
-                Causal causal, std::vector<uint8_t>* mask);
+  // r->out [T, E] = Mha(x [T, E]) with the toy weights, stages in r->rec;
+  // false (the error printed) when it fails.
+  bool Attend(Attended* r, std::vector<double>& x, int t, Causal causal,
+              std::vector<uint8_t>* mask);
   // Weight-row and causal/padding checks on recorded weights [H, T, T].
   void CheckWeights(const double* w, int t, Causal causal, const std::vector<uint8_t>* mask,
                     const char* what);
@@ -192,8 +211,8 @@ void Demo::Fail(const char* fmt, ...) {
   j_["failed_checks"].push_back(buf);
 }
 
-Status Demo::Attend(std::vector<double>* out, StageRecorder* rec, std::vector<double>& x, int t,
-                    Causal causal, std::vector<uint8_t>* mask) {
+bool Demo::Attend(Attended* r, std::vector<double>& x, int t, Causal causal,
+                  std::vector<uint8_t>* mask) {
   auto view = [](std::vector<double>& d, Shape s) { return MakeView(d.data(), DType::kF64, s); };
   reference::MhaWeights w;
   w.w_q = view(wq_, {kE, kE});
@@ -204,9 +223,11 @@ Status Demo::Attend(std::vector<double>* out, StageRecorder* rec, std::vector<do
   SdpaOptions opt;
   opt.causal = causal;
   if (mask != nullptr) opt.attn_mask = MakeView(mask->data(), DType::kBool, {t, t});
-  out->assign(static_cast<size_t>(t) * kE, 0.0);
+  r->out.assign(static_cast<size_t>(t) * kE, 0.0);
   TensorView xv = view(x, {1, t, kE});
-  return reference::Mha(view(*out, {1, t, kE}), xv, xv, xv, w, opt, rec);
+  Status st = reference::Mha(view(r->out, {1, t, kE}), xv, xv, xv, w, opt, &r->rec);
+  if (!st.ok()) PrintError("demo", st.ToString());
+  return st.ok();
 }
 
 void Demo::CheckWeights(const double* w, int t, Causal causal, const std::vector<uint8_t>* mask,
@@ -257,22 +278,11 @@ int Demo::Run(bool json) {
   j_["x"] = Mat(x.data(), kT, kE);
 
   // ---- Steps 2-8: bidirectional ----------------------------------------------
-  std::vector<double> out;
-  StageRecorder rec;
-  Status st = Attend(&out, &rec, x, kT, Causal::kNone, nullptr);
-  if (!st.ok()) {
-    PrintError("demo", st.ToString());
-    return kExitUsage;
-  }
+  Attended bi;
+  if (!Attend(&bi, x, kT, Causal::kNone, nullptr)) return kExitUsage;
+  const std::vector<double>& out = bi.out;
   {
-    const double* q = rec.Find("q")->data<double>();
-    const double* k = rec.Find("k")->data<double>();
-    const double* v = rec.Find("v")->data<double>();
-    const double* scores = rec.Find("scores")->data<double>();
-    const double* scaled = rec.Find("scaled")->data<double>();
-    const double* weights = rec.Find("weights")->data<double>();
-    const double* heads = rec.Find("heads_out")->data<double>();
-    const double* concat = rec.Find("concat")->data<double>();
+    const double *q = bi["q"], *k = bi["k"], *v = bi["v"], *weights = bi["weights"];
     P("\nStep 2. Q = X·W_qᵀ, K = X·W_kᵀ, V = X·W_vᵀ, split into %d heads of d_k=%d\n", kH, kDh);
     for (int h = 0; h < kH; ++h) {
       P(" head %d\n", h);
@@ -281,28 +291,16 @@ int Demo::Run(bool json) {
       PrintMatrix("V", v + h * kT * kDh, kT, kDh, kDh, tok, {});
     }
     P("\nStep 3. scores = Q·Kᵀ (row = query, column = key)\n");
-    for (int h = 0; h < kH; ++h) {
-      P(" head %d\n", h);
-      PrintMatrix("scores", scores + h * kT * kT, kT, kT, kT, tok, tok);
-    }
+    PrintPerHead("scores", bi["scores"], kT, kT, tok, tok);
     P("\nStep 4. scaled = scores / sqrt(d_k)  (sqrt(4) = 2; step 11 shows why)\n");
-    for (int h = 0; h < kH; ++h) {
-      P(" head %d\n", h);
-      PrintMatrix("scaled", scaled + h * kT * kT, kT, kT, kT, tok, tok);
-    }
+    PrintPerHead("scaled", bi["scaled"], kT, kT, tok, tok);
     P("\nStep 5. weights = softmax(scaled) along each row (no mask: every token sees all)\n");
-    for (int h = 0; h < kH; ++h) {
-      P(" head %d\n", h);
-      PrintMatrix("weights", weights + h * kT * kT, kT, kT, kT, tok, tok);
-    }
+    PrintPerHead("weights", weights, kT, kT, tok, tok);
     CheckWeights(weights, kT, Causal::kNone, nullptr, "step 5");
     P("\nStep 6. head output = weights·V (each row a weighted average of V rows)\n");
-    for (int h = 0; h < kH; ++h) {
-      P(" head %d\n", h);
-      PrintMatrix("head output", heads + h * kT * kDh, kT, kDh, kDh, tok, {});
-    }
+    PrintPerHead("head output", bi["heads_out"], kT, kDh, tok, {});
     P("\nStep 7. concat heads: row t = [head0(t) | head1(t)]\n");
-    PrintMatrix("concat", concat, kT, kE, kE, tok, {});
+    PrintMatrix("concat", bi["concat"], kT, kE, kE, tok, {});
     P("\nStep 8. attention output = concat·W_oᵀ\n");
     PrintMatrix("out", out.data(), kT, kE, kE, tok, {});
     j_["weights"] = Mat(weights, kH * kT, kT);
@@ -310,15 +308,11 @@ int Demo::Run(bool json) {
   }
 
   // ---- Step 9: causal ---------------------------------------------------------
-  std::vector<double> out_causal;
-  StageRecorder rec_c;
-  if (Status s = Attend(&out_causal, &rec_c, x, kT, Causal::kTopLeft, nullptr); !s.ok()) {
-    PrintError("demo", s.ToString());
-    return kExitUsage;
-  }
+  Attended causal;
+  if (!Attend(&causal, x, kT, Causal::kTopLeft, nullptr)) return kExitUsage;
+  const std::vector<double>& out_causal = causal.out;
   {
-    const double* masked = rec_c.Find("masked")->data<double>();
-    const double* weights = rec_c.Find("weights")->data<double>();
+    const double *masked = causal["masked"], *weights = causal["weights"];
     P("\nStep 9. Causal mask (top_left: row i sees keys j <= i); future scores become -inf\n");
     for (int h = 0; h < kH; ++h) {
       P(" head %d\n", h);
@@ -342,17 +336,12 @@ int Demo::Run(bool json) {
       for (int i = 0; i < kE; ++i) xp[(t + 1) * kE + i] = x[t * kE + i];
     std::vector<uint8_t> mask(kTp * kTp, 1);
     for (int i = 0; i < kTp; ++i) mask[i * kTp + 0] = 0;  // nobody reads the pad key
-    std::vector<double> out_p, out_nomask;
-    StageRecorder rec_p, rec_n;
-    if (Status s = Attend(&out_p, &rec_p, xp, kTp, Causal::kTopLeft, &mask); !s.ok()) {
-      PrintError("demo", s.ToString());
-      return kExitUsage;
-    }
-    if (Status s = Attend(&out_nomask, &rec_n, xp, kTp, Causal::kTopLeft, nullptr); !s.ok()) {
-      PrintError("demo", s.ToString());
-      return kExitUsage;
-    }
-    const double* weights = rec_p.Find("weights")->data<double>();
+    Attended padded, nomask;
+    if (!Attend(&padded, xp, kTp, Causal::kTopLeft, &mask)) return kExitUsage;
+    if (!Attend(&nomask, xp, kTp, Causal::kTopLeft, nullptr)) return kExitUsage;
+    const std::vector<double>& out_p = padded.out;
+    const std::vector<double>& out_nomask = nomask.out;
+    const double* weights = padded["weights"];
     std::vector<std::string> ptok = {"<pad>"};
     for (const auto& s : tok) ptok.push_back(s);
     P("\nStep 10. A padding key and the causal mask together\n"
@@ -441,17 +430,13 @@ int Demo::Run(bool json) {
         x0p[i * kE + c] = tok_embed[kPerm[i] * kE + c];
         xpp[i * kE + c] = tok_embed[kPerm[i] * kE + c] + pos[i * kE + c];
       }
-    std::vector<double> o0, o0p, opp;
-    StageRecorder r0, r0p, rpp;
-    for (auto [o, r, in] : {std::tuple{&o0, &r0, &x0}, std::tuple{&o0p, &r0p, &x0p},
-                            std::tuple{&opp, &rpp, &xpp}}) {
-      if (Status s = Attend(o, r, *in, kT, Causal::kNone, nullptr); !s.ok()) {
-        PrintError("demo", s.ToString());
-        return kExitUsage;
-      }
-    }
-    const double* w0 = r0.Find("weights")->data<double>();
-    const double* w0p = r0p.Find("weights")->data<double>();
+    Attended r0, r0p, rpp;
+    for (auto [r, in] : {std::pair{&r0, &x0}, std::pair{&r0p, &x0p}, std::pair{&rpp, &xpp}})
+      if (!Attend(r, *in, kT, Causal::kNone, nullptr)) return kExitUsage;
+    const std::vector<double>& o0 = r0.out;
+    const std::vector<double>& o0p = r0p.out;
+    const std::vector<double>& opp = rpp.out;
+    const double *w0 = r0["weights"], *w0p = r0p["weights"];
     double out_diff = 0, w_diff = 0, pos_diff = 0;
     for (int i = 0; i < kT; ++i) {
       out_diff = std::max(out_diff, MaxAbsDiff(&o0p[i * kE], &o0[kPerm[i] * kE], kE));
@@ -505,14 +490,10 @@ int Demo::Run(bool json) {
     std::vector<double> xl(kT * kE);
     for (int t = 0; t < kT; ++t)
       for (int c = 0; c < kE; ++c) xl[t * kE + c] = tok_embed[t * kE + c] + learned[t * kE + c];
-    std::vector<double> ol;
-    StageRecorder rl;
-    if (Status s = Attend(&ol, &rl, xl, kT, Causal::kNone, nullptr); !s.ok()) {
-      PrintError("demo", s.ToString());
-      return kExitUsage;
-    }
-    const double* wl = rl.Find("weights")->data<double>();
-    const double* ws = rec.Find("weights")->data<double>();
+    Attended learned_run;
+    if (!Attend(&learned_run, xl, kT, Causal::kNone, nullptr)) return kExitUsage;
+    const std::vector<double>& ol = learned_run.out;
+    const double *wl = learned_run["weights"], *ws = bi["weights"];
     const double ds = toeplitz_dev(sin_tab), dl = toeplitz_dev(learned);
     P("\nStep 13. Sinusoidal against learned positions on the same toy\n"
       "  Learned positions are a trained table; here a seeded stand-in (Rng seed %llu,\n"

@@ -6,6 +6,7 @@
 
 #include "attnflow/golden.h"
 #include "cli_common.h"
+#include "common_options.h"
 
 namespace attnflow::cli {
 namespace {
@@ -55,7 +56,7 @@ ATTNFLOW_REGISTER_COMMAND(
       sub.add_option("--kv-len", s.kv_len, "Lk")->check(InRange(0, 1 << 16));
       sub.add_option("--head-dim", s.head_dim, "D (mha: E = H*D)")->check(InRange(1, 4096));
       sub.add_option("--v-dim", s.v_dim, "Dv (sdpa; default D)")->check(InRange(0, 4096));
-      sub.add_option("--causal", a->causal, "none | top_left | bottom_right");
+      AddCausalOption(sub, a->causal);
       auto* sc = sub.add_option("--scale", a->scale, "Scale, a finite number (default 1/sqrt(D))")
                      ->check(Finite());
       sub.add_option("--mask", s.mask, "none | bool | float")
@@ -63,8 +64,7 @@ ATTNFLOW_REGISTER_COMMAND(
       sub.add_option("--mask-shape", s.mask_shape, "Mask shape, rank 2-4 (default Lq Lk)")
           ->expected(2, 4);
       sub.add_option("--kv-lens", s.kv_lens, "Valid keys per batch entry (B values)");
-      sub.add_option("--window-left", s.window_left, "Sliding window left (-1 unbounded)");
-      sub.add_option("--window-right", s.window_right, "Sliding window right (-1 unbounded)");
+      AddWindowOptions(sub, s.window_left, s.window_right);
       sub.add_flag("--alibi", s.alibi, "Add standard ALiBi slopes");
       sub.add_option("--seed", s.seed, "RNG seed for the inputs");
       sub.add_option("--description", s.description, "Free text stored in the case");

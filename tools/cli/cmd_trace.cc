@@ -30,6 +30,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -52,6 +53,26 @@ struct TraceArgs {
   std::string causal = "top_left";
   std::string json, html, safetensors, npy, csv, png, svg;
   bool quiet = false;
+};
+
+// The outputs, in --help order: each is written when its flag is given.
+// A FILE output must not name an input (OutputsAreNotInputs); an export
+// writes one live trace (not a --from re-render).
+struct TraceOutput {
+  const char* flag;
+  std::string TraceArgs::*path;
+  const char* what;  // FILE or DIR
+  bool is_export;
+  const char* help;
+};
+constexpr TraceOutput kOutputs[] = {
+    {"--json", &TraceArgs::json, "FILE", false, "Write the page JSON (format attnflow-trace/1)"},
+    {"--html", &TraceArgs::html, "FILE", false, "Write the self-contained player page"},
+    {"--safetensors", &TraceArgs::safetensors, "FILE", true, "Write every stage, full precision"},
+    {"--npy", &TraceArgs::npy, "DIR", true, "Write one .npy per stage into this directory"},
+    {"--csv", &TraceArgs::csv, "DIR", true, "Write spreadsheet CSVs into this directory"},
+    {"--png", &TraceArgs::png, "DIR", true, "Write PNG heatmaps into this directory"},
+    {"--svg", &TraceArgs::svg, "DIR", true, "Write SVG heatmaps into this directory"},
 };
 
 const char* StateName(player::CheckState s) {
@@ -178,14 +199,10 @@ int WriteHtml(const std::string& path, const std::string& json) {
   return kExitOk;
 }
 
-// The first export flag given (--safetensors, --npy, --csv, --png, --svg, in
-// that order), or nullptr. An export writes one live trace.
+// The first export flag given (kOutputs order), or nullptr.
 const char* FirstExportFlag(const TraceArgs& a) {
-  for (const auto& [flag, v] : {std::pair<const char*, const std::string*>{"--safetensors", &a.safetensors},
-                                {"--npy", &a.npy}, {"--csv", &a.csv}, {"--png", &a.png},
-                                {"--svg", &a.svg}}) {
-    if (!v->empty()) return flag;
-  }
+  for (const TraceOutput& o : kOutputs)
+    if (o.is_export && !(a.*o.path).empty()) return o.flag;
   return nullptr;
 }
 
@@ -346,9 +363,10 @@ int WriteBatch(const TraceArgs& a, const std::vector<trace::Trace>& traces) {
 bool OutputsAreNotInputs(const TraceArgs& a) {
   for (const std::string* in : {&a.from, &a.vit, &a.model}) {
     if (in->empty()) continue;
-    for (const std::string* out : {&a.json, &a.html, &a.safetensors}) {
-      if (out->empty()) continue;
-      if (Status st = CheckOutputIsNotInput("trace", *in, *out); !st.ok()) {
+    for (const TraceOutput& o : kOutputs) {
+      const std::string& out = a.*o.path;
+      if (out.empty() || std::string_view(o.what) != "FILE") continue;
+      if (Status st = CheckOutputIsNotInput("trace", *in, out); !st.ok()) {
         PrintError("trace", st.message());
         return false;
       }
@@ -360,9 +378,12 @@ bool OutputsAreNotInputs(const TraceArgs& a) {
 int RunTrace(TraceArgs a) {
   if (!OutputsAreNotInputs(a)) return kExitUsage;
   if (!a.from.empty()) return RunFrom(a);
-  if (a.json.empty() && a.html.empty() && FirstExportFlag(a) == nullptr) {
-    PrintError("trace", "nothing to write: pass at least one of --html FILE, --json FILE, "
-                        "--safetensors FILE, --npy DIR, --csv DIR, --png DIR, --svg DIR");
+  if (std::none_of(std::begin(kOutputs), std::end(kOutputs),
+                   [&](const TraceOutput& o) { return !(a.*o.path).empty(); })) {
+    std::string flags;
+    for (const TraceOutput& o : kOutputs)
+      flags += (flags.empty() ? "" : ", ") + std::string(o.flag) + " " + o.what;
+    PrintError("trace", "nothing to write: pass at least one of " + flags);
     return kExitUsage;
   }
   std::string display;
@@ -619,13 +640,7 @@ void AddTraceOptions(CLI::App& sub, TraceArgs& a) {
   sub.add_option("--max-page-tokens", a.max_page_tokens,
                  "Above this length the page pools its views (exports stay full)")
       ->check(InRange(8, 4096));
-  sub.add_option("--json", a.json, "Write the page JSON (format attnflow-trace/1)");
-  sub.add_option("--html", a.html, "Write the self-contained player page");
-  sub.add_option("--safetensors", a.safetensors, "Write every stage, full precision");
-  sub.add_option("--npy", a.npy, "Write one .npy per stage into this directory");
-  sub.add_option("--csv", a.csv, "Write spreadsheet CSVs into this directory");
-  sub.add_option("--png", a.png, "Write PNG heatmaps into this directory");
-  sub.add_option("--svg", a.svg, "Write SVG heatmaps into this directory");
+  for (const TraceOutput& o : kOutputs) sub.add_option(o.flag, a.*o.path, o.help);
   sub.add_flag("-q,--quiet", a.quiet, "Shorter summary and no progress line");
 }
 

@@ -7,7 +7,8 @@
 # Cortex-M SDKs build (-ffunction-sections -fdata-sections,
 # -Wl,--gc-sections); its size minus that of the same program without the
 # call is what the attention costs: its code, its tables and whatever it
-# pulls from the C library (expf for f32). The probe, the KV cache and
+# pulls from the C library (expf for f32). The int8 softcap (its tanh table
+# and loop) is linked only by af_sdpa_s8_softcap_ex (last column). The probe, the KV cache and
 # decode, and the f32 <-> int8 preparation (af_s8_prepare, float; done once
 # at setup or offline) are not linked unless called. Also the int8 decode
 # step (af_decode_s8 + af_kv_cache_s8_append) as a second figure.
@@ -41,6 +42,9 @@ int main(void) {
 #elif CALL == 3
   r = (int)af_kv_cache_s8_append(g_ptr[10], g_ptr[2], g_ptr[3]);
   r += (int)af_decode_s8(g_ptr[0], g_ptr[2], g_ptr[10], 4, g_ptr[9], g_ptr[11], g_ptr[8], 256);
+#elif CALL == 4
+  r = (int)af_sdpa_s8_softcap_ex(g_ptr[0], g_ptr[2], g_ptr[3], g_ptr[4], g_ptr[5], g_ptr[9],
+                                 g_ptr[6], g_ptr[7], g_ptr[8], 256);
 #endif
   return r;
 }
@@ -49,12 +53,12 @@ size_of() {  # target elf -> text + rodata bytes (code and constants: flash)
   "$(edge_prefix "$1")size" -A "$2" |
     awk '$1 ~ /^\.(text|rodata|srodata)/ {s += $2} END {print s + 0}'
 }
-echo "| target | f32 attention B | int8 attention B | int8 decode step B |"
-echo "|---|---:|---:|---:|"
+echo "| target | f32 attention B | int8 attention B | int8 decode step B | int8 attention with softcap B |"
+echo "|---|---:|---:|---:|---:|"
 for t in "${EDGE_TARGETS[@]}"; do
   cc=$(edge_cc "$t")
   row="| $t"
-  for call in 0 1 2 3; do
+  for call in 0 1 2 3 4; do
     $cc $(edge_cflags "$t") -O2 -std=c99 -ffunction-sections -fdata-sections ${AF_EDGE_CFLAGS:-} $INC \
       $(edge_ldflags "$t") -Wl,--gc-sections -DCALL=$call -o "$OUT/${t}_$call.elf" \
       "$OUT/app.c" "${SRCS[@]}" -lm

@@ -340,6 +340,7 @@ int main(void) {
   r |= af_sdpa_s8(ibuf, ibuf + 64, ibuf + 128, ibuf + 256, 0, &p, &s, arena,
                   af_sdpa_s8_workspace_bytes(&s));
   r |= af_sdpa_s8_ex(ibuf, ibuf + 64, ibuf + 128, ibuf + 256, 0, &p, &s, 0, arena, 1024);
+  r |= af_sdpa_s8_softcap_ex(ibuf, ibuf + 64, ibuf + 128, ibuf + 256, 0, &p, &s, 0, arena, 1024);
   r |= af_sdpa_s8_probe(i32buf, i32buf + 8, i32buf + 16, &wsum, ibuf + 64, ibuf + 128, 0, &p,
                         &s, 0, 0, 1, 2);
   r |= af_kv_cache_init(&c, fbuf + 1024, fbuf + 2048, 1, 8, 8, 16, 4);

@@ -62,14 +62,10 @@ How to run
 
 from __future__ import annotations
 
-import argparse
-import hashlib
-import json
 import math
 import os
 import re
 import sys
-import tempfile
 import warnings
 import zlib
 
@@ -77,6 +73,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from gen_common import given, installed_versions, main, write_case, write_manifest  # tools/golden
 from st_io import st_bytes, st_load  # tools/golden/st_io.py
 
 FORMAT = "attnflow-golden/1"
@@ -482,13 +479,7 @@ def build_sdpa(c):
         slopes = torch.tensor(alibi_slopes(H), dtype=torch.float32) if c["alibi"] else None
     scale = float(c["scale"]) if c["scale"] is not None else 1.0 / math.sqrt(D)
 
-    inputs = dict(q=q, k=k, v=v)
-    if mask is not None:
-        inputs["attn_mask"] = mask
-    if kv_lens is not None:
-        inputs["kv_lens"] = kv_lens
-    if slopes is not None:
-        inputs["alibi_slopes"] = slopes
+    inputs = dict(q=q, k=k, v=v, **given(attn_mask=mask, kv_lens=kv_lens, alibi_slopes=slopes))
     meta = dict(format=FORMAT, kind="sdpa", causal=c["causal"], scale=repr(scale))
     if c["window"] is not None:
         meta["window_left"], meta["window_right"] = (str(int(x)) for x in c["window"])
@@ -905,10 +896,6 @@ def verify_file(path):
     assert set(tensors) == expected, (path, set(tensors) ^ expected)
 
 
-def strip_local(v):
-    return v.split("+")[0]
-
-
 def generate_all(out_dir, quiet=False):
     os.makedirs(out_dir, exist_ok=True)
     names = [c["name"] for c in CASES]
@@ -919,16 +906,12 @@ def generate_all(out_dir, quiet=False):
     total = 0
     for c in CASES:
         data, info = generate_case(c)
-        fname = c["name"] + ".safetensors"
-        path = os.path.join(out_dir, fname)
-        with open(path, "wb") as f:
-            f.write(data)
+        path, entry = write_case(out_dir, c["name"], data, kind=c["kind"], description=c["desc"],
+                                 covers=info["covers"], dead_rows=info["dead_rows"],
+                                 cross_checks=info["xchecks"])
         verify_file(path)
         total += len(data)
-        manifest_cases.append(dict(
-            name=c["name"], file=fname, kind=c["kind"], description=c["desc"],
-            covers=info["covers"], dead_rows=info["dead_rows"], cross_checks=info["xchecks"],
-            bytes=len(data), sha256=hashlib.sha256(data).hexdigest()))
+        manifest_cases.append(entry)
         for t in info["covers"]:
             tag_index.setdefault(t, []).append(c["name"])
         if not quiet:
@@ -936,12 +919,10 @@ def generate_all(out_dir, quiet=False):
                   f"x={','.join(info['xchecks'])}")
     missing = [t for t in REQUIRED_TAGS if t not in tag_index]
     assert not missing, f"semantics not covered: {missing}"
-    import safetensors
     manifest = {
         "format": FORMAT,
         "generator": "tools/golden/make_cases.py",
-        "generated_with": {"torch": strip_local(torch.__version__), "numpy": np.__version__,
-                           "safetensors": safetensors.__version__},
+        "generated_with": installed_versions(PINNED),
         "reference": "float64 from the stored F32 inputs, each stage rounded once to F32; "
                      "cross-checked against torch SDPA / nn.MultiheadAttention (float64, < 1e-10)",
         "extensions": {
@@ -959,75 +940,9 @@ def generate_all(out_dir, quiet=False):
         "cases": manifest_cases,
         "semantics": {t: tag_index[t] for t in sorted(tag_index)},
     }
-    mbytes = (json.dumps(manifest, indent=1, ensure_ascii=True) + "\n").encode("ascii")
-    with open(os.path.join(out_dir, "MANIFEST.json"), "wb") as f:
-        f.write(mbytes)
+    write_manifest(out_dir, manifest)
     return total, len(CASES)
 
 
-def check_against(committed):
-    ok = True
-    with tempfile.TemporaryDirectory() as tmp:
-        generate_all(tmp, quiet=True)
-        fresh = sorted(f for f in os.listdir(tmp))
-        old = sorted(f for f in os.listdir(committed)
-                     if f.endswith(".safetensors") or f == "MANIFEST.json")
-        for f in sorted(set(fresh) | set(old)):
-            if f not in old:
-                print(f"MISSING in {committed}: {f}")
-                ok = False
-                continue
-            if f not in fresh:
-                print(f"EXTRA in {committed} (not generated): {f}")
-                ok = False
-                continue
-            a = open(os.path.join(tmp, f), "rb").read()
-            b = open(os.path.join(committed, f), "rb").read()
-            if a != b:
-                ok = False
-                print(f"DIFFERS: {f}")
-                if f.endswith(".safetensors"):
-                    try:
-                        ta, _ = st_load(os.path.join(tmp, f))
-                        tb, _ = st_load(os.path.join(committed, f))
-                        for n in sorted(set(ta) & set(tb)):
-                            if ta[n].shape != tb[n].shape:
-                                print(f"    {n}: shape {tuple(tb[n].shape)} -> {tuple(ta[n].shape)}")
-                            elif not torch.equal(ta[n], tb[n]):
-                                dd = (ta[n].double() - tb[n].double()).abs()
-                                dd = dd[~torch.isnan(dd)]
-                                print(f"    {n}: max abs diff {float(dd.max()) if dd.numel() else 'nan'}")
-                    except Exception as e:  # noqa: BLE001
-                        print(f"    (could not compare tensors: {e})")
-    print("check: OK, byte-identical" if ok else "check: FAILED")
-    return ok
-
-
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", default=DEFAULT_OUT, help="output directory (default tests/data/golden)")
-    ap.add_argument("--check", action="store_true",
-                    help="regenerate into a temp dir and compare byte for byte with --out")
-    ap.add_argument("--list", action="store_true", help="print the case table and exit")
-    args = ap.parse_args()
-
-    torch.set_num_threads(1)
-    import safetensors
-    for mod, ver in (("torch", strip_local(torch.__version__)), ("numpy", np.__version__),
-                     ("safetensors", safetensors.__version__)):
-        if ver != PINNED[mod]:
-            print(f"warning: {mod} {ver} != pinned {PINNED[mod]}; output may differ",
-                  file=sys.stderr)
-    if args.list:
-        for c in CASES:
-            print(f"{c['name']:<40} {c['kind']}  {c['desc']}")
-        return 0
-    if args.check:
-        return 0 if check_against(args.out) else 1
-    total, n = generate_all(args.out)
-    print(f"{n} cases, {total} bytes ({total / 1024:.1f} KiB) in {args.out}")
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(__doc__, DEFAULT_OUT, PINNED, "tools/golden/requirements.txt", generate_all, CASES))

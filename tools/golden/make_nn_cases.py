@@ -63,13 +63,10 @@ How to run
 
 from __future__ import annotations
 
-import argparse
-import hashlib
 import json
 import math
 import os
 import sys
-import tempfile
 import warnings
 import zlib
 
@@ -77,6 +74,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from gen_common import given, installed_versions, main, write_case, write_manifest  # tools/golden
 from st_io import st_bytes, st_load  # tools/golden/st_io.py
 
 warnings.filterwarnings("ignore")
@@ -456,6 +454,14 @@ def key_mask_from_lens(lens, L):
 # Cross-check helpers (independent libraries)
 # ---------------------------------------------------------------------------
 
+def load_params(module, W, pairs):
+    """Copies d(W[ours]) into the parameter ``theirs`` (a dotted path below
+    ``module``) for each (theirs, ours)."""
+    with torch.no_grad():
+        for theirs, ours in pairs:
+            module.get_parameter(theirs).copy_(d(W[ours]))
+
+
 def torch_mha_load(mha, W, p):
     with torch.no_grad():
         mha.in_proj_weight.copy_(torch.cat([d(W[p + "w_q"]), d(W[p + "w_k"]), d(W[p + "w_v"])]))
@@ -483,10 +489,14 @@ def torch_act(kind):
             "gelu_tanh": lambda x: F.gelu(x, approximate="tanh")}[kind]
 
 
+def torch_layer_options(cfg):
+    """nn.TransformerEncoderLayer / DecoderLayer keywords of a block config."""
+    return dict(dropout=0.0, activation=torch_act(cfg["act"]), layer_norm_eps=cfg["norm_eps"],
+                batch_first=True, norm_first=cfg["placement"] == "pre", dtype=D64)
+
+
 def torch_encoder_layer(E, H, Fd, cfg, W, p=""):
-    layer = torch.nn.TransformerEncoderLayer(
-        E, H, Fd, dropout=0.0, activation=torch_act(cfg["act"]), layer_norm_eps=cfg["norm_eps"],
-        batch_first=True, norm_first=cfg["placement"] == "pre", dtype=D64)
+    layer = torch.nn.TransformerEncoderLayer(E, H, Fd, **torch_layer_options(cfg))
     torch_mha_load(layer.self_attn, W, p + "attn.")
     torch_ln_load(layer.norm1, W, p + "norm1.")
     torch_ln_load(layer.norm2, W, p + "norm2.")
@@ -495,9 +505,7 @@ def torch_encoder_layer(E, H, Fd, cfg, W, p=""):
 
 
 def torch_decoder_layer(E, H, Fd, cfg, W, p=""):
-    layer = torch.nn.TransformerDecoderLayer(
-        E, H, Fd, dropout=0.0, activation=torch_act(cfg["act"]), layer_norm_eps=cfg["norm_eps"],
-        batch_first=True, norm_first=cfg["placement"] == "pre", dtype=D64)
+    layer = torch.nn.TransformerDecoderLayer(E, H, Fd, **torch_layer_options(cfg))
     torch_mha_load(layer.self_attn, W, p + "self_attn.")
     torch_mha_load(layer.multihead_attn, W, p + "cross_attn.")
     for i in (1, 2, 3):
@@ -722,12 +730,7 @@ def block_cfg(H, act_kind, norm_kind, placement, causal="none", position="none",
     a = dict(num_heads=H, causal=causal, position=position)
     if Hkv:
         a["num_kv_heads"] = Hkv
-    if rope is not None:
-        a["rope"] = rope
-    if t5 is not None:
-        a["t5"] = t5
-    if scale is not None:
-        a["scale"] = scale
+    a.update(given(rope=rope, t5=t5, scale=scale))
     return dict(attn=a, act=act_kind, norm=norm_kind, norm_eps=eps, placement=placement)
 
 
@@ -794,17 +797,10 @@ def hf_llama_layer(cfg, W, E, Fd):
                      max_position_embeddings=64, attention_bias=False)
     with hf_default_f64():
         layer = LlamaDecoderLayer(lc).double().train(False)
-    with torch.no_grad():
-        at = layer.self_attn
-        at.q_proj.weight.copy_(d(W["attn.w_q"]))
-        at.k_proj.weight.copy_(d(W["attn.w_k"]))
-        at.v_proj.weight.copy_(d(W["attn.w_v"]))
-        at.o_proj.weight.copy_(d(W["attn.w_o"]))
-        layer.mlp.gate_proj.weight.copy_(d(W["ffn.w_gate"]))
-        layer.mlp.up_proj.weight.copy_(d(W["ffn.w_up"]))
-        layer.mlp.down_proj.weight.copy_(d(W["ffn.w_down"]))
-        layer.input_layernorm.weight.copy_(d(W["norm1.weight"]))
-        layer.post_attention_layernorm.weight.copy_(d(W["norm2.weight"]))
+    load_params(layer, W, [(f"self_attn.{m}_proj.weight", f"attn.w_{m}") for m in "qkvo"] +
+                [(f"mlp.{m}_proj.weight", f"ffn.w_{m}") for m in ("gate", "up", "down")] +
+                [("input_layernorm.weight", "norm1.weight"),
+                 ("post_attention_layernorm.weight", "norm2.weight")])
     return layer
 
 
@@ -883,17 +879,12 @@ def hf_t5_layers(cfg, W, E, Fd, decoder):
     with hf_default_f64():
         sa = T5LayerSelfAttention(tc, has_relative_attention_bias=True).double().train(False)
         ff = T5LayerFF(tc).double().train(False)
-    with torch.no_grad():
-        at = sa.SelfAttention
-        at.q.weight.copy_(d(W["attn.w_q"]))
-        at.k.weight.copy_(d(W["attn.w_k"]))
-        at.v.weight.copy_(d(W["attn.w_v"]))
-        at.o.weight.copy_(d(W["attn.w_o"]))
-        at.relative_attention_bias.weight.copy_(d(W["attn.t5_table"]))
-        sa.layer_norm.weight.copy_(d(W["norm1.weight"]))
-        ff.layer_norm.weight.copy_(d(W["norm2.weight"]))
-        ff.DenseReluDense.wi.weight.copy_(d(W["ffn.w_up"]))
-        ff.DenseReluDense.wo.weight.copy_(d(W["ffn.w_down"]))
+    load_params(sa, W, [(f"SelfAttention.{m}.weight", f"attn.w_{m}") for m in "qkvo"] +
+                [("SelfAttention.relative_attention_bias.weight", "attn.t5_table"),
+                 ("layer_norm.weight", "norm1.weight")])
+    load_params(ff, W, [("layer_norm.weight", "norm2.weight"),
+                        ("DenseReluDense.wi.weight", "ffn.w_up"),
+                        ("DenseReluDense.wo.weight", "ffn.w_down")])
     return sa, ff
 
 
@@ -1258,21 +1249,15 @@ def build_txl(name, B, L, E, H, Dh, Fd, n_layer, mem_len, pre_lnorm=False, clamp
     with torch.no_grad():
         for i, layer in enumerate(model.layers):
             p = f"layer.{i}."
-            at = layer.dec_attn
-            at.qkv_net.weight.copy_(d(inp[p + "w_qkv"]))
-            at.r_net.weight.copy_(d(inp[p + "w_r"]))
-            at.o_net.weight.copy_(d(inp[p + "w_o"]))
-            at.r_w_bias.copy_(d(inp[p + "r_w_bias"]))
-            at.r_r_bias.copy_(d(inp[p + "r_r_bias"]))
-            at.layer_norm.weight.copy_(d(inp[p + "ln_attn.weight"]))
-            at.layer_norm.bias.copy_(d(inp[p + "ln_attn.bias"]))
-            ffm = layer.pos_ff
-            ffm.CoreNet[0].weight.copy_(d(inp[p + "w_ff1"]))
-            ffm.CoreNet[0].bias.copy_(d(inp[p + "b_ff1"]))
-            ffm.CoreNet[3].weight.copy_(d(inp[p + "w_ff2"]))
-            ffm.CoreNet[3].bias.copy_(d(inp[p + "b_ff2"]))
-            ffm.layer_norm.weight.copy_(d(inp[p + "ln_ff.weight"]))
-            ffm.layer_norm.bias.copy_(d(inp[p + "ln_ff.bias"]))
+            wb = ("weight", "bias")
+            load_params(layer, inp,
+                        [(f"dec_attn.{m}_net.weight", f"{p}w_{m}") for m in ("qkv", "r", "o")] +
+                        [(f"dec_attn.{m}", p + m) for m in ("r_w_bias", "r_r_bias")] +
+                        [(f"dec_attn.layer_norm.{t}", f"{p}ln_attn.{t}") for t in wb] +
+                        # CoreNet = Linear(ff1), ReLU, Dropout, Linear(ff2), Dropout
+                        [(f"pos_ff.CoreNet.{j}.{t}", f"{p}{t[0]}_ff{k}")
+                         for j, k in ((0, 1), (3, 2)) for t in wb] +
+                        [(f"pos_ff.layer_norm.{t}", f"{p}ln_ff.{t}") for t in wb])
         mems = [torch.zeros(0, B, E, dtype=D64) for _ in range(n_layer)]
         xs = []
         for s in range(segments):
@@ -1413,18 +1398,19 @@ def cubic_coeffs(t, A=-0.75):
     return [c2(t + 1.0), c1(t), c1(1.0 - t), c2(2.0 - t)]
 
 
-def bicubic_grid(plane, oh, ow, scale_h, scale_w):
+def bicubic_grid(plane, oh, ow, step_h, step_w):
     """plane [G, G, E] -> [oh, ow, E]; torch's bicubic with align_corners=False
-    written out: source = (d + 0.5) / scale - 0.5, taps clamped to the grid."""
+    written out, with the source step given (1 / scale_factor, or input /
+    output size): source = step * (d + 0.5) - 0.5, taps clamped to the grid."""
     G = plane.shape[0]
     out = torch.zeros(oh, ow, plane.shape[2], dtype=D64)
     clamp = lambda i: min(max(i, 0), G - 1)  # noqa: E731
     for oy in range(oh):
-        ry = (1.0 / scale_h) * (oy + 0.5) - 0.5
+        ry = step_h * (oy + 0.5) - 0.5
         iy = math.floor(ry)
         cy = cubic_coeffs(ry - iy)
         for ox in range(ow):
-            rx = (1.0 / scale_w) * (ox + 0.5) - 0.5
+            rx = step_w * (ox + 0.5) - 0.5
             ix = math.floor(rx)
             cx = cubic_coeffs(rx - ix)
             acc = torch.zeros(plane.shape[2], dtype=D64)
@@ -1435,17 +1421,31 @@ def bicubic_grid(plane, oh, ow, scale_h, scale_w):
     return out
 
 
-def vit_positions(pos, G, gh, gw, interpolate, square):
+def source_step(rule, G, n):
+    """torch's source step for a resize of G cells to n (align_corners=False)
+    by transformers' rule: "scale_factor" (4.35: scale_factor=(n + 0.1) / G)
+    or "size" (5.x: size=n)."""
+    if rule == "size":
+        return G / n                      # area_pixel_compute_scale: input / output
+    return 1.0 / ((n + 0.1) / G)          # 1 / scale_factor
+
+
+def vit_positions(pos, G, gh, gw, interpolate, square, rule="scale_factor"):
+    """The position table for a gh x gw patch grid: the stored one for the
+    G x G grid of a square image, else (interpolate) its patch rows resized
+    bicubic by ``rule``."""
     if not interpolate or (gh * gw == G * G and square):
         assert gh * gw == G * G
         return pos
     E = pos.shape[1]
     grid = pos[1:].reshape(G, G, E)
-    res = bicubic_grid(grid, gh, gw, (gh + 0.1) / G, (gw + 0.1) / G).reshape(gh * gw, E)
-    return torch.cat([pos[:1], res], 0)
+    res = bicubic_grid(grid, gh, gw, source_step(rule, G, gh), source_step(rule, G, gw))
+    return torch.cat([pos[:1], res.reshape(gh * gw, E)], 0)
 
 
-def ref_vit(inp, c):
+def ref_vit(inp, c, rule="scale_factor"):
+    """ViT encoder: patch embedding, [CLS], positions (resized by ``rule``),
+    pre-norm blocks, final LayerNorm."""
     x = d(inp["pixels"])
     B, C, H, Wd = x.shape
     Pz = c["patch_size"]
@@ -1456,7 +1456,7 @@ def ref_vit(inp, c):
             .permute(0, 2, 4, 1, 3, 5).reshape(B, gh * gw, C * Pz * Pz))
     patches = cols @ w.reshape(E, -1).T + d(inp["patch.bias"])
     pos = vit_positions(d(inp["pos_table"]), c["pos_grid"], gh, gw, c["interpolate_pos_encoding"],
-                        H == Wd)
+                        H == Wd, rule)
     emb = torch.cat([d(inp["cls"]).reshape(1, 1, E).expand(B, 1, E), patches], 1) + pos[None]
     st = {"patches": patches, "pos": pos, "embeddings": emb}
     bcfg = block_cfg(c["num_heads"], "gelu", "layernorm", "pre", eps=c["norm_eps"])
@@ -1467,18 +1467,31 @@ def ref_vit(inp, c):
     return st
 
 
-def xcheck_hf_vit(inp, c, st, image_size):
-    """transformers.ViTModel (float64, no pooler) with the same weights, and
-    torch.nn.functional.interpolate for the position table."""
+# transformers' names of a ViT layer's linear modules, by ours: 4.x (the
+# pins of this script) and 5.x (make_vit_cases.py).
+HF_VIT_LINEARS_4 = (("attention.attention.query", "attn.w_q"), ("attention.attention.key", "attn.w_k"),
+                    ("attention.attention.value", "attn.w_v"), ("attention.output.dense", "attn.w_o"),
+                    ("intermediate.dense", "ffn.w_up"), ("output.dense", "ffn.w_down"))
+HF_VIT_LINEARS_5 = (("attention.q_proj", "attn.w_q"), ("attention.k_proj", "attn.w_k"),
+                    ("attention.v_proj", "attn.w_v"), ("attention.o_proj", "attn.w_o"),
+                    ("mlp.fc1", "ffn.w_up"), ("mlp.fc2", "ffn.w_down"))
+
+
+def hf_vit_model(inp, c, image_size, layer_prefix, linears, attn_implementation=None):
+    """(transformers.ViTModel (float64, no pooler) holding the case's
+    weights, its config); ``layer_prefix`` (formatted with the layer index)
+    and ``linears`` name its modules, which differ between transformers
+    versions."""
     from transformers import ViTConfig, ViTModel
-    E = inp["patch.weight"].shape[0]
-    C = inp["patch.weight"].shape[1]
-    Fd = inp["layer.0.ffn.w_up"].shape[0]
+    E, C = inp["patch.weight"].shape[0], inp["patch.weight"].shape[1]
     hc = ViTConfig(hidden_size=E, num_hidden_layers=c["num_layers"],
-                   num_attention_heads=c["num_heads"], intermediate_size=Fd,
-                   hidden_act="gelu", hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                   num_attention_heads=c["num_heads"],
+                   intermediate_size=inp["layer.0.ffn.w_up"].shape[0], hidden_act="gelu",
+                   hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
                    layer_norm_eps=c["norm_eps"], image_size=image_size,
                    patch_size=c["patch_size"], num_channels=C, qkv_bias=True)
+    if attn_implementation is not None:
+        hc._attn_implementation = attn_implementation
     with hf_default_f64():
         m = ViTModel(hc, add_pooling_layer=False).double().eval()
     sd = {"embeddings.cls_token": d(inp["cls"]).reshape(1, 1, E),
@@ -1488,17 +1501,21 @@ def xcheck_hf_vit(inp, c, st, image_size):
           "layernorm.weight": d(inp["final_norm.weight"]),
           "layernorm.bias": d(inp["final_norm.bias"])}
     for i in range(c["num_layers"]):
-        p, q = f"encoder.layer.{i}.", f"layer.{i}."
-        for hf, ours in (("attention.attention.query", "attn.w_q"), ("attention.attention.key", "attn.w_k"),
-                         ("attention.attention.value", "attn.w_v"), ("attention.output.dense", "attn.w_o"),
-                         ("intermediate.dense", "ffn.w_up"), ("output.dense", "ffn.w_down")):
+        p, q = layer_prefix.format(i), f"layer.{i}."
+        for hf, ours in linears:
             sd[p + hf + ".weight"] = d(inp[q + ours])
             sd[p + hf + ".bias"] = d(inp[q + ours.replace("w_", "b_")])
         for hf, ours in (("layernorm_before", "norm1"), ("layernorm_after", "norm2")):
             sd[p + hf + ".weight"] = d(inp[q + ours + ".weight"])
             sd[p + hf + ".bias"] = d(inp[q + ours + ".bias"])
-    missing, unexpected = m.load_state_dict(sd, strict=True), None
-    del missing, unexpected
+    m.load_state_dict(sd, strict=True)
+    return m, hc
+
+
+def xcheck_hf_vit(inp, c, st, image_size):
+    """transformers.ViTModel (float64, no pooler) with the same weights, and
+    torch.nn.functional.interpolate for the position table."""
+    m, _ = hf_vit_model(inp, c, image_size, "encoder.layer.{}.", HF_VIT_LINEARS_4)
     with torch.no_grad():
         out = m(pixel_values=d(inp["pixels"]),
                 interpolate_pos_encoding=c["interpolate_pos_encoding"]).last_hidden_state
@@ -1748,73 +1765,21 @@ def generate_all(out_dir, quiet=False):
     total, manifest = 0, []
     for c in CASES:
         data, xs = generate_case(c)
-        fname = c["name"] + ".safetensors"
-        path = os.path.join(out_dir, fname)
-        with open(path, "wb") as f:
-            f.write(data)
+        path, entry = write_case(out_dir, c["name"], data, kind=c["kind"], description=c["desc"],
+                                 stages=len(c["stages"]), cross_checks=xs)
         verify_file(path, c)
         total += len(data)
-        manifest.append(dict(name=c["name"], file=fname, kind=c["kind"], description=c["desc"],
-                             stages=len(c["stages"]), cross_checks=xs, bytes=len(data),
-                             sha256=hashlib.sha256(data).hexdigest()))
+        manifest.append(entry)
         if not quiet:
             print(f"  {c['name']:<34} {c['kind']:<17} {len(data):>7} B  x={len(xs)}")
-    import safetensors
-    import transformers
-    m = {"format": FORMAT, "generator": "tools/golden/make_nn_cases.py",
-         "generated_with": {"torch": torch.__version__.split("+")[0], "numpy": np.__version__,
-                            "safetensors": safetensors.__version__,
-                            "transformers": transformers.__version__},
-         "reference": "float64 transcriptions from the stored F32 inputs, every stage rounded once "
-                      "to F32; cross-checked against torch / Hugging Face implementations",
-         "total_bytes": total, "cases": manifest}
-    with open(os.path.join(out_dir, "MANIFEST.json"), "wb") as f:
-        f.write((json.dumps(m, indent=1, ensure_ascii=True) + "\n").encode("ascii"))
+    write_manifest(out_dir, {
+        "format": FORMAT, "generator": "tools/golden/make_nn_cases.py",
+        "generated_with": installed_versions(PINNED),
+        "reference": "float64 transcriptions from the stored F32 inputs, every stage rounded once "
+                     "to F32; cross-checked against torch / Hugging Face implementations",
+        "total_bytes": total, "cases": manifest})
     return total, len(CASES)
 
 
-def check_against(committed):
-    ok = True
-    with tempfile.TemporaryDirectory() as tmp:
-        generate_all(tmp, quiet=True)
-        fresh = sorted(os.listdir(tmp))
-        old = sorted(f for f in os.listdir(committed)
-                     if f.endswith(".safetensors") or f == "MANIFEST.json")
-        for f in sorted(set(fresh) | set(old)):
-            a = os.path.join(tmp, f)
-            b = os.path.join(committed, f)
-            if not os.path.exists(a) or not os.path.exists(b) or \
-                    open(a, "rb").read() != open(b, "rb").read():
-                print(f"DIFFERS: {f}")
-                ok = False
-    print("check: OK, byte-identical" if ok else "check: FAILED")
-    return ok
-
-
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", default=DEFAULT_OUT)
-    ap.add_argument("--check", action="store_true")
-    ap.add_argument("--list", action="store_true")
-    args = ap.parse_args()
-    torch.set_num_threads(1)
-    import safetensors
-    import transformers
-    for mod, ver in (("torch", torch.__version__.split("+")[0]), ("numpy", np.__version__),
-                     ("safetensors", safetensors.__version__),
-                     ("transformers", transformers.__version__)):
-        if ver != PINNED[mod]:
-            print(f"warning: {mod} {ver} != pinned {PINNED[mod]}", file=sys.stderr)
-    if args.list:
-        for c in CASES:
-            print(f"{c['name']:<34} {c['kind']:<17} {c['desc']}")
-        return 0
-    if args.check:
-        return 0 if check_against(args.out) else 1
-    total, n = generate_all(args.out)
-    print(f"{n} cases, {total} bytes ({total / 1024:.1f} KiB) in {args.out}")
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(__doc__, DEFAULT_OUT, PINNED, "tools/golden/requirements-nn.txt", generate_all, CASES))

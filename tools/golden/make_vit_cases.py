@@ -49,19 +49,16 @@ How to run
 
 from __future__ import annotations
 
-import argparse
-import hashlib
 import json
 import math
 import os
 import sys
-import tempfile
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
 import make_nn_cases as nn_cases  # tools/golden/make_nn_cases.py: the float64 transcriptions
+from gen_common import installed_versions, main, write_case, write_manifest  # tools/golden
 from st_io import st_bytes, st_load
 
 D64 = torch.float64
@@ -72,66 +69,10 @@ GENERATOR = "tools/golden/make_vit_cases.py"
 d = nn_cases.d
 
 
-def source_step(rule, G, n):
-    """torch's source step for a resize of G cells to n (align_corners=False)."""
-    if rule == "size":
-        return G / n                      # area_pixel_compute_scale: input / output
-    return 1.0 / ((n + 0.1) / G)          # 1 / scale_factor
-
-
-def bicubic_grid(plane, oh, ow, step_h, step_w):
-    """plane [G, G, E] -> [oh, ow, E]: torch's bicubic (align_corners=False)
-    written out as make_nn_cases.bicubic_grid, with the source step given:
-    source = step * (d + 0.5) - 0.5, Keys' A = -0.75 taps clamped to the grid."""
-    G = plane.shape[0]
-    out = torch.zeros(oh, ow, plane.shape[2], dtype=D64)
-    clamp = lambda i: min(max(i, 0), G - 1)  # noqa: E731
-    for oy in range(oh):
-        ry = step_h * (oy + 0.5) - 0.5
-        iy = math.floor(ry)
-        cy = nn_cases.cubic_coeffs(ry - iy)
-        for ox in range(ow):
-            rx = step_w * (ox + 0.5) - 0.5
-            ix = math.floor(rx)
-            cx = nn_cases.cubic_coeffs(rx - ix)
-            acc = torch.zeros(plane.shape[2], dtype=D64)
-            for m in range(4):
-                row = sum(cx[n] * plane[clamp(iy - 1 + m), clamp(ix - 1 + n)] for n in range(4))
-                acc = acc + cy[m] * row
-            out[oy, ox] = acc
-    return out
-
-
-def vit_positions(pos, G, gh, gw, rule, square):
-    if gh * gw == G * G and square:
-        return pos
-    E = pos.shape[1]
-    grid = pos[1:].reshape(G, G, E)
-    res = bicubic_grid(grid, gh, gw, source_step(rule, G, gh), source_step(rule, G, gw))
-    return torch.cat([pos[:1], res.reshape(gh * gw, E)], 0)
-
-
 def ref_vit(inp, c):
     """make_nn_cases.ref_vit with the case's rule for the position table."""
     assert c["interpolate_pos_encoding"]
-    x = d(inp["pixels"])
-    B, C, H, Wd = x.shape
-    Pz = c["patch_size"]
-    gh, gw = H // Pz, Wd // Pz
-    w = d(inp["patch.weight"])
-    E = w.shape[0]
-    cols = (x[:, :, :gh * Pz, :gw * Pz].reshape(B, C, gh, Pz, gw, Pz)
-            .permute(0, 2, 4, 1, 3, 5).reshape(B, gh * gw, C * Pz * Pz))
-    patches = cols @ w.reshape(E, -1).T + d(inp["patch.bias"])
-    pos = vit_positions(d(inp["pos_table"]), c["pos_grid"], gh, gw, c["pos_interpolation"], H == Wd)
-    emb = torch.cat([d(inp["cls"]).reshape(1, 1, E).expand(B, 1, E), patches], 1) + pos[None]
-    st = {"patches": patches, "pos": pos, "embeddings": emb}
-    bcfg = nn_cases.block_cfg(c["num_heads"], "gelu", "layernorm", "pre", eps=c["norm_eps"])
-    h = emb
-    for i in range(c["num_layers"]):
-        h = nn_cases.t_block(h, nn_cases.sub(inp, f"layer.{i}."), bcfg, st=st, pre=f"layer.{i}.")
-    st["out"] = nn_cases.layer_norm(h, inp["final_norm.weight"], inp["final_norm.bias"], c["norm_eps"])
-    return st
+    return nn_cases.ref_vit(inp, c, c["pos_interpolation"])
 
 
 def interpolate_pos_encoding_4_35(self, embeddings, height, width):
@@ -167,39 +108,12 @@ def interpolate_pos_encoding_4_35(self, embeddings, height, width):
 def hf_vit(inp, c):
     """transformers.ViTModel (float64, no pooler, SDPA attention) holding the
     case's weights; with the 4.35 position rule for scale_factor cases."""
-    from transformers import ViTConfig, ViTModel
-    E, C = inp["patch.weight"].shape[0], inp["patch.weight"].shape[1]
-    hc = ViTConfig(hidden_size=E, num_hidden_layers=c["num_layers"],
-                   num_attention_heads=c["num_heads"],
-                   intermediate_size=inp["layer.0.ffn.w_up"].shape[0], hidden_act="gelu",
-                   hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
-                   layer_norm_eps=c["norm_eps"], image_size=c["pos_grid"] * c["patch_size"],
-                   patch_size=c["patch_size"], num_channels=C, qkv_bias=True)
     # torch SDPA (float64 through; the eager path upcasts softmax to float32).
-    hc._attn_implementation = "sdpa"
-    with nn_cases.hf_default_f64():
-        m = ViTModel(hc, add_pooling_layer=False).double().eval()
+    m, hc = nn_cases.hf_vit_model(inp, c, c["pos_grid"] * c["patch_size"], "layers.{}.",
+                                  nn_cases.HF_VIT_LINEARS_5, attn_implementation="sdpa")
     if c["pos_interpolation"] == "scale_factor":
         m.embeddings.config = hc  # 4.35's ViTEmbeddings kept its config (patch_size)
         m.embeddings.interpolate_pos_encoding = interpolate_pos_encoding_4_35.__get__(m.embeddings)
-    sd = {"embeddings.cls_token": d(inp["cls"]).reshape(1, 1, E),
-          "embeddings.position_embeddings": d(inp["pos_table"])[None],
-          "embeddings.patch_embeddings.projection.weight": d(inp["patch.weight"]),
-          "embeddings.patch_embeddings.projection.bias": d(inp["patch.bias"]),
-          "layernorm.weight": d(inp["final_norm.weight"]),
-          "layernorm.bias": d(inp["final_norm.bias"])}
-    for i in range(c["num_layers"]):
-        # transformers 5.x module names (4.x: encoder.layer.<i>.attention.attention.query, ...)
-        p, q = f"layers.{i}.", f"layer.{i}."
-        for hf, ours in (("attention.q_proj", "attn.w_q"), ("attention.k_proj", "attn.w_k"),
-                         ("attention.v_proj", "attn.w_v"), ("attention.o_proj", "attn.w_o"),
-                         ("mlp.fc1", "ffn.w_up"), ("mlp.fc2", "ffn.w_down")):
-            sd[p + hf + ".weight"] = d(inp[q + ours])
-            sd[p + hf + ".bias"] = d(inp[q + ours.replace("w_", "b_")])
-        for hf, ours in (("layernorm_before", "norm1"), ("layernorm_after", "norm2")):
-            sd[p + hf + ".weight"] = d(inp[q + ours + ".weight"])
-            sd[p + hf + ".bias"] = d(inp[q + ours + ".bias"])
-    m.load_state_dict(sd, strict=True)
     return m
 
 
@@ -290,72 +204,31 @@ def verify_file(path):
 
 def generate_all(out_dir, quiet=False):
     os.makedirs(out_dir, exist_ok=True)
-    manifest, outs = [], {}
+    manifest, outs, total = [], {}, 0
     for c in cases():
         data, xs, st = generate_case(c)
-        path = os.path.join(out_dir, c["name"] + ".safetensors")
-        with open(path, "wb") as f:
-            f.write(data)
+        path, entry = write_case(out_dir, c["name"], data, kind="nn_vit", rule=c["rule"],
+                                 description=c["desc"], cross_checks=xs)
         verify_file(path)
+        total += len(data)
         outs.setdefault(c["image"], {})[c["rule"]] = st["out"]
-        manifest.append(dict(name=c["name"], file=c["name"] + ".safetensors", kind="nn_vit",
-                             rule=c["rule"], description=c["desc"], cross_checks=xs,
-                             bytes=len(data), sha256=hashlib.sha256(data).hexdigest()))
+        manifest.append(entry)
         if not quiet:
             print(f"  {c['name']:<28} {len(data):>7} B  " + "; ".join(xs))
     diffs = {img: float((o["size"] - o["scale_factor"]).abs().max()) for img, o in outs.items()}
     for img, v in diffs.items():
         assert v > 1e-3, f"{img}: the two rules should differ, max |diff| {v}"
-    import safetensors
-    import transformers
-    m = {"format": nn_cases.FORMAT, "generator": GENERATOR,
-         "generated_with": {"torch": torch.__version__.split("+")[0], "numpy": np.__version__,
-                            "safetensors": safetensors.__version__,
-                            "transformers": transformers.__version__},
-         "rules_max_abs_out_difference": {k: float(f"{v:.3g}") for k, v in diffs.items()},
-         "cases": manifest}
-    with open(os.path.join(out_dir, "MANIFEST.json"), "wb") as f:
-        f.write((json.dumps(m, indent=1, ensure_ascii=True) + "\n").encode("ascii"))
+    write_manifest(out_dir, {
+        "format": nn_cases.FORMAT, "generator": GENERATOR,
+        "generated_with": installed_versions(PINNED),
+        "rules_max_abs_out_difference": {k: float(f"{v:.3g}") for k, v in diffs.items()},
+        "cases": manifest})
     if not quiet:
         print("max |out(size) - out(scale_factor)|: " +
               ", ".join(f"{k} {v:.3g}" for k, v in diffs.items()))
-    return len(manifest)
-
-
-def check_against(committed):
-    with tempfile.TemporaryDirectory() as tmp:
-        generate_all(tmp, quiet=True)
-        names = sorted(set(os.listdir(tmp)) | set(os.listdir(committed)))
-        bad = [f for f in names if not os.path.exists(os.path.join(committed, f)) or
-               not os.path.exists(os.path.join(tmp, f)) or
-               open(os.path.join(tmp, f), "rb").read() != open(os.path.join(committed, f), "rb").read()]
-    for f in bad:
-        print(f"DIFFERS: {f}")
-    print("check: FAILED" if bad else "check: OK, byte-identical")
-    return not bad
-
-
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", default=DEFAULT_OUT)
-    ap.add_argument("--check", action="store_true")
-    args = ap.parse_args()
-    torch.set_num_threads(1)
-    import safetensors
-    import transformers
-    for mod, ver in (("torch", torch.__version__.split("+")[0]), ("numpy", np.__version__),
-                     ("safetensors", safetensors.__version__),
-                     ("transformers", transformers.__version__)):
-        if ver != PINNED[mod]:
-            print(f"error: {mod} {ver} != pinned {PINNED[mod]} (tools/golden/requirements-vit.txt)",
-                  file=sys.stderr)
-            return 2
-    if args.check:
-        return 0 if check_against(args.out) else 1
-    n = generate_all(args.out)
-    print(f"{n} cases in {args.out}")
-    return 0
+    return total, len(manifest)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(__doc__, DEFAULT_OUT, PINNED, "tools/golden/requirements-vit.txt", generate_all,
+                  strict_pins=True))

@@ -1,7 +1,8 @@
 """Deterministic safetensors bytes for the golden generators.
 
-Shared by make_cases.py (tests/data/golden) and make_nn_cases.py
-(tests/data/nn); it imports no attnflow code.
+Shared by make_cases.py (tests/data/golden), make_nn_cases.py
+(tests/data/nn) and make_vit_cases.py (tests/data/nn_vit); it imports no
+attnflow code.
 
 Invariants (the committed files are byte-identical on every run):
 * tensors are ordered by element size (largest first), then by name, so all

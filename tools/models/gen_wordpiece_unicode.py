@@ -102,6 +102,19 @@ class Tables:
         self.notes = []
 
 
+def set_mapping(table, c, to):
+    """Makes table (code point -> string; absent = maps to itself) map c to
+    ``to``; True when that changed the table."""
+    cp = ord(c)
+    if to == table.get(cp, c):
+        return False
+    if to == c:
+        del table[cp]
+    else:
+        table[cp] = to
+    return True
+
+
 def hf_compat(t):
     """Corrects the tables to the behaviour of the installed HF tokenizers."""
     import tokenizers
@@ -142,20 +155,9 @@ def hf_compat(t):
         if hf_ws != (cp in t.ws):
             (t.ws.add if hf_ws else t.ws.discard)(cp)
             counts["white_space"] += 1
-        if not HANGUL_FIRST <= cp <= HANGUL_LAST:
-            d = nfd.normalize_str(c)
-            if d != t.nfd.get(cp, c):
-                if d == c:
-                    del t.nfd[cp]
-                else:
-                    t.nfd[cp] = d
-                counts["nfd"] += 1
-        lo = lower.normalize_str(c)
-        if lo != t.lower.get(cp, c):
-            if lo == c:
-                del t.lower[cp]
-            else:
-                t.lower[cp] = lo
+        if not HANGUL_FIRST <= cp <= HANGUL_LAST and set_mapping(t.nfd, c, nfd.normalize_str(c)):
+            counts["nfd"] += 1
+        if set_mapping(t.lower, c, lower.normalize_str(c)):
             counts["lower"] += 1
     # Combining classes: HF reorders a pair of non-starters only when both
     # are known to its tables. Probe every non-zero class against a partner
