@@ -55,10 +55,18 @@ def is_space(cp):
 
 
 def emit(name, rs):
-    """One C array on one line (the ranges are data, not rows of code)."""
-    body = ", ".join(f"{{0x{a:X}, 0x{b:X}}}" for a, b in rs)
-    return (f"const CodepointRange k{name}[] = {{{body}}};\n"
-            f"const size_t k{name}Count = {len(rs)};")
+    lines = [f"const CodepointRange k{name}[] = {{"]
+    row = []
+    for a, b in rs:
+        row.append(f"{{0x{a:X}, 0x{b:X}}}")
+        if len(row) == 4:
+            lines.append("    " + ", ".join(row) + ",")
+            row = []
+    if row:
+        lines.append("    " + ", ".join(row) + ",")
+    lines.append("};")
+    lines.append(f"const size_t k{name}Count = {len(rs)};")
+    return "\n".join(lines)
 
 
 def main():

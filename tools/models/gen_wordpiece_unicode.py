@@ -69,9 +69,13 @@ def runs(fn):
     return out
 
 
-def emit_array(name, ctype, values, fmt="0x{:X}"):
-    """One C array on one line: the tables are data, not rows of code."""
-    return f"const {ctype} {name}[] = {{" + ", ".join(fmt.format(v) for v in values) + "};"
+def emit_array(name, ctype, values, per_line=12, fmt="0x{:X}"):
+    lines = [f"const {ctype} {name}[] = {{"]
+    for i in range(0, len(values), per_line):
+        chunk = ", ".join(fmt.format(v) for v in values[i:i + per_line])
+        lines.append(f"    {chunk},")
+    lines.append("};")
+    return "\n".join(lines)
 
 
 def surrogate(cp):
@@ -207,7 +211,8 @@ def main():
     out.append("// Class runs: code points [kClassStart[i], kClassStart[i+1]) have class\n"
                "// kClassValue[i] (0 none, 1 Other, 2 Punctuation, 3 Mn; see above).")
     out.append(emit_array("kClassStart", "uint32_t", [s for s, _ in cls]))
-    out.append(emit_array("kClassValue", "uint8_t", [v for _, v in cls], fmt="{}"))
+    out.append(emit_array("kClassValue", "uint8_t", [v for _, v in cls], per_line=32,
+                          fmt="{}"))
     out.append(f"const size_t kClassCount = {len(cls)};\n")
 
     ws = sorted(t.ws)
@@ -232,7 +237,7 @@ def main():
     flat = []
     for cp, tgt in lower_multi:
         flat.extend([cp] + tgt)
-    out.append(emit_array("kLowerMulti", "uint32_t", flat))
+    out.append(emit_array("kLowerMulti", "uint32_t", flat, per_line=8))
     out.append(f"const size_t kLowerMultiCount = {len(lower_multi)};\n")
 
     dec_cp, dec_off, dec_len, pool = [], [], [], []
@@ -248,7 +253,7 @@ def main():
                "// excluded): kDecompCp[i] -> kDecompPool[kDecompOffset[i] ..+ kDecompLength[i]].")
     out.append(emit_array("kDecompCp", "uint32_t", dec_cp))
     out.append(emit_array("kDecompOffset", "uint16_t", dec_off, fmt="{}"))
-    out.append(emit_array("kDecompLength", "uint8_t", dec_len, fmt="{}"))
+    out.append(emit_array("kDecompLength", "uint8_t", dec_len, per_line=32, fmt="{}"))
     out.append(f"const size_t kDecompCount = {len(dec_cp)};")
     out.append(emit_array("kDecompPool", "uint32_t", pool))
     out.append(f"const size_t kDecompPoolSize = {len(pool)};\n")
@@ -256,7 +261,7 @@ def main():
     ccc = runs(lambda cp: t.ccc[cp])
     out.append("// Canonical combining class runs: [kCccStart[i], kCccStart[i+1]) -> kCccValue[i].")
     out.append(emit_array("kCccStart", "uint32_t", [s for s, _ in ccc]))
-    out.append(emit_array("kCccValue", "uint8_t", [v for _, v in ccc], fmt="{}"))
+    out.append(emit_array("kCccValue", "uint8_t", [v for _, v in ccc], per_line=24, fmt="{}"))
     out.append(f"const size_t kCccCount = {len(ccc)};\n")
 
     out.append("}  // namespace attnflow::wordpiece_unicode")
