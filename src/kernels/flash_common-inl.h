@@ -327,11 +327,16 @@ HWY_INLINE void QkTile(const float* HWY_RESTRICT qt, size_t rows,
   }
 }
 
-// Loads N elements of T (float, hwy::float16_t, hwy::bfloat16_t) as fp32.
+// Loads N elements of T (float, hwy::float16_t, hwy::bfloat16_t, int8_t) as
+// fp32 (exact for each).
 template <typename T>
 HWY_INLINE VF LoadF32(DF df, const T* HWY_RESTRICT p) {
   if constexpr (std::is_same_v<T, float>) {
     return hn::LoadU(df, p);
+  } else if constexpr (std::is_same_v<T, int8_t>) {
+    const hn::Rebind<int8_t, DF> d8;
+    const hn::RebindToSigned<DF> di;
+    return hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(d8, p)));
   } else {
 #if HWY_TARGET == HWY_SCALAR
     uint16_t bits;
