@@ -30,3 +30,14 @@
 #define ATTNFLOW_HWY_NAMESPACE_END() \
   }                                  \
   HWY_AFTER_NAMESPACE();
+
+// Exports the per-target function NameT of this translation unit (defined
+// between ATTNFLOW_HWY_NAMESPACE_BEGIN/END) and defines `Ret Name Params`,
+// which forwards Args to the NameT of the best target this CPU supports
+// (HWY_DYNAMIC_DISPATCH: looked up per call, so hwy::SetSupportedTargetsForTest
+// takes effect). Invariants: expanded once per TU, inside `#if HWY_ONCE`, in
+// the namespace that declares Name; Args names exactly the parameters of
+// Params, in order.
+#define ATTNFLOW_HWY_EXPORT_DISPATCH(Ret, Name, Params, Args) \
+  HWY_EXPORT(Name##T);                                        \
+  Ret Name Params { return HWY_DYNAMIC_DISPATCH(Name##T) Args; }

@@ -22,9 +22,11 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <initializer_list>
 #include <map>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "attnflow/attention.h"
@@ -176,6 +178,27 @@ class Exporter {
   // returns "" when fine (or absent and optional), else the reason.
   std::string CheckStage(const std::string& st, const std::vector<int64_t>& shape,
                          bool allow_neg_inf, bool required, bool* present);
+  // One stage a kind of case may carry: its name, implied shape, whether -inf
+  // is a legal value (masked scores, the LSE of a dead row), whether the file
+  // must hold it.
+  struct StageSpec {
+    const char* name;
+    std::vector<int64_t> shape;
+    bool neg_inf, required;
+  };
+  // CheckStage over the stages of a case in order: `before`, the stages every
+  // attention case shares (scores, scaled, masked, weights [B,H,Lq,Lk],
+  // optional; lse [B,H,Lq], required), then `after`. "" when all are fine,
+  // else the first reason; *present lists the stages the file holds, in that
+  // order (the order of their data in the blob).
+  std::string CheckStages(std::initializer_list<StageSpec> before, int64_t B, int64_t H,
+                          int64_t Lq, int64_t Lk, std::initializer_list<StageSpec> after,
+                          std::vector<std::string>* present);
+  // Whether the per-row stages (scores .. weights, ns floats each) are
+  // exported: --stages all, or auto and at most 8192 scores; never with none.
+  void ChooseRowStages(uint64_t ns) {
+    want_row_stages_ = o_.stages == "all" || (o_.stages == "auto" && ns <= 8192);
+  }
   std::string CheckValues(const std::string& what, const TensorView& t, bool allow_neg_inf);
   int Options(int64_t B, int64_t H, int64_t Lq, int64_t Lk);
   int Sdpa();
@@ -214,6 +237,28 @@ std::string Exporter::CheckStage(const std::string& st, const std::vector<int64_
     return "stage '" + st + "' has shape " + ShapeStr(ViewShape(t.value())) + ", expected " +
            ShapeStr(shape) + " for this case";
   return CheckValues("stage '" + st + "'", t.value(), allow_neg_inf);
+}
+
+std::string Exporter::CheckStages(std::initializer_list<StageSpec> before, int64_t B, int64_t H,
+                                  int64_t Lq, int64_t Lk, std::initializer_list<StageSpec> after,
+                                  std::vector<std::string>* present) {
+  const std::vector<int64_t> srow = {B, H, Lq, Lk};
+  const StageSpec shared[] = {{"scores", srow, false, false}, {"scaled", srow, false, false},
+                              {"masked", srow, true, false},  {"weights", srow, false, false},
+                              {"lse", {B, H, Lq}, true, true}};
+  auto check = [&](const StageSpec* first, const StageSpec* last) -> std::string {
+    for (const StageSpec* s = first; s != last; ++s) {
+      bool p = false;
+      std::string bad = CheckStage(s->name, s->shape, s->neg_inf, s->required, &p);
+      if (!bad.empty()) return bad;
+      if (p) present->push_back(s->name);
+    }
+    return "";
+  };
+  std::string bad = check(before.begin(), before.end());
+  if (bad.empty()) bad = check(std::begin(shared), std::end(shared));
+  if (bad.empty()) bad = check(after.begin(), after.end());
+  return bad;
 }
 
 // Mask, window, ALiBi, kv_lens of the case into e_, checked by the micro
@@ -299,22 +344,10 @@ int Exporter::Sdpa() {
                  ", k " + k.shape_string() + ", v " + v.shape_string() + " (" +
                  af_status_name(st) + ": every element count must stay below 2^31)");
   // Stages: shapes and values, before any data is produced.
-  const std::vector<int64_t> srow = {B, H, Lq, Lk};
-  struct S {
-    const char* name;
-    std::vector<int64_t> shape;
-    bool neg_inf, required;
-  };
-  const S stages[] = {{"scores", srow, false, false}, {"scaled", srow, false, false},
-                      {"masked", srow, true, false},  {"weights", srow, false, false},
-                      {"lse", {B, H, Lq}, true, true}, {"out", {B, H, Lq, Dv}, false, true}};
-  std::map<std::string, bool> present;
-  for (const S& s : stages) {
-    bool p = false;
-    const std::string bad = CheckStage(s.name, s.shape, s.neg_inf, s.required, &p);
-    if (!bad.empty()) return Refuse(bad);
-    present[s.name] = p;
-  }
+  std::vector<std::string> present;
+  const std::string bad_stage =
+      CheckStages({}, B, H, Lq, Lk, {{"out", {B, H, Lq, Dv}, false, true}}, &present);
+  if (!bad_stage.empty()) return Refuse(bad_stage);
   for (const auto* t : {&q, &k, &v}) {
     const std::string bad =
         CheckValues(t == &q ? "input q" : (t == &k ? "input k" : "input v"), *t, false);
@@ -325,8 +358,7 @@ int Exporter::Sdpa() {
   const uint64_t nq = uint64_t(B) * H * Lq * D, nk = uint64_t(B) * Hkv * Lk * D,
                  nv = uint64_t(B) * Hkv * Lk * Dv, no = uint64_t(B) * H * Lq * Dv,
                  nl = uint64_t(B) * H * Lq, ns = uint64_t(B) * H * Lq * Lk;
-  want_row_stages_ = o_.stages == "all" || (o_.stages == "auto" && ns <= 8192);
-  if (o_.stages == "none") want_row_stages_ = false;
+  ChooseRowStages(ns);
   const uint64_t row_bytes = want_row_stages_ ? ns * 4 * 7 : 0;
   const uint64_t mask_bytes =
       c_.opt.attn_mask.empty_view() ? 0 : uint64_t(c_.opt.attn_mask.numel()) * 4;
@@ -398,10 +430,10 @@ int Exporter::Sdpa() {
   e_.q = e_.blob.F32(GoldenFloats(q));
   e_.k = e_.blob.F32(GoldenFloats(k));
   e_.v = e_.blob.F32(GoldenFloats(v));
-  for (const S& s : stages) {
-    const bool row = std::string(s.name) != "lse" && std::string(s.name) != "out";
-    if (!present[s.name] || (row && !want_row_stages_)) continue;
-    e_.f32[s.name] = e_.blob.F32(GoldenFloats(c_.file->Get(s.name).value()));
+  for (const std::string& n : present) {
+    const bool row = n != "lse" && n != "out";
+    if (row && !want_row_stages_) continue;
+    e_.f32[n] = e_.blob.F32(GoldenFloats(c_.file->Get(n).value()));
   }
 
   // int8: per-tensor quantisation, the micro library's own parameter checks.
@@ -501,30 +533,17 @@ int Exporter::Mha() {
     return Limit("the micro library refuses the mha shape x_q " + c_.x_q.shape_string() +
                  ", x_k " + c_.x_k.shape_string() + " with " + std::to_string(H) + "/" +
                  std::to_string(Hkv) + " heads (element counts must stay below 2^31)");
-  const std::vector<int64_t> srow = {B, H, Lq, Lk};
-  struct S {
-    const char* name;
-    std::vector<int64_t> shape;
-    bool neg_inf, required;
-  };
-  const S stages[] = {{"q", {B, H, Lq, dh}, false, true},
-                      {"k", {B, Hkv, Lk, dh}, false, true},
-                      {"v", {B, Hkv, Lk, dh}, false, true},
-                      {"scores", srow, false, false},
-                      {"scaled", srow, false, false},
-                      {"masked", srow, true, false},
-                      {"weights", srow, false, false},
-                      {"lse", {B, H, Lq}, true, true},
-                      {"heads_out", {B, H, Lq, dh}, false, true},
-                      {"concat", {B, Lq, E}, false, true},
-                      {"out", {B, Lq, E}, false, true}};
-  std::map<std::string, bool> present;
-  for (const S& s : stages) {
-    bool p = false;
-    const std::string bad = CheckStage(s.name, s.shape, s.neg_inf, s.required, &p);
-    if (!bad.empty()) return Refuse(bad);
-    present[s.name] = p;
-  }
+  std::vector<std::string> present;
+  const std::string bad_stage = CheckStages(
+      {{"q", {B, H, Lq, dh}, false, true},
+       {"k", {B, Hkv, Lk, dh}, false, true},
+       {"v", {B, Hkv, Lk, dh}, false, true}},
+      B, H, Lq, Lk,
+      {{"heads_out", {B, H, Lq, dh}, false, true},
+       {"concat", {B, Lq, E}, false, true},
+       {"out", {B, Lq, E}, false, true}},
+      &present);
+  if (!bad_stage.empty()) return Refuse(bad_stage);
   const std::pair<const char*, const TensorView*> inputs[] = {
       {"x_q", &c_.x_q}, {"x_k", &c_.x_k}, {"x_v", &c_.x_v}, {"w_q", &w.w_q}, {"w_k", &w.w_k},
       {"w_v", &w.w_v},  {"w_o", &w.w_o},  {"b_q", &w.b_q},  {"b_k", &w.b_k}, {"b_v", &w.b_v},
@@ -540,8 +559,7 @@ int Exporter::Mha() {
   const uint64_t ns = uint64_t(B) * H * Lq * Lk, nq = uint64_t(B) * H * Lq * dh,
                  nk = uint64_t(B) * Hkv * Lk * dh, nl = uint64_t(B) * H * Lq,
                  no = uint64_t(B) * Lq * E;
-  want_row_stages_ = o_.stages == "all" || (o_.stages == "auto" && ns <= 8192);
-  if (o_.stages == "none") want_row_stages_ = false;
+  ChooseRowStages(ns);
   data_bytes += in_bytes + (2 * nq + 2 * nk + nl + 2 * no) * 4 + (want_row_stages_ ? ns * 16 : 0);
   if (data_bytes > kMaxDataBytes)
     return Limit("its data would be " + std::to_string(data_bytes) + " bytes");
@@ -567,10 +585,9 @@ int Exporter::Mha() {
     if (s == "b_v") e_.b_v = r;
     if (s == "b_o") e_.b_o = r;
   }
-  for (const S& s : stages) {
-    const std::string n = s.name;
+  for (const std::string& n : present) {
     const bool row = n == "scores" || n == "scaled" || n == "masked" || n == "weights";
-    if (!present[n] || (row && !want_row_stages_)) continue;
+    if (row && !want_row_stages_) continue;
     const Ref r = e_.blob.F32(GoldenFloats(c_.file->Get(n).value()));
     if (n == "q") e_.mq = r;
     else if (n == "k") e_.mk = r;
@@ -751,27 +768,30 @@ int Exporter::MhaS8(int64_t B, int64_t Lq, int64_t Lk, int64_t E, int64_t H, int
       for (int64_t e = 0; e < E; ++e) acc += int64_t(cat8e[r * E + e]) * po.w8[f * E + e];
       out8e[r * E + f] = round8(double(acc) * po.real[f]);
     }
-  e_.has_s8 = true;
   e_.sq = sq;
   e_.sk = sk;
   e_.sv = sv;
   e_.so = so;
   e_.s_out = sout;
+  // The blob holds the int8 inputs, then per projection q, k, v, o: the
+  // int8 weights, the int32 biases (those present), the requantisation
+  // multipliers.
   e_.x_q8 = e_.blob.I8(xq8);
   e_.x_k8 = e_.blob.I8(xk8);
   e_.x_v8 = e_.blob.I8(xv8);
-  e_.w_q8 = e_.blob.I8(pq.w8);
-  e_.w_k8 = e_.blob.I8(pk.w8);
-  e_.w_v8 = e_.blob.I8(pv.w8);
-  e_.w_o8 = e_.blob.I8(po.w8);
-  if (!pq.b32.empty()) e_.b_q32 = e_.blob.I32(pq.b32);
-  if (!pk.b32.empty()) e_.b_k32 = e_.blob.I32(pk.b32);
-  if (!pv.b32.empty()) e_.b_v32 = e_.blob.I32(pv.b32);
-  if (!po.b32.empty()) e_.b_o32 = e_.blob.I32(po.b32);
-  e_.m_q = e_.blob.I32(pq.m);
-  e_.m_k = e_.blob.I32(pk.m);
-  e_.m_v = e_.blob.I32(pv.m);
-  e_.m_o = e_.blob.I32(po.m);
+  struct ProjRefs {
+    const Proj* p;
+    Ref *w8, *b32, *m;
+  };
+  const ProjRefs projs[] = {{&pq, &e_.w_q8, &e_.b_q32, &e_.m_q},
+                            {&pk, &e_.w_k8, &e_.b_k32, &e_.m_k},
+                            {&pv, &e_.w_v8, &e_.b_v32, &e_.m_v},
+                            {&po, &e_.w_o8, &e_.b_o32, &e_.m_o}};
+  for (const ProjRefs& r : projs) *r.w8 = e_.blob.I8(r.p->w8);
+  for (const ProjRefs& r : projs)
+    if (!r.p->b32.empty()) *r.b32 = e_.blob.I32(r.p->b32);
+  for (const ProjRefs& r : projs) *r.m = e_.blob.I32(r.p->m);
+  e_.has_s8 = true;
   e_.mq8 = e_.blob.I8(q8e);
   e_.mk8 = e_.blob.I8(k8e);
   e_.mv8 = e_.blob.I8(v8e);
@@ -883,27 +903,28 @@ std::string Exporter::Header() const {
   const af_mha_shape& m = e_.mshape;
   os << "  .mshape = {" << m.batch << ", " << m.q_len << ", " << m.kv_len << ", " << m.embed
      << ", " << m.num_heads << ", " << m.num_kv_heads << ", " << CausalMacro(c_.opt.causal)
-     << "},\n"
-     << "  .x_q = " << RefLit(e_.x_q) << ", .x_k = " << RefLit(e_.x_k) << ", .x_v = "
-     << RefLit(e_.x_v) << ",\n"
-     << "  .w_q = " << RefLit(e_.w_q) << ", .w_k = " << RefLit(e_.w_k) << ", .w_v = "
-     << RefLit(e_.w_v) << ", .w_o = " << RefLit(e_.w_o) << ",\n"
-     << "  .b_q = " << RefLit(e_.b_q) << ", .b_k = " << RefLit(e_.b_k) << ", .b_v = "
-     << RefLit(e_.b_v) << ", .b_o = " << RefLit(e_.b_o) << ",\n"
-     << "  .mq = " << RefLit(e_.mq) << ", .mk = " << RefLit(e_.mk) << ", .mv = " << RefLit(e_.mv)
-     << ", .heads_out = " << RefLit(e_.heads_out) << ", .concat = " << RefLit(e_.concat) << ",\n"
-     << "  .x_q8 = " << RefLit(e_.x_q8) << ", .x_k8 = " << RefLit(e_.x_k8) << ", .x_v8 = "
-     << RefLit(e_.x_v8) << ",\n"
-     << "  .w_q8 = " << RefLit(e_.w_q8) << ", .w_k8 = " << RefLit(e_.w_k8) << ", .w_v8 = "
-     << RefLit(e_.w_v8) << ", .w_o8 = " << RefLit(e_.w_o8) << ",\n"
-     << "  .b_q32 = " << RefLit(e_.b_q32) << ", .b_k32 = " << RefLit(e_.b_k32) << ", .b_v32 = "
-     << RefLit(e_.b_v32) << ", .b_o32 = " << RefLit(e_.b_o32) << ",\n"
-     << "  .m_q = " << RefLit(e_.m_q) << ", .m_k = " << RefLit(e_.m_k) << ", .m_v = "
-     << RefLit(e_.m_v) << ", .m_o = " << RefLit(e_.m_o) << ",\n"
-     << "  .mq8 = " << RefLit(e_.mq8) << ", .mk8 = " << RefLit(e_.mk8) << ", .mv8 = "
-     << RefLit(e_.mv8) << ", .heads_out8 = " << RefLit(e_.heads_out8) << ", .out8m = "
-     << RefLit(e_.out8m) << ",\n"
-     << "  .s_out = " << FloatLit(e_.s_out) << "\n};\n";
+     << "},\n";
+  // One line of Ref fields of the initializer: "  .a = {...}, .b = {...},\n".
+  auto ref_line = [&os](std::initializer_list<std::pair<const char*, const Ref&>> fields) {
+    const char* sep = "  ";
+    for (const auto& [name, ref] : fields) {
+      os << sep << "." << name << " = " << RefLit(ref);
+      sep = ", ";
+    }
+    os << ",\n";
+  };
+  ref_line({{"x_q", e_.x_q}, {"x_k", e_.x_k}, {"x_v", e_.x_v}});
+  ref_line({{"w_q", e_.w_q}, {"w_k", e_.w_k}, {"w_v", e_.w_v}, {"w_o", e_.w_o}});
+  ref_line({{"b_q", e_.b_q}, {"b_k", e_.b_k}, {"b_v", e_.b_v}, {"b_o", e_.b_o}});
+  ref_line({{"mq", e_.mq}, {"mk", e_.mk}, {"mv", e_.mv}, {"heads_out", e_.heads_out},
+            {"concat", e_.concat}});
+  ref_line({{"x_q8", e_.x_q8}, {"x_k8", e_.x_k8}, {"x_v8", e_.x_v8}});
+  ref_line({{"w_q8", e_.w_q8}, {"w_k8", e_.w_k8}, {"w_v8", e_.w_v8}, {"w_o8", e_.w_o8}});
+  ref_line({{"b_q32", e_.b_q32}, {"b_k32", e_.b_k32}, {"b_v32", e_.b_v32}, {"b_o32", e_.b_o32}});
+  ref_line({{"m_q", e_.m_q}, {"m_k", e_.m_k}, {"m_v", e_.m_v}, {"m_o", e_.m_o}});
+  ref_line({{"mq8", e_.mq8}, {"mk8", e_.mk8}, {"mv8", e_.mv8}, {"heads_out8", e_.heads_out8},
+            {"out8m", e_.out8m}});
+  os << "  .s_out = " << FloatLit(e_.s_out) << "\n};\n";
   return os.str();
 }
 

@@ -164,6 +164,30 @@ void PackHighBits(const uint8_t* q, uint8_t* qh4) {
   std::memcpy(qh4, &qh, 4);
 }
 
+// One block of 32 of the legacy formats Q4_0, Q5_0 (symmetric) and Q4_1,
+// Q5_1 (affine), in ggml's layout: d (f16), the minimum m (f16, affine
+// only), the fifth bits qh (u32, 5-bit only), then the low nibbles qs.
+void PutLegacyBlock(const float* x, uint8_t* y, int bits, bool affine) {
+  uint8_t q[32];
+  float d = 0, m = 0;
+  if (affine) {
+    QuantAffine(x, q, &d, &m, bits);
+  } else {
+    QuantSymmetric(x, q, &d, bits);
+  }
+  PutHalf(y, d);
+  uint8_t* p = y + 2;
+  if (affine) {
+    PutHalf(p, m);
+    p += 2;
+  }
+  if (bits == 5) {
+    PackHighBits(q, p);
+    p += 4;
+  }
+  PackNibbles(q, p);
+}
+
 // ggml make_qkx2_quants: affine fit x ~ scale*L - the_min (L in [0, nmax])
 // by a weighted least-squares search over nstep+1 candidate scales.
 float MakeQkx2(int n, int nmax, const float* x, const float* w, uint8_t* L, float* the_min, float rmin,
@@ -509,8 +533,6 @@ Status QuantizeRow(void* dst_v, const float* src, GgmlType t, int64_t n) {
   }
   const int64_t nb = n / bs;
   const int64_t bb = GgmlBlockBytes(t);
-  uint8_t q[32];
-  float d = 0, m = 0;
   for (int64_t b = 0; b < nb; ++b) {
     const float* x = src + b * bs;
     uint8_t* y = dst + b * bb;
@@ -531,36 +553,20 @@ Status QuantizeRow(void* dst_v, const float* src, GgmlType t, int64_t n) {
       case GgmlType::kQ8_0: {
         float amax = 0.0f;
         for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[j]));
-        d = amax / 127.0f;
+        const float d = amax / 127.0f;
         const float id = d == 0.0f ? 0.0f : 1.0f / d;
         PutHalf(y, d);
         for (int j = 0; j < 32; ++j) y[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(std::round(x[j] * id)));
         break;
       }
       case GgmlType::kQ4_0:
-        QuantSymmetric(x, q, &d, 4);
-        PutHalf(y, d);
-        PackNibbles(q, y + 2);
-        break;
       case GgmlType::kQ5_0:
-        QuantSymmetric(x, q, &d, 5);
-        PutHalf(y, d);
-        PackHighBits(q, y + 2);
-        PackNibbles(q, y + 6);
-        break;
       case GgmlType::kQ4_1:
-        QuantAffine(x, q, &d, &m, 4);
-        PutHalf(y, d);
-        PutHalf(y + 2, m);
-        PackNibbles(q, y + 4);
+      case GgmlType::kQ5_1: {
+        const bool five = t == GgmlType::kQ5_0 || t == GgmlType::kQ5_1;
+        PutLegacyBlock(x, y, five ? 5 : 4, t == GgmlType::kQ4_1 || t == GgmlType::kQ5_1);
         break;
-      case GgmlType::kQ5_1:
-        QuantAffine(x, q, &d, &m, 5);
-        PutHalf(y, d);
-        PutHalf(y + 2, m);
-        PackHighBits(q, y + 4);
-        PackNibbles(q, y + 8);
-        break;
+      }
       case GgmlType::kQ4_K:
         QuantQ45K(x, y, 4);
         break;

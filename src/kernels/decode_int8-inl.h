@@ -43,7 +43,7 @@
 #include "hwy/highway.h"
 #include "kernels/decode_int8.h"
 #include "kernels/flash_common-inl.h"  // Exp2, DF, VF, kNegInfF
-#include "kernels/flash_decode-inl.h"  // Sum4
+#include "kernels/flash_decode-inl.h"  // Sum4, QkBlock4, QkBlock1, OnlineSoftmaxRow
 
 HWY_BEFORE_NAMESPACE();
 namespace attnflow {
@@ -60,61 +60,6 @@ constexpr size_t kS8PvRows = 2;
 constexpr size_t kS8PvCols1 = 4;
 #endif
 
-// N int8 at p as fp32 (exact).
-HWY_INLINE VF LoadS8(DF df, const int8_t* HWY_RESTRICT p) {
-  const hn::Rebind<int8_t, DF> d8;
-  const hn::RebindToSigned<DF> di;
-  return hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(d8, p)));
-}
-
-// Scores of R rows (qd, pitch dp) against keys j0..j0+3 (K rows at k, pitch
-// kpitch, dp int8 each): s[r*pitch + u] for u < 4.
-template <size_t R>
-HWY_INLINE void QkS8Block4(const float* HWY_RESTRICT qd, size_t dp,
-                           const int8_t* HWY_RESTRICT k, size_t kpitch,
-                           float* HWY_RESTRICT s, size_t pitch) {
-  const DF df;
-  const size_t N = hn::Lanes(df);
-  VF acc[4][R];
-  HWY_UNROLL(4)
-  for (size_t u = 0; u < 4; ++u) {
-    HWY_UNROLL(4)
-    for (size_t r = 0; r < R; ++r) acc[u][r] = hn::Zero(df);
-  }
-  for (size_t c = 0; c < dp; c += N) {
-    VF kv[4];
-    HWY_UNROLL(4)
-    for (size_t u = 0; u < 4; ++u) kv[u] = LoadS8(df, k + u * kpitch + c);
-    HWY_UNROLL(4)
-    for (size_t r = 0; r < R; ++r) {
-      const VF q = hn::LoadU(df, qd + r * dp + c);
-      HWY_UNROLL(4)
-      for (size_t u = 0; u < 4; ++u) acc[u][r] = hn::MulAdd(q, kv[u], acc[u][r]);
-    }
-  }
-  HWY_UNROLL(4)
-  for (size_t r = 0; r < R; ++r) Sum4(df, acc[0][r], acc[1][r], acc[2][r], acc[3][r], s + r * pitch);
-}
-
-// One key: s[r*pitch] for r < R.
-template <size_t R>
-HWY_INLINE void QkS8Block1(const float* HWY_RESTRICT qd, size_t dp,
-                           const int8_t* HWY_RESTRICT k, float* HWY_RESTRICT s,
-                           size_t pitch) {
-  const DF df;
-  const size_t N = hn::Lanes(df);
-  VF acc[R];
-  HWY_UNROLL(4)
-  for (size_t r = 0; r < R; ++r) acc[r] = hn::Zero(df);
-  for (size_t c = 0; c < dp; c += N) {
-    const VF kv = LoadS8(df, k + c);
-    HWY_UNROLL(4)
-    for (size_t r = 0; r < R; ++r) acc[r] = hn::MulAdd(hn::LoadU(df, qd + r * dp + c), kv, acc[r]);
-  }
-  HWY_UNROLL(4)
-  for (size_t r = 0; r < R; ++r) s[r * pitch] = hn::GetLane(hn::SumOfLanes(df, acc[r]));
-}
-
 // Rows [0, rows) in chunks of kS8QkRows, then the leftover chunk (template
 // recursion on its size).
 template <size_t R, bool kFour>
@@ -123,9 +68,9 @@ HWY_INLINE void QkS8Rest(const float* HWY_RESTRICT qd, size_t dp, const int8_t* 
   if constexpr (R >= 1) {
     if (rem == R) {
       if constexpr (kFour) {
-        QkS8Block4<R>(qd, dp, k, kpitch, s, pitch);
+        QkBlock4<int8_t, R>(qd, dp, k, kpitch, s, pitch);
       } else {
-        QkS8Block1<R>(qd, dp, k, s, pitch);
+        QkBlock1<int8_t, R>(qd, dp, k, s, pitch);
       }
       return;
     }
@@ -144,7 +89,7 @@ HWY_INLINE void QkS8Tile(const float* HWY_RESTRICT qd, size_t rows, size_t dp,
     const int8_t* kj = k + j * kpitch;
     size_t r0 = 0;
     for (; r0 + kS8QkRows <= rows; r0 += kS8QkRows) {
-      QkS8Block4<kS8QkRows>(qd + r0 * dp, dp, kj, kpitch, s + r0 * pitch + j, pitch);
+      QkBlock4<int8_t, kS8QkRows>(qd + r0 * dp, dp, kj, kpitch, s + r0 * pitch + j, pitch);
     }
     if (r0 < rows) {
       QkS8Rest<kS8QkRows - 1, true>(qd + r0 * dp, dp, kj, kpitch, s + r0 * pitch + j, pitch,
@@ -155,7 +100,7 @@ HWY_INLINE void QkS8Tile(const float* HWY_RESTRICT qd, size_t rows, size_t dp,
     const int8_t* kj = k + j * kpitch;
     size_t r0 = 0;
     for (; r0 + kS8QkRows <= rows; r0 += kS8QkRows) {
-      QkS8Block1<kS8QkRows>(qd + r0 * dp, dp, kj, s + r0 * pitch + j, pitch);
+      QkBlock1<int8_t, kS8QkRows>(qd + r0 * dp, dp, kj, s + r0 * pitch + j, pitch);
     }
     if (r0 < rows) {
       QkS8Rest<kS8QkRows - 1, false>(qd + r0 * dp, dp, kj, kpitch, s + r0 * pitch + j, pitch,
@@ -183,7 +128,7 @@ HWY_INLINE void PvS8Block(const float* HWY_RESTRICT p, size_t ppitch, size_t n,
   for (; j + N <= n; j += N) {
     VF vv[C];
     HWY_UNROLL(8)
-    for (size_t u = 0; u < C; ++u) vv[u] = LoadS8(df, v + u * vpitch + j);
+    for (size_t u = 0; u < C; ++u) vv[u] = LoadF32(df, v + u * vpitch + j);
     HWY_UNROLL(4)
     for (size_t r = 0; r < R; ++r) {
       const VF pr = hn::LoadU(df, p + r * ppitch + j);
@@ -198,7 +143,7 @@ HWY_INLINE void PvS8Block(const float* HWY_RESTRICT p, size_t ppitch, size_t n,
     for (size_t u = 0; u < C; ++u) {
       std::memset(tail[u], 0, sizeof(tail[u]));
       std::memcpy(tail[u], v + u * vpitch + j, n - j);
-      vv[u] = LoadS8(df, tail[u]);
+      vv[u] = LoadF32(df, tail[u]);
     }
     HWY_UNROLL(4)
     for (size_t r = 0; r < R; ++r) {
@@ -316,7 +261,6 @@ void DecodeS8SplitImpl(const ProblemS8& P, const PlanS8& pl, int64_t task, void*
   const int8_t* kbase = seq.k + static_cast<size_t>(g) * cap * D;
   const int8_t* vbase = seq.v + static_cast<size_t>(g) * dv * cap;
   const float* qd = P.qs + static_cast<size_t>(b * P.H + g * P.G) * dp;
-  const VF ninf = hn::Set(df, kNegInfF);
   for (int64_t i = i0; i < i1;) {
     const size_t slot = static_cast<size_t>((P.first[b] + i) % P.cap);
     const size_t n = std::min({tkv, static_cast<size_t>(i1 - i), cap - slot});
@@ -337,21 +281,7 @@ void DecodeS8SplitImpl(const ProblemS8& P, const PlanS8& pl, int64_t task, void*
     for (size_t r = 0; r < rows; ++r) {
       float* row = sc.s + r * tkv;
       for (size_t j = n; j < nv; ++j) row[j] = kNegInfF;
-      VF mx = ninf;
-      for (size_t j = 0; j < nv; j += N) mx = hn::Max(mx, hn::LoadU(df, row + j));
-      const float tile_max = hn::GetLane(hn::MaxOfLanes(df, mx));
-      const float m_new = std::max(m[r], tile_max);
-      const VF muv = hn::Set(df, m_new);
-      VF sum = hn::Zero(df);
-      for (size_t j = 0; j < nv; j += N) {
-        const VF e = Exp2(df, hn::Sub(hn::LoadU(df, row + j), muv));
-        hn::StoreU(e, df, row + j);
-        sum = hn::Add(sum, e);
-      }
-      const float a = hn::GetLane(Exp2(df, hn::Set(df, m[r] - m_new)));
-      sc.alpha[r] = a;
-      l[r] = l[r] * a + hn::GetLane(hn::SumOfLanes(df, sum));
-      m[r] = m_new;
+      sc.alpha[r] = OnlineSoftmaxRow(df, row, nv, &m[r], &l[r]);
     }
     // P.V over the V columns of this tile.
     PvS8Tile(sc.s, tkv, rows, n, vbase + slot, cap, dv, o, sc.alpha);

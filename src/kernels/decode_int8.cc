@@ -24,6 +24,7 @@
 #include "attnflow/semantics.h"
 #include "hwy/targets.h"
 #include "kernels/decode_int8.h"
+#include "kernels/internal.h"
 
 namespace attnflow {
 
@@ -58,6 +59,7 @@ namespace {
 
 using kernels::PlanS8;
 using kernels::ProblemS8;
+using kernels::SplitPartials;
 
 constexpr char kOp[] = "decode_kv_s8";
 constexpr double kLog2e = 1.4426950408889634073599246810019;
@@ -225,7 +227,8 @@ void MergeS8(const ProblemS8& P, const PlanS8& pl, int64_t bg, const float* part
   const int64_t g = bg % P.Hkv, b = bg / P.Hkv;
   const size_t rows = static_cast<size_t>(P.G), dv = static_cast<size_t>(P.Dv);
   const int64_t S = pl.n_splits;
-  const float* base = partials + static_cast<size_t>(bg * S) * pl.partial_floats;
+  const SplitPartials parts{partials + static_cast<size_t>(bg * S) * pl.partial_floats,
+                            pl.partial_floats, rows, dv, S};
   const double sv = P.n[b] > 0 ? static_cast<double>(P.seqs[b].v_scale[g]) : 0.0;
   float* out_base = static_cast<float*>(out.data);
   float* lse_base = lse.empty_view() ? nullptr : static_cast<float*>(lse.data);
@@ -233,12 +236,7 @@ void MergeS8(const ProblemS8& P, const PlanS8& pl, int64_t bg, const float* part
   for (size_t r = 0; r < rows; ++r) {
     const int64_t h = g * P.G + static_cast<int64_t>(r);
     if (recompute[b * P.H + h]) continue;
-    double M = -std::numeric_limits<double>::infinity();
-    for (int64_t s = 0; s < S; ++s) {
-      const float* part = base + static_cast<size_t>(s) * pl.partial_floats;
-      const float ms = part[rows * dv + r], ls = part[rows * dv + rows + r];
-      if (ls > 0.0f && ms > M) M = ms;
-    }
+    const double M = parts.MaxM(r, nullptr);
     float* o = out_base + b * out.strides[0] + h * out.strides[1];
     const int64_t os = out.strides[3];
     float row_lse;
@@ -246,17 +244,10 @@ void MergeS8(const ProblemS8& P, const PlanS8& pl, int64_t bg, const float* part
       for (size_t c = 0; c < dv; ++c) o[c * os] = 0.0f;
       row_lse = -std::numeric_limits<float>::infinity();
     } else {
-      double lsum = 0.0;
       std::fill(acc, acc + dv, 0.0);
-      for (int64_t s = 0; s < S; ++s) {
-        const float* part = base + static_cast<size_t>(s) * pl.partial_floats;
-        const float ms = part[rows * dv + r], ls = part[rows * dv + rows + r];
-        if (!(ls > 0.0f)) continue;
-        const double w = std::exp2(static_cast<double>(ms) - M);
-        lsum += w * ls;
-        const float* po = part + r * dv;
+      const double lsum = parts.ForEachWeighted(r, M, [&](double w, const float* po) {
         for (size_t c = 0; c < dv; ++c) acc[c] += w * static_cast<double>(po[c]);
-      }
+      });
       const double f = sv / lsum;
       for (size_t c = 0; c < dv; ++c) o[c * os] = static_cast<float>(acc[c] * f);
       row_lse = static_cast<float>((M + std::log2(lsum)) * kLn2);
@@ -396,18 +387,17 @@ Status DecodeKvS8(const TensorView& out, const TensorView& lse, const TensorView
     }
   }
 
-  ProblemS8 P;
-  P.B = B;
-  P.H = H;
-  P.Hkv = Hkv;
-  P.G = G;
-  P.D = D;
-  P.Dv = Dv;
-  P.cap = L.capacity;
-  P.seqs = seqs.data();
-  P.first = first.data();
-  P.n = nvis.data();
-  P.qs = qs;
+  const ProblemS8 P{.B = B,
+                    .H = H,
+                    .Hkv = Hkv,
+                    .G = G,
+                    .D = D,
+                    .Dv = Dv,
+                    .cap = L.capacity,
+                    .seqs = seqs.data(),
+                    .first = first.data(),
+                    .n = nvis.data(),
+                    .qs = qs};
 
   std::vector<std::atomic<int64_t>> done(static_cast<size_t>(bh));
   for (auto& c : done) c.store(0, std::memory_order_relaxed);

@@ -726,9 +726,12 @@ struct AttentionRun::Impl {
   Plan pl;
   Problem P;
   kernels::ProblemStorage storage;
-  SdpaDims d{};
-  TensorView out, lse, q, k, v;
-  SdpaOptions opt;
+  // The bound call as given (the reference and naive kernels run from it).
+  struct Call {
+    TensorView out, lse, q, k, v;
+    SdpaOptions opt;
+    SdpaDims d{};
+  } call;
   size_t worker_floats = 0;
 };
 
@@ -779,13 +782,7 @@ Status AttentionRun::Bind(const AttentionPlan& plan, const TensorView& out, cons
         ", the call has " +
         DescribePlanned(d, q.dtype, k.dtype, v.dtype, out.dtype, has_lse, lse.dtype));
   }
-  m.d = d;
-  m.out = out;
-  m.lse = lse;
-  m.q = q;
-  m.k = k;
-  m.v = v;
-  m.opt = opt;
+  m.call = {out, lse, q, k, v, opt, d};
   std::memcpy(&m.pl, plan.tiling, sizeof(Plan));
   if (plan.kernel != KernelKind::kReference && plan.kernel != KernelKind::kNaive) {
     ATTNFLOW_RETURN_IF_ERROR(
@@ -811,11 +808,13 @@ Status RunAttentionTasks(const AttentionRun& run, AttentionPhase phase, int64_t 
   }
   if (begin == end) return Status::Ok();
   if (ap.kernel == KernelKind::kReference) {
-    return reference::Sdpa(m.out, m.lse, m.q, m.k, m.v, m.opt);
+    const auto& c = m.call;
+    return reference::Sdpa(c.out, c.lse, c.q, c.k, c.v, c.opt);
   }
   if (ap.kernel == KernelKind::kNaive) {
     ThreadPool one(1);  // starts no thread: the call runs on this one
-    return kernels::NaiveAttention(m.out, m.lse, m.q, m.k, m.v, m.opt, m.d, one);
+    const auto& c = m.call;
+    return kernels::NaiveAttention(c.out, c.lse, c.q, c.k, c.v, c.opt, c.d, one);
   }
   if (worker < 0 || worker >= ws.num_workers() || !ws.Holds(ap)) {
     return InvalidArgument("attention: run tasks: worker " + std::to_string(worker) +

@@ -30,6 +30,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 
 #include "hwy/highway.h"
 #include "kernels/flash_common-inl.h"
@@ -40,14 +41,15 @@ namespace attnflow {
 namespace kernels {
 namespace HWY_NAMESPACE {
 
-// One worker's buffers (BwdScratchLayout) and the metadata of the current
-// query tile.
-struct BwdTile {
+// One worker's buffers (BwdScratchLayout; the per-row visibility scratch
+// first/last/diag/slope/live/pairlive from RowScratch) and the metadata of
+// the current query tile.
+struct BwdTile : RowScratch {
   float *qt, *dot, *qr, *dor, *kt, *vt, *st, *dpt, *tt, *tmax, *acc_a, *acc_b, *lse2, *lse2_lo,
-      *delta, *ones, *slope;
+      *delta, *ones;
   double* dacc;
-  int32_t *first, *last, *diag, *livei;
-  uint8_t *live, *pairlive, *ones8;
+  int32_t* livei;
+  uint8_t* ones8;
   int64_t u_first, u_last, max_first, min_last;
   int64_t n_heads, n_pos;
 };
@@ -65,30 +67,15 @@ inline QTileTask DecodeQTileTask(const Plan& pl, int64_t Hkv, int64_t task) {
 inline BwdTile MakeBwdTile(const Plan& pl, float* scratch) {
   const BwdScratchLayout L = MakeBwdScratchLayout(pl);
   BwdTile t{};
-  t.qt = scratch + L.qt;
-  t.dot = scratch + L.dot;
-  t.qr = scratch + L.qr;
-  t.dor = scratch + L.dor;
-  t.kt = scratch + L.kt;
-  t.vt = scratch + L.vt;
-  t.st = scratch + L.st;
-  t.dpt = scratch + L.dpt;
-  t.tt = scratch + L.tt;
-  t.tmax = scratch + L.tmax;
-  t.acc_a = scratch + L.acc_a;
-  t.acc_b = scratch + L.acc_b;
+  const std::pair<float**, size_t> buffers[] = {
+      {&t.qt, L.qt},     {&t.dot, L.dot},         {&t.qr, L.qr},       {&t.dor, L.dor},
+      {&t.kt, L.kt},     {&t.vt, L.vt},           {&t.st, L.st},       {&t.dpt, L.dpt},
+      {&t.tt, L.tt},     {&t.tmax, L.tmax},       {&t.acc_a, L.acc_a}, {&t.acc_b, L.acc_b},
+      {&t.lse2, L.lse2}, {&t.lse2_lo, L.lse2_lo}, {&t.delta, L.delta}, {&t.ones, L.ones}};
+  for (const auto& [ptr, offset] : buffers) *ptr = scratch + offset;
   t.dacc = reinterpret_cast<double*>(scratch + L.dacc);
-  t.lse2 = scratch + L.lse2;
-  t.lse2_lo = scratch + L.lse2_lo;
-  t.delta = scratch + L.delta;
-  t.ones = scratch + L.ones;
-  t.slope = scratch + L.slope;
-  t.first = reinterpret_cast<int32_t*>(scratch + L.first);
-  t.last = reinterpret_cast<int32_t*>(scratch + L.last);
-  t.diag = reinterpret_cast<int32_t*>(scratch + L.diag);
+  static_cast<RowScratch&>(t) = RowScratchAt(scratch, L.row);
   t.livei = reinterpret_cast<int32_t*>(scratch + L.livei);
-  t.live = reinterpret_cast<uint8_t*>(scratch + L.live);
-  t.pairlive = reinterpret_cast<uint8_t*>(scratch + L.pairlive);
   t.ones8 = reinterpret_cast<uint8_t*>(scratch + L.ones8);
   return t;
 }
@@ -154,6 +141,24 @@ inline bool BwdRows(const BwdProblem& BP, const Plan& pl, int64_t b, int64_t hk,
   return T->u_last >= T->u_first;
 }
 
+// Packs one row of `width` elements (stride `stride`; nullptr: a dead row,
+// all zero) into column r of the transposed tile t [pad][rows] and, if
+// rows_too, into row r of the row-major tile rm [rows][pad], zero-padded up to
+// pad. Used for the Q and the dO rows of a query tile.
+HWY_INLINE void BwdPackRow(const float* src, int64_t stride, int64_t width, size_t pad,
+                           size_t rows, size_t r, bool rows_too, float* t, float* rm) {
+  const size_t w = src == nullptr ? 0 : static_cast<size_t>(width);
+  for (size_t d = 0; d < w; ++d) {
+    const float x = src[static_cast<int64_t>(d) * stride];
+    t[d * rows + r] = x;
+    if (rows_too) rm[r * pad + d] = x;
+  }
+  for (size_t d = w; d < pad; ++d) {
+    t[d * rows + r] = 0.0f;
+    if (rows_too) rm[r * pad + d] = 0.0f;
+  }
+}
+
 // Packs the query side of the tile: Q^T [D][rows] (unscaled: QkTile scales
 // the scores, as in the forward) and dO^T [Dv][rows] (zero for rows that are not live), and with
 // `rows_too` also the row-major Q [rows][dp] and dO [rows][dvp] (pass A).
@@ -167,36 +172,12 @@ inline void BwdPackQuery(const BwdProblem& BP, const Plan& pl, int64_t b, int64_
   const int64_t p0 = qtile * tq;
   for (size_t r = 0; r < rows; ++r) {
     const int64_t hl = static_cast<int64_t>(r) / tq, pp = static_cast<int64_t>(r) % tq;
-    if (!T->live[r]) {
-      for (size_t d = 0; d < dp; ++d) T->qt[d * rows + r] = 0.0f;
-      for (size_t c = 0; c < dvp; ++c) T->dot[c * rows + r] = 0.0f;
-      if (rows_too) {
-        std::memset(T->qr + r * dp, 0, dp * sizeof(float));
-        std::memset(T->dor + r * dvp, 0, dvp * sizeof(float));
-      }
-      continue;
-    }
     const int64_t h = h_begin + hl, i = p0 + pp;
-    const float* q = P.q + b * P.qs[0] + h * P.qs[1] + i * P.qs[2];
-    const float* g = BP.dout + b * BP.dos[0] + h * BP.dos[1] + i * BP.dos[2];
-    for (int64_t d = 0; d < P.D; ++d) {
-      const float x = q[d * P.qs[3]];
-      T->qt[static_cast<size_t>(d) * rows + r] = x;
-      if (rows_too) T->qr[r * dp + static_cast<size_t>(d)] = x;
-    }
-    for (size_t d = static_cast<size_t>(P.D); d < dp; ++d) {
-      T->qt[d * rows + r] = 0.0f;
-      if (rows_too) T->qr[r * dp + d] = 0.0f;
-    }
-    for (int64_t c = 0; c < P.Dv; ++c) {
-      const float x = g[c * BP.dos[3]];
-      T->dot[static_cast<size_t>(c) * rows + r] = x;
-      if (rows_too) T->dor[r * dvp + static_cast<size_t>(c)] = x;
-    }
-    for (size_t c = static_cast<size_t>(P.Dv); c < dvp; ++c) {
-      T->dot[c * rows + r] = 0.0f;
-      if (rows_too) T->dor[r * dvp + c] = 0.0f;
-    }
+    const bool live = T->live[r] != 0;
+    const float* q = live ? P.q + b * P.qs[0] + h * P.qs[1] + i * P.qs[2] : nullptr;
+    const float* g = live ? BP.dout + b * BP.dos[0] + h * BP.dos[1] + i * BP.dos[2] : nullptr;
+    BwdPackRow(q, P.qs[3], P.D, dp, rows, r, rows_too, T->qt, T->qr);
+    BwdPackRow(g, BP.dos[3], P.Dv, dvp, rows, r, rows_too, T->dot, T->dor);
   }
 }
 
@@ -244,7 +225,8 @@ void BwdBlock(const BwdProblem& BP, const Plan& pl, int64_t b, int64_t hk, int64
       }
     }
   }
-  if (P.slope2 != nullptr) AlibiCols(T->st, rows, n, js, T->diag, T->slope, T->pairlive);
+  const StTile tile{T->st, rows, n, js, T->pairlive};
+  if (P.slope2 != nullptr) AlibiCols(tile, T->diag, T->slope);
   if (P.mask != nullptr) {
     for (size_t r = 0; r < rows; ++r) {
       if (!T->live[r]) continue;
@@ -253,7 +235,7 @@ void BwdBlock(const BwdProblem& BP, const Plan& pl, int64_t b, int64_t hk, int64
     }
   }
   if (!(js >= T->max_first && je - 1 <= T->min_last)) {
-    RangeMaskCols(T->st, rows, n, js, T->first, T->last, T->pairlive);
+    RangeMaskCols(tile, T->first, T->last);
   }
   // dP^T = V . dO^T.
   QkTile<kDim>(T->dot, rows, T->vt, dvp, T->vt + full * dvp, dvp, static_cast<size_t>(P.Dv), n,
@@ -332,6 +314,25 @@ inline bool BwdStoreRows(const float* acc, size_t pitch, size_t n_rows, int64_t 
   return finite;
 }
 
+// The key tiles of the current query tile (its rows set up by BwdRows and
+// BwdPackQuery): for each tile [js, js + n) of [T->u_first, T->u_last], in
+// key order, packs K/V, runs BwdBlock (delta_rows: the delta pass's row sums,
+// nullptr in pass B) and then calls after(js, n). Shared by the delta pass
+// and pass B, so both visit the same tiles in the same order.
+template <size_t kDim, class After>
+HWY_INLINE void BwdQueryTileKeys(const BwdProblem& BP, const Plan& pl, const QTileTask& tk,
+                                 BwdTile* T, double* delta_rows, After after) {
+  const int64_t tkv = pl.tkv;
+  for (int64_t t = T->u_first / tkv; t <= T->u_last / tkv; ++t) {
+    const int64_t js = std::max(t * tkv, T->u_first);
+    const int64_t je = std::min((t + 1) * tkv, T->u_last + 1);
+    const size_t n = static_cast<size_t>(je - js);
+    BwdPackKv(BP.P, pl, tk.b, tk.hk, js, n, T);
+    BwdBlock<kDim>(BP, pl, tk.b, tk.hk, tk.hchunk, tk.qtile, js, n, T, delta_rows);
+    after(js, n);
+  }
+}
+
 // Delta pass: task = (b, kv head, head chunk, query tile), like pass B. With
 // Z_i = sum_j P_ij and Y_i = sum_j P_ij dP_ij over the recomputed
 // probabilities and the kernel's own dP, it renormalises the row
@@ -344,26 +345,18 @@ void BwdDeltaTask(const BwdProblem& BP, const Plan& pl, int64_t task, float* scr
   const Problem& P = BP.P;
   BwdTile T = MakeBwdTile(pl, scratch);
   const QTileTask tk = DecodeQTileTask(pl, P.Hkv, task);
-  const int64_t b = tk.b, hk = tk.hk, hchunk = tk.hchunk, qtile = tk.qtile;
-  if (!BwdRows(BP, pl, b, hk, hchunk, qtile, &T)) return;
-  BwdPackQuery(BP, pl, b, hk, hchunk, qtile, false, &T);
+  if (!BwdRows(BP, pl, tk.b, tk.hk, tk.hchunk, tk.qtile, &T)) return;
+  BwdPackQuery(BP, pl, tk.b, tk.hk, tk.hchunk, tk.qtile, false, &T);
   const size_t rows = static_cast<size_t>(pl.rows);
   double* acc = T.dacc;
   for (size_t r = 0; r < 2 * rows; ++r) acc[r] = 0.0;
-  const int64_t tkv = pl.tkv;
-  for (int64_t t = T.u_first / tkv; t <= T.u_last / tkv; ++t) {
-    const int64_t js = std::max(t * tkv, T.u_first);
-    const int64_t je = std::min((t + 1) * tkv, T.u_last + 1);
-    const size_t n = static_cast<size_t>(je - js);
-    BwdPackKv(P, pl, b, hk, js, n, &T);
-    BwdBlock<kDim>(BP, pl, b, hk, hchunk, qtile, js, n, &T, acc);
-  }
-  const int64_t h_begin = hk * P.G + hchunk * pl.hc;
-  const int64_t p0 = qtile * pl.tq;
+  BwdQueryTileKeys<kDim>(BP, pl, tk, &T, acc, [](int64_t, size_t) {});
+  const int64_t h_begin = tk.hk * P.G + tk.hchunk * pl.hc;
+  const int64_t p0 = tk.qtile * pl.tq;
   for (size_t r = 0; r < rows; ++r) {
     if (!T.live[r]) continue;
     const int64_t hl = static_cast<int64_t>(r) / pl.tq, pp = static_cast<int64_t>(r) % pl.tq;
-    const size_t row = static_cast<size_t>((b * P.H + h_begin + hl) * P.Lq + p0 + pp);
+    const size_t row = static_cast<size_t>((tk.b * P.H + h_begin + hl) * P.Lq + p0 + pp);
     const double z = acc[2 * r], y = acc[2 * r + 1];
     if (z > 0.0 && std::isfinite(z) && std::isfinite(y)) {
       const double l2 =
@@ -428,29 +421,22 @@ bool BwdQTask(const BwdProblem& BP, const Plan& pl, int64_t task, float* scratch
   const Problem& P = BP.P;
   BwdTile T = MakeBwdTile(pl, scratch);
   const QTileTask tk = DecodeQTileTask(pl, P.Hkv, task);
-  const int64_t b = tk.b, hk = tk.hk, hchunk = tk.hchunk, qtile = tk.qtile;
   const size_t rows = static_cast<size_t>(pl.rows);
   const size_t dp = static_cast<size_t>(pl.dp);
   std::memset(T.acc_a, 0, rows * dp * sizeof(float));  // dQ
-  if (BwdRows(BP, pl, b, hk, hchunk, qtile, &T)) {
-    BwdPackQuery(BP, pl, b, hk, hchunk, qtile, false, &T);
-    const int64_t tkv = pl.tkv;
-    for (int64_t t = T.u_first / tkv; t <= T.u_last / tkv; ++t) {
-      const int64_t js = std::max(t * tkv, T.u_first);
-      const int64_t je = std::min((t + 1) * tkv, T.u_last + 1);
-      const size_t n = static_cast<size_t>(je - js);
-      BwdPackKv(P, pl, b, hk, js, n, &T);
-      BwdBlock<kDim>(BP, pl, b, hk, hchunk, qtile, js, n, &T);
+  if (BwdRows(BP, pl, tk.b, tk.hk, tk.hchunk, tk.qtile, &T)) {
+    BwdPackQuery(BP, pl, tk.b, tk.hk, tk.hchunk, tk.qtile, false, &T);
+    BwdQueryTileKeys<kDim>(BP, pl, tk, &T, nullptr, [&](int64_t, size_t n) {
       // dQ_i += sum_j dS_ij K_j.
       PvTile<float>(T.dpt, rows, 1, n, T.kt, dp, dp, T.acc_a, T.ones, rows, T.live);
-    }
+    });
   }
   if (BP.dq == nullptr) return true;
   bool finite = true;
-  const int64_t h_begin = hk * P.G + hchunk * pl.hc;
-  const int64_t p0 = qtile * pl.tq;
+  const int64_t h_begin = tk.hk * P.G + tk.hchunk * pl.hc;
+  const int64_t p0 = tk.qtile * pl.tq;
   for (int64_t hl = 0; hl < T.n_heads; ++hl) {
-    float* dst = BP.dq + b * BP.dqs[0] + (h_begin + hl) * BP.dqs[1] + p0 * BP.dqs[2];
+    float* dst = BP.dq + tk.b * BP.dqs[0] + (h_begin + hl) * BP.dqs[1] + p0 * BP.dqs[2];
     finite &= BwdStoreRows(T.acc_a + static_cast<size_t>(hl * pl.tq) * dp, dp,
                            static_cast<size_t>(T.n_pos), P.D, BP.scale, dst, BP.dqs[2], BP.dqs[3]);
   }

@@ -327,11 +327,16 @@ HWY_INLINE void QkTile(const float* HWY_RESTRICT qt, size_t rows,
   }
 }
 
-// Loads N elements of T (float, hwy::float16_t, hwy::bfloat16_t) as fp32.
+// Loads N elements of T (float, hwy::float16_t, hwy::bfloat16_t, int8_t) as
+// fp32 (exact for each).
 template <typename T>
 HWY_INLINE VF LoadF32(DF df, const T* HWY_RESTRICT p) {
   if constexpr (std::is_same_v<T, float>) {
     return hn::LoadU(df, p);
+  } else if constexpr (std::is_same_v<T, int8_t>) {
+    const hn::Rebind<int8_t, DF> d8;
+    const hn::RebindToSigned<DF> di;
+    return hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(d8, p)));
   } else {
 #if HWY_TARGET == HWY_SCALAR
     uint16_t bits;
@@ -581,16 +586,24 @@ HWY_INLINE void ForEachStCol(float* HWY_RESTRICT st, size_t rows, size_t n_keys,
   }
 }
 
+// One score tile in St layout as the appliers below see it: st [n_keys][rows]
+// holds keys j0 .. j0 + n_keys - 1; rowpair_live flags the blocks of 2N rows
+// that hold a live row (the others are not touched).
+struct StTile {
+  float* st;
+  size_t rows, n_keys;
+  int64_t j0;
+  const uint8_t* rowpair_live;
+};
+
 // Index-computed masks (causal / window / kv_len), St layout: key j0+j is
 // kept for row i iff first[i] <= j0+j <= last[i].
-HWY_INLINE void RangeMaskCols(float* HWY_RESTRICT st, size_t rows, size_t n_keys,
-                              int64_t j0, const int32_t* HWY_RESTRICT first,
-                              const int32_t* HWY_RESTRICT last,
-                              const uint8_t* HWY_RESTRICT rowpair_live) {
+HWY_INLINE void RangeMaskCols(const StTile& t, const int32_t* HWY_RESTRICT first,
+                              const int32_t* HWY_RESTRICT last) {
   const DF df;
   const DI di;
   const VF ninf = hn::Set(df, kNegInfF);
-  ForEachStCol(st, rows, n_keys, j0, rowpair_live, [&](size_t i, float* p, VI jv) {
+  ForEachStCol(t.st, t.rows, t.n_keys, t.j0, t.rowpair_live, [&](size_t i, float* p, VI jv) {
     const auto drop = hn::Or(hn::Lt(jv, hn::Load(di, first + i)), hn::Lt(hn::Load(di, last + i), jv));
     hn::Store(hn::IfThenElse(hn::RebindMask(df, drop), ninf, hn::Load(df, p)), df, p);
   });
@@ -603,12 +616,11 @@ HWY_INLINE VF SoftcapVec(DF df, VF x, VF c2) {
   return hn::Mul(c2, hn::Tanh(df, hn::Div(x, c2)));
 }
 
-// Softcap, St layout, keys [0, n_keys) of the live row vectors.
-HWY_INLINE void SoftcapCols(float* HWY_RESTRICT st, size_t rows, size_t n_keys, float c2,
-                            const uint8_t* HWY_RESTRICT rowpair_live) {
+// Softcap, St layout, all keys of the live row vectors.
+HWY_INLINE void SoftcapCols(const StTile& t, float c2) {
   const DF df;
   const VF cv = hn::Set(df, c2);
-  ForEachStCol(st, rows, n_keys, 0, rowpair_live, [&](size_t, float* p, VI) {
+  ForEachStCol(t.st, t.rows, t.n_keys, t.j0, t.rowpair_live, [&](size_t, float* p, VI) {
     hn::Store(SoftcapVec(df, hn::Load(df, p), cv), df, p);
   });
 }
@@ -630,13 +642,11 @@ HWY_INLINE void SoftcapRows(float* HWY_RESTRICT s, size_t pitch, size_t n_rows, 
 }
 
 // ALiBi, St layout: st[j][i] -= slope2[i] * |diag[i] - (j0+j)|.
-HWY_INLINE void AlibiCols(float* HWY_RESTRICT st, size_t rows, size_t n_keys,
-                          int64_t j0, const int32_t* HWY_RESTRICT diag,
-                          const float* HWY_RESTRICT slope2,
-                          const uint8_t* HWY_RESTRICT rowpair_live) {
+HWY_INLINE void AlibiCols(const StTile& t, const int32_t* HWY_RESTRICT diag,
+                          const float* HWY_RESTRICT slope2) {
   const DF df;
   const DI di;
-  ForEachStCol(st, rows, n_keys, j0, rowpair_live, [&](size_t i, float* p, VI jv) {
+  ForEachStCol(t.st, t.rows, t.n_keys, t.j0, t.rowpair_live, [&](size_t i, float* p, VI jv) {
     const VF dist = hn::ConvertTo(df, hn::Abs(hn::Sub(hn::Load(di, diag + i), jv)));
     hn::Store(hn::NegMulAdd(hn::Load(df, slope2 + i), dist, hn::Load(df, p)), df, p);
   });

@@ -159,63 +159,81 @@ HWY_INLINE void PrefetchValue(const DecodePrefetch& pf, size_t j) {
 #endif
 }
 
+// Scores of R query rows (qd, pitch dp) against the four keys at k, k +
+// kpitch, k + 2 kpitch, k + 3 kpitch (T as in LoadF32, dp elements read):
+// s[r*pitch + u] = q_r . k_u for u < 4. Each K vector is loaded (and
+// converted) once and used by all R rows; each Q vector is loaded once per 4
+// keys. Every (row, key) dot product accumulates over d in order in its own
+// register and is reduced by Sum4, whose per-lane tree does not depend on the
+// other three vectors, so a score does not depend on R or on its key's
+// position. Shared by the fp32/F16/BF16 decode (QkRowChunk) and the int8 one.
+template <typename T, size_t R>
+HWY_INLINE void QkBlock4(const float* HWY_RESTRICT qd, size_t dp, const T* HWY_RESTRICT k,
+                         size_t kpitch, float* HWY_RESTRICT s, size_t pitch) {
+  const DF df;
+  const size_t N = hn::Lanes(df);
+  VF acc[4][R];
+  HWY_UNROLL(4)
+  for (size_t u = 0; u < 4; ++u) {
+    HWY_UNROLL(8)
+    for (size_t r = 0; r < R; ++r) acc[u][r] = hn::Zero(df);
+  }
+  for (size_t c = 0; c < dp; c += N) {
+    VF kv[4];
+    HWY_UNROLL(4)
+    for (size_t u = 0; u < 4; ++u) kv[u] = LoadF32(df, k + u * kpitch + c);
+    HWY_UNROLL(8)
+    for (size_t r = 0; r < R; ++r) {
+      const VF q = hn::LoadU(df, qd + r * dp + c);
+      HWY_UNROLL(4)
+      for (size_t u = 0; u < 4; ++u) acc[u][r] = hn::MulAdd(q, kv[u], acc[u][r]);
+    }
+  }
+  HWY_UNROLL(8)
+  for (size_t r = 0; r < R; ++r) Sum4(df, acc[0][r], acc[1][r], acc[2][r], acc[3][r], s + r * pitch);
+}
+
+// One key (QkBlock4's tail): s[r*pitch] = q_r . k for r < R, each reduced by
+// SumOfLanes.
+template <typename T, size_t R>
+HWY_INLINE void QkBlock1(const float* HWY_RESTRICT qd, size_t dp, const T* HWY_RESTRICT k,
+                         float* HWY_RESTRICT s, size_t pitch) {
+  const DF df;
+  const size_t N = hn::Lanes(df);
+  VF acc[R];
+  HWY_UNROLL(8)
+  for (size_t r = 0; r < R; ++r) acc[r] = hn::Zero(df);
+  for (size_t c = 0; c < dp; c += N) {
+    const VF kv = LoadF32(df, k + c);
+    HWY_UNROLL(8)
+    for (size_t r = 0; r < R; ++r) acc[r] = hn::MulAdd(hn::LoadU(df, qd + r * dp + c), kv, acc[r]);
+  }
+  HWY_UNROLL(8)
+  for (size_t r = 0; r < R; ++r) s[r * pitch] = hn::GetLane(hn::SumOfLanes(df, acc[r]));
+}
+
 // Scores of R query rows (qd, pitch dp) against keys [0, n): s[r*pitch + j] =
-// q_r . k_j. Each K vector is loaded (and converted from F16/BF16) once and
-// used by all R rows; each Q vector is loaded once per 4 keys. The four keys'
-// cache lines are read interleaved, which on its own defeated the hardware
-// prefetchers (measured once: 1.5x a plain read at D = 128); the software
-// prefetch of K rows 8 keys ahead (DecodePrefetch) covers that here. Every
-// (row, key) dot product accumulates over d in order in its own register and
-// is reduced by Sum4, whose per-lane tree does not depend on the other three
-// vectors, so a score does not depend on R or on its key's position.
+// q_r . k_j, four keys at a time (QkBlock4), then the last keys one by one
+// (QkBlock1). The four keys' cache lines are read interleaved, which on its
+// own defeated the hardware prefetchers (measured once: 1.5x a plain read at
+// D = 128); the software prefetch of K rows 8 keys ahead (DecodePrefetch)
+// covers that here.
 template <typename T, size_t R>
 HWY_INLINE void QkRowChunk(const float* HWY_RESTRICT qd, const T* HWY_RESTRICT k,
                            size_t kpitch, size_t dp, size_t n,
                            float* HWY_RESTRICT s, size_t pitch,
                            const DecodePrefetch& pf) {
-  const DF df;
-  const size_t N = hn::Lanes(df);
   size_t j = 0;
   for (; j + 4 <= n; j += 4) {
-    VF acc[4][R];
-    HWY_UNROLL(4)
-    for (size_t u = 0; u < 4; ++u) {
-      if (pf.k != 0) PrefetchKey(pf, j + u);
-      HWY_UNROLL(8)
-      for (size_t r = 0; r < R; ++r) acc[u][r] = hn::Zero(df);
-    }
-    const T* k0 = k + j * kpitch;
-    for (size_t c = 0; c < dp; c += N) {
-      VF kv[4];
+    if (pf.k != 0) {
       HWY_UNROLL(4)
-      for (size_t u = 0; u < 4; ++u) kv[u] = LoadF32(df, k0 + u * kpitch + c);
-      HWY_UNROLL(8)
-      for (size_t r = 0; r < R; ++r) {
-        const VF q = hn::Load(df, qd + r * dp + c);
-        HWY_UNROLL(4)
-        for (size_t u = 0; u < 4; ++u) acc[u][r] = hn::MulAdd(q, kv[u], acc[u][r]);
-      }
+      for (size_t u = 0; u < 4; ++u) PrefetchKey(pf, j + u);
     }
-    HWY_UNROLL(8)
-    for (size_t r = 0; r < R; ++r) {
-      Sum4(df, acc[0][r], acc[1][r], acc[2][r], acc[3][r], s + r * pitch + j);
-    }
+    QkBlock4<T, R>(qd, dp, k + j * kpitch, kpitch, s + j, pitch);
   }
   for (; j < n; ++j) {
-    const T* ku = k + j * kpitch;
     if (pf.k != 0) PrefetchKey(pf, j);
-    VF acc[R];
-    HWY_UNROLL(8)
-    for (size_t r = 0; r < R; ++r) acc[r] = hn::Zero(df);
-    for (size_t c = 0; c < dp; c += N) {
-      const VF kv = LoadF32(df, ku + c);
-      HWY_UNROLL(8)
-      for (size_t r = 0; r < R; ++r) {
-        acc[r] = hn::MulAdd(hn::Load(df, qd + r * dp + c), kv, acc[r]);
-      }
-    }
-    HWY_UNROLL(8)
-    for (size_t r = 0; r < R; ++r) s[r * pitch + j] = hn::GetLane(hn::SumOfLanes(df, acc[r]));
+    QkBlock1<T, R>(qd, dp, k + j * kpitch, s + j, pitch);
   }
 }
 
@@ -331,21 +349,45 @@ struct DecPvPrefetch {
   HWY_INLINE void operator()(size_t j) const { PrefetchValue(*pf, j); }
 };
 
-struct DecodeRows {
+struct DecodeRows : RowScratch {  // + the per-row ranges, diagonal, slope, live flags
   size_t rows;
   float* qd;
   float* s;
   float* alpha;
-  int32_t* first;
-  int32_t* last;
-  int32_t* diag;
-  float* slope;
-  uint8_t* live;
   float* o;
   float* m;
   float* l;
   int64_t max_first, min_last;
 };
+
+// One row's online-softmax step over its scores row[0, nv) (the tile's keys,
+// padded with -inf to whole vectors), with the row's running max *m and sum
+// *l: M' = max(*m, max_j row[j]) (NaN when the tile max is NaN); mu = M', or
+// 0 when M' = -inf (an all-masked row stays all zero instead of NaN);
+// row[j] = 2^(row[j] - mu) in place; alpha = 2^(*m - mu); *l = *l * alpha +
+// sum_j row[j] (lane-wise, then SumOfLanes); *m = M'. Returns alpha, the
+// factor of the row's output accumulator. Shared by the fp32/F16/BF16 and the
+// int8 decode.
+HWY_INLINE float OnlineSoftmaxRow(DF df, float* HWY_RESTRICT row, size_t nv, float* m, float* l) {
+  const size_t N = hn::Lanes(df);
+  VF mx = hn::Set(df, kNegInfF);
+  for (size_t j = 0; j < nv; j += N) mx = hn::Max(mx, hn::LoadU(df, row + j));
+  const float tile_max = hn::GetLane(hn::MaxOfLanes(df, mx));
+  const float m_old = *m;
+  const float m_new = std::isnan(tile_max) ? tile_max : std::max(m_old, tile_max);
+  const float mu = m_new == kNegInfF ? 0.0f : m_new;
+  const VF muv = hn::Set(df, mu);
+  VF sum = hn::Zero(df);
+  for (size_t j = 0; j < nv; j += N) {
+    const VF e = Exp2(df, hn::Sub(hn::LoadU(df, row + j), muv));
+    hn::StoreU(e, df, row + j);
+    sum = hn::Add(sum, e);
+  }
+  const float a = hn::GetLane(Exp2(df, hn::Set(df, m_old - mu)));
+  *l = *l * a + hn::GetLane(hn::SumOfLanes(df, sum));
+  *m = m_new;
+  return a;
+}
 
 // One kv tile [js, js+n) of a decode split: scores, masks, online softmax,
 // P.V. K/V rows are T with the given pitches (elements). kPrefetch: K/V are
@@ -411,30 +453,12 @@ HWY_INLINE void DecodeTile(const Problem& P, const Plan& pl, const DecodeRows& R
     for (size_t j = n; j < nv; ++j) row[j] = kNegInfF;
   }
   // Online softmax per row (vectorised over keys).
-  const VF ninf = hn::Set(df, kNegInfF);
   for (size_t r = 0; r < rows; ++r) {
     if (!R.live[r]) {
       R.alpha[r] = 0.0f;
       continue;
     }
-    float* row = s + r * pitch;
-    VF mx = ninf;
-    for (size_t j = 0; j < nv; j += N) mx = hn::Max(mx, hn::Load(df, row + j));
-    const float tile_max = hn::GetLane(hn::MaxOfLanes(df, mx));
-    const float m_old = R.m[r];
-    const float m_new = std::isnan(tile_max) ? tile_max : std::max(m_old, tile_max);
-    const float mu = m_new == kNegInfF ? 0.0f : m_new;
-    const VF muv = hn::Set(df, mu);
-    VF sum = hn::Zero(df);
-    for (size_t j = 0; j < nv; j += N) {
-      const VF e = Exp2(df, hn::Sub(hn::Load(df, row + j), muv));
-      hn::Store(e, df, row + j);
-      sum = hn::Add(sum, e);
-    }
-    const float a = hn::GetLane(Exp2(df, hn::Set(df, m_old - mu)));
-    R.alpha[r] = a;
-    R.l[r] = R.l[r] * a + hn::GetLane(hn::SumOfLanes(df, sum));
-    R.m[r] = m_new;
+    R.alpha[r] = OnlineSoftmaxRow(df, s + r * pitch, nv, &R.m[r], &R.l[r]);
   }
   if (pf.v_next != 0) {
     const DecPvPrefetch hook{&pf};
@@ -467,11 +491,7 @@ void DecodeSplit(const Problem& P, const Plan& pl, int64_t task,
   R.qd = scratch + L.qt;
   R.s = scratch + L.st;
   R.alpha = scratch + L.alpha;
-  R.first = reinterpret_cast<int32_t*>(scratch + L.first);
-  R.last = reinterpret_cast<int32_t*>(scratch + L.last);
-  R.diag = reinterpret_cast<int32_t*>(scratch + L.diag);
-  R.slope = scratch + L.slope;
-  R.live = reinterpret_cast<uint8_t*>(scratch + L.live);
+  static_cast<RowScratch&>(R) = RowScratchAt(scratch, L.row);
   // The partial is written in place: O [rows][dvp], then m [rows], l [rows].
   R.o = partial;
   R.m = partial + rows * dvp;

@@ -69,12 +69,12 @@ void PrefillTask(const Problem& P, const Plan& pl, int64_t task,
   float* m = scratch + L.m;
   float* l = scratch + L.l;
   float* alpha = scratch + L.alpha;
-  int32_t* first = reinterpret_cast<int32_t*>(scratch + L.first);
-  int32_t* last = reinterpret_cast<int32_t*>(scratch + L.last);
-  int32_t* diag = reinterpret_cast<int32_t*>(scratch + L.diag);
-  float* slope = scratch + L.slope;
-  uint8_t* live = reinterpret_cast<uint8_t*>(scratch + L.live);
-  uint8_t* pairlive = reinterpret_cast<uint8_t*>(scratch + L.pairlive);
+  int32_t* first = reinterpret_cast<int32_t*>(scratch + L.row.first);
+  int32_t* last = reinterpret_cast<int32_t*>(scratch + L.row.last);
+  int32_t* diag = reinterpret_cast<int32_t*>(scratch + L.row.diag);
+  float* slope = scratch + L.row.slope;
+  uint8_t* live = reinterpret_cast<uint8_t*>(scratch + L.row.live);
+  uint8_t* pairlive = reinterpret_cast<uint8_t*>(scratch + L.row.pairlive);
 
   // Row metadata. Row r = (local head r / tq, position p0 + r % tq).
   int64_t u_first = INT64_MAX, u_last = -1;     // union of live ranges
@@ -215,8 +215,9 @@ void PrefillTask(const Problem& P, const Plan& pl, int64_t task,
       const bool need_range = !(js >= max_first && je - 1 <= min_last);
       const bool fused_max = !(need_range || has_mask || has_alibi || has_softcap);
       QkTile<kDim>(qt, rows, kp, kpitch, tail, dp, dim, n, P.scale2, P.scale2_lo, st, tmax, pairlive);
-      if (has_softcap) SoftcapCols(st, rows, n, P.softcap2, pairlive);
-      if (has_alibi) AlibiCols(st, rows, n, js, diag, slope, pairlive);
+      const StTile tile{st, rows, n, js, pairlive};
+      if (has_softcap) SoftcapCols(tile, P.softcap2);
+      if (has_alibi) AlibiCols(tile, diag, slope);
       if (has_mask) {
         for (size_t r = 0; r < rows; ++r) {
           if (!live[r]) continue;
@@ -224,7 +225,7 @@ void PrefillTask(const Problem& P, const Plan& pl, int64_t task,
           ApplyMaskRow(P, b, h_begin + hl, p0 + pp, js, n, st + r, rows);
         }
       }
-      if (need_range) RangeMaskCols(st, rows, n, js, first, last, pairlive);
+      if (need_range) RangeMaskCols(tile, first, last);
       SoftmaxCols(st, rows, n, fused_max ? tmax : nullptr, m, l, alpha, pairlive);
       PvTile<float>(st, rows, 1, n, vp, vpitch, dvp, o, alpha, rows, live);
     }

@@ -14,8 +14,11 @@
 //  * scratch is sized by PlanScratch() and 64-byte aligned per worker.
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
+#include <limits>
 #include <vector>
 
 #include "attnflow/attention.h"
@@ -125,43 +128,136 @@ struct Plan {
   int fast_d = 0;            // 0 = generic head-dim path, else D == Dv == fast_d
 };
 
+// Bump allocation of one worker's scratch, in floats: Take(n) returns the
+// offset of the next block of n floats (at least 1 float, so every block has
+// its own offset); every block starts 64-byte aligned; TakeEach gives each of
+// several offsets, in order, a block of the same size; total() is the size
+// taken so far.
+inline size_t AlignFloats(size_t n) { return (n + 15) & ~static_cast<size_t>(15); }
+class ScratchBump {
+ public:
+  size_t Take(size_t n) {
+    const size_t at = off_;
+    off_ += AlignFloats(n == 0 ? 1 : n);
+    return at;
+  }
+  void TakeEach(std::initializer_list<size_t*> offsets, size_t n) {
+    for (size_t* o : offsets) *o = Take(n);
+  }
+  size_t total() const { return off_; }
+
+ private:
+  size_t off_ = 0;
+};
+
+// The tile sizes of a plan as size_t: rows (query rows of a tile), tkv (keys
+// of a tile), dp / dvp (head dims padded to the lane count).
+struct TileSizes {
+  size_t rows, tkv, dp, dvp;
+};
+inline TileSizes TileSizesOf(const Plan& pl) {
+  return {static_cast<size_t>(pl.rows), static_cast<size_t>(pl.tkv), static_cast<size_t>(pl.dp),
+          static_cast<size_t>(pl.dvp)};
+}
+
+// The per-row visibility scratch that the prefill, decode and backward tiles
+// share: the visible key range [first, last] and the diagonal (int32 per
+// row), the ALiBi slope (float per row), and the live flags (uint8 per row
+// and per row-pair block). RowScratchOffsets are offsets in floats,
+// RowScratch the pointers into one worker's scratch.
+struct RowScratchOffsets {
+  size_t first, last, diag, slope, live, pairlive;
+};
+inline RowScratchOffsets TakeRowScratch(ScratchBump* a, size_t rows) {
+  RowScratchOffsets o;
+  o.first = a->Take(rows);
+  o.last = a->Take(rows);
+  o.diag = a->Take(rows);
+  o.slope = a->Take(rows);
+  o.live = a->Take(rows / 4 + 1);
+  o.pairlive = a->Take(rows / 4 + 1);
+  return o;
+}
+struct RowScratch {
+  int32_t* first;
+  int32_t* last;
+  int32_t* diag;
+  float* slope;
+  uint8_t* live;
+  uint8_t* pairlive;
+};
+inline RowScratch RowScratchAt(float* scratch, const RowScratchOffsets& o) {
+  return {reinterpret_cast<int32_t*>(scratch + o.first),
+          reinterpret_cast<int32_t*>(scratch + o.last),
+          reinterpret_cast<int32_t*>(scratch + o.diag), scratch + o.slope,
+          reinterpret_cast<uint8_t*>(scratch + o.live),
+          reinterpret_cast<uint8_t*>(scratch + o.pairlive)};
+}
+
 // Offsets (in floats, each 64-byte aligned) of one worker's scratch buffers.
 // Prefill: qt is the transposed Q tile [D][rows]; st the score tile
 // [tkv][rows]. Decode: qt holds Q rows [rows][dp]; st the scores [rows][tkv].
 struct ScratchLayout {
-  size_t qt, kt, vt, st, tmax, o, m, l, alpha, first, last, diag, slope, live,
-      pairlive, total;
+  size_t qt, kt, vt, st, tmax, o, m, l, alpha;
+  RowScratchOffsets row;
+  size_t total;
 };
-inline size_t AlignFloats(size_t n) { return (n + 15) & ~static_cast<size_t>(15); }
 inline ScratchLayout MakeScratchLayout(const Plan& pl) {
+  const auto [rows, tkv, dp, dvp] = TileSizesOf(pl);
   ScratchLayout s{};
-  size_t off = 0;
-  auto take = [&off](size_t n) {
-    const size_t at = off;
-    off += AlignFloats(n == 0 ? 1 : n);
-    return at;
-  };
-  const size_t rows = static_cast<size_t>(pl.rows);
-  const size_t tkv = static_cast<size_t>(pl.tkv);
-  const size_t dp = static_cast<size_t>(pl.dp), dvp = static_cast<size_t>(pl.dvp);
-  s.qt = take(rows * dp);
-  s.kt = take(tkv * dp);
-  s.vt = take(tkv * dvp);
-  s.st = take(rows * tkv);
-  s.tmax = take(rows);
-  s.o = take(rows * dvp);
-  s.m = take(rows);
-  s.l = take(rows);
-  s.alpha = take(rows);
-  s.first = take(rows);  // int32
-  s.last = take(rows);   // int32
-  s.diag = take(rows);   // int32
-  s.slope = take(rows);
-  s.live = take(rows / 4 + 1);      // uint8 per row
-  s.pairlive = take(rows / 4 + 1);  // uint8 per row pair-block
-  s.total = off;
+  ScratchBump a;
+  s.qt = a.Take(rows * dp);
+  s.kt = a.Take(tkv * dp);
+  s.vt = a.Take(tkv * dvp);
+  s.st = a.Take(rows * tkv);
+  s.tmax = a.Take(rows);
+  s.o = a.Take(rows * dvp);
+  a.TakeEach({&s.m, &s.l, &s.alpha}, rows);
+  s.row = TakeRowScratch(&a, rows);
+  s.total = a.total();
   return s;
 }
+
+// The partials that the split-KV decode kernels (f32 and int8) write for the
+// splits s = 0..n_splits-1 of one (b, kv head): split s starts at
+// base + s * stride and holds O [rows][pitch] (unnormalised), then m [rows]
+// (running max, log2 domain), then l [rows] (sum of 2^(score - m)). The merge
+// of both kernels reads them through this one view, in split order.
+struct SplitPartials {
+  const float* base;
+  size_t stride, rows, pitch;
+  int64_t n_splits;
+
+  const float* Part(int64_t s) const { return base + static_cast<size_t>(s) * stride; }
+  // M = max m_s over the splits with l_s > 0 (-inf when none); *nan (if not
+  // null) says whether some m_s or l_s of row r is NaN.
+  double MaxM(size_t r, bool* nan) const {
+    double M = -std::numeric_limits<double>::infinity();
+    for (int64_t s = 0; s < n_splits; ++s) {
+      const float* part = Part(s);
+      const float ms = part[rows * pitch + r], ls = part[rows * pitch + rows + r];
+      if (nan != nullptr && (std::isnan(ms) || std::isnan(ls))) *nan = true;
+      if (ls > 0.0f && ms > M) M = ms;
+    }
+    return M;
+  }
+  // For s = 0..n_splits-1 in order, over the splits with l_s > 0: the weight
+  // w_s = 2^(m_s - M) (double), then lsum += w_s * l_s, then fn(w_s, O_s row
+  // r). Returns lsum (0 when no split has l_s > 0).
+  template <class F>
+  double ForEachWeighted(size_t r, double M, F fn) const {
+    double lsum = 0.0;
+    for (int64_t s = 0; s < n_splits; ++s) {
+      const float* part = Part(s);
+      const float ms = part[rows * pitch + r], ls = part[rows * pitch + rows + r];
+      if (!(ls > 0.0f)) continue;
+      const double w = std::exp2(static_cast<double>(ms) - M);
+      lsum += w * ls;
+      fn(w, part + r * pitch);
+    }
+    return lsum;
+  }
+};
 
 // The backward (flash_backward-inl.h): the forward problem plus the
 // gradient tensors and the per-row statistics of the forward.
@@ -192,47 +288,30 @@ struct BwdProblem {
 // dQ [rows][dp]) and acc_b (dV [tkv][dvp]); per-row scalars.
 struct BwdScratchLayout {
   size_t qt, dot, qr, dor, kt, vt, st, dpt, tt, tmax, acc_a, acc_b, dacc, lse2, lse2_lo, delta,
-      ones, slope,
-      first, last, diag, livei, live, pairlive, ones8, total;
+      ones, livei, ones8;
+  RowScratchOffsets row;
+  size_t total;
 };
 inline BwdScratchLayout MakeBwdScratchLayout(const Plan& pl) {
-  BwdScratchLayout s{};
-  size_t off = 0;
-  auto take = [&off](size_t n) {
-    const size_t at = off;
-    off += AlignFloats(n == 0 ? 1 : n);
-    return at;
-  };
-  const size_t rows = static_cast<size_t>(pl.rows);
-  const size_t tkv = static_cast<size_t>(pl.tkv);
-  const size_t dp = static_cast<size_t>(pl.dp), dvp = static_cast<size_t>(pl.dvp);
+  const auto [rows, tkv, dp, dvp] = TileSizesOf(pl);
   const size_t big = rows > tkv ? rows : tkv;
-  s.qt = take(rows * dp);
-  s.dot = take(rows * dvp);
-  s.qr = take(rows * dp);
-  s.dor = take(rows * dvp);
-  s.kt = take(tkv * dp);
-  s.vt = take(tkv * dvp);
-  s.st = take(rows * tkv);
-  s.dpt = take(rows * tkv);
-  s.tt = take(rows * tkv);
-  s.tmax = take(rows);
-  s.acc_a = take(big * dp);
-  s.acc_b = take(tkv * dvp);
-  s.dacc = take(4 * rows);  // two doubles per row (the delta pass)
-  s.lse2 = take(rows);
-  s.lse2_lo = take(rows);
-  s.delta = take(rows);
-  s.ones = take(big);
-  s.slope = take(rows);
-  s.first = take(rows);  // int32
-  s.last = take(rows);   // int32
-  s.diag = take(rows);   // int32
-  s.livei = take(rows);  // int32 (0 / -1)
-  s.live = take(rows / 4 + 1);      // uint8 per row
-  s.pairlive = take(rows / 4 + 1);  // uint8 per row pair-block
-  s.ones8 = take(big / 4 + 1);      // uint8, all 1
-  s.total = off;
+  BwdScratchLayout s{};
+  ScratchBump a;
+  a.TakeEach({&s.qt, &s.qr}, rows * dp);     // Q^T, Q rows
+  a.TakeEach({&s.dot, &s.dor}, rows * dvp);  // dO^T, dO rows
+  s.kt = a.Take(tkv * dp);
+  s.vt = a.Take(tkv * dvp);
+  a.TakeEach({&s.st, &s.dpt, &s.tt}, rows * tkv);  // P, dP / dS, tanh
+  s.tmax = a.Take(rows);
+  s.acc_a = a.Take(big * dp);
+  s.acc_b = a.Take(tkv * dvp);
+  s.dacc = a.Take(4 * rows);  // two doubles per row (the delta pass)
+  a.TakeEach({&s.lse2, &s.lse2_lo, &s.delta}, rows);
+  s.ones = a.Take(big);
+  s.livei = a.Take(rows);     // int32 (0 / -1)
+  s.ones8 = a.Take(big / 4 + 1);  // uint8, all 1
+  s.row = TakeRowScratch(&a, rows);
+  s.total = a.total();
   return s;
 }
 

@@ -14,10 +14,7 @@
 #include "kernels/flash_common-inl.h"
 #include "kernels/internal.h"
 
-HWY_BEFORE_NAMESPACE();
-namespace attnflow {
-namespace kernels {
-namespace HWY_NAMESPACE {
+ATTNFLOW_HWY_NAMESPACE_BEGIN(kernels)
 
 // Calls f(std::integral_constant<size_t, D>) for the plan's head-dim path
 // (64, 128, or 0: the generic one).
@@ -47,20 +44,12 @@ bool RunBackwardQTaskT(const BwdProblem& p, const Plan& plan, int64_t task, floa
       plan, [&](auto d) { return BwdQTask<decltype(d)::value>(p, plan, task, scratch); });
 }
 
-}  // namespace HWY_NAMESPACE
-}  // namespace kernels
-}  // namespace attnflow
-HWY_AFTER_NAMESPACE();
+ATTNFLOW_HWY_NAMESPACE_END()
 
 #if HWY_ONCE
 #include <cstring>
 
-namespace attnflow {
-namespace kernels {
-
-HWY_EXPORT(RunBackwardDeltaTaskT);
-HWY_EXPORT(RunBackwardKvTaskT);
-HWY_EXPORT(RunBackwardQTaskT);
+namespace attnflow::kernels {
 
 void InitBwdScratch(const Plan& plan, float* scratch) {
   const BwdScratchLayout L = MakeBwdScratchLayout(plan);
@@ -69,18 +58,15 @@ void InitBwdScratch(const Plan& plan, float* scratch) {
   std::memset(scratch + L.ones8, 1, big);
 }
 
-void RunBackwardDeltaTask(const BwdProblem& p, const Plan& plan, int64_t task, float* scratch) {
-  HWY_DYNAMIC_DISPATCH(RunBackwardDeltaTaskT)(p, plan, task, scratch);
-}
+ATTNFLOW_HWY_EXPORT_DISPATCH(void, RunBackwardDeltaTask,
+                             (const BwdProblem& p, const Plan& plan, int64_t task, float* scratch),
+                             (p, plan, task, scratch))
+ATTNFLOW_HWY_EXPORT_DISPATCH(bool, RunBackwardKvTask,
+                             (const BwdProblem& p, const Plan& plan, int64_t task, float* scratch),
+                             (p, plan, task, scratch))
+ATTNFLOW_HWY_EXPORT_DISPATCH(bool, RunBackwardQTask,
+                             (const BwdProblem& p, const Plan& plan, int64_t task, float* scratch),
+                             (p, plan, task, scratch))
 
-bool RunBackwardKvTask(const BwdProblem& p, const Plan& plan, int64_t task, float* scratch) {
-  return HWY_DYNAMIC_DISPATCH(RunBackwardKvTaskT)(p, plan, task, scratch);
-}
-
-bool RunBackwardQTask(const BwdProblem& p, const Plan& plan, int64_t task, float* scratch) {
-  return HWY_DYNAMIC_DISPATCH(RunBackwardQTaskT)(p, plan, task, scratch);
-}
-
-}  // namespace kernels
-}  // namespace attnflow
+}  // namespace attnflow::kernels
 #endif  // HWY_ONCE

@@ -26,10 +26,7 @@
 #include "attnflow/kernels.h"
 #include "kernels/internal.h"
 
-HWY_BEFORE_NAMESPACE();
-namespace attnflow {
-namespace kernels {
-namespace HWY_NAMESPACE {
+ATTNFLOW_HWY_NAMESPACE_BEGIN(kernels)
 
 void RunDecodeSplitT(const Problem& p, const Plan& plan, int64_t task,
                      float* scratch, float* partial) {
@@ -61,7 +58,8 @@ void MergeDecodeSplitsT(const Problem& P, const Plan& pl, int64_t bh,
   const size_t rows = static_cast<size_t>(pl.rows);
   const size_t dvp = static_cast<size_t>(pl.dvp);
   const int64_t S = pl.n_splits;
-  const float* base = partials + static_cast<size_t>(bh * S) * pl.partial_floats;
+  const SplitPartials parts{partials + static_cast<size_t>(bh * S) * pl.partial_floats,
+                            pl.partial_floats, rows, dvp, S};
   HWY_ALIGN double acc[kFastMaxHeadDim];  // Dv <= dvp <= 256 (dispatch rule)
   HWY_ALIGN float res[kFastMaxHeadDim];
 #if HWY_HAVE_FLOAT64
@@ -72,14 +70,8 @@ void MergeDecodeSplitsT(const Problem& P, const Plan& pl, int64_t bh,
   for (size_t r = 0; r < rows; ++r) {
     const int64_t hl = static_cast<int64_t>(r) / P.Lq, i = static_cast<int64_t>(r) % P.Lq;
     const int64_t h = hk * P.G + hl;
-    double M = -std::numeric_limits<double>::infinity();
     bool nan = false;
-    for (int64_t s = 0; s < S; ++s) {
-      const float* part = base + static_cast<size_t>(s) * pl.partial_floats;
-      const float ms = part[rows * dvp + r], ls = part[rows * dvp + rows + r];
-      if (std::isnan(ms) || std::isnan(ls)) nan = true;
-      if (ls > 0.0f && ms > M) M = ms;
-    }
+    const double M = parts.MaxM(r, &nan);
     float* out = P.out + b * P.os[0] + h * P.os[1] + i * P.os[2];
     double lse;
     if (nan) {  // NaN/Inf met somewhere: exact scalar semantics for this row
@@ -89,15 +81,8 @@ void MergeDecodeSplitsT(const Problem& P, const Plan& pl, int64_t bh,
       for (int64_t c = 0; c < P.Dv; ++c) out[c * P.os[3]] = 0.0f;
       lse = -std::numeric_limits<double>::infinity();
     } else {
-      double lsum = 0.0;
       bool first = true;
-      for (int64_t s = 0; s < S; ++s) {
-        const float* part = base + static_cast<size_t>(s) * pl.partial_floats;
-        const float ms = part[rows * dvp + r], ls = part[rows * dvp + rows + r];
-        if (!(ls > 0.0f)) continue;
-        const double w = std::exp2(static_cast<double>(ms) - M);
-        lsum += w * ls;
-        const float* o = part + r * dvp;
+      const double lsum = parts.ForEachWeighted(r, M, [&](double w, const float* o) {
 #if HWY_HAVE_FLOAT64
         const auto wv = hn::Set(dd, w);
         for (size_t c = 0; c < dvp; c += Nd) {
@@ -112,7 +97,7 @@ void MergeDecodeSplitsT(const Problem& P, const Plan& pl, int64_t bh,
         }
 #endif
         first = false;
-      }
+      });
       bool finite = true;
       size_t c = 0;
 #if HWY_HAVE_FLOAT64
@@ -145,28 +130,18 @@ void MergeDecodeSplitsT(const Problem& P, const Plan& pl, int64_t bh,
   }
 }
 
-}  // namespace HWY_NAMESPACE
-}  // namespace kernels
-}  // namespace attnflow
-HWY_AFTER_NAMESPACE();
+ATTNFLOW_HWY_NAMESPACE_END()
 
 #if HWY_ONCE
-namespace attnflow {
-namespace kernels {
+namespace attnflow::kernels {
 
-HWY_EXPORT(RunDecodeSplitT);
-HWY_EXPORT(MergeDecodeSplitsT);
+ATTNFLOW_HWY_EXPORT_DISPATCH(void, RunDecodeSplit,
+                             (const Problem& p, const Plan& plan, int64_t task, float* scratch,
+                              float* partial),
+                             (p, plan, task, scratch, partial))
+ATTNFLOW_HWY_EXPORT_DISPATCH(void, MergeDecodeSplits,
+                             (const Problem& P, const Plan& pl, int64_t bh, const float* partials),
+                             (P, pl, bh, partials))
 
-void RunDecodeSplit(const Problem& p, const Plan& plan, int64_t task,
-                    float* scratch, float* partial) {
-  HWY_DYNAMIC_DISPATCH(RunDecodeSplitT)(p, plan, task, scratch, partial);
-}
-
-void MergeDecodeSplits(const Problem& P, const Plan& pl, int64_t bh,
-                       const float* partials) {
-  HWY_DYNAMIC_DISPATCH(MergeDecodeSplitsT)(P, pl, bh, partials);
-}
-
-}  // namespace kernels
-}  // namespace attnflow
+}  // namespace attnflow::kernels
 #endif  // HWY_ONCE

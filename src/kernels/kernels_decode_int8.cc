@@ -18,10 +18,7 @@
 #include "kernels/decode_int8-inl.h"
 #include "kernels/decode_int8.h"
 
-HWY_BEFORE_NAMESPACE();
-namespace attnflow {
-namespace kernels {
-namespace HWY_NAMESPACE {
+ATTNFLOW_HWY_NAMESPACE_BEGIN(kernels)
 
 void GetS8TargetInfoT(int64_t* target, int64_t* lanes) {
   *target = HWY_TARGET;
@@ -33,27 +30,18 @@ void RunDecodeS8SplitT(const ProblemS8& p, const PlanS8& plan, int64_t task, voi
   DecodeS8SplitImpl(p, plan, task, scratch, partial);
 }
 
-}  // namespace HWY_NAMESPACE
-}  // namespace kernels
-}  // namespace attnflow
-HWY_AFTER_NAMESPACE();
+ATTNFLOW_HWY_NAMESPACE_END()
 
 #if HWY_ONCE
-namespace attnflow {
-namespace kernels {
+namespace attnflow::kernels {
 
-HWY_EXPORT(GetS8TargetInfoT);
-HWY_EXPORT(RunDecodeS8SplitT);
+ATTNFLOW_HWY_EXPORT_DISPATCH(void, GetS8TargetInfo,
+                             (int64_t* target, int64_t* lanes),
+                             (target, lanes))
+ATTNFLOW_HWY_EXPORT_DISPATCH(void, RunDecodeS8Split,
+                             (const ProblemS8& p, const PlanS8& plan, int64_t task, void* scratch,
+                              float* partial),
+                             (p, plan, task, scratch, partial))
 
-void GetS8TargetInfo(int64_t* target, int64_t* lanes) {
-  HWY_DYNAMIC_DISPATCH(GetS8TargetInfoT)(target, lanes);
-}
-
-void RunDecodeS8Split(const ProblemS8& p, const PlanS8& plan, int64_t task, void* scratch,
-                      float* partial) {
-  HWY_DYNAMIC_DISPATCH(RunDecodeS8SplitT)(p, plan, task, scratch, partial);
-}
-
-}  // namespace kernels
-}  // namespace attnflow
+}  // namespace attnflow::kernels
 #endif  // HWY_ONCE

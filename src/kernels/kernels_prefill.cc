@@ -24,10 +24,7 @@
 #include "attnflow/kernels.h"
 #include "kernels/internal.h"
 
-HWY_BEFORE_NAMESPACE();
-namespace attnflow {
-namespace kernels {
-namespace HWY_NAMESPACE {
+ATTNFLOW_HWY_NAMESPACE_BEGIN(kernels)
 
 void GetTargetInfoT(TargetInfo* info) {
   const DF df;
@@ -49,10 +46,7 @@ void RunPrefillTaskT(const Problem& p, const Plan& plan, int64_t task,
   }
 }
 
-}  // namespace HWY_NAMESPACE
-}  // namespace kernels
-}  // namespace attnflow
-HWY_AFTER_NAMESPACE();
+ATTNFLOW_HWY_NAMESPACE_END()
 
 #if HWY_ONCE
 #include <algorithm>
@@ -60,21 +54,12 @@ HWY_AFTER_NAMESPACE();
 #include <limits>
 #include <vector>
 
-namespace attnflow {
-namespace kernels {
+namespace attnflow::kernels {
 
-HWY_EXPORT(GetTargetInfoT);
-HWY_EXPORT(RunPrefillTaskT);
-
-void GetTargetInfo(TargetInfo* info) {
-  HWY_DYNAMIC_DISPATCH(GetTargetInfoT)(info);
-}
-
-void RunPrefillTask(const Problem& p, const Plan& plan, int64_t task,
-                    float* scratch) {
-  HWY_DYNAMIC_DISPATCH(RunPrefillTaskT)(p, plan, task, scratch);
-}
-
+ATTNFLOW_HWY_EXPORT_DISPATCH(void, GetTargetInfo, (TargetInfo* info), (info))
+ATTNFLOW_HWY_EXPORT_DISPATCH(void, RunPrefillTask,
+                             (const Problem& p, const Plan& plan, int64_t task, float* scratch),
+                             (p, plan, task, scratch))
 namespace {
 
 float LoadAsF32(const void* base, DType t, int64_t off) {
@@ -161,6 +146,5 @@ void RecomputeRowScalar(const Problem& P, int64_t b, int64_t h, int64_t i) {
   if (lse) StoreLse(P, b, h, i, mx + std::log(sum));
 }
 
-}  // namespace kernels
-}  // namespace attnflow
+}  // namespace attnflow::kernels
 #endif  // HWY_ONCE

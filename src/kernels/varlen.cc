@@ -196,11 +196,26 @@ Status CheckLse(const char* op, const char* name, const TensorView& t, int64_t t
   return Status::Ok();
 }
 
-// Prefixes a per-sequence error with the sequence.
-Status InSequence(Status st, const char* op, int64_t b) {
-  if (st.ok()) return st;
-  return Status(st.code(),
-                std::string(op) + ": sequence " + std::to_string(b) + ": " + st.message());
+// The forward's outputs (or, in the backward, inputs): out [Tq,H,Dv]
+// (optional: may be empty) and lse [Tq,H] (may be empty).
+Status CheckOutLse(const char* op, const VarlenDims& d, const TensorView& v, const TensorView& out,
+                   bool out_optional, const TensorView& lse) {
+  ATTNFLOW_RETURN_IF_ERROR(CheckPacked(op, "out", out, d.tq, d.heads, v.shape[2], out_optional));
+  return CheckLse(op, "lse", lse, d.tq, d.heads);
+}
+
+// Runs fn(b) for the sequences b = 0..batch-1 in order and stops at the
+// first error, which then names its sequence ("op: sequence b: ...").
+template <class Fn>
+Status ForEachSequence(const char* op, int64_t batch, Fn fn) {
+  for (int64_t b = 0; b < batch; ++b) {
+    const Status st = fn(b);
+    if (!st.ok()) {
+      return Status(st.code(),
+                    std::string(op) + ": sequence " + std::to_string(b) + ": " + st.message());
+    }
+  }
+  return Status::Ok();
 }
 
 }  // namespace
@@ -212,16 +227,12 @@ Status AttentionVarlen(const TensorView& out, const TensorView& lse, const Tenso
   const char* op = "attention_varlen";
   VarlenDims d;
   ATTNFLOW_RETURN_IF_ERROR(ValidateVarlen(op, q, k, v, cu_seqlens_q, cu_seqlens_k, opt, &d));
-  ATTNFLOW_RETURN_IF_ERROR(CheckPacked(op, "out", out, d.tq, d.heads, v.shape[2], false));
-  ATTNFLOW_RETURN_IF_ERROR(CheckLse(op, "lse", lse, d.tq, d.heads));
-  for (int64_t b = 0; b < d.batch; ++b) {
+  ATTNFLOW_RETURN_IF_ERROR(CheckOutLse(op, d, v, out, false, lse));
+  return ForEachSequence(op, d.batch, [&](int64_t b) {
     const SeqRange r = SeqRangeOf(cu_seqlens_q, cu_seqlens_k, b);
-    ATTNFLOW_RETURN_IF_ERROR(InSequence(
-        Attention(SeqView(out, r.q0, r.lq), SeqLseView(lse, r.q0, r.lq), SeqView(q, r.q0, r.lq),
-                  SeqView(k, r.k0, r.lk), SeqView(v, r.k0, r.lk), SeqOptions(opt, b), kopt),
-        op, b));
-  }
-  return Status::Ok();
+    return Attention(SeqView(out, r.q0, r.lq), SeqLseView(lse, r.q0, r.lq), SeqView(q, r.q0, r.lq),
+                     SeqView(k, r.k0, r.lk), SeqView(v, r.k0, r.lk), SeqOptions(opt, b), kopt);
+  });
 }
 
 Status AttentionVarlenBackward(const TensorView& dq, const TensorView& dk, const TensorView& dv,
@@ -234,23 +245,19 @@ Status AttentionVarlenBackward(const TensorView& dq, const TensorView& dk, const
   VarlenDims d;
   ATTNFLOW_RETURN_IF_ERROR(ValidateVarlen(op, q, k, v, cu_seqlens_q, cu_seqlens_k, opt, &d));
   ATTNFLOW_RETURN_IF_ERROR(CheckPacked(op, "dout", dout, d.tq, d.heads, v.shape[2], false));
-  ATTNFLOW_RETURN_IF_ERROR(CheckPacked(op, "out", out, d.tq, d.heads, v.shape[2], true));
-  ATTNFLOW_RETURN_IF_ERROR(CheckLse(op, "lse", lse, d.tq, d.heads));
+  ATTNFLOW_RETURN_IF_ERROR(CheckOutLse(op, d, v, out, true, lse));
   ATTNFLOW_RETURN_IF_ERROR(CheckLse(op, "dlse", dlse, d.tq, d.heads));
   ATTNFLOW_RETURN_IF_ERROR(CheckPacked(op, "dq", dq, d.tq, d.heads, q.shape[2], true));
   ATTNFLOW_RETURN_IF_ERROR(CheckPacked(op, "dk", dk, d.tk, d.kv_heads, k.shape[2], true));
   ATTNFLOW_RETURN_IF_ERROR(CheckPacked(op, "dv", dv, d.tk, d.kv_heads, v.shape[2], true));
-  for (int64_t b = 0; b < d.batch; ++b) {
+  return ForEachSequence(op, d.batch, [&](int64_t b) {
     const SeqRange r = SeqRangeOf(cu_seqlens_q, cu_seqlens_k, b);
     const int64_t q0 = r.q0, lq = r.lq, k0 = r.k0, lk = r.lk;
-    ATTNFLOW_RETURN_IF_ERROR(InSequence(
-        AttentionBackward(SeqView(dq, q0, lq), SeqView(dk, k0, lk), SeqView(dv, k0, lk),
-                          SeqView(dout, q0, lq), SeqLseView(dlse, q0, lq), SeqView(q, q0, lq),
-                          SeqView(k, k0, lk), SeqView(v, k0, lk), SeqView(out, q0, lq),
-                          SeqLseView(lse, q0, lq), SeqOptions(opt, b), kopt),
-        op, b));
-  }
-  return Status::Ok();
+    return AttentionBackward(SeqView(dq, q0, lq), SeqView(dk, k0, lk), SeqView(dv, k0, lk),
+                             SeqView(dout, q0, lq), SeqLseView(dlse, q0, lq), SeqView(q, q0, lq),
+                             SeqView(k, k0, lk), SeqView(v, k0, lk), SeqView(out, q0, lq),
+                             SeqLseView(lse, q0, lq), SeqOptions(opt, b), kopt);
+  });
 }
 
 Status AttentionPaged(const TensorView& out, const TensorView& lse, const TensorView& q,
@@ -341,7 +348,7 @@ Status AttentionPaged(const TensorView& out, const TensorView& lse, const Tensor
       }
     }
   };
-  for (int64_t b = 0; b < B; ++b) {
+  return ForEachSequence(op, B, [&](int64_t b) {
     const int64_t len = LoadIndex(cache_seqlens, b);
     gather(k_cache, &kbuf.value(), b, len);
     gather(v_cache, &vbuf.value(), b, len);
@@ -362,10 +369,8 @@ Status AttentionPaged(const TensorView& out, const TensorView& lse, const Tensor
           static_cast<char*>(t.data) + static_cast<int64_t>(DTypeSize(t.dtype)) * b * t.strides[0];
       return r;
     };
-    ATTNFLOW_RETURN_IF_ERROR(InSequence(
-        Attention(batch(out), batch(lse), batch(q), kv, vv, SeqOptions(opt, b), kopt), op, b));
-  }
-  return Status::Ok();
+    return Attention(batch(out), batch(lse), batch(q), kv, vv, SeqOptions(opt, b), kopt);
+  });
 }
 
 }  // namespace attnflow

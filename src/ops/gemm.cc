@@ -86,6 +86,50 @@ HWY_INLINE VF Finish(DF df, VF acc, const float* bias_c, Activation act) {
   return acc;
 }
 
+// The register tile's accumulators, kC = P panels x VecsPerPanel() vectors
+// per row: +0 (from == nullptr) or the exact fp32 values parked at from
+// ([R][kC][lanes], vector-aligned) by a previous chunk.
+template <int R, int kC>
+HWY_INLINE void LoadAcc(DF df, VF (&acc)[R][kC], const float* HWY_RESTRICT from) {
+  const size_t nl = hn::Lanes(df);
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 16
+    for (int c = 0; c < kC; ++c)
+      acc[r][c] = from == nullptr ? hn::Zero(df) : hn::Load(df, from + (r * kC + c) * nl);
+}
+
+// acc[r][c] = fma(x[r*ldx + p], w_p[c], acc[r][c]) for steps p in [p0, p1),
+// in step order (invariant 1); w_p is step p's row of each of the P panels
+// from `panel` (panel stride panel_floats). kAligned: the panels are
+// vector-aligned. prefetch_ahead > 0: each step also fetches (to L2) the
+// panel rows that many steps ahead.
+template <int R, int P, bool kAligned, int kC>
+HWY_INLINE void PanelSteps(DF df, VF (&acc)[R][kC], const float* HWY_RESTRICT x, int64_t ldx,
+                           const float* HWY_RESTRICT panel, int64_t panel_floats, int64_t p0,
+                           int64_t p1, int64_t prefetch_ahead) {
+  constexpr int kV = VecsPerPanel();
+  static_assert(kC == P * kV, "PanelSteps: kC accumulators per row are P panels of vectors");
+  const size_t nl = hn::Lanes(df);
+  for (int64_t p = p0; p < p1; ++p) {
+    VF w[kC];
+#pragma GCC unroll 16
+    for (int pp = 0; pp < P; ++pp) {
+      const float* row = panel + pp * panel_floats + p * kPanelCols;
+#pragma GCC unroll 16
+      for (int v = 0; v < kV; ++v)
+        w[pp * kV + v] = kAligned ? hn::Load(df, row + v * nl) : hn::LoadU(df, row + v * nl);
+      if (prefetch_ahead > 0) __builtin_prefetch(row + prefetch_ahead * kPanelCols, 0, 2);
+    }
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+      const VF xr = hn::Set(df, x[r * ldx + p]);
+#pragma GCC unroll 16
+      for (int c = 0; c < kC; ++c) acc[r][c] = hn::MulAdd(xr, w[c], acc[r][c]);
+    }
+  }
+}
+
 // One register tile: rows [0, R) of x (row stride ldx) times panels
 // [0, P) starting at `panel`, written to y columns [0, ncols).
 template <int R, int P>
@@ -96,26 +140,9 @@ HWY_INLINE void Tile(float* HWY_RESTRICT y, int64_t ldy, const float* HWY_RESTRI
   constexpr int kV = VecsPerPanel();
   constexpr int kC = P * kV;  // accumulator vectors per row
   const size_t nl = hn::Lanes(df);
-  const int64_t panel_floats = k * kPanelCols;
   VF acc[R][kC];
-#pragma GCC unroll 16
-  for (int r = 0; r < R; ++r)
-#pragma GCC unroll 16
-    for (int c = 0; c < kC; ++c) acc[r][c] = hn::Zero(df);
-  for (int64_t p = 0; p < k; ++p) {
-    VF w[kC];
-#pragma GCC unroll 16
-    for (int pp = 0; pp < P; ++pp)
-#pragma GCC unroll 16
-      for (int v = 0; v < kV; ++v)
-        w[pp * kV + v] = hn::LoadU(df, panel + pp * panel_floats + p * kPanelCols + v * nl);
-#pragma GCC unroll 16
-    for (int r = 0; r < R; ++r) {
-      const VF xr = hn::Set(df, x[r * ldx + p]);
-#pragma GCC unroll 16
-      for (int c = 0; c < kC; ++c) acc[r][c] = hn::MulAdd(xr, w[c], acc[r][c]);
-    }
-  }
+  LoadAcc(df, acc, nullptr);
+  PanelSteps<R, P, /*kAligned=*/false>(df, acc, x, ldx, panel, k * kPanelCols, 0, k, 0);
   const float* bias = ep.bias != nullptr ? ep.bias + col0 : nullptr;
   HWY_ALIGN float row_buf[kTilePanels * kPanelCols];
 #pragma GCC unroll 16
@@ -225,31 +252,10 @@ HWY_INLINE void SmallTile(float* HWY_RESTRICT y, int64_t ldy, const float* HWY_R
   constexpr int kV = VecsPerPanel();
   constexpr int kC = kSmallPanels * kV;
   const size_t nl = hn::Lanes(df);
-  const int64_t panel_floats = k * kPanelCols;
   VF acc[R][kC];
-#pragma GCC unroll 16
-  for (int r = 0; r < R; ++r)
-#pragma GCC unroll 16
-    for (int c = 0; c < kC; ++c)
-      acc[r][c] = first ? hn::Zero(df) : hn::Load(df, acc_buf + (r * kC + c) * nl);
-  for (int64_t p = p0; p < p1; ++p) {
-    VF w[kC];
-#pragma GCC unroll 16
-    for (int pp = 0; pp < kSmallPanels; ++pp) {
-#pragma GCC unroll 16
-      for (int v = 0; v < kV; ++v)
-        w[pp * kV + v] = hn::Load(df, panel + pp * panel_floats + p * kPanelCols + v * nl);
-      if (prefetch) {
-        __builtin_prefetch(panel + pp * panel_floats + (p + kChunk) * kPanelCols, 0, 2);
-      }
-    }
-#pragma GCC unroll 16
-    for (int r = 0; r < R; ++r) {
-      const VF xr = hn::Set(df, x[r * ldx + p]);
-#pragma GCC unroll 16
-      for (int c = 0; c < kC; ++c) acc[r][c] = hn::MulAdd(xr, w[c], acc[r][c]);
-    }
-  }
+  LoadAcc(df, acc, first ? nullptr : acc_buf);
+  PanelSteps<R, kSmallPanels, /*kAligned=*/true>(df, acc, x, ldx, panel, k * kPanelCols, p0, p1,
+                                                 prefetch ? kChunk : 0);
   if (!last) {
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r)

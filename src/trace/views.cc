@@ -166,6 +166,16 @@ std::vector<std::string> Words(const char* s) {
   return out;
 }
 
+// Starts a seeded encoder–decoder demo model: reserves its tensor store up
+// front (the model keeps pointers into it) and sets the source and target
+// sentences (split at spaces).
+template <class Model>
+void StartSeededPair(Model* m, size_t store_tensors, const char* src, const char* tgt) {
+  m->store.reserve(store_tensors);
+  m->src_tokens = Words(src);
+  m->tgt_tokens = Words(tgt);
+}
+
 constexpr const char* kRandomBanner =
     "RANDOM WEIGHTS: this model was built from a fixed seed, not trained (no pretrained "
     "weights can be installed here). The attention patterns show the mechanics — shapes, "
@@ -376,9 +386,8 @@ Result<Trace> TraceVit(const RgbImage& image, const VitTraceOptions& opt) {
 // ---------------------------------------------------------------------------
 Result<SeededBahdanau> MakeSeededBahdanau(uint64_t seed) {
   SeededBahdanau m;
-  m.store.reserve(64);
-  m.src_tokens = Words("le chat noir dort sur le tapis <eos>");
-  m.tgt_tokens = Words("the black cat sleeps on the mat <eos>");
+  StartSeededPair(&m, 64, "le chat noir dort sur le tapis <eos>",
+                  "the black cat sleeps on the mat <eos>");
   const int64_t S = static_cast<int64_t>(m.src_tokens.size());
   const int64_t T = static_cast<int64_t>(m.tgt_tokens.size());
   constexpr int64_t Ex = 8, Ey = 8, Hs = 8, Ds = 8, A = 8;
@@ -480,9 +489,8 @@ Result<Trace> TraceBahdanau() {
 // ---------------------------------------------------------------------------
 Result<SeededTransformer> MakeSeededTransformer(uint64_t seed) {
   SeededTransformer m;
-  m.store.reserve(256);
-  m.src_tokens = Words("le chat noir dort sur le tapis </s>");
-  m.tgt_tokens = Words("<s> the black cat is sleeping on the mat");
+  StartSeededPair(&m, 256, "le chat noir dort sur le tapis </s>",
+                  "<s> the black cat is sleeping on the mat");
   auto& c = m.cfg;
   c.d_model = 32;
   c.num_heads = 4;
