@@ -69,6 +69,10 @@ void PrefillTask(const Problem& P, const Plan& pl, int64_t task,
   float* m = scratch + L.m;
   float* l = scratch + L.l;
   float* alpha = scratch + L.alpha;
+  // The per-row scratch (the pointers RowScratchAt gives the decode and the
+  // backward) as plain locals computed here: taken from a RowScratch, even
+  // copied into locals, the code changes (stores through the uint8 flags may
+  // alias the object), and a structured binding measured ~1.09x slower prefill.
   int32_t* first = reinterpret_cast<int32_t*>(scratch + L.row.first);
   int32_t* last = reinterpret_cast<int32_t*>(scratch + L.row.last);
   int32_t* diag = reinterpret_cast<int32_t*>(scratch + L.row.diag);
