@@ -137,5 +137,10 @@ struct AttentionIoResult {
   double max_abs_ref = 0;                         // max |reference out|
 };
 Result<AttentionIoResult> BenchAttentionIo(const AttentionBenchSpec& spec, ThreadPool& pool);
+// The most bytes BenchAttentionIo holds at once on `workers` workers: q, k,
+// v and three outputs (flash, naive, reference), the naive schedule's S and
+// P scratch (workers x 2 x Lq x Lk floats) and the cold-cache flush buffer
+// when spec.cold; for a check before any work starts.
+double AttentionIoPeakBytes(const AttentionBenchSpec& spec, int workers);
 
 }  // namespace attnflow

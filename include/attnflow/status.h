@@ -6,7 +6,9 @@
 // [B,H,Lq,D]". The library never aborts or throws on bad input.
 #pragma once
 
+#include <cstddef>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <variant>
 
@@ -24,6 +26,13 @@ enum class StatusCode {
 };
 
 const char* StatusCodeName(StatusCode code);
+
+// A string that came from the user (a name, a path, a field value), quoted
+// for an error message: 'text' when it has at most `max_bytes` bytes, else
+// its first `max_bytes` bytes (cut at a UTF-8 character boundary) and
+// "...' (N bytes)". Messages never echo an unbounded user string.
+constexpr size_t kMaxQuotedBytes = 80;
+std::string QuoteBounded(std::string_view s, size_t max_bytes = kMaxQuotedBytes);
 
 class [[nodiscard]] Status {
  public:

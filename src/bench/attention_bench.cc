@@ -329,4 +329,14 @@ Result<AttentionIoResult> BenchAttentionIo(const AttentionBenchSpec& spec, Threa
   return r;
 }
 
+double AttentionIoPeakBytes(const AttentionBenchSpec& spec, int workers) {
+  const double B = static_cast<double>(spec.batch), H = static_cast<double>(spec.num_heads),
+               Hkv = static_cast<double>(spec.num_kv_heads), Lq = static_cast<double>(spec.q_len),
+               Lk = static_cast<double>(spec.kv_len), D = static_cast<double>(spec.head_dim);
+  const double tensors = 4.0 * (4.0 * B * H * Lq * D + 2.0 * B * Hkv * Lk * D);
+  const double scratch = 4.0 * std::max(workers, 1) * (2.0 * Lq * Lk + 1.0);
+  const double flush = spec.cold ? static_cast<double>(ColdFlushBytes()) : 0.0;
+  return tensors + scratch + flush;
+}
+
 }  // namespace attnflow

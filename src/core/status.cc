@@ -1,4 +1,4 @@
-// status.cc — names for status codes.
+// status.cc — names for status codes; bounded quoting of user strings.
 #include "attnflow/status.h"
 
 namespace attnflow {
@@ -15,6 +15,13 @@ const char* StatusCodeName(StatusCode code) {
     case StatusCode::kInternal: return "internal";
   }
   return "unknown";
+}
+
+std::string QuoteBounded(std::string_view s, size_t max_bytes) {
+  if (s.size() <= max_bytes) return "'" + std::string(s) + "'";
+  size_t n = max_bytes;
+  while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) --n;  // UTF-8 boundary
+  return "'" + std::string(s.substr(0, n)) + "...' (" + std::to_string(s.size()) + " bytes)";
 }
 
 std::string Status::ToString() const {

@@ -35,6 +35,9 @@ struct Acc {
   }
 };
 
+// A config's display name is printed in every report: at most this long.
+constexpr size_t kMaxConfigNameBytes = 256;
+
 // The entry of `list` called `name`, or an error naming the `what` and the
 // known names, then `hint`.
 template <typename T>
@@ -45,15 +48,17 @@ Result<T> FindByName(const std::vector<T>& list, const std::string& name, const 
     if (e.name == name) return e;
     names += (names.empty() ? "" : ", ") + e.name;
   }
-  return InvalidArgument("budget: unknown " + std::string(what) + " '" + name +
-                         "' (known: " + names + "; " + hint + ")");
+  return InvalidArgument("budget: unknown " + std::string(what) + " " + QuoteBounded(name) +
+                         " (known: " + names + "; " + hint + ")");
 }
 
 }  // namespace
 
 Result<Budget> ComputeBudget(const ModelShape& s, int64_t seq_len, int64_t context) {
   const char* op = "budget";
-  auto bad = [&](const std::string& m) { return InvalidArgument(std::string(op) + ": " + s.name + ": " + m); };
+  auto bad = [&](const std::string& m) {
+    return InvalidArgument(std::string(op) + ": " + QuoteBounded(s.name) + ": " + m);
+  };
   if (s.num_layers <= 0 || s.d_model <= 0 || s.num_heads <= 0 || s.ffn_dim <= 0) {
     return bad("num_layers, d_model, num_heads and ffn_dim must be positive (got " +
                std::to_string(s.num_layers) + ", " + std::to_string(s.d_model) + ", " +
@@ -108,7 +113,7 @@ Result<Budget> ComputeBudget(const ModelShape& s, int64_t seq_len, int64_t conte
   b.lm_head_flops = s.lm_head ? a.Mul({2, L, E, V}) : 0;
   b.total_flops = a.Add({a.Mul({s.num_layers, b.layer_flops.total()}), b.lm_head_flops});
   b.kv_bytes_per_token = a.Mul({2, s.num_layers, Hkv, Dh, s.kv_bytes_per_element});
-  if (a.overflow) return ResourceExhausted(std::string(op) + ": " + s.name + ": counts overflow int64");
+  if (a.overflow) return ResourceExhausted(std::string(op) + ": " + QuoteBounded(s.name) + ": counts overflow int64");
   return b;
 }
 
@@ -190,6 +195,11 @@ Result<ModelShape> ModelShapeFromHfConfig(const std::string& text) {
   s.name = j.contains("_name_or_path") && j["_name_or_path"].is_string()
                ? j["_name_or_path"].get<std::string>()
                : type;
+  if (s.name.size() > kMaxConfigNameBytes) {  // a display name, never a file to read
+    return InvalidArgument("budget: config.json '_name_or_path' / 'model_type' " +
+                           QuoteBounded(s.name) + " is longer than " +
+                           std::to_string(kMaxConfigNameBytes) + " bytes");
+  }
   if (type == "bert") {
     ATTNFLOW_RETURN_IF_ERROR(num({"hidden_size"}, -1, &s.d_model));
     ATTNFLOW_RETURN_IF_ERROR(num({"num_hidden_layers"}, -1, &s.num_layers));
@@ -224,8 +234,8 @@ Result<ModelShape> ModelShapeFromHfConfig(const std::string& text) {
     s.ffn_bias = flag("mlp_bias", false);
     s.final_norm = true, s.tied_lm_head = flag("tie_word_embeddings", false);
   } else {
-    return InvalidArgument("budget: config.json model_type '" + type +
-                           "' is not supported (bert, gpt2, llama, mistral, qwen2)");
+    return InvalidArgument("budget: config.json model_type " + QuoteBounded(type) +
+                           " is not supported (bert, gpt2, llama, mistral, qwen2)");
   }
   return s;
 }
@@ -243,12 +253,12 @@ Result<ModelShape> ParseModelShapeJson(const std::string& text) {
     const std::string& k = it.key();
     const json& v = it.value();
     auto as_int = [&](int64_t* dst) -> Status {
-      if (!v.is_number_integer()) return InvalidArgument("budget: config field '" + k + "' must be an integer");
+      if (!v.is_number_integer()) return InvalidArgument("budget: config field " + QuoteBounded(k) + " must be an integer");
       *dst = v.get<int64_t>();
       return Status::Ok();
     };
     auto as_bool = [&](bool* dst) -> Status {
-      if (!v.is_boolean()) return InvalidArgument("budget: config field '" + k + "' must be true/false");
+      if (!v.is_boolean()) return InvalidArgument("budget: config field " + QuoteBounded(k) + " must be true/false");
       *dst = v.get<bool>();
       return Status::Ok();
     };
@@ -256,6 +266,10 @@ Result<ModelShape> ParseModelShapeJson(const std::string& text) {
     if (k == "name") {
       if (!v.is_string()) return InvalidArgument("budget: config field 'name' must be a string");
       s.name = v.get<std::string>();
+      if (s.name.size() > kMaxConfigNameBytes) {
+        return InvalidArgument("budget: config field 'name' " + QuoteBounded(s.name) +
+                               " is longer than " + std::to_string(kMaxConfigNameBytes) + " bytes");
+      }
     } else if (k == "num_layers") st = as_int(&s.num_layers);
     else if (k == "d_model") st = as_int(&s.d_model);
     else if (k == "num_heads") st = as_int(&s.num_heads);
@@ -281,7 +295,7 @@ Result<ModelShape> ParseModelShapeJson(const std::string& text) {
       if (!v.is_string() || !ParseNormKind(v.get<std::string>(), &s.norm))
         return InvalidArgument("budget: config field 'norm' must be layernorm or rmsnorm");
     } else {
-      return InvalidArgument("budget: unknown config field '" + k + "'");
+      return InvalidArgument("budget: unknown config field " + QuoteBounded(k));
     }
     if (!st.ok()) return st;
   }

@@ -204,6 +204,7 @@ int RunBench(const BenchArgs& a) {
   // The sweep, in order (defaults: Lq 1 for decode else 1024; Lk 4096 for
   // decode else Lq).
   const std::vector<Config> configs = SweepConfigs(a, decode);
+  ThreadPool pool(a.threads);
   for (const Config& c : configs) {
     if (c.H % c.Hkv != 0) {
       PrintError("bench", "--heads " + std::to_string(c.H) + " is not a multiple of --kv-heads " +
@@ -211,20 +212,30 @@ int RunBench(const BenchArgs& a) {
       return kExitUsage;
     }
     // (int8 also holds one head's f32 data while it quantises: Lk·D·4.)
-    const double bytes = 4.0 * c.B * c.H * c.Lq * c.D * 2 + kv_elem * c.B * c.Hkv * c.Lk * c.D * 2 +
-                         (any_int8 ? 4.0 * c.Lk * c.D : 0.0);
+    // --io also holds the naive schedule's S and P per worker and the
+    // outputs it compares (AttentionIoPeakBytes).
+    AttentionBenchSpec io_spec = a.base;
+    io_spec.batch = c.B, io_spec.num_heads = c.H, io_spec.num_kv_heads = c.Hkv;
+    io_spec.q_len = c.Lq, io_spec.kv_len = c.Lk, io_spec.head_dim = c.D;
+    const double bytes =
+        a.io ? AttentionIoPeakBytes(io_spec, pool.NumWorkers())
+             : 4.0 * c.B * c.H * c.Lq * c.D * 2 + kv_elem * c.B * c.Hkv * c.Lk * c.D * 2 +
+                   (any_int8 ? 4.0 * c.Lk * c.D : 0.0);
     if (phys > 0 && bytes > 0.8 * phys) {
-      char msg[256];
+      char msg[320];
       std::snprintf(msg, sizeof msg,
-                    "B=%lld H=%lld Hkv=%lld Lq=%lld Lk=%lld D=%lld needs %.3g GiB for Q, K, "
-                    "V and the output; this machine has %.3g GiB of memory",
+                    "B=%lld H=%lld Hkv=%lld Lq=%lld Lk=%lld D=%lld needs %.3g GiB for %s; this "
+                    "machine has %.3g GiB of memory",
                     (long long)c.B, (long long)c.H, (long long)c.Hkv, (long long)c.Lq,
-                    (long long)c.Lk, (long long)c.D, bytes / (1 << 30), phys / (1 << 30));
+                    (long long)c.Lk, (long long)c.D, bytes / (1 << 30),
+                    a.io ? "Q, K, V, three outputs and the naive schedule's S and P "
+                           "(workers x 2 x Lq x Lk floats)"
+                         : "Q, K, V and the output",
+                    phys / (1 << 30));
       PrintError("bench", msg);
       return kExitUsage;
     }
   }
-  ThreadPool pool(a.threads);
   if (a.io) return RunIo(a, causal, pool);
   double peak_gflops = 0, peak_gbps = 0;
   if (!a.no_peak) {

@@ -201,7 +201,14 @@ int RunBudget(const BudgetArgs& a) {
   Result<nn::ModelShape> shape = nn::FindModelShape(a.config);
   if (!shape.ok()) {
     if (::access(a.config.c_str(), F_OK) != 0) {  // neither a known name nor a file
-      PrintError("budget", shape.status().message());
+      const bool looks_like_file = a.config.find('/') != std::string::npos ||
+                                   (a.config.size() > 5 &&
+                                    a.config.compare(a.config.size() - 5, 5, ".json") == 0);
+      PrintError("budget", looks_like_file
+                               ? "--config " + QuoteBounded(a.config) +
+                                     ": no such file (a config is a known name, see --list, "
+                                     "or an existing JSON file)"
+                               : shape.status().message());
       return kExitUsage;
     }
     Result<std::string> text = ReadFileString(a.config);  // never blocks on a FIFO
@@ -211,7 +218,7 @@ int RunBudget(const BudgetArgs& a) {
     }
     shape = nn::ParseModelShapeJson(text.value());
     if (!shape.ok()) {
-      PrintError("budget", a.config + ": " + shape.status().message());
+      PrintError("budget", QuoteBounded(a.config) + ": " + shape.status().message());
       return kExitUsage;
     }
   }
