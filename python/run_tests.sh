@@ -25,7 +25,7 @@ if [[ -f $BUILD/CMakeCache.txt ]] && grep -q '^ATTNFLOW_PIC:BOOL=ON' "$BUILD/CMa
     && ! grep -q '^ATTNFLOW_SANITIZE:STRING=.' "$BUILD/CMakeCache.txt"; then
   layers=$(sed -n 's/^set(ATTNFLOW_LAYERS \(.*\))$/\1/p' "$ROOT/cmake/modules/layers.cmake")
   [[ -n $layers ]] || { echo "run_tests.sh: no ATTNFLOW_LAYERS in cmake/modules/layers.cmake" >&2; exit 1; }
-  cmake --build "$BUILD" --target $(printf 'attnflow_%s ' $layers) >/dev/null
+  cmake --build "$BUILD" --target $(printf 'attnflow_%s ' $layers micro) >/dev/null
   prebuilt=(--config-settings=cmake.define.ATTNFLOW_PREBUILT="$BUILD")
   how="linking $BUILD"
 fi

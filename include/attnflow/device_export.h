@@ -37,6 +37,10 @@ struct DeviceExportOptions {
   int64_t flash_bytes = int64_t{1} << 20;  // largest embedded data
   int64_t ram_bytes = int64_t{320} << 10;  // largest harness pool of one chunk
   std::string stages = "auto";  // auto | all | none: the score-row stages
+  // auto | bound | fixed: the f32 stages' per-element rounding bounds
+  // (CaseRoundingBounds at f32) written beside them for the harness, or
+  // only the case's atol/rtol ("auto": bounds when the case has them).
+  std::string tolerance = "auto";
 };
 
 struct DeviceExport {
@@ -46,6 +50,7 @@ struct DeviceExport {
   uint64_t pool_bytes = 0;
   bool mha = false;
   bool row_stages = false;  // scores scaled masked weights included
+  bool bounds = false;      // the f32 stages carry rounding bounds
   bool has_s8 = false;      // sdpa: the int8 path is exported
   std::string s8_note;      // why not, when it is not
   std::string shape;        // "B=.. H=.. ..." for messages

@@ -5,8 +5,10 @@
 // Invariants:
 //  * LoadGoldenCase fully validates metadata and inputs before anything runs;
 //    every error names the file, the tensor and the field.
-//  * Stages are compared in the canonical order of the format; a report names
-//    the first stage that does not match.
+//  * Stages are compared in dataflow order (CaseStageOrder: the file's own
+//    `stages` list, else the kind's canonical order), inputs before stages;
+//    a report names the first stage that does not match, or the input that
+//    differs.
 //  * Comparison rule: |got - expected| <= atol + rtol*|expected|; an infinity
 //    matches only the same infinity; NaN never matches.
 #pragma once
@@ -34,6 +36,32 @@ constexpr int64_t kGoldenMaxScoreElements = int64_t{1} << 27;
 // Canonical stage order for a kind ("sdpa", "mha").
 const std::vector<std::string>& GoldenStageOrder(const std::string& kind);
 
+// ---- the dataflow order of a case or a dump (docs/golden-format.md) --------
+// Which tensors of a file are inputs and which are stages, and the order in
+// which the stages are computed: the first stage that differs is the bug's
+// address only when stages are compared in this order.
+struct StageOrder {
+  std::vector<std::string> inputs;  // compared first, reported as inputs
+  std::vector<std::string> stages;  // dataflow order (decode steps after the prefill)
+  std::string source;               // where the order came from, for reports
+};
+// The order of a file:
+//  1. its metadata `stages` (a comma-separated list, each name once): the nn
+//     kinds, trace dumps, and every case or dump attnflow writes;
+//  2. else the kind's canonical order (GoldenStageOrder) for sdpa and mha
+//     cases (those without `trace_format`);
+//  3. else every tensor in the file's header order (the writer's order:
+//     trace dumps of earlier versions wrote their stages in dataflow order).
+// Inputs: the metadata `inputs` list if present, else every tensor of the
+// file that is not a stage. A malformed list is kCorrupt naming the file.
+Result<StageOrder> CaseStageOrder(const SafetensorsFile& f);
+// The metadata value of a list: names joined by ','. A name holding ',' or
+// an empty name cannot be listed (kInvalidArgument naming it).
+Result<std::string> JoinStageList(const std::vector<std::string>& names);
+// Splits a `stages` / `inputs` value (kCorrupt: an empty or repeated name).
+Result<std::vector<std::string>> SplitStageList(const std::string& value,
+                                                const std::string& what);
+
 struct GoldenCase {
   std::string path;
   std::string kind;  // "sdpa" or "mha"
@@ -51,6 +79,9 @@ struct GoldenCase {
 Result<GoldenCase> LoadGoldenCase(const std::string& path);
 // Same validation on an already-open file (fuzzing, tests).
 Result<GoldenCase> ValidateGoldenCase(SafetensorsFile file);
+// The same without taking the file: the case's views (and c.file, which
+// does not own it) point into `file`, which must outlive the case.
+Result<GoldenCase> ViewGoldenCase(const SafetensorsFile& file);
 
 // A case tensor (rank 1 to 4, any dtype and strides) as the float array the
 // micro library takes: row-major, each element rounded to float once
@@ -72,13 +103,46 @@ struct GoldenKind {
 const std::vector<GoldenKind>& GoldenKinds();
 const GoldenKind* FindGoldenKind(std::string_view name);  // nullptr if unknown
 
+// ---- rounding bounds (docs/golden-format.md "Tolerances") --------------------
+// The unit roundoff of a float type: f32 2^-24, f16 2^-11, bf16 2^-8, f64
+// 2^-53 (other dtypes: f32's).
+double UnitRoundoff(DType t);
+// Whether a case's stages have derived rounding bounds: sdpa and mha cases
+// with their masked, weights and lse stages (mha also q, k, v, concat).
+bool HasRoundingBounds(const GoldenCase& c, std::string* why = nullptr);
+// Per-element bounds (F32, shaped like each stage) on |computed − stored|
+// for a correct implementation computing in a type of unit roundoff u:
+// sdpa scores scaled masked weights lse out; mha also q k v heads_out
+// concat (its out is the projection). The arithmetic is micro's
+// af_bound_row / af_bound_linear, which the device harness calls too.
+Result<std::map<std::string, Tensor>> CaseRoundingBounds(const GoldenCase& c,
+                                                          double unit_roundoff);
+
+// How stages are compared (verify, verify --compare, the device harness):
+//  * "auto": rounding bounds where the expected file has them (an sdpa/mha
+//    case, HasRoundingBounds), each stage against the bound of the type GOT
+//    computed it in (its dtype; float64 stages are held to the float32
+//    storage of the case), else atol/rtol;
+//  * "bound": bounds, or an error when the case has none;
+//  * "fixed": |got − expected| <= atol + rtol·|expected| only.
+// atol/rtol >= 0 override the case's own (else its metadata, else 1e-4) and
+// make "auto" fixed. bound_dtype (when set) is the type the bounds allow
+// instead of each GOT stage's dtype (a port that computes in f16 but dumps
+// f32).
+struct CompareOptions {
+  double atol = -1, rtol = -1;
+  std::string tolerance = "auto";
+  std::optional<DType> bound_dtype;
+};
+
 enum class VerifyImpl { kReference, kKernels };
 
 // Runs the implementation on the case inputs and compares every stage present
 // in the file that the implementation produces (kernels produce out and lse
 // only).
 Result<CaseReport> VerifyGoldenCase(const GoldenCase& c, VerifyImpl impl,
-                                    const KernelOptions& kopt = {});
+                                    const KernelOptions& kopt = {},
+                                    const CompareOptions& copt = {});
 
 // ---- `verify --compare`: a port's stages against a golden case -------------
 // One stage tensor a port produced, compared by name.
@@ -111,12 +175,18 @@ Result<GotStages> LoadGotStages(const std::string& path, const std::string& dump
                                 const std::string& dump_impl = "");
 
 // Compares the stages of `got` with the same-named tensors of `expected`
-// (canonical order first, then other names alphabetically), any dtypes
+// in expected's CaseStageOrder (its inputs first, then its stages in
+// dataflow order; GOT's names that expected lacks are listed last as not
+// compared), any dtypes
 // through TensorView::load; a stage whose integer dtype differs from the
 // expected tensor's is a mismatch (an int8 dump belongs with int8
 // expectations), as is a shape that differs. A dump block whose kind
 // differs from expected's is kInvalidArgument.
-// Tolerances: explicit values if >= 0, else expected's metadata, else 1e-4.
+// Tolerances: CompareOptions (bounds for an sdpa/mha EXPECTED, else the
+// explicit atol/rtol, expected's metadata, 1e-4).
+Result<CaseReport> CompareStages(const GotStages& got, const SafetensorsFile& expected,
+                                 const CompareOptions& opt);
+// The same as CompareOptions{atol, rtol} ("auto").
 Result<CaseReport> CompareStages(const GotStages& got, const SafetensorsFile& expected,
                                  double atol, double rtol);
 // The same for a safetensors GOT already open.

@@ -544,11 +544,47 @@ af_status af_s8_mask_prepare(int32_t* out, const float* mask, int32_t count, flo
 int32_t af_s8_exp2_neg_q15(int32_t u);
 int32_t af_s8_mul_by_qmult(int32_t x, af_qmult m);
 
+/* --------------------------------------------------- rounding bounds --- */
+/* How far a CORRECT implementation computing in a float type of unit
+ * roundoff u (2^-24 for f32, 2^-11 for f16, 2^-8 for bf16) may land from
+ * the exact stages of one query row, in any summation order, from the same
+ * inputs (docs/golden-format.md "Tolerances" derives each bound). The
+ * golden checks on the host (`attnflow verify`) and on the device (the
+ * harness) compare each element against these bounds instead of a fixed
+ * atol/rtol. The expected masked/weights/lse come from the case (float64
+ * reference, stored as float32); q_err/k_err/v_err are the bounds of the
+ * inputs' own errors when they were computed (mha: the projections), NULL
+ * when they are exact. Outputs may be NULL; b_out needs v. AF_ERR_PARAM
+ * when u is not in (0, 1/4) or n*u >= 1/2 for a sum of n terms (no bound). */
+typedef struct {
+  const float* q;       /* [head_dim] the query row */
+  const float* k;       /* [kv_len, head_dim] its kv head's keys, row-major */
+  const float* v;       /* [kv_len, v_dim] */
+  const float* q_err;   /* [head_dim] or NULL */
+  const float* k_err;   /* [kv_len, head_dim] or NULL */
+  const float* v_err;   /* [kv_len, v_dim] or NULL */
+  const float* masked;  /* [kv_len] expected masked row (-inf = hidden key) */
+  const float* weights; /* [kv_len] expected weights row */
+  float lse;            /* expected lse of the row */
+  int32_t head_dim, v_dim, kv_len;
+  float scale;
+  float u; /* unit roundoff of the type that computed the row */
+} af_bound_row_in;
+af_status af_bound_row(float* b_scores, float* b_scaled, float* b_masked, float* b_weights,
+                       float* b_lse, float* b_out, const af_bound_row_in* in);
+/* y = x w^T + bias (w [out_features, in_features] row-major; bias may be
+ * NULL): b_y[r] bounds |computed y_r - exact y_r|, x_err (NULL = exact x)
+ * the bound of x's own error. */
+af_status af_bound_linear(float* b_y, const float* x, const float* x_err, const float* w,
+                          const float* bias, int32_t in_features, int32_t out_features, float u);
+
 /* ------------------------------------------------------- stage dumps --- */
 /* Writers of the AFDUMP text format (docs/device-dump.md), for a port that
  * wants its stages checked on the host (`attnflow verify --compare LOG CASE`).
  * Text goes to the caller's `write(ctx, text, n)` (a UART, semihosting,
- * a buffer); no printf, no heap. Names are C identifiers up to 63 chars. */
+ * a buffer); no printf, no heap. Names are C identifiers up to 63 chars;
+ * a stage name may also join identifiers and numbers with '.' (the golden
+ * names of layers and decode steps: "layer.3.q", "decode.0.weights"). */
 typedef void (*af_write_fn)(void* ctx, const char* text, size_t n);
 typedef enum { AF_DUMP_F32 = 0, AF_DUMP_I8 = 1, AF_DUMP_I32 = 2 } af_dump_dtype;
 

@@ -59,6 +59,11 @@ typedef struct {
   af_sdpa_shape shape;
   af_gref q, k, v;
   af_g_stages f32;
+  /* Per-element rounding bounds of the f32 stages (`attnflow export-c`
+   * computes them with af_bound_row / af_bound_linear at u = 2^-24,
+   * docs/golden-format.md "Tolerances"): |got - expected| <= bound. An
+   * absent bound means the stage is held to atol/rtol. */
+  af_g_stages f32_tol;
   /* int8 path (sdpa): per-tensor scales, inputs, expected stages (f32 real
    * units for scores/masked/weights) and out8 (int8, output units). */
   int32_t has_s8;
@@ -70,6 +75,7 @@ typedef struct {
   af_mha_shape mshape;
   af_gref x_q, x_k, x_v, w_q, w_k, w_v, w_o, b_q, b_k, b_v, b_o;
   af_gref mq, mk, mv, heads_out, concat; /* expected mha stages (f32) */
+  af_gref mq_tol, mk_tol, mv_tol, heads_out_tol, concat_tol; /* their bounds */
   /* int8 path (mha, has_s8): inputs quantised per tensor, weights per output
    * row with one multiplier per row (int32 pairs {mult, shift}), biases int32
    * in accumulator units, the attention's scales (sq, sk, sv, so above: the

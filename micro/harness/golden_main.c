@@ -105,7 +105,9 @@ typedef struct {
   const char* name;
   const char* skip; /* non-NULL: not compared, with this reason */
   double atol, rtol;
-  double max_abs, max_rel, got_bad, exp_bad;
+  double max_abs, max_rel, got_bad, exp_bad, tol_bad;
+  double max_ratio; /* max |got - exp| / tolerance */
+  int bounded;      /* compared against per-element rounding bounds */
   long bad, first_bad;
   int32_t dims[4];
   int rank;
@@ -125,13 +127,18 @@ static void acc_init(stage_acc* a, const char* name, double atol, double rtol, i
   a->dims[3] = d3;
 }
 
-/* |got - exp| <= atol + rtol*|exp|; an infinity matches only itself; NaN
- * never. Elements are flat indices base .. base + n - 1 of the stage. */
-static void acc_compare(stage_acc* a, const float* got, const float* exp, long n, long base) {
+/* |got - exp| <= tol[i] (the case's rounding bounds, docs/golden-format.md
+ * "Tolerances") or, with tol NULL, <= atol + rtol*|exp|; an infinity
+ * matches only itself; NaN never. Elements are flat indices base .. base +
+ * n - 1 of the stage. */
+static void acc_compare(stage_acc* a, const float* got, const float* exp, const float* tol,
+                        long n, long base) {
   long i;
   if (a->skip != NULL || got == NULL || exp == NULL) return;
+  if (tol != NULL) a->bounded = 1;
   for (i = 0; i < n; ++i) {
     const double g = got[i], e = exp[i];
+    const double t = tol != NULL ? (double)tol[i] : a->atol + a->rtol * fabs(e);
     int ok;
     double diff;
     if (isinf(e) || isinf(g)) {
@@ -142,8 +149,9 @@ static void acc_compare(stage_acc* a, const float* got, const float* exp, long n
       diff = INFINITY;
     } else {
       diff = fabs(g - e);
-      ok = diff <= a->atol + a->rtol * fabs(e);
+      ok = diff <= t;
       if (e != 0.0 && diff / fabs(e) > a->max_rel) a->max_rel = diff / fabs(e);
+      if (t > 0.0 && diff / t > a->max_ratio) a->max_ratio = diff / t;
     }
     if (diff > a->max_abs) a->max_abs = diff;
     if (!ok) {
@@ -151,6 +159,7 @@ static void acc_compare(stage_acc* a, const float* got, const float* exp, long n
         a->first_bad = base + i;
         a->got_bad = g;
         a->exp_bad = e;
+        a->tol_bad = t;
       }
       a->bad++;
     }
@@ -174,28 +183,35 @@ static void index_string(char* buf, size_t n, long flat, const int32_t* dims, in
  * returns 1 on a mismatch. */
 static int report(const char* case_name, const char* kind, const char* impl, double atol,
                   double rtol, const stage_acc* a, int n) {
-  int i, compared = 0;
-  printf("case %s  kind=%s  impl=%s  atol=%g rtol=%g\n", case_name, kind, impl, atol, rtol);
-  printf("  %-10s %12s %12s %10s  %-18s %s\n", "stage", "max_abs", "max_rel", "bad", "first_bad",
-         "result");
+  int i, compared = 0, bounded = 0;
+  for (i = 0; i < n; ++i) bounded |= a[i].skip == NULL && a[i].bounded;
+  if (bounded)
+    printf("case %s  kind=%s  impl=%s  tolerance=rounding bounds\n", case_name, kind, impl);
+  else
+    printf("case %s  kind=%s  impl=%s  atol=%g rtol=%g\n", case_name, kind, impl, atol, rtol);
+  printf("  %-10s %12s %12s %10s  %-18s %-13s %s\n", "stage", "max_abs", "max_rel", "bad",
+         "first_bad", "err/tol", "result");
   for (i = 0; i < n; ++i) {
-    char idx[48] = "-";
+    char idx[48] = "-", ratio[32];
     if (a[i].skip != NULL) {
-      printf("  %-10s %12s %12s %10s  %-18s skipped (%s)\n", a[i].name, "-", "-", "-", "-",
-             a[i].skip);
+      printf("  %-10s %12s %12s %10s  %-18s %-13s skipped (%s)\n", a[i].name, "-", "-", "-", "-",
+             "-", a[i].skip);
       continue;
     }
     ++compared;
     if (a[i].first_bad >= 0) index_string(idx, sizeof idx, a[i].first_bad, a[i].dims, a[i].rank);
-    printf("  %-10s %12.3e %12.3e %10ld  %-18s %s\n", a[i].name, a[i].max_abs, a[i].max_rel,
-           a[i].bad, idx, a[i].bad ? "MISMATCH" : "ok");
+    snprintf(ratio, sizeof ratio, "%.2g %s", a[i].max_ratio, a[i].bounded ? "F32" : "fixed");
+    printf("  %-10s %12.3e %12.3e %10ld  %-18s %-13s %s\n", a[i].name, a[i].max_abs, a[i].max_rel,
+           a[i].bad, idx, ratio, a[i].bad ? "MISMATCH" : "ok");
   }
   for (i = 0; i < n; ++i) {
     if (a[i].skip == NULL && a[i].bad) {
       char idx[48];
       index_string(idx, sizeof idx, a[i].first_bad, a[i].dims, a[i].rank);
-      printf("  => FIRST MISMATCH: stage '%s' at %s: got %.9g, expected %.9g (%ld bad elements)\n",
-             a[i].name, idx, a[i].got_bad, a[i].exp_bad, a[i].bad);
+      printf("  => FIRST MISMATCH: stage '%s' at %s: got %.9g, expected %.9g (%s %.3g; %ld bad "
+             "elements)\n",
+             a[i].name, idx, a[i].got_bad, a[i].exp_bad,
+             a[i].bounded ? "F32 rounding bound" : "tolerance", a[i].tol_bad, a[i].bad);
       return 1;
     }
   }
@@ -251,6 +267,13 @@ static int run_sdpa(const af_golden_case* c, int s8) {
   uint32_t hsh = 2166136261u; /* FNV-1a of the int8 output, every chunk in order */
   int32_t b, g, i, st_i;
   const af_gref* refs[ST_N];
+  const af_gref* trefs[ST_N]; /* the f32 stages' rounding bounds */
+  trefs[ST_SCORES] = &c->f32_tol.scores;
+  trefs[ST_SCALED] = &c->f32_tol.scaled;
+  trefs[ST_MASKED] = &c->f32_tol.masked;
+  trefs[ST_WEIGHTS] = &c->f32_tol.weights;
+  trefs[ST_LSE] = &c->f32_tol.lse;
+  trefs[ST_OUT] = &c->f32_tol.out;
   refs[ST_SCORES] = &ex->scores;
   refs[ST_SCALED] = &ex->scaled;
   refs[ST_MASKED] = &ex->masked;
@@ -312,6 +335,7 @@ static int run_sdpa(const af_golden_case* c, int s8) {
       float *out_f = NULL, *lse_f = NULL, *got_out;
       int8_t* out8 = NULL;
       const float* exp_out;
+      const float* tol_out = NULL; /* f32: out's rounding bounds (NULL: atol/rtol) */
       pool_used = 0;
       g_err = NULL;
       cs.batch = 1;
@@ -460,13 +484,14 @@ static int run_sdpa(const af_golden_case* c, int s8) {
         exp_out = exp8;
       } else {
         exp_out = (const float*)fetch(c, ex->out, bh0 * Lq * Dv, nout, 4);
-        acc_compare(&a[ST_LSE], lse_f, (const float*)fetch(c, ex->lse, bh0 * Lq, nl, 4), nl,
-                    (long)bh0 * Lq);
+        tol_out = (const float*)fetch(c, c->f32_tol.out, bh0 * Lq * Dv, nout, 4);
+        acc_compare(&a[ST_LSE], lse_f, (const float*)fetch(c, ex->lse, bh0 * Lq, nl, 4),
+                    (const float*)fetch(c, c->f32_tol.lse, bh0 * Lq, nl, 4), nl, (long)bh0 * Lq);
       }
 #ifdef AF_HARNESS_TAMPER
       if (b == B - 1 && g == Hkv - 1 && nout > 0) got_out[nout - 1] += s8 ? 9.0f : 0.5f;
 #endif
-      acc_compare(&a[ST_OUT], got_out, exp_out, nout, (long)bh0 * Lq * Dv);
+      acc_compare(&a[ST_OUT], got_out, exp_out, tol_out, nout, (long)bh0 * Lq * Dv);
       DUMP(if (!s8) af_dump_part(uart_write, NULL, "lse", AF_DUMP_F32, bh0 * Lq, lse_f, nl));
       DUMP(af_dump_part(uart_write, NULL, "out", s8 ? AF_DUMP_I8 : AF_DUMP_F32, bh0 * Lq * Dv,
                         s8 ? (const void*)out8 : (const void*)out_f, nout));
@@ -516,7 +541,9 @@ static int run_sdpa(const af_golden_case* c, int s8) {
                 for (j = 0; j < Lk; ++j)
                   if (rows[2 * Lk + j] == floor_v && e[j] <= floor_v) rows[2 * Lk + j] = e[j];
               }
-              acc_compare(&a[st_i], rows + (size_t)(st_i - ST_SCORES) * Lk, e, Lk, (long)ro);
+              acc_compare(&a[st_i], rows + (size_t)(st_i - ST_SCORES) * Lk, e,
+                          s8 ? NULL : (const float*)fetch(c, *trefs[st_i], ro, (uint32_t)Lk, 4),
+                          Lk, (long)ro);
               DUMP(if (a[st_i].skip == NULL) af_dump_part(uart_write, NULL, kStageNames[st_i],
                                                           AF_DUMP_F32, ro,
                                                           rows + (size_t)(st_i - ST_SCORES) * Lk,
@@ -594,6 +621,7 @@ static int run_mha(const af_golden_case* c) {
   af_sdpa_opts o = AF_SDPA_OPTS_INIT;
   const af_sdpa_shape ps = head_shape(s); /* for the probe */
   const af_gref* refs[M_N];
+  const af_gref* trefs[M_N]; /* rounding bounds of the f32 stages */
   const float* got[M_N];
   long counts[M_N];
   float* out;
@@ -614,6 +642,17 @@ static int run_mha(const af_golden_case* c) {
   refs[M_HEADS] = &c->heads_out;
   refs[M_CONCAT] = &c->concat;
   refs[M_OUT] = &c->f32.out;
+  trefs[M_Q] = &c->mq_tol;
+  trefs[M_K] = &c->mk_tol;
+  trefs[M_V] = &c->mv_tol;
+  trefs[M_SCORES] = &c->f32_tol.scores;
+  trefs[M_SCALED] = &c->f32_tol.scaled;
+  trefs[M_MASKED] = &c->f32_tol.masked;
+  trefs[M_WEIGHTS] = &c->f32_tol.weights;
+  trefs[M_LSE] = &c->f32_tol.lse;
+  trefs[M_HEADS] = &c->heads_out_tol;
+  trefs[M_CONCAT] = &c->concat_tol;
+  trefs[M_OUT] = &c->f32_tol.out;
   if (c->pool_bytes > sizeof pool) {
     printf("case %s: needs a harness pool of %lu bytes, this build has %lu "
            "(-DAF_HARNESS_POOL_BYTES)\n",
@@ -687,7 +726,7 @@ static int run_mha(const af_golden_case* c) {
     const size_t mark = pool_used; /* file mode: one expected stage at a time */
     if (m >= M_SCORES && m <= M_WEIGHTS) continue;
     acc_compare(&a[m], got[m], (const float*)fetch(c, *refs[m], 0, (uint32_t)counts[m], 4),
-                counts[m], 0);
+                (const float*)fetch(c, *trefs[m], 0, (uint32_t)counts[m], 4), counts[m], 0);
     pool_used = mark;
   }
   /* The score-row stages through the probe, on the device's own projected
@@ -712,7 +751,8 @@ static int run_mha(const af_golden_case* c) {
           }
           for (m = M_SCORES; m <= M_WEIGHTS; ++m) {
             acc_compare(&a[m], rows + (size_t)(m - M_SCORES) * Lk,
-                        (const float*)fetch(c, *refs[m], ro, (uint32_t)Lk, 4), Lk, (long)ro);
+                        (const float*)fetch(c, *refs[m], ro, (uint32_t)Lk, 4),
+                        (const float*)fetch(c, *trefs[m], ro, (uint32_t)Lk, 4), Lk, (long)ro);
             pool_used = mark;
           }
         }
@@ -756,7 +796,7 @@ static void acc_compare_s8(stage_acc* a, const int8_t* got, const int8_t* exp, l
     gf[i] = (float)got[i];
     ef[i] = (float)exp[i];
   }
-  acc_compare(a, gf, ef, n, 0);
+  acc_compare(a, gf, ef, NULL, n, 0);
 }
 
 static int run_mha_s8(const af_golden_case* c) {

@@ -73,6 +73,23 @@ static int af_name_ok(const char* s) {
   return n <= AF_DUMP_NAME_MAX;
 }
 
+/* A stage name: a C identifier, or identifiers and numbers joined by '.'
+ * ("layer.3.q", "decode.0.weights"), 1..AF_DUMP_NAME_MAX chars. */
+static int af_stage_ok(const char* s) {
+  size_t n = 0;
+  char prev = '.';
+  if (s == NULL || !*s || (*s >= '0' && *s <= '9')) return 0;
+  for (; *s; ++s, ++n) {
+    const char c = *s;
+    if (c == '.' && prev == '.') return 0;
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+          c == '_' || c == '.'))
+      return 0;
+    prev = c;
+  }
+  return prev != '.' && n <= AF_DUMP_NAME_MAX;
+}
+
 static uint32_t af_fnv(uint32_t h, uint8_t byte) { return (h ^ byte) * 16777619u; }
 
 /* Appends each string of a NULL-terminated list. */
@@ -114,7 +131,7 @@ af_status af_dump_tensor(af_write_fn write, void* ctx, const char* stage, af_dum
   af_line l;
   int32_t d;
   if (write == NULL || stage == NULL || (rank > 0 && dims == NULL)) return AF_ERR_NULL;
-  if (!af_name_ok(stage) || af_dtype_name(dtype) == NULL) return AF_ERR_PARAM;
+  if (!af_stage_ok(stage) || af_dtype_name(dtype) == NULL) return AF_ERR_PARAM;
   if (rank < 0 || rank > 8) return AF_ERR_SHAPE;
   for (d = 0; d < rank; ++d)
     if (dims[d] < 0) return AF_ERR_SHAPE;
@@ -137,7 +154,7 @@ af_status af_dump_part(af_write_fn write, void* ctx, const char* stage, af_dump_
   af_line l;
   uint32_t i, h = 2166136261u;
   if (write == NULL || stage == NULL || (count > 0 && data == NULL)) return AF_ERR_NULL;
-  if (!af_name_ok(stage) || af_dtype_name(dtype) == NULL) return AF_ERR_PARAM;
+  if (!af_stage_ok(stage) || af_dtype_name(dtype) == NULL) return AF_ERR_PARAM;
   if (dtype != AF_DUMP_I8 && !af_aligned(data, 4)) return AF_ERR_ALIGN;
   l.n = 0;
   af_put_range(&l, "AFDUMP part ", stage, offset, count);

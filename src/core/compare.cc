@@ -23,8 +23,13 @@ const StageReport* CaseReport::FirstMismatch() const {
   return nullptr;
 }
 
-StageReport CompareStage(const std::string& name, const TensorView& got,
-                         const TensorView& expected, double atol, double rtol) {
+namespace {
+
+// One walk over the elements; tol(e, x) is the tolerance of element e
+// (flat row-major index) whose expected value is x.
+template <typename Tol>
+StageReport CompareWith(const std::string& name, const TensorView& got,
+                        const TensorView& expected, Tol tol) {
   StageReport r;
   r.stage = name;
   bool same_shape = got.rank == expected.rank;
@@ -50,7 +55,10 @@ StageReport CompareStage(const std::string& name, const TensorView& got,
       if (!ok && !std::isnan(r.max_abs)) r.max_abs = r.max_rel = INFINITY;
     } else {
       const double diff = std::fabs(g - x);
-      ok = diff <= atol + rtol * std::fabs(x);
+      const double t = tol(e, x);
+      ok = diff <= t;
+      if (t > 0) r.max_ratio = std::max(r.max_ratio, diff / t);
+      else if (diff > 0) r.max_ratio = INFINITY;
       // std::max keeps a NaN already stored (NaN < v is false).
       r.max_abs = std::max(r.max_abs, diff);
       if (x != 0.0) r.max_rel = std::max(r.max_rel, diff / std::fabs(x));
@@ -61,6 +69,7 @@ StageReport CompareStage(const std::string& name, const TensorView& got,
         r.first_bad_index = ShapeString(idx, got.rank);
         r.got_at_bad = g;
         r.expected_at_bad = x;
+        r.bound_at_bad = std::isfinite(x) ? tol(e, x) : 0.0;
       }
       ++r.mismatches;
     }
@@ -70,6 +79,37 @@ StageReport CompareStage(const std::string& name, const TensorView& got,
     }
   }
   r.match = r.mismatches == 0;
+  return r;
+}
+
+}  // namespace
+
+StageReport CompareStage(const std::string& name, const TensorView& got,
+                         const TensorView& expected, double atol, double rtol) {
+  return CompareWith(name, got, expected,
+                     [&](int64_t, double x) { return atol + rtol * std::fabs(x); });
+}
+
+StageReport CompareStageWithin(const std::string& name, const TensorView& got,
+                               const TensorView& expected, const TensorView& bound,
+                               const std::string& bound_type) {
+  bool same = bound.rank == expected.rank;
+  for (int i = 0; same && i < bound.rank; ++i) same = bound.shape[i] == expected.shape[i];
+  if (!same) {
+    StageReport r;
+    r.stage = name;
+    r.compared = true;
+    r.note = "bound " + bound.shape_string() + " does not have the expected stage's shape " +
+             expected.shape_string();
+    return r;
+  }
+  const int64_t d1 = bound.rank > 1 ? bound.shape[1] : 1, d2 = bound.rank > 2 ? bound.shape[2] : 1,
+                d3 = bound.rank > 3 ? bound.shape[3] : 1;
+  StageReport r = CompareWith(name, got, expected, [&](int64_t e, double) {
+    const int64_t i3 = e % d3, i2 = (e / d3) % d2, i1 = (e / d3 / d2) % d1, i0 = e / d3 / d2 / d1;
+    return bound.load(bound.offset(i0, i1, i2, i3));
+  });
+  r.bound = bound_type;
   return r;
 }
 

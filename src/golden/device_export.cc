@@ -141,6 +141,7 @@ struct Export {
   af_sdpa_shape shape{};
   Ref q, k, v;
   std::map<std::string, Ref> f32;  // expected f32 stages by name
+  std::map<std::string, Ref> f32_tol;  // their rounding bounds (f32), by name
   bool has_s8 = false;
   std::string s8_note;  // why there is no int8 path, if none
   float sq = 1, sk = 1, sv = 1, so = 1;
@@ -149,6 +150,7 @@ struct Export {
   af_mha_shape mshape{};
   Ref x_q, x_k, x_v, w_q, w_k, w_v, w_o, b_q, b_k, b_v, b_o;
   Ref mq, mk, mv, heads_out, concat;
+  Ref mq_tol, mk_tol, mv_tol, heads_out_tol, concat_tol;
   // mha int8
   Ref x_q8, x_k8, x_v8, w_q8, w_k8, w_v8, w_o8, b_q32, b_k32, b_v32, b_o32, m_q, m_k, m_v, m_o;
   Ref mq8, mk8, mv8, heads_out8, out8m;
@@ -205,11 +207,20 @@ class Exporter {
   int Mha();
   int MhaS8(int64_t B, int64_t Lq, int64_t Lk, int64_t E, int64_t H, int64_t Hkv);
   std::string Header() const;
+  // The case's rounding bounds at f32 when they are exported (tolerance
+  // auto with a case that has them, or bound); "" or the refusal.
+  std::string ChooseBounds();
+  // The bound of stage n as blob data (the stage must have one).
+  Ref BoundRef(const std::string& n) {
+    return e_.blob.F32(GoldenFloats(bounds_.at(n).view()));
+  }
 
   const DeviceExportOptions& o_;
   const GoldenCase& c_;
   Export e_;
   bool want_row_stages_ = false;
+  bool want_bounds_ = false;
+  std::map<std::string, Tensor> bounds_;
   int64_t flash_ = 0, ram_ = 0;
   Status err_;
 };
@@ -259,6 +270,18 @@ std::string Exporter::CheckStages(std::initializer_list<StageSpec> before, int64
   if (bad.empty()) bad = check(std::begin(shared), std::end(shared));
   if (bad.empty()) bad = check(after.begin(), after.end());
   return bad;
+}
+
+std::string Exporter::ChooseBounds() {
+  std::string why;
+  if (o_.tolerance == "fixed" || (o_.tolerance == "auto" && !HasRoundingBounds(c_, &why)))
+    return "";
+  if (!HasRoundingBounds(c_, &why)) return "no rounding bounds (" + why + ")";
+  Result<std::map<std::string, Tensor>> b = CaseRoundingBounds(c_, UnitRoundoff(DType::kF32));
+  if (!b.ok()) return b.status().message();
+  bounds_ = std::move(b).value();
+  want_bounds_ = true;
+  return "";
 }
 
 // Mask, window, ALiBi, kv_lens of the case into e_, checked by the micro
@@ -359,10 +382,14 @@ int Exporter::Sdpa() {
                  nv = uint64_t(B) * Hkv * Lk * Dv, no = uint64_t(B) * H * Lq * Dv,
                  nl = uint64_t(B) * H * Lq, ns = uint64_t(B) * H * Lq * Lk;
   ChooseRowStages(ns);
-  const uint64_t row_bytes = want_row_stages_ ? ns * 4 * 7 : 0;
+  if (std::string bad = ChooseBounds(); !bad.empty()) return Refuse(bad);
+  // Rounding bounds double the f32 expectations (four row stages, lse, out).
+  const uint64_t row_bytes = want_row_stages_ ? ns * 4 * (want_bounds_ ? 11 : 7) : 0;
   const uint64_t mask_bytes =
       c_.opt.attn_mask.empty_view() ? 0 : uint64_t(c_.opt.attn_mask.numel()) * 4;
-  const uint64_t data_bytes = (nq + nk + nv) * 5 + no * 5 + nl * 4 + row_bytes + mask_bytes + 4096;
+  const uint64_t tol_bytes = want_bounds_ ? (no + nl) * 4 : 0;
+  const uint64_t data_bytes =
+      (nq + nk + nv) * 5 + no * 5 + nl * 4 + row_bytes + mask_bytes + tol_bytes + 4096;
   if (data_bytes > kMaxDataBytes)
     return Limit("its data would be " + std::to_string(data_bytes) + " bytes (more than " +
                  std::to_string(kMaxDataBytes) + ")");
@@ -416,11 +443,16 @@ int Exporter::Sdpa() {
       u += Take(cout * 4) + Take(cl * 4);
       fetch(cout * 4);
       fetch(cl * 4);
+      if (want_bounds_) {  // out's and lse's bounds
+        fetch(cout * 4);
+        fetch(cl * 4);
+      }
     }
     if (want_row_stages_) {
       u += Take(uint64_t(4) * Lk * 4);
       if (s8) u += Take(uint64_t(3) * Lk * 4);
       fetch(uint64_t(Lk) * 4);
+      if (want_bounds_ && !s8) fetch(uint64_t(Lk) * 4);  // the row's bound
     }
     return u;
   };
@@ -434,6 +466,7 @@ int Exporter::Sdpa() {
     const bool row = n != "lse" && n != "out";
     if (row && !want_row_stages_) continue;
     e_.f32[n] = e_.blob.F32(GoldenFloats(c_.file->Get(n).value()));
+    if (want_bounds_) e_.f32_tol[n] = BoundRef(n);
   }
 
   // int8: per-tensor quantisation, the micro library's own parameter checks.
@@ -560,7 +593,9 @@ int Exporter::Mha() {
                  nk = uint64_t(B) * Hkv * Lk * dh, nl = uint64_t(B) * H * Lq,
                  no = uint64_t(B) * Lq * E;
   ChooseRowStages(ns);
-  data_bytes += in_bytes + (2 * nq + 2 * nk + nl + 2 * no) * 4 + (want_row_stages_ ? ns * 16 : 0);
+  if (std::string bad = ChooseBounds(); !bad.empty()) return Refuse(bad);
+  data_bytes += in_bytes + ((2 * nq + 2 * nk + nl + 2 * no) * 4 + (want_row_stages_ ? ns * 16 : 0)) *
+                               (want_bounds_ ? 2 : 1);
   if (data_bytes > kMaxDataBytes)
     return Limit("its data would be " + std::to_string(data_bytes) + " bytes");
   if (o_.data_file.empty() && int64_t(data_bytes) > flash_)
@@ -589,12 +624,13 @@ int Exporter::Mha() {
     const bool row = n == "scores" || n == "scaled" || n == "masked" || n == "weights";
     if (row && !want_row_stages_) continue;
     const Ref r = e_.blob.F32(GoldenFloats(c_.file->Get(n).value()));
-    if (n == "q") e_.mq = r;
-    else if (n == "k") e_.mk = r;
-    else if (n == "v") e_.mv = r;
-    else if (n == "heads_out") e_.heads_out = r;
-    else if (n == "concat") e_.concat = r;
-    else e_.f32[n] = r;
+    const Ref t = want_bounds_ ? BoundRef(n) : Ref{};
+    if (n == "q") e_.mq = r, e_.mq_tol = t;
+    else if (n == "k") e_.mk = r, e_.mk_tol = t;
+    else if (n == "v") e_.mv = r, e_.mv_tol = t;
+    else if (n == "heads_out") e_.heads_out = r, e_.heads_out_tol = t;
+    else if (n == "concat") e_.concat = r, e_.concat_tol = t;
+    else e_.f32[n] = r, e_.f32_tol[n] = t;
   }
   // Pool (mirrors run_mha in golden_main.c): outputs, stages, arena, and in
   // file mode every input plus the largest expected stage read at once.
@@ -608,9 +644,11 @@ int Exporter::Mha() {
     if (e_.mask.present) u += Take(e_.mask.count * (e_.mask_type == AF_MASK_BOOL ? 1 : 4) + 4);
     if (e_.alibi.present) u += Take(e_.alibi.count * 4 + 4);
   }
-  uint64_t cmp = file ? Take(std::max({nq, nk, nl, no}) * 4 + 4) : 0;
+  // Comparing reads one expected stage (and its bound) at a time.
+  const uint64_t per = want_bounds_ ? 2 : 1;
+  uint64_t cmp = file ? per * Take(std::max({nq, nk, nl, no}) * 4 + 4) : 0;
   if (want_row_stages_)
-    cmp = std::max(cmp, Take(uint64_t(4) * Lk * 4 + 4) + (file ? Take(uint64_t(Lk) * 4 + 4) : 0));
+    cmp = std::max(cmp, Take(uint64_t(4) * Lk * 4 + 4) + (file ? per * Take(uint64_t(Lk) * 4 + 4) : 0));
   e_.pool_bytes = u + cmp;
   if (int r = MhaS8(B, Lq, Lk, E, H, Hkv)) return r;
   if (e_.pool_bytes > uint64_t(ram_))
@@ -893,6 +931,7 @@ std::string Exporter::Header() const {
      << "  .q = " << RefLit(e_.q) << ", .k = " << RefLit(e_.k) << ", .v = " << RefLit(e_.v)
      << ",\n"
      << "  .f32 = " << stages(e_.f32) << ",\n"
+     << "  .f32_tol = " << stages(e_.f32_tol) << ",\n"
      << "  .has_s8 = " << (e_.has_s8 ? 1 : 0) << ",\n"
      << "  .sq = " << FloatLit(e_.sq) << ", .sk = " << FloatLit(e_.sk) << ", .sv = "
      << FloatLit(e_.sv) << ", .so = " << FloatLit(e_.so) << ",\n"
@@ -918,6 +957,8 @@ std::string Exporter::Header() const {
   ref_line({{"b_q", e_.b_q}, {"b_k", e_.b_k}, {"b_v", e_.b_v}, {"b_o", e_.b_o}});
   ref_line({{"mq", e_.mq}, {"mk", e_.mk}, {"mv", e_.mv}, {"heads_out", e_.heads_out},
             {"concat", e_.concat}});
+  ref_line({{"mq_tol", e_.mq_tol}, {"mk_tol", e_.mk_tol}, {"mv_tol", e_.mv_tol},
+            {"heads_out_tol", e_.heads_out_tol}, {"concat_tol", e_.concat_tol}});
   ref_line({{"x_q8", e_.x_q8}, {"x_k8", e_.x_k8}, {"x_v8", e_.x_v8}});
   ref_line({{"w_q8", e_.w_q8}, {"w_k8", e_.w_k8}, {"w_v8", e_.w_v8}, {"w_o8", e_.w_o8}});
   ref_line({{"b_q32", e_.b_q32}, {"b_k32", e_.b_k32}, {"b_v32", e_.b_v32}, {"b_o32", e_.b_o32}});
@@ -931,6 +972,9 @@ std::string Exporter::Header() const {
 Result<DeviceExport> Exporter::Run() {
   if (o_.stages != "auto" && o_.stages != "all" && o_.stages != "none")
     return InvalidArgument("export: stages must be auto, all or none, got '" + o_.stages + "'");
+  if (o_.tolerance != "auto" && o_.tolerance != "bound" && o_.tolerance != "fixed")
+    return InvalidArgument("export: tolerance must be auto, bound or fixed, got " +
+                           QuoteBounded(o_.tolerance));
   if (o_.flash_bytes <= 0 || o_.ram_bytes <= 0)
     return InvalidArgument("export: flash and RAM budgets must be positive");
   if (c_.kind != "sdpa" && c_.kind != "mha") {
@@ -949,6 +993,7 @@ Result<DeviceExport> Exporter::Run() {
   r.pool_bytes = e_.pool_bytes;
   r.mha = e_.mha;
   r.row_stages = want_row_stages_;
+  r.bounds = want_bounds_;
   r.has_s8 = e_.has_s8;
   r.s8_note = e_.s8_note;
   if (e_.mha) {

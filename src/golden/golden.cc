@@ -92,13 +92,84 @@ const std::vector<std::string>& GoldenStageOrder(const std::string& kind) {
   return kind == "mha" ? kMha : kSdpa;
 }
 
+Result<std::string> JoinStageList(const std::vector<std::string>& names) {
+  std::string out;
+  for (const std::string& n : names) {
+    if (n.empty() || n.find(',') != std::string::npos) {
+      return InvalidArgument("golden: stage name " + QuoteBounded(n) +
+                             " cannot be listed in 'stages' (empty or holds ',')");
+    }
+    out += (out.empty() ? "" : ",") + n;
+  }
+  return out;
+}
+
+Result<std::vector<std::string>> SplitStageList(const std::string& value,
+                                                const std::string& what) {
+  std::vector<std::string> out;
+  std::set<std::string> seen;
+  size_t start = 0;
+  while (start <= value.size()) {
+    const size_t comma = std::min(value.find(',', start), value.size());
+    std::string name = value.substr(start, comma - start);
+    if (name.empty()) return Corrupt(what + ": empty name in the list");
+    if (!seen.insert(name).second) {
+      return Corrupt(what + ": " + QuoteBounded(name) + " is listed twice");
+    }
+    out.push_back(std::move(name));
+    start = comma + 1;
+  }
+  return out;
+}
+
+Result<StageOrder> CaseStageOrder(const SafetensorsFile& f) {
+  const auto& meta = f.metadata();
+  StageOrder o;
+  auto it = meta.find("stages");
+  auto kind = meta.find("kind");
+  if (it != meta.end()) {
+    Result<std::vector<std::string>> l =
+        SplitStageList(it->second, Where(f.path(), "metadata 'stages'"));
+    if (!l.ok()) return l.status();
+    o.stages = std::move(l).value();
+    o.source = "the file's 'stages' list";
+  } else if (kind != meta.end() && (kind->second == "sdpa" || kind->second == "mha") &&
+             meta.count("trace_format") == 0) {
+    o.stages = GoldenStageOrder(kind->second);
+    o.source = "kind " + kind->second;
+  } else {
+    o.stages = f.names();
+    o.source = "the file's tensor order";
+  }
+  const std::set<std::string> staged(o.stages.begin(), o.stages.end());
+  if (auto in = meta.find("inputs"); in != meta.end()) {
+    Result<std::vector<std::string>> l = SplitStageList(in->second, Where(f.path(), "metadata 'inputs'"));
+    if (!l.ok()) return l.status();
+    for (const std::string& n : l.value()) {
+      if (staged.count(n)) {
+        return Corrupt(Where(f.path(), "metadata 'inputs': " + QuoteBounded(n) +
+                                           " is also listed in 'stages'"));
+      }
+    }
+    o.inputs = std::move(l).value();
+  } else {
+    for (const std::string& n : f.names())
+      if (!staged.count(n)) o.inputs.push_back(n);
+  }
+  return o;
+}
+
 Result<GoldenCase> LoadGoldenCase(const std::string& path) {
   Result<SafetensorsFile> f = SafetensorsFile::Open(path, kGoldenMaxHeaderBytes);
   if (!f.ok()) return f.status();
   return ValidateGoldenCase(std::move(f).value());
 }
 
-Result<GoldenCase> ValidateGoldenCase(SafetensorsFile file) {
+namespace {
+
+// Every check of ValidateGoldenCase; the case's views point into `file`,
+// c.file is left for the caller to set (owning or not).
+Result<GoldenCase> ValidateCaseOf(const SafetensorsFile& file) {
   (void)g_empty_meta;
   GoldenCase c;
   c.path = file.path();
@@ -131,7 +202,6 @@ Result<GoldenCase> ValidateGoldenCase(SafetensorsFile file) {
   }
   get_meta("description", &c.description);
   if (gk != nullptr && gk->verify != nullptr) {  // a module's kind: it validates its own case
-    c.file = std::make_shared<const SafetensorsFile>(std::move(file));
     return c;
   }
   if (gk == nullptr) {
@@ -176,9 +246,9 @@ Result<GoldenCase> ValidateGoldenCase(SafetensorsFile file) {
   // [H], or [B,H] per batch (ValidateSdpa checks the shape).
   ATTNFLOW_RETURN_IF_ERROR(ld.Get("alibi_slopes", false, &c.opt.alibi_slopes, {DType::kF32}, -1));
   if (c.kind == "sdpa") {
-    ATTNFLOW_RETURN_IF_ERROR(ld.Get("q", true, &c.q, {DType::kF32}, 4));
-    ATTNFLOW_RETURN_IF_ERROR(ld.Get("k", true, &c.k, {DType::kF32}, 4));
-    ATTNFLOW_RETURN_IF_ERROR(ld.Get("v", true, &c.v, {DType::kF32}, 4));
+    ATTNFLOW_RETURN_IF_ERROR(ld.Get("q", true, &c.q, {DType::kF32, DType::kF64}, 4));
+    ATTNFLOW_RETURN_IF_ERROR(ld.Get("k", true, &c.k, {DType::kF32, DType::kF64}, 4));
+    ATTNFLOW_RETURN_IF_ERROR(ld.Get("v", true, &c.v, {DType::kF32, DType::kF64}, 4));
     Status st = ValidateSdpa("sdpa", TensorView(), TensorView(), c.q, c.k, c.v, c.opt, nullptr);
     if (!st.ok()) return Corrupt(Where(path, "inputs are inconsistent: " + st.message()));
   } else {
@@ -192,18 +262,18 @@ Result<GoldenCase> ValidateGoldenCase(SafetensorsFile file) {
         (!ParseInt(nkv, &c.weights.num_kv_heads) || c.weights.num_kv_heads <= 0)) {
       return Corrupt(Where(path, "metadata 'num_kv_heads': \"" + nkv + "\" is not a positive integer"));
     }
-    ATTNFLOW_RETURN_IF_ERROR(ld.Get("x_q", true, &c.x_q, {DType::kF32}, 3));
-    ATTNFLOW_RETURN_IF_ERROR(ld.Get("x_k", true, &c.x_k, {DType::kF32}, 3));
-    ATTNFLOW_RETURN_IF_ERROR(ld.Get("x_v", true, &c.x_v, {DType::kF32}, 3));
+    ATTNFLOW_RETURN_IF_ERROR(ld.Get("x_q", true, &c.x_q, {DType::kF32, DType::kF64}, 3));
+    ATTNFLOW_RETURN_IF_ERROR(ld.Get("x_k", true, &c.x_k, {DType::kF32, DType::kF64}, 3));
+    ATTNFLOW_RETURN_IF_ERROR(ld.Get("x_v", true, &c.x_v, {DType::kF32, DType::kF64}, 3));
     auto& w = c.weights;
-    ATTNFLOW_RETURN_IF_ERROR(ld.Get("w_q", true, &w.w_q, {DType::kF32}, 2));
-    ATTNFLOW_RETURN_IF_ERROR(ld.Get("w_k", true, &w.w_k, {DType::kF32}, 2));
-    ATTNFLOW_RETURN_IF_ERROR(ld.Get("w_v", true, &w.w_v, {DType::kF32}, 2));
-    ATTNFLOW_RETURN_IF_ERROR(ld.Get("w_o", true, &w.w_o, {DType::kF32}, 2));
-    ATTNFLOW_RETURN_IF_ERROR(ld.Get("b_q", false, &w.b_q, {DType::kF32}, 1));
-    ATTNFLOW_RETURN_IF_ERROR(ld.Get("b_k", false, &w.b_k, {DType::kF32}, 1));
-    ATTNFLOW_RETURN_IF_ERROR(ld.Get("b_v", false, &w.b_v, {DType::kF32}, 1));
-    ATTNFLOW_RETURN_IF_ERROR(ld.Get("b_o", false, &w.b_o, {DType::kF32}, 1));
+    ATTNFLOW_RETURN_IF_ERROR(ld.Get("w_q", true, &w.w_q, {DType::kF32, DType::kF64}, 2));
+    ATTNFLOW_RETURN_IF_ERROR(ld.Get("w_k", true, &w.w_k, {DType::kF32, DType::kF64}, 2));
+    ATTNFLOW_RETURN_IF_ERROR(ld.Get("w_v", true, &w.w_v, {DType::kF32, DType::kF64}, 2));
+    ATTNFLOW_RETURN_IF_ERROR(ld.Get("w_o", true, &w.w_o, {DType::kF32, DType::kF64}, 2));
+    ATTNFLOW_RETURN_IF_ERROR(ld.Get("b_q", false, &w.b_q, {DType::kF32, DType::kF64}, 1));
+    ATTNFLOW_RETURN_IF_ERROR(ld.Get("b_k", false, &w.b_k, {DType::kF32, DType::kF64}, 1));
+    ATTNFLOW_RETURN_IF_ERROR(ld.Get("b_v", false, &w.b_v, {DType::kF32, DType::kF64}, 1));
+    ATTNFLOW_RETURN_IF_ERROR(ld.Get("b_o", false, &w.b_o, {DType::kF32, DType::kF64}, 1));
     // Every shape rule of the reference (weights, biases, inputs, masks),
     // checked now so that an accepted case never fails at verify time.
     Status st = reference::ValidateMha(TensorView(), c.x_q, c.x_k, c.x_v, w, c.opt);
@@ -234,21 +304,94 @@ Result<GoldenCase> ValidateGoldenCase(SafetensorsFile file) {
                                      ", expected F32"));
     }
   }
-  c.file = std::make_shared<const SafetensorsFile>(std::move(file));
   return c;
 }
 
+}  // namespace
+
+Result<GoldenCase> ValidateGoldenCase(SafetensorsFile file) {
+  Result<GoldenCase> c = ValidateCaseOf(file);
+  if (!c.ok()) return c;
+  // Moving the file keeps its mapping: the case's views stay valid.
+  c->file = std::make_shared<const SafetensorsFile>(std::move(file));
+  return c;
+}
+
+Result<GoldenCase> ViewGoldenCase(const SafetensorsFile& file) {
+  Result<GoldenCase> c = ValidateCaseOf(file);
+  if (!c.ok()) return c;
+  c->file = std::shared_ptr<const SafetensorsFile>(std::shared_ptr<void>(), &file);
+  return c;
+}
+
+namespace {
+
+// The rounding bounds of a case, computed once per unit roundoff.
+class BoundCache {
+ public:
+  explicit BoundCache(const GoldenCase* c) : c_(c) {}
+  bool active() const { return c_ != nullptr; }
+  // The bound of `stage` for type `t` (nullptr: none for that stage).
+  Result<const Tensor*> Get(const std::string& stage, DType t) {
+    const double u = UnitRoundoff(t);
+    auto it = by_u_.find(u);
+    if (it == by_u_.end()) {
+      Result<std::map<std::string, Tensor>> b = CaseRoundingBounds(*c_, u);
+      if (!b.ok()) return b.status();
+      it = by_u_.emplace(u, std::move(b).value()).first;
+    }
+    auto s = it->second.find(stage);
+    return s == it->second.end() ? nullptr : &s->second;
+  }
+
+ private:
+  const GoldenCase* c_;
+  std::map<double, std::map<std::string, Tensor>> by_u_;
+};
+
+// One stage against expected: by its rounding bound when the cache has one
+// for it (float GOT), else by atol/rtol.
+Result<StageReport> CompareOne(const std::string& s, const TensorView& g, const TensorView& e,
+                               double a, double r, BoundCache& bounds,
+                               const std::optional<DType>& bound_dtype) {
+  if (bounds.active() && IsFloat(g.dtype)) {
+    const DType t = bound_dtype.value_or(g.dtype);
+    Result<const Tensor*> b = bounds.Get(s, t);
+    if (!b.ok()) return b.status();
+    if (b.value() != nullptr) return CompareStageWithin(s, g, e, b.value()->view(), DTypeName(t));
+  }
+  return CompareStage(s, g, e, a, r);
+}
+
+}  // namespace
+
 Result<CaseReport> VerifyGoldenCase(const GoldenCase& c, VerifyImpl impl,
-                                    const KernelOptions& kopt) {
+                                    const KernelOptions& kopt, const CompareOptions& copt) {
   if (const GoldenKind* gk = FindGoldenKind(c.kind); gk != nullptr && gk->verify != nullptr) {
     if (impl != VerifyImpl::kReference) {
       return Unimplemented("verify: --impl kernels supports kind sdpa only (got " + c.kind + ")");
+    }
+    if (copt.tolerance == "bound") {
+      return InvalidArgument("verify: " + c.path + ": kind " + c.kind +
+                             " has no rounding bounds; compare with --tolerance fixed");
     }
     return gk->verify(*c.file, c.atol, c.rtol);
   }
   CaseReport rep;
   rep.path = c.path;
   rep.kind = c.kind;
+  rep.atol = c.atol;
+  rep.rtol = c.rtol;
+  std::string why;
+  const bool use_bounds =
+      copt.tolerance == "bound" ||
+      (copt.tolerance == "auto" && copt.atol < 0 && copt.rtol < 0 && HasRoundingBounds(c, &why));
+  if (copt.tolerance == "bound" && !HasRoundingBounds(c, &why)) {
+    return InvalidArgument("verify: " + c.path + ": no rounding bounds (" + why +
+                           "); compare with --tolerance fixed");
+  }
+  BoundCache bounds(use_bounds ? &c : nullptr);
+  if (use_bounds) rep.tolerance = "bound";
   StageRecorder rec;
   if (impl == VerifyImpl::kReference) {
     rep.implementation = "reference";
@@ -268,8 +411,21 @@ Result<CaseReport> VerifyGoldenCase(const GoldenCase& c, VerifyImpl impl,
     Result<Tensor> lse = Tensor::Zeros(DType::kF32, {c.q.shape[0], c.q.shape[1], c.q.shape[2]});
     if (!out.ok()) return out.status();
     if (!lse.ok()) return lse.status();
+    // The kernels take float32 (a float64 case is rounded to it once).
+    auto f32 = [](const TensorView& t) -> Result<Tensor> {
+      if (t.dtype != DType::kF64) return Tensor::FromView(t);
+      Result<Tensor> r = Tensor::Zeros(DType::kF32, Shape(t.shape.begin(), t.shape.begin() + t.rank));
+      if (!r.ok()) return r;
+      const std::vector<float> v = GoldenFloats(t);
+      std::copy(v.begin(), v.end(), r->data<float>());
+      return r;
+    };
+    Result<Tensor> q = f32(c.q), k = f32(c.k), v = f32(c.v);
+    for (const auto* t : {&q, &k, &v})
+      if (!t->ok()) return t->status();
     KernelChoice choice;
-    Status st = Attention(out->view(), lse->view(), c.q, c.k, c.v, c.opt, kopt, &choice);
+    Status st = Attention(out->view(), lse->view(), q->view(), k->view(), v->view(), c.opt, kopt,
+                          &choice);
     if (!st.ok()) return st;
     rep.implementation = KernelKindName(choice.kernel);
     rec.Put("out", out->view());
@@ -294,7 +450,10 @@ Result<CaseReport> VerifyGoldenCase(const GoldenCase& c, VerifyImpl impl,
     }
     Result<TensorView> exp = c.file->Get(s);
     if (!exp.ok()) return exp.status();
-    rep.stages.push_back(CompareStage(s, got->view(), exp.value(), c.atol, c.rtol));
+    Result<StageReport> r =
+        CompareOne(s, got->view(), exp.value(), c.atol, c.rtol, bounds, copt.bound_dtype);
+    if (!r.ok()) return r.status();
+    rep.stages.push_back(std::move(r).value());
   }
   return rep;
 }
@@ -417,6 +576,15 @@ Result<GotStages> LoadGotStages(const std::string& path, const std::string& dump
 
 Result<CaseReport> CompareStages(const GotStages& got, const SafetensorsFile& expected,
                                  double atol, double rtol) {
+  CompareOptions o;
+  o.atol = atol;
+  o.rtol = rtol;
+  return CompareStages(got, expected, o);
+}
+
+Result<CaseReport> CompareStages(const GotStages& got, const SafetensorsFile& expected,
+                                 const CompareOptions& opt) {
+  const double atol = opt.atol, rtol = opt.rtol;
   CaseReport rep;
   rep.path = got.path;
   rep.implementation = got.implementation;
@@ -438,21 +606,47 @@ Result<CaseReport> CompareStages(const GotStages& got, const SafetensorsFile& ex
   }
   if (atol >= 0) a = atol;
   if (rtol >= 0) r = rtol;
+  rep.atol = a;
+  rep.rtol = r;
+  // Bounds: "auto" uses them when EXPECTED has them and no atol/rtol was
+  // given; "bound" insists; "fixed" never.
+  if (opt.tolerance != "auto" && opt.tolerance != "bound" && opt.tolerance != "fixed") {
+    return InvalidArgument("verify: tolerance must be auto, bound or fixed, got " +
+                           QuoteBounded(opt.tolerance));
+  }
+  std::optional<GoldenCase> gc;
+  if (opt.tolerance == "bound" || (opt.tolerance == "auto" && atol < 0 && rtol < 0)) {
+    std::string why = "it is not a golden case";
+    if (Result<GoldenCase> c = ViewGoldenCase(expected); c.ok() && HasRoundingBounds(*c, &why)) {
+      gc = std::move(c).value();
+    } else if (opt.tolerance == "bound") {
+      return InvalidArgument("verify: " + expected.path() + " has no rounding bounds (" + why +
+                             "); compare with --tolerance fixed");
+    }
+  }
+  BoundCache bounds(gc ? &*gc : nullptr);
+  if (gc) rep.tolerance = "bound";
+  Result<StageOrder> order = CaseStageOrder(expected);
+  if (!order.ok()) return order.status();
   std::map<std::string, const NamedTensor*> by_name;
   for (const NamedTensor& t : got.stages) by_name.emplace(t.name, &t);
-  std::vector<const NamedTensor*> order;
-  for (const auto& s : GoldenStageOrder(rep.kind)) {
-    auto it = by_name.find(s);
-    if (it != by_name.end()) {
-      order.push_back(it->second);
+  // Inputs first, then the stages in dataflow order; GOT's other names last.
+  std::vector<std::pair<const NamedTensor*, bool>> todo;  // (tensor, is input)
+  for (const auto* list : {&order->inputs, &order->stages}) {
+    for (const std::string& s : *list) {
+      auto it = by_name.find(s);
+      if (it == by_name.end()) continue;
+      todo.emplace_back(it->second, list == &order->inputs);
       by_name.erase(it);
     }
   }
-  for (const auto& [name, t] : by_name) order.push_back(t);  // the rest, alphabetically
-  for (const NamedTensor* t : order) {
+  for (const NamedTensor& t : got.stages)  // in GOT's own order
+    if (by_name.count(t.name)) todo.emplace_back(&t, false);
+  for (const auto& [t, is_input] : todo) {
     const std::string& s = t->name;
     StageReport sr;
     sr.stage = s;
+    sr.input = is_input;
     if (!expected.Has(s)) {
       sr.note = "not in the expected file";
       rep.stages.push_back(sr);
@@ -474,7 +668,12 @@ Result<CaseReport> CompareStages(const GotStages& got, const SafetensorsFile& ex
       rep.stages.push_back(sr);
       continue;
     }
-    rep.stages.push_back(CompareStage(s, g, e.value(), a, r));
+    // Inputs are given, not computed: atol/rtol (a port fed other inputs).
+    Result<StageReport> c = is_input ? Result<StageReport>(CompareStage(s, g, e.value(), a, r))
+                                     : CompareOne(s, g, e.value(), a, r, bounds, opt.bound_dtype);
+    if (!c.ok()) return c.status();
+    c->input = is_input;
+    rep.stages.push_back(std::move(c).value());
   }
   return rep;
 }
@@ -639,6 +838,8 @@ Status WriteGoldenCase(const GoldenSpec& s, const std::string& path) {
                                             keep[base + 2].view(), w, opt, &rec));
   }
   if (!rec.status().ok()) return rec.status();
+  std::vector<std::string> inputs, stages;  // the 'inputs' / 'stages' lists
+  for (const auto& t : tensors) inputs.push_back(t.first);
   for (const auto& name : GoldenStageOrder(s.kind)) {
     const Tensor* st = rec.Find(name);
     if (st == nullptr) continue;
@@ -647,7 +848,13 @@ Status WriteGoldenCase(const GoldenSpec& s, const std::string& path) {
     for (int64_t i = 0; i < st->numel(); ++i)
       f->data<float>()[i] = static_cast<float>(st->data<double>()[i]);
     add(name, std::move(f).value());
+    stages.push_back(name);
   }
+  Result<std::string> stage_list = JoinStageList(stages), input_list = JoinStageList(inputs);
+  if (!stage_list.ok()) return stage_list.status();
+  if (!input_list.ok()) return input_list.status();
+  meta["stages"] = stage_list.value();
+  meta["inputs"] = input_list.value();
   return WriteSafetensors(path, tensors, meta);
 }
 

@@ -58,6 +58,24 @@ bool IsIdentifier(std::string_view s) {
   return true;
 }
 
+// A stage name: a C identifier, or identifiers and numbers joined by '.'
+// (the golden names of layers and decode steps: "layer.3.q",
+// "decode.0.weights"); no empty part.
+bool IsStageName(std::string_view s) {
+  if (s.empty() || s.size() > kDeviceDumpMaxName) return false;
+  auto alpha = [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; };
+  if (!alpha(s[0]) || s.back() == '.') return false;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i];
+    if (c == '.') {
+      if (s[i - 1] == '.') return false;
+      continue;
+    }
+    if (!alpha(c) && !(c >= '0' && c <= '9')) return false;
+  }
+  return true;
+}
+
 // An implementation name: printable ASCII without spaces.
 bool IsImplName(std::string_view s) {
   if (s.empty() || s.size() > kDeviceDumpMaxName) return false;
@@ -248,9 +266,10 @@ class Parser {
     }
     DumpStage s;
     s.line = line_no_;
-    if (!IsIdentifier(f[1])) {
-      return Err(line_no_, "stage name '" + Shown(f[1]) + "' is not a C identifier of 1 to " +
-                               std::to_string(kDeviceDumpMaxName) + " characters");
+    if (!IsStageName(f[1])) {
+      return Err(line_no_, "stage name '" + Shown(f[1]) +
+                               "' is not a C identifier (or identifiers and numbers joined by "
+                               "'.') of 1 to " + std::to_string(kDeviceDumpMaxName) + " characters");
     }
     s.name = std::string(f[1]);
     if (const int64_t o = FindStage(s.name); o >= 0) {

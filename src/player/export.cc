@@ -8,7 +8,10 @@
 //    directory exports (--npy, --csv) go through WriteDirectoryAtomic: the
 //    whole directory appears at once, never a mix of an old and a new export.
 //  * Stage names are the golden-format names; decode steps are prefixed
-//    "decode.<s>." so a golden reader ignores them.
+//    "decode.<s>." so a golden reader ignores them. The safetensors export
+//    lists them in dataflow order in its `stages` metadata (the prefill,
+//    then each decode step) and its inputs in `inputs`, so `verify
+//    --compare` names the first stage that breaks.
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -71,11 +74,25 @@ std::string TokLabel(const std::vector<TraceToken>& toks, int64_t i) {
 
 Status WriteTraceSafetensors(const std::string& path, const Trace& t) {
   std::vector<std::pair<std::string, TensorView>> tensors;
-  for (const auto& in : t.inputs) tensors.emplace_back(in.name, in.value.view());
-  for (const auto& s : t.stages) tensors.emplace_back(s.name, s.value.view());
-  for (size_t i = 0; i < t.decode.size(); ++i)
-    for (const auto& s : t.decode[i].stages)
+  std::vector<std::string> inputs, stages;  // the 'inputs' / 'stages' lists (dataflow order)
+  for (const auto& in : t.inputs) {
+    tensors.emplace_back(in.name, in.value.view());
+    inputs.push_back(in.name);
+  }
+  for (const auto& s : t.stages) {
+    tensors.emplace_back(s.name, s.value.view());
+    stages.push_back(s.name);
+  }
+  for (size_t i = 0; i < t.decode.size(); ++i) {
+    for (const auto& s : t.decode[i].stages) {
       tensors.emplace_back("decode." + std::to_string(i) + "." + s.name, s.value.view());
+      stages.push_back(tensors.back().first);
+    }
+  }
+  inputs.push_back("token_ids");
+  Result<std::string> stage_list = JoinStageList(stages), input_list = JoinStageList(inputs);
+  if (!stage_list.ok()) return stage_list.status();
+  if (!input_list.ok()) return input_list.status();
   std::vector<int32_t> ids;
   for (const auto& tok : t.tokens) ids.push_back(tok.id);
   tensors.emplace_back("token_ids", MakeView(ids.data(), DType::kI32,
@@ -98,6 +115,8 @@ Status WriteTraceSafetensors(const std::string& path, const Trace& t) {
       {"norm", t.norm},
       {"description", t.description},
       {"tokens", TokensJson(t.tokens, false)},
+      {"stages", stage_list.value()},
+      {"inputs", input_list.value()},
       {"decode_tokens", [&] {
          std::vector<TraceToken> d;
          for (const auto& s : t.decode) d.push_back(s.token);

@@ -390,12 +390,14 @@ Result<Trace> TraceToy(const ToyOptions& o) {
       reference::Mha(attn->view(), x->view(), x->view(), x->view(), w, sopt, &rec));
   ATTNFLOW_RETURN_IF_ERROR(rec.status());
 
-  // Golden-case inputs (F32, as the format stores them).
+  // Golden-case inputs, F64 like the stages computed from them (rounding
+  // them to F32 would store stages of other inputs: the stored inputs must
+  // reproduce the stored stages).
   for (const auto& [name, src] : {std::pair<const char*, const Tensor*>{"x_q", &x.value()},
                                   {"x_k", &x.value()}, {"x_v", &x.value()},
                                   {"w_q", &blk.w_q}, {"w_k", &blk.w_k},
                                   {"w_v", &blk.w_v}, {"w_o", &blk.w_o}}) {
-    Result<Tensor> c = internal::ToF32(*src);
+    Result<Tensor> c = Tensor::FromView(src->view());
     if (!c.ok()) return c.status();
     t.inputs.push_back({name, std::move(c).value()});
   }

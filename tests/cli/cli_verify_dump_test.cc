@@ -127,7 +127,7 @@ TEST_F(VerifyDump, OneBitInMaskedIsNamedAtItsStageAndIndex) {
   CliResult o = Verify(Write("bad_mask.log", w.out) + " " + kCase);
   EXPECT_EQ(o.code, 1) << o.text;
   EXPECT_TRUE(Has(o, "=> FIRST MISMATCH: stage 'masked' at " + idx + ":")) << idx << "\n" << o.text;
-  EXPECT_TRUE(Has(o, "(1 bad elements)")) << o.text;
+  EXPECT_TRUE(Has(o, "; 1 bad elements)")) << o.text;
   // --json names the same stage and index.
   CliResult j2 = RunCli("verify --json --compare " + dir_ + "/bad_mask.log " + kCase,
                         {.env = "", .deadline_s = 0, .stdin_null = false, .merge_stderr = false});

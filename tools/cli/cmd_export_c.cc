@@ -22,7 +22,7 @@ namespace attnflow::cli {
 namespace {
 
 struct ExportArgs {
-  std::string file, out, name, data, s8_expected, stages = "auto";
+  std::string file, out, name, data, s8_expected, stages = "auto", tolerance = "auto";
   std::string flash = "1MiB", ram = "320KiB";
 };
 
@@ -66,6 +66,7 @@ int RunExport(const ExportArgs& a) {
   opt.flash_bytes = fl.value();
   opt.ram_bytes = rm.value();
   opt.stages = a.stages;
+  opt.tolerance = a.tolerance;
   Result<DeviceExport> e = ExportForDevice(c.value(), opt);
   if (!e.ok()) {
     PrintError("export-c", e.status().message());
@@ -115,11 +116,12 @@ int RunExport(const ExportArgs& a) {
   }
   std::printf("export-c: %s -> %s (%s, %s)\n", a.file.c_str(), a.out.c_str(), e->name.c_str(),
               e->shape.c_str());
-  std::printf("  data %zu bytes %s; harness pool %llu bytes; stages: %s; int8: %s\n",
+  std::printf("  data %zu bytes %s; harness pool %llu bytes; stages: %s (%s); int8: %s\n",
               e->data.size(), a.data.empty() ? "embedded in flash" : ("in " + a.data).c_str(),
               static_cast<unsigned long long>(e->pool_bytes),
               e->row_stages ? "scores scaled masked weights lse out"
                             : (e->mha ? "q k v lse heads_out concat out" : "lse out"),
+              e->bounds ? "f32 rounding bounds" : "atol/rtol",
               e->has_s8 ? "yes" : ("no (" + e->s8_note + ")").c_str());
   std::printf("  pool_bytes=%llu data_bytes=%zu\n", static_cast<unsigned long long>(e->pool_bytes),
               e->data.size());
@@ -149,6 +151,12 @@ ATTNFLOW_REGISTER_COMMAND(
       sub.add_option("--stages", a->stages,
                      "auto|all|none: include the score-row stages (scores scaled masked "
                      "weights); auto = when B*H*Lq*Lk <= 8192")
+          ->capture_default_str();
+      sub.add_option("--tolerance", a->tolerance,
+                     "auto|bound|fixed: write each f32 stage's per-element rounding bound "
+                     "beside it for the harness (auto: when the case has them, "
+                     "docs/golden-format.md \"Tolerances\"), or only the case's atol/rtol")
+          ->check(CLI::IsMember({"auto", "bound", "fixed"}))
           ->capture_default_str();
       sub.add_option("--s8-expected", a->s8_expected,
                      "Also write the int8 path's expectations of an sdpa case (out as I8, "

@@ -28,6 +28,8 @@ struct VerifyArgs {
   bool compare = false;
   std::string impl = "reference";
   double atol = -1, rtol = -1;
+  std::string tolerance = "auto";  // auto | bound | fixed (CompareOptions)
+  std::string bound_dtype;         // "" = each GOT stage's dtype
   bool quiet = false;
   bool json = false;
   std::string dump_case, device_impl;  // --compare with a device dump: the block
@@ -35,6 +37,12 @@ struct VerifyArgs {
 
 // --json (schema attnflow-verify/1, docs/cli.md): one document at the end.
 nlohmann::json g_json_cases = nlohmann::json::array();
+
+std::string FormatG(double v, int precision = 6) {
+  char b[64];
+  std::snprintf(b, sizeof b, "%.*g", precision, v);
+  return b;
+}
 
 nlohmann::json Num(double v) {  // NaN / inf are not JSON numbers
   if (std::isnan(v)) return "nan";
@@ -46,48 +54,66 @@ nlohmann::json ReportJson(const CaseReport& r, double atol, double rtol) {
   nlohmann::json stages = nlohmann::json::array();
   for (const auto& s : r.stages) {
     nlohmann::json j = {{"stage", s.stage}, {"compared", s.compared}, {"match", s.match}};
+    if (s.input) j["input"] = true;
     const bool shape_mismatch = s.compared && !s.match && s.first_bad < 0;
     if (s.compared && !shape_mismatch) {
       j["max_abs"] = Num(s.max_abs);
       j["max_rel"] = Num(s.max_rel);
+      j["max_err_over_tol"] = Num(s.max_ratio);
+      if (!s.bound.empty()) j["bound"] = s.bound;
       j["bad"] = s.mismatches;
       if (s.first_bad >= 0) {
         j["first_bad_index"] = s.first_bad_index;
         j["got_at_bad"] = Num(s.got_at_bad);
         j["expected_at_bad"] = Num(s.expected_at_bad);
+        j["tol_at_bad"] = Num(s.bound_at_bad);
       }
     }
     if (!s.note.empty()) j["note"] = s.note;
     stages.push_back(j);
   }
-  return {{"path", r.path}, {"kind", r.kind}, {"impl", r.implementation}, {"atol", atol},
-          {"rtol", rtol}, {"verdict", r.ok() ? "match" : "differ"}, {"stages", stages}};
+  const StageReport* bad = r.FirstMismatch();
+  nlohmann::json doc = {{"path", r.path}, {"kind", r.kind}, {"impl", r.implementation},
+                        {"tolerance", r.tolerance}, {"atol", atol}, {"rtol", rtol},
+                        {"verdict", r.ok() ? "match" : (bad->input ? "inputs differ" : "differ")},
+                        {"stages", stages}};
+  if (bad != nullptr) doc[bad->input ? "first_input_mismatch" : "first_mismatch"] = bad->stage;
+  return doc;
 }
 
 }  // namespace
 
 void PrintCaseReport(const CaseReport& r, double atol, double rtol, bool quiet) {
   // Paths, kinds and stage names come from files: escaped (EscapeLine).
-  std::printf("case %s  kind=%s  impl=%s  atol=%g rtol=%g\n", EscapeLine(r.path).c_str(),
-              EscapeLine(r.kind).c_str(), EscapeLine(r.implementation).c_str(), atol, rtol);
+  // Bound mode: each stage within the rounding bound of the type that
+  // computed it (docs/golden-format.md "Tolerances"); err/tol is the largest
+  // |got - expected| / tolerance of a stage (> 1 fails).
+  const std::string tol = r.tolerance == "bound"
+                              ? std::string("tolerance=rounding bounds")
+                              : "atol=" + FormatG(atol) + " rtol=" + FormatG(rtol);
+  std::printf("case %s  kind=%s  impl=%s  %s\n", EscapeLine(r.path).c_str(),
+              EscapeLine(r.kind).c_str(), EscapeLine(r.implementation).c_str(), tol.c_str());
   if (!quiet) {
-    std::printf("  %-10s %12s %12s %10s  %-18s %s\n", "stage", "max_abs", "max_rel",
-                "bad", "first_bad", "result");
+    std::printf("  %-10s %12s %12s %10s  %-18s %-13s %s\n", "stage", "max_abs", "max_rel",
+                "bad", "first_bad", "err/tol", "result");
     for (const auto& s : r.stages) {
-      const std::string stage = EscapeLine(s.stage), note = EscapeLine(s.note);
+      const std::string stage = (s.input ? "(input) " : "") + EscapeLine(s.stage),
+                        note = EscapeLine(s.note);
       if (!s.compared) {
-        std::printf("  %-10s %12s %12s %10s  %-18s skipped (%s)\n", stage.c_str(), "-",
-                    "-", "-", "-", note.c_str());
+        std::printf("  %-10s %12s %12s %10s  %-18s %-13s skipped (%s)\n", stage.c_str(), "-",
+                    "-", "-", "-", "-", note.c_str());
         continue;
       }
       if (!s.match && s.first_bad < 0) {  // shape mismatch: no numbers to show
-        std::printf("  %-10s %12s %12s %10s  %-18s MISMATCH  %s\n", stage.c_str(), "-", "-",
-                    "-", "-", note.c_str());
+        std::printf("  %-10s %12s %12s %10s  %-18s %-13s MISMATCH  %s\n", stage.c_str(), "-",
+                    "-", "-", "-", "-", note.c_str());
         continue;
       }
-      std::printf("  %-10s %12.3e %12.3e %10lld  %-18s %s%s%s\n", stage.c_str(), s.max_abs,
+      // err/tol with the bound's type ("0.031 f32"), or "fixed" tolerance.
+      const std::string ratio = FormatG(s.max_ratio, 2) + " " + (s.bound.empty() ? "fixed" : s.bound);
+      std::printf("  %-10s %12.3e %12.3e %10lld  %-18s %-13s %s%s%s\n", stage.c_str(), s.max_abs,
                   s.max_rel, static_cast<long long>(s.mismatches),
-                  s.first_bad < 0 ? "-" : s.first_bad_index.c_str(),
+                  s.first_bad < 0 ? "-" : s.first_bad_index.c_str(), ratio.c_str(),
                   s.match ? "ok" : "MISMATCH", note.empty() ? "" : "  ", note.c_str());
     }
   }
@@ -96,10 +122,19 @@ void PrintCaseReport(const CaseReport& r, double atol, double rtol, bool quiet) 
     std::printf("  => match (%zu stages compared)\n",
                 static_cast<size_t>(std::count_if(r.stages.begin(), r.stages.end(),
                                                   [](const StageReport& s) { return s.compared; })));
+  } else if (bad->input) {  // not a break: GOT was computed from other inputs
+    std::printf("  => INPUT DIFFERS: '%s'%s%s: GOT was computed from other inputs than "
+                "EXPECTED, so no stage break can be named (give the port the case's inputs)\n",
+                EscapeLine(bad->stage).c_str(),
+                bad->first_bad >= 0 ? (" at " + bad->first_bad_index).c_str() : "",
+                bad->first_bad >= 0 ? "" : (": " + EscapeLine(bad->note)).c_str());
   } else if (bad->first_bad >= 0) {
-    std::printf("  => FIRST MISMATCH: stage '%s' at %s: got %.9g, expected %.9g (%lld bad elements)\n",
+    std::printf("  => FIRST MISMATCH: stage '%s' at %s: got %.9g, expected %.9g (%s %.3g; "
+                "%lld bad elements)\n",
                 EscapeLine(bad->stage).c_str(), bad->first_bad_index.c_str(), bad->got_at_bad,
-                bad->expected_at_bad, static_cast<long long>(bad->mismatches));
+                bad->expected_at_bad,
+                bad->bound.empty() ? "tolerance" : (bad->bound + " rounding bound").c_str(),
+                bad->bound_at_bad, static_cast<long long>(bad->mismatches));
   } else {
     std::printf("  => FIRST MISMATCH: stage '%s': %s\n", EscapeLine(bad->stage).c_str(),
                 EscapeLine(bad->note).c_str());
@@ -114,6 +149,27 @@ void PrintReport(const CaseReport& r, double atol, double rtol, bool quiet, bool
     return;
   }
   PrintCaseReport(r, atol, rtol, quiet);
+}
+
+// The comparison the flags ask for: --atol/--rtol make "auto" fixed.
+Result<CompareOptions> Options(const VerifyArgs& a) {
+  CompareOptions o;
+  o.atol = a.atol;
+  o.rtol = a.rtol;
+  o.tolerance = a.tolerance;
+  if (a.tolerance == "bound" && (a.atol >= 0 || a.rtol >= 0)) {
+    return InvalidArgument("--tolerance bound uses rounding bounds: drop --atol/--rtol, or use "
+                           "--tolerance fixed");
+  }
+  if (!a.bound_dtype.empty()) {
+    if (a.bound_dtype == "f32") o.bound_dtype = DType::kF32;
+    else if (a.bound_dtype == "f16") o.bound_dtype = DType::kF16;
+    else if (a.bound_dtype == "bf16") o.bound_dtype = DType::kBF16;
+    else if (a.bound_dtype == "f64") o.bound_dtype = DType::kF64;
+    else return InvalidArgument("--bound-dtype must be f32, f16, bf16 or f64, got " +
+                                QuoteBounded(a.bound_dtype));
+  }
+  return o;
 }
 
 int RunVerify(const VerifyArgs& a) {
@@ -133,7 +189,12 @@ int RunVerify(const VerifyArgs& a) {
       PrintError("verify", exp.status().message());
       return kExitUsage;
     }
-    Result<CaseReport> r = CompareStages(got.value(), exp.value(), a.atol, a.rtol);
+    Result<CompareOptions> copt = Options(a);
+    if (!copt.ok()) {
+      PrintError("verify", copt.status().message());
+      return kExitUsage;
+    }
+    Result<CaseReport> r = CompareStages(got.value(), exp.value(), copt.value());
     if (!r.ok()) {
       PrintError("verify", r.status().message());
       return kExitUsage;
@@ -142,6 +203,17 @@ int RunVerify(const VerifyArgs& a) {
                                           [](const StageReport& s) { return s.compared; });
     const GotStages& g = got.value();
     const bool dump = g.source == "device-dump";
+    if (compared == 0) {  // an error, not a verdict: no report, no verdict line
+      PrintError("verify", "no stage of " + a.files[0] + " has a same-named tensor in " +
+                               a.files[1] + " (GOT's stages: " + [&] {
+                                 std::string n;
+                                 for (size_t i = 0; i < g.stages.size() && i < 16; ++i)
+                                   n += (i ? ", " : "") + QuoteBounded(EscapeLine(g.stages[i].name), 40);
+                                 if (g.stages.size() > 16) n += ", ...";
+                                 return n.empty() ? std::string("none") : n;
+                               }() + ")");
+      return kExitUsage;
+    }
     if (!a.json) {
       std::printf("compare %s against %s\n", EscapeLine(a.files[0]).c_str(),
                   EscapeLine(a.files[1]).c_str());
@@ -152,15 +224,7 @@ int RunVerify(const VerifyArgs& a) {
                     static_cast<long long>(g.block_line), g.stages.size());
       }
     }
-    // The tolerances CompareStages used: the flags, else EXPECTED's metadata
-    // (validated there), else the default.
-    auto tol = [&](double flag, const char* key) {
-      if (flag >= 0) return flag;
-      const auto meta = exp->metadata();
-      auto it = meta.find(key);
-      return it == meta.end() ? kGoldenDefaultTol : std::strtod(it->second.c_str(), nullptr);
-    };
-    PrintReport(r.value(), tol(a.atol, "atol"), tol(a.rtol, "rtol"), a.quiet, a.json);
+    PrintReport(r.value(), r->atol, r->rtol, a.quiet, a.json);
     if (a.json) {
       nlohmann::json doc = {{"schema", "attnflow-verify/1"},
                             {"cases", g_json_cases},
@@ -171,17 +235,6 @@ int RunVerify(const VerifyArgs& a) {
                             {"impl", g.implementation}, {"line", g.block_line}};
       }
       std::printf("%s\n", DumpJson(doc).c_str());
-    }
-    if (compared == 0) {
-      PrintError("verify", "no stage of " + a.files[0] + " has a same-named tensor in " +
-                               a.files[1] + " (GOT's stages: " + [&] {
-                                 std::string n;
-                                 for (size_t i = 0; i < g.stages.size() && i < 16; ++i)
-                                   n += (i ? ", " : "") + g.stages[i].name;
-                                 if (g.stages.size() > 16) n += ", ...";
-                                 return n.empty() ? std::string("none") : n;
-                               }() + ")");
-      return kExitCheckFailed;
     }
     return r->ok() ? kExitOk : kExitCheckFailed;
   }
@@ -194,6 +247,11 @@ int RunVerify(const VerifyArgs& a) {
   else if (a.impl == "kernels") impl = VerifyImpl::kKernels;
   else {
     PrintError("verify", "--impl must be reference or kernels, got " + a.impl);
+    return kExitUsage;
+  }
+  Result<CompareOptions> copt = Options(a);
+  if (!copt.ok()) {
+    PrintError("verify", copt.status().message());
     return kExitUsage;
   }
   int invalid = 0, differ = 0, match = 0, skipped = 0;
@@ -219,7 +277,7 @@ int RunVerify(const VerifyArgs& a) {
     }
     if (a.atol >= 0) c->atol = a.atol;
     if (a.rtol >= 0) c->rtol = a.rtol;
-    Result<CaseReport> r = VerifyGoldenCase(c.value(), impl);
+    Result<CaseReport> r = VerifyGoldenCase(c.value(), impl, {}, copt.value());
     if (!r.ok()) {
       PrintError("verify", path + ": " + r.status().message());
       json_case(path, "invalid", r.status().message());
@@ -258,9 +316,20 @@ void AddVerifyOptions(CLI::App& sub, VerifyArgs& a) {
                  "micro-f32 or micro-s8 (default: the only one)");
   sub.add_option("--impl", a.impl, "reference (float64 oracle) or kernels (fast path)")
       ->check(CLI::IsMember({"reference", "kernels"}));
-  sub.add_option("--atol", a.atol, "Absolute tolerance (default: the case's, else 1e-4)")
+  sub.add_option("--tolerance", a.tolerance,
+                 "auto: per-element rounding bounds of the type that computed each stage "
+                 "where the case has them (sdpa, mha), else atol/rtol; bound: bounds or an "
+                 "error; fixed: atol/rtol only (docs/golden-format.md \"Tolerances\")")
+      ->check(CLI::IsMember({"auto", "bound", "fixed"}));
+  sub.add_option("--bound-dtype", a.bound_dtype,
+                 "f32 | f16 | bf16 | f64: the type the bounds allow for (default: each GOT "
+                 "stage's own dtype; a port that computes in f16 but dumps f32 says f16)")
+      ->check(CLI::IsMember({"f32", "f16", "bf16", "f64"}));
+  sub.add_option("--atol", a.atol,
+                 "Absolute tolerance, makes the comparison fixed (default: the case's, else 1e-4)")
       ->check(NonNegative());
-  sub.add_option("--rtol", a.rtol, "Relative tolerance (default: the case's, else 1e-4)")
+  sub.add_option("--rtol", a.rtol,
+                 "Relative tolerance, makes the comparison fixed (default: the case's, else 1e-4)")
       ->check(NonNegative());
   sub.add_flag("-q,--quiet", a.quiet, "Only the verdict line per case");
   sub.add_flag("--json", a.json, "One JSON document (schema attnflow-verify/1, docs/cli.md) on stdout");
