@@ -56,6 +56,9 @@ struct CaseReport {
   std::string tolerance = "fixed";
   double atol = kGoldenDefaultTol, rtol = kGoldenDefaultTol;
   std::vector<StageReport> stages;
+  // Where the first break lies when the stages alone do not say it (a
+  // device dump whose probes agree but whose fused kernel does not).
+  std::string note;
   bool ok() const;                          // every compared stage matches
   // The first compared entry that does not match, in report order (inputs
   // first, then the stages in dataflow order); nullptr if ok.

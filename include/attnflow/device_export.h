@@ -21,7 +21,9 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "attnflow/attention.h"
@@ -58,6 +60,14 @@ struct DeviceExport {
   std::vector<int8_t> out8;
   Shape out8_shape;
   float so = 1;
+  // The int8 path as a case for `verify --compare` (export-c
+  // --s8-expected): inputs q8 k8 v8 (I8), every stage the harness checks
+  // in dataflow order (scores masked weights in real units, F32, when the
+  // row stages are exported; out I8 in output units), and metadata with
+  // the `stages`/`inputs` lists and each stage's tolerance
+  // (`stage_tolerances`, af_s8_stage_tolerances).
+  std::vector<std::pair<std::string, Tensor>> s8_case;
+  std::map<std::string, std::string> s8_meta;
 };
 
 Result<DeviceExport> ExportForDevice(const GoldenCase& c, const DeviceExportOptions& opt);

@@ -161,6 +161,7 @@ struct GotStages {
   std::string block_case;      // a dump block's case name
   int64_t block_line = 0;      // a dump block's header line
   std::vector<NamedTensor> stages;
+  std::map<std::string, std::string> metadata;  // a safetensors GOT's, else empty
   std::shared_ptr<const void> owner;  // keeps the views' storage alive
 };
 
@@ -193,6 +194,25 @@ Result<CaseReport> CompareStages(const GotStages& got, const SafetensorsFile& ex
 Result<CaseReport> CompareFiles(const SafetensorsFile& got,
                                 const SafetensorsFile& expected, double atol,
                                 double rtol);
+
+// ---- `verify --invariants`: a port's dump checked alone ---------------------
+// What the chapter says every attention must satisfy, checked on GOT with
+// no reference, within the rounding of GOT's dtype (docs/golden-format.md
+// "Invariants"): hidden keys (masked -inf, or future keys under `causal`)
+// have weight exactly 0; each weights row sums to one (zero when every key
+// is hidden); lse = log Σ exp(masked) (-inf for such a row); out or
+// heads_out = weights·v recomputed from GOT's own v. Every group of stages
+// with `weights` ("", "decode.0.", "layer.3.", ...) is checked, groups in
+// `order` (GOT's dataflow order; empty = GOT's own order), each check in
+// the order of its stage; a check whose stages GOT lacks is skipped with
+// the reason. A decode step's group ("decode.<s>.") is bottom-right causal
+// whenever `causal` is not none. kInvalidArgument when GOT has no weights.
+struct InvariantOptions {
+  Causal causal = Causal::kNone;
+  std::optional<DType> unit_dtype;  // the rounding allowed (default: weights' dtype)
+  std::vector<std::string> order;
+};
+Result<CaseReport> CheckInvariants(const GotStages& got, const InvariantOptions& opt);
 
 // Parameters for writing a new case from the reference.
 struct GoldenSpec {

@@ -578,6 +578,25 @@ af_status af_bound_row(float* b_scores, float* b_scaled, float* b_masked, float*
 af_status af_bound_linear(float* b_y, const float* x, const float* x_err, const float* w,
                           const float* bias, int32_t in_features, int32_t out_features, float u);
 
+/* The int8 path's stage tolerances (docs/edge.md "Stages on the device"),
+ * in the units of the stages the int8 harness checks and dumps: scores
+ * and masked in real units (raw integer sums times sq*sk, times scale for
+ * masked), weights as the integer weights over their sum, out in output
+ * LSB. scores are exact integers (one float rounding each side); masked
+ * adds the rounding of a float mask and of ALiBi to raw-score units (<= 1
+ * unit) and, with a softcap, the integer tanh's error (cap *
+ * AF_S8_SOFTCAP_ERR + half a unit); weights are the Q15 table weights
+ * (<= 0.27 % per exponent truncation, 0.5 / sum per rounding); out is
+ * within AF_S8_BOUND_LSB. One place for the device harness and `attnflow
+ * export-c --s8-expected` (the host's `verify --compare`). */
+typedef struct {
+  double atol, rtol;
+} af_tol;
+typedef struct {
+  af_tol scores, masked, weights, out;
+} af_s8_tolerances;
+void af_s8_stage_tolerances(af_s8_tolerances* t, float sq, float sk, float scale, float softcap);
+
 /* ------------------------------------------------------- stage dumps --- */
 /* Writers of the AFDUMP text format (docs/device-dump.md), for a port that
  * wants its stages checked on the host (`attnflow verify --compare LOG CASE`).

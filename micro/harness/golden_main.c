@@ -243,14 +243,6 @@ enum { ST_SCORES, ST_SCALED, ST_MASKED, ST_WEIGHTS, ST_LSE, ST_OUT, ST_N };
 static const char* const kStageNames[ST_N] = {"scores", "scaled", "masked",
                                               "weights", "lse", "out"};
 
-/* The int8 path's stage tolerances in real units (docs/edge.md "Stages on
- * the device"): scores are exact integers (one f32 rounding each side);
- * masked adds the rounding of a float mask and of ALiBi to raw-score units
- * (<= 1 unit) and, with softcap, the integer tanh's error (cap *
- * AF_S8_SOFTCAP_ERR + half a unit, docs/edge.md "int8 softcap"); weights are the Q15 table weights (<= 0.27 % per exponent
- * truncation, 0.5 / sum per rounding). */
-#define AF_S8_WEIGHTS_ATOL (1.0 / 256)
-#define AF_S8_WEIGHTS_RTOL (1.0 / 32)
 
 static int run_sdpa(const af_golden_case* c, int s8) {
   const af_sdpa_shape* s = &c->shape;
@@ -280,17 +272,18 @@ static int run_sdpa(const af_golden_case* c, int s8) {
   refs[ST_WEIGHTS] = &ex->weights;
   refs[ST_LSE] = &ex->lse;
   refs[ST_OUT] = &ex->out;
+  af_s8_tolerances s8t; /* the int8 path's stage tolerances (af_bound.c) */
+  af_s8_stage_tolerances(&s8t, c->sq, c->sk, c->scale, c->softcap);
   for (st_i = 0; st_i < ST_N; ++st_i) {
     double at = c->atol, rt = c->rtol;
     if (s8) {
-      at = st_i == ST_SCORES ? 1e-6 * unit : (st_i == ST_MASKED ? 1.01 * unit_scaled : 0);
-      if (st_i == ST_MASKED && c->softcap > 0.f) /* the integer tanh's derived bound */
-        at += (double)c->softcap * AF_S8_SOFTCAP_ERR + 0.5 * unit_scaled;
-      rt = st_i == ST_OUT ? 0.0 : 1e-5;
-      if (st_i == ST_WEIGHTS) {
-        at = AF_S8_WEIGHTS_ATOL;
-        rt = AF_S8_WEIGHTS_RTOL;
-      }
+      const af_tol* t = st_i == ST_SCORES    ? &s8t.scores
+                        : st_i == ST_MASKED  ? &s8t.masked
+                        : st_i == ST_WEIGHTS ? &s8t.weights
+                        : st_i == ST_OUT     ? &s8t.out
+                                             : NULL;
+      at = t != NULL ? t->atol : 0.0;
+      rt = t != NULL ? t->rtol : 1e-5;
       if (st_i == ST_OUT) at = c->bound_lsb;
     }
     if (st_i == ST_LSE)

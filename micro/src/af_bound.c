@@ -1,4 +1,5 @@
-/* af_bound.c — rounding bounds of the attention stages: how far from the
+/* af_bound.c — the tolerances of the golden checks, in one place for the
+ * host and the device. Rounding bounds of the f32 attention stages: how far from the
  * exact (float64) value a CORRECT implementation may land when it computes
  * in a float type of unit roundoff u (f32: 2^-24), whatever order it sums
  * in. A golden check that allows exactly this much tells rounding from a
@@ -174,4 +175,19 @@ af_status af_bound_linear(float* b_y, const float* x, const float* x_err, const 
     b_y[r] = AF_BOUND_MARGIN * (p + g * a + AF_BOUND_U32 * af_absf(y));
   }
   return AF_OK;
+}
+
+void af_s8_stage_tolerances(af_s8_tolerances* t, float sq, float sk, float scale, float softcap) {
+  const double unit = (double)sq * sk; /* one raw int8 score, real */
+  const double unit_scaled = unit * scale;
+  if (t == NULL) return;
+  t->scores.atol = 1e-6 * unit;
+  t->scores.rtol = 1e-5;
+  t->masked.atol = 1.01 * unit_scaled;
+  if (softcap > 0.f) t->masked.atol += (double)softcap * AF_S8_SOFTCAP_ERR + 0.5 * unit_scaled;
+  t->masked.rtol = 1e-5;
+  t->weights.atol = 1.0 / 256;
+  t->weights.rtol = 1.0 / 32;
+  t->out.atol = AF_S8_BOUND_LSB;
+  t->out.rtol = 0.0;
 }

@@ -157,6 +157,8 @@ struct Export {
   float s_out = 1;
   // int8 expectations for --s8-expected
   std::vector<int8_t> out8_values;
+  std::vector<std::pair<std::string, Tensor>> s8_case;
+  std::map<std::string, std::string> s8_meta;
 };
 
 class Exporter {
@@ -207,6 +209,10 @@ class Exporter {
   int Mha();
   int MhaS8(int64_t B, int64_t Lq, int64_t Lk, int64_t E, int64_t H, int64_t Hkv);
   std::string Header() const;
+  // The int8 path as a case of its own (DeviceExport::s8_case).
+  Status S8Case(const std::vector<int8_t>& q8, const std::vector<int8_t>& k8,
+                const std::vector<int8_t>& v8, const StageRecorder& rec, const Shape& qs,
+                const Shape& ks, const Shape& vs);
   // The case's rounding bounds at f32 when they are exported (tolerance
   // auto with a case that has them, or bound); "" or the refusal.
   std::string ChooseBounds();
@@ -270,6 +276,61 @@ std::string Exporter::CheckStages(std::initializer_list<StageSpec> before, int64
   if (bad.empty()) bad = check(std::begin(shared), std::end(shared));
   if (bad.empty()) bad = check(after.begin(), after.end());
   return bad;
+}
+
+Status Exporter::S8Case(const std::vector<int8_t>& q8, const std::vector<int8_t>& k8,
+                        const std::vector<int8_t>& v8, const StageRecorder& rec, const Shape& qs,
+                        const Shape& ks, const Shape& vs) {
+  auto i8 = [&](const std::string& n, const std::vector<int8_t>& v, const Shape& sh) -> Status {
+    Result<Tensor> t = Tensor::Zeros(DType::kI8, sh);
+    if (!t.ok()) return t.status();
+    std::copy(v.begin(), v.end(), t->data<int8_t>());
+    e_.s8_case.emplace_back(n, std::move(t).value());
+    return Status::Ok();
+  };
+  ATTNFLOW_RETURN_IF_ERROR(i8("q8", q8, qs));
+  ATTNFLOW_RETURN_IF_ERROR(i8("k8", k8, ks));
+  ATTNFLOW_RETURN_IF_ERROR(i8("v8", v8, vs));
+  std::vector<std::string> stages;
+  af_s8_tolerances t;
+  af_s8_stage_tolerances(&t, e_.sq, e_.sk, e_.scale, e_.softcap);
+  auto tol = [](const char* n, const af_tol& x) {
+    char b[96];
+    std::snprintf(b, sizeof b, "%s=%.17g:%.17g", n, x.atol, x.rtol);
+    return std::string(b);
+  };
+  std::string tols;
+  if (want_row_stages_) {
+    for (const char* n : {"scores", "masked", "weights"}) {
+      const Tensor* st = rec.Find(n);
+      Result<Tensor> f = Tensor::Zeros(DType::kF32, st->shape());
+      if (!f.ok()) return f.status();
+      const std::vector<float> v = GoldenFloats(st->view());
+      std::copy(v.begin(), v.end(), f->data<float>());
+      e_.s8_case.emplace_back(n, std::move(f).value());
+      stages.push_back(n);
+    }
+    tols = tol("scores", t.scores) + "," + tol("masked", t.masked) + "," + tol("weights", t.weights) + ",";
+  }
+  ATTNFLOW_RETURN_IF_ERROR(i8("out", e_.out8_values, {qs[0], qs[1], qs[2], vs[3]}));
+  stages.push_back("out");
+  tols += tol("out", t.out);
+  char so[48];
+  std::snprintf(so, sizeof so, "%.9g", double(e_.so));
+  Result<std::string> sl = JoinStageList(stages);
+  if (!sl.ok()) return sl.status();
+  e_.s8_meta = {
+      {"kind", "sdpa"},
+      {"stages", sl.value()},
+      {"inputs", "q8,k8,v8"},
+      {"stage_tolerances", tols},
+      {"atol", std::to_string(AF_S8_BOUND_LSB)},
+      {"rtol", "0"},
+      {"description", "int8 expectations of " + std::filesystem::path(c_.path).filename().string() +
+                          " (attnflow export-c): q8 k8 v8 quantised per tensor; scores, masked "
+                          "(real units) and weights from the float64 reference on the dequantised "
+                          "inputs; out in output units (so = sv = " + so + ")"}};
+  return Status::Ok();
 }
 
 std::string Exporter::ChooseBounds() {
@@ -537,6 +598,9 @@ int Exporter::Sdpa() {
       for (const char* s : {"scores", "masked", "weights"})
         e_.s8[s] = e_.blob.F32(GoldenFloats(rec.Find(s)->view()));
     e_.pool_bytes = std::max(e_.pool_bytes, chunk_pool(true));
+    if (Status st8 = S8Case(q8, k8, v8, rec, {B, H, Lq, D}, {B, Hkv, Lk, D}, {B, Hkv, Lk, Dv});
+        !st8.ok())
+      return Refuse(st8.message());
   }
   if (e_.pool_bytes > uint64_t(ram_))
     return Limit("one harness chunk (a batch element and a kv head) needs " +
@@ -1008,6 +1072,8 @@ Result<DeviceExport> Exporter::Run() {
               " Lk=" + std::to_string(s.kv_len) + " D=" + std::to_string(s.head_dim) +
               " Dv=" + std::to_string(s.v_dim);
     r.out8 = e_.out8_values;
+    r.s8_case = std::move(e_.s8_case);
+    r.s8_meta = std::move(e_.s8_meta);
     r.out8_shape = {s.batch, s.num_heads, s.q_len, s.v_dim};
     r.so = e_.so;
   }

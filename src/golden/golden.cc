@@ -551,6 +551,7 @@ Result<GotStages> LoadGotStages(const std::string& path, const std::string& dump
     auto owned = std::make_shared<const SafetensorsFile>(std::move(st).value());
     g.source = "safetensors";
     g.stages = SafetensorsStages(*owned);
+    g.metadata = owned->metadata();
     g.owner = owned;
     return g;
   }
@@ -626,6 +627,28 @@ Result<CaseReport> CompareStages(const GotStages& got, const SafetensorsFile& ex
   }
   BoundCache bounds(gc ? &*gc : nullptr);
   if (gc) rep.tolerance = "bound";
+  // Per-stage tolerances a writer derived (export-c --s8-expected: the int8
+  // path's, from its scales): "stage=atol:rtol,..."; explicit flags win.
+  std::map<std::string, std::pair<double, double>> stage_tol;
+  if (auto it = meta.find("stage_tolerances");
+      it != meta.end() && opt.tolerance != "fixed" && atol < 0 && rtol < 0) {
+    Result<std::vector<std::string>> items =
+        SplitStageList(it->second, Where(expected.path(), "metadata 'stage_tolerances'"));
+    if (!items.ok()) return items.status();
+    for (const std::string& item : items.value()) {
+      const size_t eq = item.find('='), colon = item.find(':', eq == std::string::npos ? 0 : eq);
+      double x = 0, y = 0;
+      if (eq == std::string::npos || colon == std::string::npos ||
+          !ParseDouble(item.substr(eq + 1, colon - eq - 1), &x) ||
+          !ParseDouble(item.substr(colon + 1), &y) || !(x >= 0) || !(y >= 0) ||
+          !std::isfinite(x) || !std::isfinite(y)) {
+        return Corrupt(Where(expected.path(), "metadata 'stage_tolerances': " + QuoteBounded(item) +
+                                                  " is not STAGE=ATOL:RTOL with non-negative "
+                                                  "decimals"));
+      }
+      stage_tol[item.substr(0, eq)] = {x, y};
+    }
+  }
   Result<StageOrder> order = CaseStageOrder(expected);
   if (!order.ok()) return order.status();
   std::map<std::string, const NamedTensor*> by_name;
@@ -669,11 +692,35 @@ Result<CaseReport> CompareStages(const GotStages& got, const SafetensorsFile& ex
       continue;
     }
     // Inputs are given, not computed: atol/rtol (a port fed other inputs).
-    Result<StageReport> c = is_input ? Result<StageReport>(CompareStage(s, g, e.value(), a, r))
-                                     : CompareOne(s, g, e.value(), a, r, bounds, opt.bound_dtype);
+    auto st = stage_tol.find(s);
+    Result<StageReport> c =
+        is_input ? Result<StageReport>(CompareStage(s, g, e.value(), a, r))
+        : st != stage_tol.end()
+            ? Result<StageReport>(CompareStage(s, g, e.value(), st->second.first, st->second.second))
+            : CompareOne(s, g, e.value(), a, r, bounds, opt.bound_dtype);
+    if (c.ok() && st != stage_tol.end() && !is_input) c->bound = "per-stage";
     if (!c.ok()) return c.status();
     c->input = is_input;
     rep.stages.push_back(std::move(c).value());
+  }
+  // A device's row stages come from its stage probes, which recompute
+  // scores .. weights outside the fused kernel; lse and out come from the
+  // kernel. Probes that agree and a kernel stage that does not put the break
+  // inside the kernel's fused loop.
+  if (const StageReport* bad = rep.FirstMismatch();
+      got.source == "device-dump" && bad != nullptr && !bad->input &&
+      (bad->stage == "lse" || bad->stage == "out")) {
+    std::string agree;
+    for (const StageReport& sr : rep.stages)
+      if (sr.compared && sr.match &&
+          (sr.stage == "scores" || sr.stage == "scaled" || sr.stage == "masked" ||
+           sr.stage == "weights"))
+        agree += (agree.empty() ? "" : " ") + sr.stage;
+    if (!agree.empty()) {
+      rep.note = "the stage probes (" + agree + ") agree with the case and the fused kernel's '" +
+                 bad->stage + "' does not: the break is inside the fused kernel loop (its " +
+                 "online softmax, accumulation or requantisation), not in a stage before it";
+    }
   }
   return rep;
 }

@@ -93,18 +93,9 @@ int RunExport(const ExportArgs& a) {
     }
   }
   if (!a.s8_expected.empty()) {
-    TensorView o8 = MakeView(const_cast<int8_t*>(e->out8.data()), DType::kI8, e->out8_shape);
-    char so[48];
-    std::snprintf(so, sizeof so, "%.9g", double(e->so));
-    Status s = WriteSafetensors(
-        a.s8_expected, {{"out", o8}},
-        {{"kind", "sdpa"},
-         {"atol", std::to_string(AF_S8_BOUND_LSB)},
-         {"rtol", "0"},
-         {"description", "int8 expectations of " +
-                             std::filesystem::path(a.file).filename().string() +
-                             " (attnflow export-c): out in output units (so = sv = " + so +
-                             "), float64 reference on the dequantised inputs"}});
+    std::vector<std::pair<std::string, TensorView>> tensors;
+    for (const auto& [n, t] : e->s8_case) tensors.emplace_back(n, t.view());
+    Status s = WriteSafetensors(a.s8_expected, tensors, e->s8_meta);
     if (!s.ok()) {
       PrintError("export-c", s.message());
       return kExitUsage;

@@ -33,6 +33,8 @@ struct VerifyArgs {
   bool quiet = false;
   bool json = false;
   std::string dump_case, device_impl;  // --compare with a device dump: the block
+  bool invariants = false;             // --invariants DUMP: no reference
+  std::string causal;                  // --invariants: the causal rule ("" = the dump's)
 };
 
 // --json (schema attnflow-verify/1, docs/cli.md): one document at the end.
@@ -78,6 +80,7 @@ nlohmann::json ReportJson(const CaseReport& r, double atol, double rtol) {
                         {"verdict", r.ok() ? "match" : (bad->input ? "inputs differ" : "differ")},
                         {"stages", stages}};
   if (bad != nullptr) doc[bad->input ? "first_input_mismatch" : "first_mismatch"] = bad->stage;
+  if (!r.note.empty()) doc["note"] = r.note;
   return doc;
 }
 
@@ -88,36 +91,54 @@ void PrintCaseReport(const CaseReport& r, double atol, double rtol, bool quiet) 
   // Bound mode: each stage within the rounding bound of the type that
   // computed it (docs/golden-format.md "Tolerances"); err/tol is the largest
   // |got - expected| / tolerance of a stage (> 1 fails).
-  const std::string tol = r.tolerance == "bound"
-                              ? std::string("tolerance=rounding bounds")
-                              : "atol=" + FormatG(atol) + " rtol=" + FormatG(rtol);
+  const std::string tol = r.tolerance == "bound"        ? std::string("tolerance=rounding bounds")
+                          : r.tolerance == "invariants" ? std::string("checks=invariants")
+                                                        : "atol=" + FormatG(atol) + " rtol=" + FormatG(rtol);
+  // The stage column fits the longest name ("decode.12.heads_out").
+  int w = 10;
+  for (const auto& s : r.stages)
+    w = std::max(w, static_cast<int>(EscapeLine(s.stage).size() + (s.input ? 8 : 0)));
   std::printf("case %s  kind=%s  impl=%s  %s\n", EscapeLine(r.path).c_str(),
               EscapeLine(r.kind).c_str(), EscapeLine(r.implementation).c_str(), tol.c_str());
   if (!quiet) {
-    std::printf("  %-10s %12s %12s %10s  %-18s %-13s %s\n", "stage", "max_abs", "max_rel",
+    std::printf("  %-*s %12s %12s %10s  %-18s %-13s %s\n", w, "stage", "max_abs", "max_rel",
                 "bad", "first_bad", "err/tol", "result");
     for (const auto& s : r.stages) {
       const std::string stage = (s.input ? "(input) " : "") + EscapeLine(s.stage),
                         note = EscapeLine(s.note);
       if (!s.compared) {
-        std::printf("  %-10s %12s %12s %10s  %-18s %-13s skipped (%s)\n", stage.c_str(), "-",
+        std::printf("  %-*s %12s %12s %10s  %-18s %-13s skipped (%s)\n", w, stage.c_str(), "-",
                     "-", "-", "-", "-", note.c_str());
         continue;
       }
       if (!s.match && s.first_bad < 0) {  // shape mismatch: no numbers to show
-        std::printf("  %-10s %12s %12s %10s  %-18s %-13s MISMATCH  %s\n", stage.c_str(), "-",
+        std::printf("  %-*s %12s %12s %10s  %-18s %-13s MISMATCH  %s\n", w, stage.c_str(), "-",
                     "-", "-", "-", "-", note.c_str());
         continue;
       }
       // err/tol with the bound's type ("0.031 f32"), or "fixed" tolerance.
       const std::string ratio = FormatG(s.max_ratio, 2) + " " + (s.bound.empty() ? "fixed" : s.bound);
-      std::printf("  %-10s %12.3e %12.3e %10lld  %-18s %-13s %s%s%s\n", stage.c_str(), s.max_abs,
+      std::printf("  %-*s %12.3e %12.3e %10lld  %-18s %-13s %s%s%s\n", w, stage.c_str(), s.max_abs,
                   s.max_rel, static_cast<long long>(s.mismatches),
                   s.first_bad < 0 ? "-" : s.first_bad_index.c_str(), ratio.c_str(),
                   s.match ? "ok" : "MISMATCH", note.empty() ? "" : "  ", note.c_str());
     }
   }
   const StageReport* bad = r.FirstMismatch();
+  if (r.tolerance == "invariants") {  // verify --invariants: checks, not a comparison
+    const long n = static_cast<long>(std::count_if(r.stages.begin(), r.stages.end(),
+                                                   [](const StageReport& s) { return s.compared; }));
+    if (bad == nullptr) {
+      std::printf("  => every invariant holds (%ld checks)\n", n);
+    } else {
+      std::printf("  => FIRST BROKEN INVARIANT: stage '%s' at %s: %s: got %.9g, want %.9g "
+                  "(within %.3g; %lld bad)\n",
+                  EscapeLine(bad->stage).c_str(), bad->first_bad_index.c_str(),
+                  EscapeLine(bad->note).c_str(), bad->got_at_bad, bad->expected_at_bad,
+                  bad->bound_at_bad, static_cast<long long>(bad->mismatches));
+    }
+    return;
+  }
   if (bad == nullptr) {
     std::printf("  => match (%zu stages compared)\n",
                 static_cast<size_t>(std::count_if(r.stages.begin(), r.stages.end(),
@@ -133,12 +154,15 @@ void PrintCaseReport(const CaseReport& r, double atol, double rtol, bool quiet) 
                 "%lld bad elements)\n",
                 EscapeLine(bad->stage).c_str(), bad->first_bad_index.c_str(), bad->got_at_bad,
                 bad->expected_at_bad,
-                bad->bound.empty() ? "tolerance" : (bad->bound + " rounding bound").c_str(),
+                bad->bound.empty() || bad->bound == "per-stage"
+                    ? "tolerance"
+                    : (bad->bound + " rounding bound").c_str(),
                 bad->bound_at_bad, static_cast<long long>(bad->mismatches));
   } else {
     std::printf("  => FIRST MISMATCH: stage '%s': %s\n", EscapeLine(bad->stage).c_str(),
                 EscapeLine(bad->note).c_str());
   }
+  if (!r.note.empty()) std::printf("  => %s\n", EscapeLine(r.note).c_str());
 }
 
 namespace {
@@ -172,7 +196,64 @@ Result<CompareOptions> Options(const VerifyArgs& a) {
   return o;
 }
 
+// `verify --invariants DUMP`: the dump alone (CheckInvariants).
+int RunInvariants(const VerifyArgs& a) {
+  if (a.files.size() != 1) {
+    PrintError("verify", "--invariants takes exactly one dump (got " +
+                             std::to_string(a.files.size()) + " files)");
+    return kExitUsage;
+  }
+  Result<GotStages> got = LoadGotStages(a.files[0], a.dump_case, a.device_impl);
+  if (!got.ok()) {
+    PrintError("verify", got.status().message());
+    return kExitUsage;
+  }
+  InvariantOptions o;
+  std::string causal = a.causal;
+  if (causal.empty()) {
+    auto it = got->metadata.find("causal");
+    causal = it == got->metadata.end() ? "none" : it->second;
+  }
+  if (!ParseCausal(causal, &o.causal)) {
+    PrintError("verify", "--causal must be none, top_left or bottom_right, got " + QuoteBounded(causal));
+    return kExitUsage;
+  }
+  if (auto it = got->metadata.find("stages"); it != got->metadata.end()) {
+    Result<std::vector<std::string>> l = SplitStageList(it->second, a.files[0] + ": metadata 'stages'");
+    if (!l.ok()) {
+      PrintError("verify", l.status().message());
+      return kExitUsage;
+    }
+    o.order = std::move(l).value();
+  }
+  Result<CaseReport> r = CheckInvariants(got.value(), o);
+  if (!r.ok()) {
+    PrintError("verify", r.status().message());
+    return kExitUsage;
+  }
+  if (a.json) {
+    nlohmann::json doc = ReportJson(r.value(), -1, -1);
+    doc["verdict"] = r->ok() ? "invariants hold" : "invariant broken";
+    doc["causal"] = CausalName(o.causal);
+    std::printf("%s\n", DumpJson(nlohmann::json({{"schema", "attnflow-verify/1"},
+                                                 {"cases", nlohmann::json::array({doc})}}))
+                            .c_str());
+  } else {
+    std::printf("invariants of %s (causal %s, no reference)\n", EscapeLine(a.files[0]).c_str(),
+                CausalName(o.causal));
+    PrintCaseReport(r.value(), -1, -1, a.quiet);
+  }
+  return r->ok() ? kExitOk : kExitCheckFailed;
+}
+
 int RunVerify(const VerifyArgs& a) {
+  if (a.invariants) {
+    if (a.compare) {
+      PrintError("verify", "--invariants checks one dump alone; drop --compare");
+      return kExitUsage;
+    }
+    return RunInvariants(a);
+  }
   if (a.compare) {
     if (a.files.size() != 2) {
       PrintError("verify", "--compare takes exactly two files: GOT EXPECTED (got " +
@@ -314,6 +395,14 @@ void AddVerifyOptions(CLI::App& sub, VerifyArgs& a) {
   sub.add_option("--device-impl", a.device_impl,
                  "--compare with a device dump: the block of this implementation, e.g. "
                  "micro-f32 or micro-s8 (default: the only one)");
+  sub.add_flag("--invariants", a.invariants,
+               "Check one dump alone, no reference: rows of weights sum to one, masked and "
+               "future weights are exactly zero, lse = log sum exp(masked), out = weights . v "
+               "(DUMP: safetensors, an AFDUMP log, STAGE.npy or a directory of them)");
+  sub.add_option("--causal", a.causal,
+                 "--invariants: the causal rule future weights obey (default: the dump's "
+                 "metadata, else none)")
+      ->check(CLI::IsMember({"none", "top_left", "bottom_right"}));
   sub.add_option("--impl", a.impl, "reference (float64 oracle) or kernels (fast path)")
       ->check(CLI::IsMember({"reference", "kernels"}));
   sub.add_option("--tolerance", a.tolerance,

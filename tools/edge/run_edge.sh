@@ -397,6 +397,16 @@ int main(void) {
     r |= af_mha_s8(ibuf + 800, ibuf, ibuf, ibuf, 0, &w8, &p, &ms8, 0, arena,
                    af_mha_s8_workspace_bytes(&ms8), 0);
   }
+  {
+    af_bound_row_in bi = {fbuf, fbuf + 64, fbuf + 128, 0, 0, 0, fbuf + 200, fbuf + 210, 0.f,
+                          8, 8, 4, 0.35f, 5.96e-8f};
+    af_s8_tolerances tol;
+    r |= af_bound_row(fbuf + 4000, fbuf + 4004, fbuf + 4008, fbuf + 4012, fbuf + 4016,
+                      fbuf + 4020, &bi);
+    r |= af_bound_linear(fbuf + 4030, fbuf, 0, fbuf + 64, 0, 8, 8, 5.96e-8f);
+    af_s8_stage_tolerances(&tol, small, small, 0.35f, 0.f);
+    r += tol.out.atol < 0;
+  }
   r += af_s8_exp2_neg_q15(3) == 0;
   r += af_s8_mul_by_qmult(5, qm[0]) == 12345;
   return r + (af_status_name((af_status)r)[0] == 0);
@@ -435,43 +445,69 @@ for c in sdpa_basic:micro-f32 sdpa_boolmask_2d:micro-f32 sdpa_boolmask_2d:micro-
     fail "verify --compare of the $t dump of $name ($impl): $(cat "$OUT/plant/verify_$name.$impl.txt")"
 done
 # A changed value in the log (checksum recomputed, as a faulty port would
-# print it) is named at its stage.
-python3 - "$OUT/plant/dump_uart.log" "$OUT/plant/dump_bad.log" <<'PY'
+# print it) is named at its stage: an f32 row stage and an int8 row stage
+# (checked against the int8 case --s8-expected writes); a changed kernel
+# output whose probes agree is said to break inside the fused kernel loop.
+plant_dump() {  # CASE IMPL STAGE OUT_LOG: first value of STAGE's first part changed
+  python3 - "$OUT/plant/dump_uart.log" "$4" "$1" "$2" "$3" <<'PY'
 import struct, sys
-lines = open(sys.argv[1]).read().split("\n")
-out, block, part, done = [], None, None, False
+src, dst, case, impl, stage = sys.argv[1:]
+lines = open(src).read().split("\n")
+out, block, part, done, i8 = [], None, None, False, False
 for ln in lines:
     w = ln.split()
     if w[:2] == ["AFDUMP", "attnflow-dump/1"]:
         block = ln
-    target = block and "case=sdpa_boolmask_2d" in block and "impl=micro-f32" in block
-    if not done and target and w[:3] == ["AFDUMP", "part", "masked"]:
-        part, vals = [], None
+    target = block and ("case=" + case) in block.split() and ("impl=" + impl) in block.split()
+    if target and w[:3] == ["AFDUMP", "tensor", stage]:
+        i8 = w[3] == "i8"
+    if not done and target and w[:3] == ["AFDUMP", "part", stage]:
+        part = []
     if part is not None and w[:2] == ["AFDUMP", "d"]:
-        if not part:  # first value of the part: +1.0 (or 0.0 for -inf)
-            x = struct.unpack("<f", bytes.fromhex(w[2])[::-1])[0]
-            x = 0.0 if x == float("-inf") else x + 1.0
-            w[2] = struct.pack(">f", x).hex()
+        if not part:  # first value of the part: +1.0 (or 0.0 for -inf); int8: +3 LSB
+            if i8:
+                w[2] = str(max(-128, min(127, int(w[2]) + (3 if int(w[2]) < 120 else -3))))
+            else:
+                x = struct.unpack("<f", bytes.fromhex(w[2])[::-1])[0]
+                x = 0.0 if x == float("-inf") else x + 1.0
+                w[2] = struct.pack(">f", x).hex()
             ln = " ".join(w)
         part += w[2:]
     if part is not None and w[:2] == ["AFDUMP", "end"]:
         h = 0x811C9DC5
         for v in part:
-            for b in bytes.fromhex(v)[::-1]:
+            data = struct.pack("<b", int(v)) if i8 else bytes.fromhex(v)[::-1]
+            for b in data:
                 h = ((h ^ b) * 0x01000193) & 0xFFFFFFFF
         w[-1] = "%08x" % h
         ln, part, done = " ".join(w), None, True
     out.append(ln)
-open(sys.argv[2], "w").write("\n".join(out))
+assert done, "no part of %s in block %s/%s" % (stage, case, impl)
+open(dst, "w").write("\n".join(out))
 PY
-set +e
-"$CLI" verify --compare "$OUT/plant/dump_bad.log" "$ROOT/tests/data/golden/sdpa_boolmask_2d.safetensors" \
-  --case sdpa_boolmask_2d --device-impl micro-f32 > "$OUT/plant/verify_bad.txt" 2>&1
-rc=$?
-set -e
-((rc == 1)) && grep -q "FIRST MISMATCH: stage 'masked'" "$OUT/plant/verify_bad.txt" ||
-  fail "verify --compare did not name stage 'masked' in a dump with a changed value (exit $rc): $(cat "$OUT/plant/verify_bad.txt")"
-log "stage dumps: $t AFDUMP log of 4 case x path blocks verified on the host by attnflow verify --compare"
+}
+verify_planted() {  # CASE IMPL STAGE EXPECTED WANT(grep pattern)
+  plant_dump "$1" "$2" "$3" "$OUT/plant/dump_bad.log"
+  set +e
+  "$CLI" verify --compare "$OUT/plant/dump_bad.log" "$4" --case "$1" --device-impl "$2" \
+    > "$OUT/plant/verify_bad.txt" 2>&1
+  local rc=$?
+  set -e
+  ((rc == 1)) && grep -q "$5" "$OUT/plant/verify_bad.txt" ||
+    fail "verify --compare of a dump with a changed $3 ($1, $2; exit $rc) did not say '$5': $(cat "$OUT/plant/verify_bad.txt")"
+}
+# The device's own dump satisfies the chapter's invariants alone (no
+# reference): rows sum to one, masked weights are zero, lse = log sum exp.
+"$CLI" verify --invariants "$OUT/plant/dump_uart.log" --case sdpa_boolmask_2d --device-impl micro-f32 \
+  > "$OUT/plant/invariants.txt" 2>&1 || fail "verify --invariants of the $t dump: $(cat "$OUT/plant/invariants.txt")"
+s8x=$OUT/plant/sdpa_boolmask_2d.s8.safetensors
+verify_planted sdpa_boolmask_2d micro-f32 masked "$ROOT/tests/data/golden/sdpa_boolmask_2d.safetensors" \
+  "FIRST MISMATCH: stage 'masked'"
+verify_planted sdpa_boolmask_2d micro-s8 masked "$s8x" "FIRST MISMATCH: stage 'masked'"
+verify_planted sdpa_boolmask_2d micro-f32 out "$ROOT/tests/data/golden/sdpa_boolmask_2d.safetensors" \
+  "inside the fused kernel loop"
+verify_planted sdpa_boolmask_2d micro-s8 out "$s8x" "inside the fused kernel loop"
+log "stage dumps: $t AFDUMP log of 4 case x path blocks verified on the host by attnflow verify --compare; planted breaks named at f32 and int8 row stages and inside the fused kernel loop"
 
 # 7a. No heap, stdio, abort or C++ runtime in the library objects.
 for t in "${EDGE_TARGETS[@]}"; do

@@ -233,6 +233,18 @@ CASES = [
     SDPA("sdpa_kvlens_per_sequence_window_alibi_softcap", "per-sequence diagonal with window left=3 right=1, ALiBi [B,H], softcap 4, GQA H=4 Hkv=1, kv_lens=[9,5], Lq=3 Lk=9",
          B=2, H=4, Hkv=1, Lq=3, Lk=9, D=8, kv_lens=[9, 5], kv_align="per_sequence",
          window=(3, 1), alibi="per_batch", softcap=4.0, q_scale=2.0),
+    # --- the chapter's pitfalls (docs/lab.md exercise 9; lab_port.py --break
+    # names the bug, tests/golden/pitfalls_test.cc asserts the stage) -------
+    SDPA("sdpa_pitfall_key_mask", "pitfall: a key-padding mask [B,1,1,Lk] with Lq=Lk, so a port that broadcasts it along the queries ([B,1,Lk,1]) still runs: its masked stage is wrong",
+         B=2, H=2, Lq=6, Lk=6, D=8, mask=M("bool", ("B", 1, 1, "Lk"), p=0.7)),
+    SDPA("sdpa_pitfall_padding_causal", "pitfall: causal top_left AND right padding kv_lens=[6,4], Lq=Lk=6: the padded keys stay hidden from every query even where the causal rule allows them (masks combine with AND, not OR)",
+         B=2, H=2, Lq=6, Lk=6, D=8, causal="top_left", kv_lens=[6, 4]),
+    SDPA("sdpa_pitfall_decode_offset", "pitfall: one decode step, Lq=1 over Lk=9 cached keys, causal bottom_right: the new query is position 8 and sees every key; a port that aligns it top-left (position 0) sees only key 0",
+         B=1, H=2, Lq=1, Lk=9, D=8, causal="bottom_right", tags=["decode"]),
+    SDPA("sdpa_pitfall_fp16_softmax", "pitfall: scaled scores up to ~30 (q x8, D=16): exp(30) = 1e13 overflows float16 (65504), so a float16 softmax without the max subtraction gives inf/NaN weights",
+         B=1, H=2, Lq=5, Lk=9, D=16, q_scale=8.0),
+    MHA("mha_pitfall_head_order", "pitfall: E=8 split into H=2 heads of Dh=4 (head h = columns 4h..4h+3); a port that reshapes [L,E] as [L,Dh,H] scrambles the heads: its q stage is wrong",
+        B=1, H=2, Lq=5, Lk=5, E=8),
     # --- mha ---------------------------------------------------------------
     MHA("mha_self_e16_h4", "self-attention E=16 H=4 (Dh=4), B=2 L=7, no mask",
         B=2, H=4, Lq=7, Lk=7, E=16),
