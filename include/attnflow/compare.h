@@ -42,6 +42,11 @@ struct StageReport {
   // max_ratio = max over elements of |got - expected| / bound (> 1 fails).
   std::string bound;
   double max_ratio = 0;
+  // ||got - expected||_2 / ||expected||_2 over the finite pairs (+inf when an
+  // infinity differs, NaN with a NaN): the relative error a budget judges.
+  double rel_l2 = 0;
+  // Compared against a budget on rel_l2 (verify --budget).
+  bool budget = false;
   double bound_at_bad = 0;
   std::string note;
 };

@@ -133,6 +133,12 @@ struct CompareOptions {
   double atol = -1, rtol = -1;
   std::string tolerance = "auto";
   std::optional<DType> bound_dtype;
+  // >= 0: a stage passes when its relative error ||got - expected|| /
+  // ||expected|| (StageReport::rel_l2) is at most `budget` (inputs are still
+  // compared exactly): a model against its optimised self (another
+  // quantisation, KV cache dtype or attention path), where no rounding
+  // bound applies.
+  double budget = -1;
 };
 
 enum class VerifyImpl { kReference, kKernels };

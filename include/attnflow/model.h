@@ -7,9 +7,17 @@
 //    outside) and never downloads anything.
 //  * Token ids are int32; text is UTF-8.
 //  * Stage capture: when `capture.sink` is non-null, the model reports the
-//    stages of layer `capture.layer` under the golden-format names (q k v
-//    scores scaled masked weights lse heads_out concat out ...), plus model
-//    level stages (embed, residual, norm, ffn, block_out), cheap when off.
+//    stages of layer `capture.layer` (or of every layer, each under
+//    "layer.<l>.", with kCaptureAllLayers) under the golden-format names (q k
+//    v scores scaled masked weights lse heads_out concat out ...) and the
+//    block's (norm, residual, ffn_norm, ffn, block_out), plus model-level
+//    stages (embed first; final_norm and logits of the positions whose
+//    logits are returned, last), cheap when off. Capture only observes: the
+//    numbers are those of the same forward without it.
+//  * Attention runs through the fast kernels (attnflow::Attention), or
+//    through the float64 reference (reference::Sdpa, rounded once to f32)
+//    after SetReferenceAttention(true): what `trace --impl reference`
+//    compares a model's kernels against.
 #pragma once
 
 #include <cstdint>
@@ -52,9 +60,14 @@ class Tokenizer {
   virtual int32_t EosId() const { return -1; }
 };
 
+// StageCapture::layer for every layer at once (one forward pass): layer l's
+// stages are reported as "layer.<l>.<stage>"; the model-level stages keep
+// their names.
+constexpr int64_t kCaptureAllLayers = -1;
+
 struct StageCapture {
   StageSink* sink = nullptr;  // nullptr = off
-  int64_t layer = 0;          // which layer's attention stages to report
+  int64_t layer = 0;          // which layer's stages to report, or kCaptureAllLayers
 };
 
 class Model {
@@ -62,6 +75,9 @@ class Model {
   virtual ~Model() = default;
   virtual const ModelInfo& info() const = 0;
   virtual const Tokenizer& tokenizer() const = 0;
+  // Every layer's attention through the float64 reference instead of the
+  // kernels, from the next forward on (slower; exact attention).
+  virtual void SetReferenceAttention(bool on) = 0;
 };
 
 // Sentence encoder (BERT family).

@@ -92,7 +92,12 @@ Result<std::string> RenderPlayerHtml(std::string_view trace_json);
 // ---- exports ------------------------------------------------------------------
 // All stages (full precision) under their golden names, decode steps as
 // "decode.<s>.<stage>", the toy's inputs, and metadata (format, kind, causal,
-// scale, num_heads, ..., tokens as JSON).
+// scale, num_heads, ..., tokens as JSON; `stages` and `inputs` lists in
+// dataflow order). A trace that kept every layer (Trace::layer_stages)
+// writes those instead of the traced layer's: "layer.<l>.<stage>" and the
+// model-level embed / final_norm / logits, then each decode step's the same
+// way; `decode_token_ids` (I32) holds the decode steps' tokens, so another
+// run can be teacher-forced with them.
 Status WriteTraceSafetensors(const std::string& path, const trace::Trace& trace);
 // One NumPy .npy per stage ("<stage>.npy", "decode.<s>.<stage>.npy") plus
 // token_ids.npy; the directory is created if missing. `written` (optional)
@@ -111,5 +116,23 @@ enum class ImageFormat { kPng, kSvg };
 Status WriteTraceHeatmaps(const std::string& dir, const trace::Trace& trace,
                           const std::vector<int64_t>& heads, ImageFormat format,
                           std::vector<std::string>* written);
+
+// ---- error growth (`verify --compare OPT REF --png/--svg`) -------------------
+// How a stage's error grows through the layers of a model compared with
+// another run of it: one curve per stage kind, one value per layer (NaN =
+// not compared), on a log scale; `budget` (> 0) is drawn as a dashed line.
+struct ErrorCurve {
+  std::string name;
+  std::vector<double> values;
+};
+struct ErrorPlot {
+  std::string title;
+  std::vector<std::string> x_labels;  // one per layer
+  std::string x_title = "layer", y_title = "relative error |got - ref| / |ref|";
+  std::vector<ErrorCurve> curves;  // at most 10
+  double budget = -1;
+};
+Result<std::string> ErrorPlotPng(const ErrorPlot& plot);
+Result<std::string> ErrorPlotSvg(const ErrorPlot& plot);
 
 }  // namespace attnflow::player

@@ -11,6 +11,8 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "attnflow/tensor.h"
 
@@ -48,6 +50,24 @@ class RenamingSink : public StageSink {
  private:
   StageSink* inner_;
   Map map_;
+};
+
+// Forwards every stage to `inner` under `prefix` + its name: a model that
+// captures every layer reports layer l's "q" as "layer.<l>.q". A null inner
+// sink wants nothing.
+class PrefixSink : public StageSink {
+ public:
+  PrefixSink(StageSink* inner, std::string prefix) : inner_(inner), prefix_(std::move(prefix)) {}
+  bool Wants(std::string_view stage) const override {
+    return inner_ != nullptr && inner_->Wants(prefix_ + std::string(stage));
+  }
+  void Put(std::string_view stage, const TensorView& value) override {
+    if (inner_ != nullptr) inner_->Put(prefix_ + std::string(stage), value);
+  }
+
+ private:
+  StageSink* inner_;
+  std::string prefix_;
 };
 
 // Keeps a deep copy of every stage it is given (all stages by default, or

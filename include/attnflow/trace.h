@@ -72,6 +72,10 @@ struct DecodeStep {
   // q [1,H,1,Dh]; k, v [1,Hkv,Lk,Dh] (the cache including the new row);
   // scores scaled masked weights [1,H,1,Lk]; lse [1,H,1]; heads_out [1,H,1,Dh].
   std::vector<NamedTensor> stages;
+  // Every layer's stages of this step ("layer.<l>.<stage>", the model-level
+  // embed / final_norm / logits), in dataflow order, when the trace keeps
+  // them (ModelTraceOptions::keep_layer_stages).
+  std::vector<NamedTensor> layer_stages;
   KernelCheck kernel;
   const Tensor* Find(std::string_view name) const;
 };
@@ -123,6 +127,13 @@ struct Trace {
   // valid golden case of kind "mha" (LoadGoldenCase / attnflow verify).
   std::vector<NamedTensor> inputs;
   std::vector<NamedTensor> stages;  // in TraceStageOrder()
+  // Every layer's stages of the prefill (decode steps: DecodeStep::
+  // layer_stages), in dataflow order, when kept (ModelTraceOptions::
+  // keep_layer_stages): what a model's all-layer dump holds.
+  std::vector<NamedTensor> layer_stages;
+  // How the model ran (a dump's metadata, for comparing it with another
+  // run): "F32"/"F16" KV cache, attention "kernels"/"reference".
+  std::string kv_dtype, attention_impl;
   std::vector<DecodeStep> decode;
   KernelCheck kernel;  // prefill attention through the fast kernels
   std::vector<AttentionView> views;  // extra views (all layers, ViT grid, ...)
@@ -194,9 +205,22 @@ struct ModelTraceOptions {
   // pass (the captured query × key maps need the whole prompt at once), so
   // nothing is reported inside it. Called on the tracing thread.
   std::function<void(int64_t done, int64_t total)> progress;
-  // Add the "layers" view: the weights of every layer (one prefill forward
-  // pass per layer, each capturing that layer; decode steps only for `layer`).
+  // Add the "layers" view: the weights of every layer, from the same
+  // forward pass that captures `layer` (every layer is captured at once).
   bool all_layers = false;
+  // Keep every layer's stages, of the prefill and of each decode step
+  // (Trace::layer_stages, DecodeStep::layer_stages): a model's all-layer
+  // dump (`trace --all-layers --safetensors`). The score-row stages (scores
+  // scaled masked weights lse, H·Lq·Lk each) of every layer are kept when
+  // all of them together hold at most max_row_elements values; past that
+  // only `weights` is (the other stages are all kept). Layers other than
+  // `layer` are kept as float32.
+  bool keep_layer_stages = false;
+  int64_t max_row_elements = int64_t{1} << 24;
+  // Teacher forcing (decoder): the decode steps feed these token ids (e.g.
+  // the tokens of another run being compared) instead of the greedy choice;
+  // empty = greedy. Fewer ids than decode_steps is an error.
+  std::vector<int32_t> decode_ids;
 };
 // A sentence through a sentence encoder (BERT family): [CLS] text [SEP].
 Result<Trace> TraceEncoder(EncoderModel& model, std::string_view text,

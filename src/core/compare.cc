@@ -41,6 +41,8 @@ StageReport CompareWith(const std::string& name, const TensorView& got,
     return r;
   }
   r.compared = true;
+  double d2 = 0, e2 = 0;  // sums of squares for rel_l2
+  bool inf_differs = false, nan = false;
   const int64_t n = expected.numel();
   int64_t idx[4] = {0, 0, 0, 0};
   for (int64_t e = 0; e < n; ++e) {
@@ -49,11 +51,15 @@ StageReport CompareWith(const std::string& name, const TensorView& got,
     bool ok;
     if (std::isnan(g) || std::isnan(x)) {
       ok = false;
+      nan = true;
       r.max_abs = r.max_rel = std::numeric_limits<double>::quiet_NaN();
     } else if (std::isinf(x) || std::isinf(g)) {
       ok = g == x;
+      inf_differs = inf_differs || !ok;
       if (!ok && !std::isnan(r.max_abs)) r.max_abs = r.max_rel = INFINITY;
     } else {
+      d2 += (g - x) * (g - x);
+      e2 += x * x;
       const double diff = std::fabs(g - x);
       const double t = tol(e, x);
       ok = diff <= t;
@@ -79,6 +85,11 @@ StageReport CompareWith(const std::string& name, const TensorView& got,
     }
   }
   r.match = r.mismatches == 0;
+  r.rel_l2 = nan           ? std::numeric_limits<double>::quiet_NaN()
+             : inf_differs ? INFINITY
+             : e2 > 0      ? std::sqrt(d2 / e2)
+             : d2 > 0      ? INFINITY
+                           : 0.0;
   return r;
 }
 

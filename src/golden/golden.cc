@@ -616,7 +616,7 @@ Result<CaseReport> CompareStages(const GotStages& got, const SafetensorsFile& ex
                            QuoteBounded(opt.tolerance));
   }
   std::optional<GoldenCase> gc;
-  if (opt.tolerance == "bound" || (opt.tolerance == "auto" && atol < 0 && rtol < 0)) {
+  if (opt.tolerance == "bound" || (opt.tolerance == "auto" && atol < 0 && rtol < 0 && opt.budget < 0)) {
     std::string why = "it is not a golden case";
     if (Result<GoldenCase> c = ViewGoldenCase(expected); c.ok() && HasRoundingBounds(*c, &why)) {
       gc = std::move(c).value();
@@ -701,8 +701,15 @@ Result<CaseReport> CompareStages(const GotStages& got, const SafetensorsFile& ex
     if (c.ok() && st != stage_tol.end() && !is_input) c->bound = "per-stage";
     if (!c.ok()) return c.status();
     c->input = is_input;
+    if (opt.budget >= 0 && !is_input && c->note.empty()) {  // not a shape or dtype mismatch
+      // The budget judges the stage's relative error as a whole.
+      c->budget = true;
+      c->match = c->rel_l2 <= opt.budget;  // false for NaN
+      c->max_ratio = opt.budget > 0 ? c->rel_l2 / opt.budget : (c->rel_l2 > 0 ? INFINITY : 0.0);
+    }
     rep.stages.push_back(std::move(c).value());
   }
+  if (opt.budget >= 0) rep.tolerance = "budget";
   // A device's row stages come from its stage probes, which recompute
   // scores .. weights outside the fused kernel; lse and out come from the
   // kernel. Probes that agree and a kernel stage that does not put the break

@@ -79,17 +79,29 @@ Status WriteTraceSafetensors(const std::string& path, const Trace& t) {
     tensors.emplace_back(in.name, in.value.view());
     inputs.push_back(in.name);
   }
-  for (const auto& s : t.stages) {
+  // An all-layer dump holds every layer ("layer.<l>.<stage>") instead of the
+  // traced layer's stages alone.
+  const bool all = !t.layer_stages.empty();
+  for (const auto& s : all ? t.layer_stages : t.stages) {
     tensors.emplace_back(s.name, s.value.view());
     stages.push_back(s.name);
   }
   for (size_t i = 0; i < t.decode.size(); ++i) {
-    for (const auto& s : t.decode[i].stages) {
+    for (const auto& s : all ? t.decode[i].layer_stages : t.decode[i].stages) {
       tensors.emplace_back("decode." + std::to_string(i) + "." + s.name, s.value.view());
       stages.push_back(tensors.back().first);
     }
   }
   inputs.push_back("token_ids");
+  // The decode steps' tokens: what another run is teacher-forced with
+  // (`trace --decode-from`), so two dumps see the same tokens.
+  std::vector<int32_t> decode_ids;
+  for (const auto& d : t.decode) decode_ids.push_back(d.token.id);
+  if (!decode_ids.empty()) {
+    tensors.emplace_back("decode_token_ids", MakeView(decode_ids.data(), DType::kI32,
+                                                      {static_cast<int64_t>(decode_ids.size())}));
+    inputs.push_back("decode_token_ids");
+  }
   Result<std::string> stage_list = JoinStageList(stages), input_list = JoinStageList(inputs);
   if (!stage_list.ok()) return stage_list.status();
   if (!input_list.ok()) return input_list.status();
@@ -117,12 +129,16 @@ Status WriteTraceSafetensors(const std::string& path, const Trace& t) {
       {"tokens", TokensJson(t.tokens, false)},
       {"stages", stage_list.value()},
       {"inputs", input_list.value()},
+      {"layers", all ? "all" : std::to_string(t.layer)},
+      {"weight_dtype", t.info.weight_dtype},
       {"decode_tokens", [&] {
          std::vector<TraceToken> d;
          for (const auto& s : t.decode) d.push_back(s.token);
          return TokensJson(d, false);
        }()},
   };
+  if (!t.kv_dtype.empty()) meta["kv_dtype"] = t.kv_dtype;
+  if (!t.attention_impl.empty()) meta["attention"] = t.attention_impl;
   return WriteSafetensors(path, tensors, meta);
 }
 
@@ -155,9 +171,10 @@ Status WriteTraceNpy(const std::string& dir, const Trace& t, std::vector<std::st
       paths.push_back(JoinPath(dir, name + ".npy"));
       return Status::Ok();
     };
-    for (const auto& s : t.stages) ATTNFLOW_RETURN_IF_ERROR(put(s.name, s.value.view()));
+    const bool all = !t.layer_stages.empty();  // an all-layer dump: every layer
+    for (const auto& s : all ? t.layer_stages : t.stages) ATTNFLOW_RETURN_IF_ERROR(put(s.name, s.value.view()));
     for (size_t i = 0; i < t.decode.size(); ++i)
-      for (const auto& s : t.decode[i].stages)
+      for (const auto& s : all ? t.decode[i].layer_stages : t.decode[i].stages)
         ATTNFLOW_RETURN_IF_ERROR(put("decode." + std::to_string(i) + "." + s.name, s.value.view()));
     std::vector<int32_t> ids;
     for (const auto& tok : t.tokens) ids.push_back(tok.id);

@@ -18,10 +18,17 @@ namespace attnflow::trace::internal {
 // out (unlike StageRecorder). Optionally renames one stage on the way in.
 class Collector : public StageSink {
  public:
+  // Which stages it keeps; the default keeps the page's stages and every
+  // other name a layer reports, but not a model's final_norm and logits
+  // (whole-vocabulary rows the page has no step for).
+  using Filter = bool (*)(std::string_view stage);
+  static bool PageStages(std::string_view s) { return s != "final_norm" && s != "logits"; }
+  static bool Everything(std::string_view) { return true; }
   Collector() = default;
+  explicit Collector(Filter f) : filter_(f) {}
   Collector(std::string from, std::string to)
       : rename_from_(std::move(from)), rename_to_(std::move(to)) {}
-  bool Wants(std::string_view) const override { return true; }
+  bool Wants(std::string_view s) const override { return filter_(s); }
   void Put(std::string_view stage, const TensorView& value) override;
   const Status& status() const { return status_; }
   // Moves every collected stage into `out` in TraceStageOrder(), then any
@@ -30,6 +37,7 @@ class Collector : public StageSink {
   std::vector<NamedTensor>& items() { return items_; }
 
  private:
+  Filter filter_ = PageStages;
   std::string rename_from_, rename_to_;
   std::vector<NamedTensor> items_;
   Status status_;

@@ -160,20 +160,6 @@ using internal::Collector;
 
 Result<Tensor> F64(const Shape& s) { return Tensor::Zeros(DType::kF64, s); }
 
-// Moves a model's captured stages into the trace and runs the kernel check
-// on its attention stages.
-Status FinishModelTrace(Collector& rec, const std::string& model, int64_t layer, Trace* t) {
-  rec.MoveOrdered(&t->stages);
-  if (t->Find("weights") == nullptr) {
-    return Unimplemented("trace: " + model + " did not report attention weights for layer " +
-                         std::to_string(layer) + " (StageCapture)");
-  }
-  t->kernel = internal::RunKernelCheck(t->Find("q"), t->Find("k"), t->Find("v"), t->causal,
-                                       t->scale, t->Find("heads_out"), t->Find("lse"),
-                                       t->Find("masked"), t->Find("weights"));
-  return Status::Ok();
-}
-
 Status CheckRange(const char* what, int64_t v, int64_t lo, int64_t hi) {
   if (v < lo || v > hi) {
     return OutOfRange(std::string("trace: ") + what + " = " + std::to_string(v) +
@@ -458,60 +444,132 @@ Result<Trace> TraceToy(const ToyOptions& o) {
 
 namespace {
 
-// --all-layers for a real model: the traced layer's weights are already in
-// t; every other layer gets its own pass (`run` with a capture of that layer),
-// kept as float32 (the page's precision, half the memory), then one view.
-Status AddAllLayersView(int64_t num_layers, int64_t traced_layer, Trace* t,
-                        const std::function<Status(StageCapture&)>& run) {
-  std::vector<Tensor> keep(static_cast<size_t>(num_layers));
+// Every layer of one forward pass (StageCapture kCaptureAllLayers), kept as
+// the trace needs it: the traced layer whole (the page's pipeline), each
+// layer's weights (the "layers" view), the block output of the layer before
+// the traced one (its layer_in), and with `keep` every stage of every layer
+// (the all-layer dump; the score-row stages only when `keep_rows`). Layers
+// other than the traced one are stored as float32. Items stay in arrival
+// order, which is the dataflow order.
+class LayerCapture : public StageSink {
+ public:
+  LayerCapture(int64_t traced, bool view, bool keep, bool keep_rows)
+      : traced_(traced), view_(view), keep_(keep), keep_rows_(keep_rows) {}
+
+  bool Wants(std::string_view name) const override {
+    int64_t l = -1;
+    std::string_view st = Split(name, &l);
+    if (l < 0) return st == "embed" || keep_;  // model level: embed, final_norm, logits
+    if (l == traced_) return true;
+    if (st == "weights") return view_ || keep_;
+    if (l == traced_ - 1 && st == "block_out") return true;
+    if (st == "scores" || st == "scaled" || st == "masked" || st == "lse") return keep_ && keep_rows_;
+    return keep_;
+  }
+  void Put(std::string_view name, const TensorView& value) override {
+    int64_t l = -1;
+    Split(name, &l);
+    Result<Tensor> copy = Tensor::FromView(value);
+    if (copy.ok() && l >= 0 && l != traced_ && value.dtype == DType::kF64) copy = internal::ToF32(*copy);
+    if (!copy.ok()) {
+      if (status_.ok()) status_ = copy.status();
+      return;
+    }
+    items_.push_back({std::string(name), std::move(copy).value()});
+  }
+  const Status& status() const { return status_; }
+
+  // The traced layer's stages without their prefix (and `embed`, and
+  // layer_in when the layer before was captured), in TraceStageOrder().
+  Status PageStages(std::vector<NamedTensor>* out) const {
+    Collector rec(Collector::Everything);
+    const std::string pre = "layer." + std::to_string(traced_) + ".";
+    const std::string before = "layer." + std::to_string(traced_ - 1) + ".block_out";
+    for (const NamedTensor& it : items_) {
+      if (it.name == "embed") rec.Put("embed", it.value.view());
+      else if (it.name.rfind(pre, 0) == 0) rec.Put(it.name.substr(pre.size()), it.value.view());
+      else if (it.name == before) rec.Put("layer_in", it.value.view());
+    }
+    ATTNFLOW_RETURN_IF_ERROR(rec.status());
+    rec.MoveOrdered(out);
+    return Status::Ok();
+  }
+  // Layer l's weights (nullptr if not captured).
+  const Tensor* Weights(int64_t l) const {
+    return internal::FindIn(items_, "layer." + std::to_string(l) + ".weights");
+  }
+  // Every kept stage, in dataflow order (moved out).
+  std::vector<NamedTensor> TakeAll() { return std::move(items_); }
+
+ private:
+  // "layer.<l>.<stage>" -> stage, *l = l; any other name -> itself, *l = -1.
+  static std::string_view Split(std::string_view name, int64_t* l) {
+    *l = -1;
+    if (name.rfind("layer.", 0) != 0) return name;
+    const size_t dot = name.find('.', 6);
+    if (dot == std::string_view::npos) return name;
+    int64_t v = 0;
+    for (size_t i = 6; i < dot; ++i) {
+      if (name[i] < '0' || name[i] > '9') return name;
+      v = v * 10 + (name[i] - '0');
+    }
+    *l = v;
+    return name.substr(dot + 1);
+  }
+  int64_t traced_;
+  bool view_, keep_, keep_rows_;
+  std::vector<NamedTensor> items_;
+  Status status_;
+};
+
+// Whether every layer's score-row stages fit the trace's budget: 5 stages of
+// H·Lq·Lk per layer (per decode step: 5·H·Lk).
+bool KeepRows(const ModelInfo& info, const ModelTraceOptions& o, int64_t lq, int64_t lk) {
+  const double rows = 5.0 * static_cast<double>(info.num_layers) *
+                      static_cast<double>(info.num_heads) * static_cast<double>(lq) *
+                      static_cast<double>(lk);
+  return rows <= static_cast<double>(o.max_row_elements);
+}
+
+// The "layers" view from the weights every layer reported.
+Status AddLayersViewFrom(const LayerCapture& cap, int64_t num_layers, Trace* t) {
   std::vector<const Tensor*> per;
   for (int64_t l = 0; l < num_layers; ++l) {
-    if (l == traced_layer) {
-      per.push_back(t->Find("weights"));
-      continue;
-    }
-    Collector r2;
-    StageCapture c2;
-    c2.sink = &r2;
-    c2.layer = l;
-    ATTNFLOW_RETURN_IF_ERROR(run(c2));
-    ATTNFLOW_RETURN_IF_ERROR(r2.status());
-    const Tensor* w = internal::FindIn(r2.items(), "weights");
+    const Tensor* w = cap.Weights(l);
     if (w == nullptr) return Unimplemented("trace: no weights for layer " + std::to_string(l));
-    Result<Tensor> w32 = internal::ToF32(*w);
-    if (!w32.ok()) return w32.status();
-    keep[static_cast<size_t>(l)] = std::move(w32).value();
-    per.push_back(&keep[static_cast<size_t>(l)]);
+    per.push_back(w);
   }
   return internal::AddLayersView(per, t->tokens, t->causal, t);
 }
 
-// One encoder pass over `ids` (one sequence, or a padded batch) capturing
-// layer o.layer into rec, plus that layer's input hidden state as "layer_in"
-// when o.layer > 0. Progress goes from 0 to the number of tokens.
+// One encoder pass over `ids` (one sequence, or a padded batch) with every
+// layer captured as `cap` keeps it. Progress goes from 0 to the number of
+// tokens.
 Status CaptureEncoderPass(EncoderModel& model, const std::vector<std::vector<int32_t>>& ids,
-                          const ModelTraceOptions& o, Collector* rec) {
+                          const ModelTraceOptions& o, LayerCapture* cap) {
   Tensor emb, hidden;
-  StageCapture cap;
-  cap.sink = rec;
-  cap.layer = o.layer;
+  StageCapture sc;
+  sc.sink = cap;
+  sc.layer = kCaptureAllLayers;
   int64_t total = 0;
   for (const auto& v : ids) total += static_cast<int64_t>(v.size());
   if (o.progress) o.progress(0, total);
-  ATTNFLOW_RETURN_IF_ERROR(model.Embed(ids, &emb, &hidden, cap));
-  ATTNFLOW_RETURN_IF_ERROR(rec->status());
+  ATTNFLOW_RETURN_IF_ERROR(model.Embed(ids, &emb, &hidden, sc));
+  ATTNFLOW_RETURN_IF_ERROR(cap->status());
   if (o.progress) o.progress(total, total);
-  if (o.layer > 0) {
-    std::vector<Tensor> states;
-    ATTNFLOW_RETURN_IF_ERROR(model.HiddenStates(ids, &states));
-    if (static_cast<int64_t>(states.size()) <= o.layer) {
-      return Status(StatusCode::kInternal, "trace: the model returned " +
-                                               std::to_string(states.size()) +
-                                               " hidden states for layer " +
-                                               std::to_string(o.layer));
-    }
-    rec->items().push_back({"layer_in", std::move(states[o.layer])});
+  return Status::Ok();
+}
+
+// The page's stages of `cap` into rec-ordered stages, checked.
+Status FinishModelTrace(LayerCapture& cap, const std::string& model, int64_t layer, Trace* t) {
+  ATTNFLOW_RETURN_IF_ERROR(cap.PageStages(&t->stages));
+  if (t->Find("weights") == nullptr) {
+    return Unimplemented("trace: " + model + " did not report attention weights for layer " +
+                         std::to_string(layer) + " (StageCapture)");
   }
+  t->kernel = internal::RunKernelCheck(t->Find("q"), t->Find("k"), t->Find("v"), t->causal,
+                                       t->scale, t->Find("heads_out"), t->Find("lse"),
+                                       t->Find("masked"), t->Find("weights"));
   return Status::Ok();
 }
 
@@ -521,7 +579,7 @@ Result<Trace> TraceEncoder(EncoderModel& model, std::string_view text,
                            const ModelTraceOptions& o) {
   const ModelInfo& info = model.info();
   ATTNFLOW_RETURN_IF_ERROR(CheckRange("layer", o.layer, 0, info.num_layers - 1));
-  if (o.decode_steps != 0) {
+  if (o.decode_steps != 0 || !o.decode_ids.empty()) {
     return InvalidArgument("trace: --decode-steps needs a decoder; " + info.name +
                            " is an encoder");
   }
@@ -535,16 +593,13 @@ Result<Trace> TraceEncoder(EncoderModel& model, std::string_view text,
   t.description = "A sentence through " + info.name + " (encoder, bidirectional), layer " +
                   std::to_string(o.layer);
   t.tokens = TokensOf(model.tokenizer(), ids.value());
-  Collector rec;
-  ATTNFLOW_RETURN_IF_ERROR(CaptureEncoderPass(model, {ids.value()}, o, &rec));
-  ATTNFLOW_RETURN_IF_ERROR(FinishModelTrace(rec, info.name, o.layer, &t));
-  if (o.all_layers) {
-    // One forward pass per layer, each capturing that layer's weights.
-    ATTNFLOW_RETURN_IF_ERROR(AddAllLayersView(info.num_layers, o.layer, &t, [&](StageCapture& c) {
-      Tensor e2, h2;
-      return model.Embed({ids.value()}, &e2, &h2, c);
-    }));
-  }
+  const int64_t L = static_cast<int64_t>(ids->size());
+  // One forward pass captures every layer the trace needs.
+  LayerCapture cap(o.layer, o.all_layers, o.keep_layer_stages, KeepRows(info, o, L, L));
+  ATTNFLOW_RETURN_IF_ERROR(CaptureEncoderPass(model, {ids.value()}, o, &cap));
+  ATTNFLOW_RETURN_IF_ERROR(FinishModelTrace(cap, info.name, o.layer, &t));
+  if (o.all_layers) ATTNFLOW_RETURN_IF_ERROR(AddLayersViewFrom(cap, info.num_layers, &t));
+  if (o.keep_layer_stages) t.layer_stages = cap.TakeAll();
   return t;
 }
 
@@ -587,9 +642,13 @@ Result<std::vector<Trace>> TraceEncoderBatch(EncoderModel& model,
     return InvalidArgument("trace: --decode-steps needs a decoder; " + info.name +
                            " is an encoder");
   }
-  if (o.all_layers) {
+  if (o.all_layers || o.keep_layer_stages) {
     return InvalidArgument("trace: --all-layers traces one sentence; drop it or trace a "
                            "single sentence with --text");
+  }
+  if (!o.decode_ids.empty()) {
+    return InvalidArgument("trace: decode tokens need a decoder; " + info.name +
+                           " is an encoder");
   }
   std::vector<std::vector<int32_t>> ids;
   int64_t lmax = 0;
@@ -600,10 +659,10 @@ Result<std::vector<Trace>> TraceEncoderBatch(EncoderModel& model,
     ids.push_back(std::move(r).value());
   }
   // One padded forward pass, as sentence-transformers runs a batch.
-  Collector rec;
-  ATTNFLOW_RETURN_IF_ERROR(CaptureEncoderPass(model, ids, o, &rec));
+  LayerCapture cap(o.layer, false, false, false);
+  ATTNFLOW_RETURN_IF_ERROR(CaptureEncoderPass(model, ids, o, &cap));
   std::vector<NamedTensor> batch_stages;
-  rec.MoveOrdered(&batch_stages);
+  ATTNFLOW_RETURN_IF_ERROR(cap.PageStages(&batch_stages));
   const int32_t pad_id = PadId(model.tokenizer());
   std::vector<Trace> out;
   for (int64_t b = 0; b < B; ++b) {
@@ -652,6 +711,16 @@ Result<Trace> TraceDecoder(DecoderModel& model, std::string_view prompt,
   const ModelInfo& info = model.info();
   ATTNFLOW_RETURN_IF_ERROR(CheckRange("layer", o.layer, 0, info.num_layers - 1));
   ATTNFLOW_RETURN_IF_ERROR(CheckRange("decode steps", o.decode_steps, 0, 1024));
+  if (!o.decode_ids.empty() && static_cast<int64_t>(o.decode_ids.size()) < o.decode_steps) {
+    return InvalidArgument("trace: " + std::to_string(o.decode_steps) + " decode steps but only " +
+                           std::to_string(o.decode_ids.size()) + " teacher-forced token ids");
+  }
+  for (int32_t id : o.decode_ids) {
+    if (id < 0 || id >= info.vocab_size) {
+      return OutOfRange("trace: teacher-forced token id " + std::to_string(id) +
+                        " is outside the vocabulary [0, " + std::to_string(info.vocab_size) + ")");
+    }
+  }
   Result<std::vector<int32_t>> ids = model.tokenizer().Encode(prompt, /*add_special=*/true);
   if (!ids.ok()) return ids.status();
   if (ids->empty()) return InvalidArgument("trace: the prompt encodes to no tokens");
@@ -661,51 +730,48 @@ Result<Trace> TraceDecoder(DecoderModel& model, std::string_view prompt,
   t.layer = o.layer;
   t.causal = Causal::kTopLeft;  // prefill from an empty cache
   t.description = "A prompt through " + info.name + " (decoder: causal prefill, then " +
-                  std::to_string(o.decode_steps) + " greedy decode steps), layer " +
-                  std::to_string(o.layer);
+                  std::to_string(o.decode_steps) + (o.decode_ids.empty() ? " greedy" : " teacher-forced") +
+                  " decode steps), layer " + std::to_string(o.layer);
   t.tokens = TokensOf(model.tokenizer(), ids.value());
   model.Reset();
-  Collector rec;
-  StageCapture cap;
-  cap.sink = &rec;
-  cap.layer = o.layer;
-  Tensor logits;
   const int64_t n = static_cast<int64_t>(ids->size()), total = n + o.decode_steps;
+  // One forward pass captures every layer the trace needs (the layers view,
+  // the all-layer dump); each decode step is one more.
+  LayerCapture cap(o.layer, o.all_layers, o.keep_layer_stages, KeepRows(info, o, n, n));
+  StageCapture sc;
+  sc.sink = &cap;
+  sc.layer = kCaptureAllLayers;
+  Tensor logits;
   if (o.progress) o.progress(0, total);
-  ATTNFLOW_RETURN_IF_ERROR(model.Forward(ids.value(), /*all_logits=*/false, &logits, cap));
-  ATTNFLOW_RETURN_IF_ERROR(rec.status());
+  ATTNFLOW_RETURN_IF_ERROR(model.Forward(ids.value(), /*all_logits=*/false, &logits, sc));
+  ATTNFLOW_RETURN_IF_ERROR(cap.status());
   if (o.progress) o.progress(n, total);
-  ATTNFLOW_RETURN_IF_ERROR(FinishModelTrace(rec, info.name, o.layer, &t));
+  ATTNFLOW_RETURN_IF_ERROR(FinishModelTrace(cap, info.name, o.layer, &t));
+  if (o.all_layers) ATTNFLOW_RETURN_IF_ERROR(AddLayersViewFrom(cap, info.num_layers, &t));
+  if (o.keep_layer_stages) t.layer_stages = cap.TakeAll();
   for (int64_t s = 0; s < o.decode_steps; ++s) {
     if (!logits.defined() || logits.numel() == 0) {
       return Status(StatusCode::kInternal, "trace: the decoder returned no logits");
     }
-    const int32_t next = ArgMax(logits);
+    const int32_t next = o.decode_ids.empty() ? ArgMax(logits) : o.decode_ids[static_cast<size_t>(s)];
     DecodeStep step;
     step.token = {next, model.tokenizer().TokenText(next), model.tokenizer().TokenBytes(next)};
     step.position = model.CacheLength();
-    Collector srec;
-    StageCapture scap;
-    scap.sink = &srec;
-    scap.layer = o.layer;
-    ATTNFLOW_RETURN_IF_ERROR(model.Forward({next}, false, &logits, scap));
-    ATTNFLOW_RETURN_IF_ERROR(srec.status());
-    srec.MoveOrdered(&step.stages);
+    const int64_t lk = step.position + 1;
+    LayerCapture scap(o.layer, false, o.keep_layer_stages, KeepRows(info, o, 1, lk));
+    StageCapture ssc;
+    ssc.sink = &scap;
+    ssc.layer = kCaptureAllLayers;
+    ATTNFLOW_RETURN_IF_ERROR(model.Forward({next}, false, &logits, ssc));
+    ATTNFLOW_RETURN_IF_ERROR(scap.status());
+    ATTNFLOW_RETURN_IF_ERROR(scap.PageStages(&step.stages));
+    if (o.keep_layer_stages) step.layer_stages = scap.TakeAll();
     step.kernel = internal::RunKernelCheck(step.Find("q"), step.Find("k"), step.Find("v"),
                                            Causal::kBottomRight, t.scale, step.Find("heads_out"),
                                            step.Find("lse"), step.Find("masked"),
                                            step.Find("weights"));
     t.decode.push_back(std::move(step));
     if (o.progress) o.progress(n + s + 1, total);
-  }
-  if (o.all_layers) {
-    // One prefill per layer (from an empty cache), each capturing that layer.
-    ATTNFLOW_RETURN_IF_ERROR(AddAllLayersView(info.num_layers, o.layer, &t, [&](StageCapture& c) {
-      model.Reset();
-      Tensor lg;
-      return model.Forward(ids.value(), false, &lg, c);
-    }));
-    model.Reset();
   }
   return t;
 }

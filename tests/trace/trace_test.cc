@@ -370,6 +370,7 @@ class StandInDecoder : public DecoderModel {
   const ModelInfo& info() const override { return info_; }
   const Tokenizer& tokenizer() const override { return tok_; }
   void Reset() override { x_.clear(); }
+  void SetReferenceAttention(bool) override {}  // its attention is the reference already
   int64_t CacheLength() const override { return static_cast<int64_t>(x_.size()) / E; }
   Status Forward(const std::vector<int32_t>& ids, bool, Tensor* logits,
                  const StageCapture& capture) override {
@@ -392,8 +393,12 @@ class StandInDecoder : public DecoderModel {
     SdpaOptions opt;
     opt.causal = Causal::kBottomRight;
     Tensor out = testing::Zeros(DType::kF64, {1, n, E});
-    ATTNFLOW_RETURN_IF_ERROR(reference::Mha(out.view(), q.view(), all.view(), all.view(), w, opt,
-                                            capture.layer == 0 ? capture.sink : nullptr));
+    // Its only layer: reported as is (layer 0) or as "layer.0." (every layer).
+    PrefixSink every(capture.sink, "layer.0.");
+    StageSink* sink = capture.layer == 0 ? capture.sink
+                      : capture.layer == kCaptureAllLayers ? &every
+                                                           : nullptr;
+    ATTNFLOW_RETURN_IF_ERROR(reference::Mha(out.view(), q.view(), all.view(), all.view(), w, opt, sink));
     *logits = testing::Zeros(DType::kF32, {1, 16});
     const int32_t want = (ids.back() + 1) % 16;
     for (int v = 0; v < 16; ++v) logits->data<float>()[v] = -float((v - want) * (v - want));
@@ -455,8 +460,10 @@ TEST(TraceModels, MiniLmLayerStagesEqualTheReferenceOnItsCapturedQkv) {
   const int64_t L = static_cast<int64_t>(t->tokens.size());
   EXPECT_EQ(t->Find("weights")->shape(), (Shape{1, 12, L, L}));
   ASSERT_NE(t->Find("layer_in"), nullptr);
-  // Re-run the float64 reference on the captured q/k/v: the trace's stages
-  // are exactly its recorded stages.
+  // Re-run the float64 reference on the captured q/k/v: the trace's score
+  // stages are exactly its recorded stages; heads_out is the layer's own
+  // attention (the fast kernels: capture does not change the model's
+  // numbers), within f32 rounding of the reference's out.
   StageRecorder rec;
   Tensor out = testing::Zeros(DType::kF64, {1, 12, L, 32});
   ASSERT_TRUE(reference::Sdpa(out.view(), TensorView(), t->Find("q")->view(), t->Find("k")->view(),
@@ -464,7 +471,7 @@ TEST(TraceModels, MiniLmLayerStagesEqualTheReferenceOnItsCapturedQkv) {
                   .ok());
   for (const char* n : {"scores", "scaled", "masked", "weights", "lse"})
     EXPECT_EQ(testing::MaxAbsDiff(t->Find(n)->view(), rec.Find(n)->view()), 0.0) << n;
-  EXPECT_EQ(testing::MaxAbsDiff(t->Find("heads_out")->view(), rec.Find("out")->view()), 0.0);
+  EXPECT_LT(testing::MaxAbsDiff(t->Find("heads_out")->view(), rec.Find("out")->view()), 1e-5);
   for (int64_t h = 0; h < 12; ++h)
     for (int64_t i = 0; i < L; ++i) {
       double sum = 0;

@@ -37,6 +37,7 @@
 #include "attnflow/file_util.h"
 #include "attnflow/model.h"
 #include "attnflow/player.h"
+#include "attnflow/safetensors.h"
 #include "cli_common.h"
 
 namespace attnflow::cli {
@@ -53,6 +54,11 @@ struct TraceArgs {
   std::string causal = "top_left";
   std::string json, html, safetensors, npy, csv, png, svg;
   bool quiet = false;
+  // What a porter changes, to compare a model with its optimised self
+  // (docs/golden-format.md "A model against its optimised self").
+  std::string kv_dtype = "f32";  // decoder KV cache
+  std::string impl = "kernels";  // attention: kernels | reference
+  std::string decode_from;       // teacher-force the decode steps with REF's tokens
 };
 
 // The outputs, in --help order: each is written when its flag is given.
@@ -375,6 +381,44 @@ bool OutputsAreNotInputs(const TraceArgs& a) {
   return true;
 }
 
+// --decode-from REF: the decode steps feed REF's decode_token_ids (a dump
+// written by `trace --safetensors`), after checking that the prompt is
+// REF's (the same token ids), so the two runs see the same tokens.
+Status TeacherTokens(const TraceArgs& a, const Model& model, const std::string& text,
+                     trace::ModelTraceOptions* o) {
+  Result<SafetensorsFile> ref = SafetensorsFile::Open(a.decode_from);
+  if (!ref.ok()) return ref.status();
+  const std::string where = "--decode-from " + a.decode_from + ": ";
+  if (!ref->Has("decode_token_ids") || !ref->Has("token_ids")) {
+    return InvalidArgument(where + "no decode_token_ids / token_ids (a dump of `attnflow trace "
+                                   "--model ... --decode-steps N --safetensors FILE`)");
+  }
+  Result<TensorView> dec = ref->Get("decode_token_ids"), tok = ref->Get("token_ids");
+  if (!dec.ok()) return dec.status();
+  if (!tok.ok()) return tok.status();
+  if (dec->dtype != DType::kI32 || dec->rank != 1 || tok->dtype != DType::kI32 || tok->rank != 1) {
+    return InvalidArgument(where + "token_ids and decode_token_ids must be I32 [n]");
+  }
+  Result<std::vector<int32_t>> mine = model.tokenizer().Encode(text, /*add_special=*/true);
+  if (!mine.ok()) return mine.status();
+  bool same = static_cast<int64_t>(mine->size()) == tok->shape[0];
+  for (int64_t i = 0; same && i < tok->shape[0]; ++i)
+    same = static_cast<int32_t>(tok->load(i)) == (*mine)[static_cast<size_t>(i)];
+  if (!same) {
+    return InvalidArgument(where + "its prompt has other tokens than --prompt (" +
+                           std::to_string(tok->shape[0]) + " vs " + std::to_string(mine->size()) +
+                           " tokens): trace the same prompt");
+  }
+  for (int64_t i = 0; i < dec->shape[0]; ++i) o->decode_ids.push_back(static_cast<int32_t>(dec->load(i)));
+  if (o->decode_steps == 0) o->decode_steps = dec->shape[0];
+  if (o->decode_steps > dec->shape[0]) {
+    return InvalidArgument(where + "holds " + std::to_string(dec->shape[0]) +
+                           " decode tokens, fewer than --decode-steps " +
+                           std::to_string(o->decode_steps));
+  }
+  return Status::Ok();
+}
+
 int RunTrace(TraceArgs a) {
   if (!OutputsAreNotInputs(a)) return kExitUsage;
   if (!a.from.empty()) return RunFrom(a);
@@ -477,17 +521,42 @@ int RunTrace(TraceArgs a) {
   } else {
     std::string path;
     if (!ResolveModel("trace", a.model, "", &path, &display)) return kExitUsage;
-    Result<std::unique_ptr<Model>> m = LoadModel(path);
+    const bool gguf = path.size() > 5 && path.compare(path.size() - 5, 5, ".gguf") == 0;
+    if (a.kv_dtype != "f32" && !gguf) {
+      PrintError("trace", "--kv-dtype is the KV cache of a decoder (.gguf); " + a.model +
+                              " is not one");
+      return kExitUsage;
+    }
+    Result<std::unique_ptr<Model>> m = Status::Ok();
+    if (gguf) {
+      DecoderOptions dopt;
+      dopt.kv_dtype = a.kv_dtype == "f16" ? DType::kF16 : DType::kF32;
+      Result<std::unique_ptr<DecoderModel>> d = LoadDecoderModel(path, dopt);
+      if (d.ok()) m = std::unique_ptr<Model>(std::move(d).value());
+      else m = d.status();
+    } else {
+      m = LoadModel(path);
+    }
     if (!m.ok()) {
       PrintError("trace", m.status().ToString());
       return kExitUsage;
     }
     model = std::move(m).value();
+    model->SetReferenceAttention(a.impl == "reference");
     trace::ModelTraceOptions o;
     o.layer = a.layer;
     o.decode_steps = a.decode_steps;
     o.all_layers = a.all_layers;
+    // --all-layers with a full-precision export keeps every layer's stages.
+    o.keep_layer_stages = a.all_layers && (!a.safetensors.empty() || !a.npy.empty());
     const std::string text = a.text.empty() ? "The cat sat on the mat." : a.text;
+    if (!a.decode_from.empty()) {
+      Status st = TeacherTokens(a, *model, text, &o);
+      if (!st.ok()) {
+        PrintError("trace", st.message());
+        return kExitUsage;
+      }
+    }
     std::unique_ptr<TraceProgress> progress;
     if (!a.quiet && StderrIsTerminal()) {
       progress = std::make_unique<TraceProgress>();
@@ -523,6 +592,10 @@ int RunTrace(TraceArgs a) {
   }
   trace::Trace& t = tr.value();
   if (!display.empty()) t.info.name = display;
+  if (model != nullptr) {
+    t.attention_impl = a.impl;
+    if (dynamic_cast<DecoderModel*>(model.get()) != nullptr) t.kv_dtype = a.kv_dtype == "f16" ? "F16" : "F32";
+  }
   const PageSerializer to_json = [&t](const player::PageOptions& po) {
     return player::TraceToJson(t, po);
   };
@@ -620,7 +693,8 @@ void AddTraceOptions(CLI::App& sub, TraceArgs& a) {
                "cross-attention views)");
   sub.add_flag("--all-layers", a.all_layers,
                "Add a view with every layer's attention weights (toy, --model, --vit, "
-               "--transformer always have them)");
+               "--transformer always have them); with --safetensors or --npy, a model's "
+               "export holds every stage of every layer (layer.<l>.<stage>), one forward pass");
   sub.add_option("--max-view-tokens", a.max_view_tokens,
                  "Above this many rows/cols the extra views are pooled (default 64)")
       ->check(InRange(8, 4096));
@@ -637,6 +711,20 @@ void AddTraceOptions(CLI::App& sub, TraceArgs& a) {
       ->check(InRange(1, 8192));
   sub.add_option("--causal", a.causal, "Toy mask: none, top_left (default), bottom_right")
       ->check(CLI::IsMember({"none", "top_left", "bottom_right"}));
+  sub.add_option("--kv-dtype", a.kv_dtype,
+                 "Decoder KV cache: f32 or f16 (compare a model with its optimised self: "
+                 "verify --compare OPT REF)")
+      ->check(CLI::IsMember({"f32", "f16"}))
+      ->capture_default_str();
+  sub.add_option("--impl", a.impl,
+                 "Model attention: kernels (the fast path) or reference (float64 "
+                 "reference::Sdpa in every layer)")
+      ->check(CLI::IsMember({"kernels", "reference"}))
+      ->capture_default_str();
+  sub.add_option("--decode-from", a.decode_from,
+                 "Teacher-force the decode steps with the tokens of another run's dump "
+                 "(REF.safetensors from trace --safetensors; same prompt), so both runs see "
+                 "the same tokens");
   sub.add_option("--max-page-tokens", a.max_page_tokens,
                  "Above this length the page pools its views (exports stay full)")
       ->check(InRange(8, 4096));

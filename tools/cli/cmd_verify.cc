@@ -13,11 +13,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "attnflow/file_util.h"
 #include "attnflow/golden.h"
+#include "attnflow/player.h"
 #include "cli_common.h"
 
 namespace attnflow::cli {
@@ -33,6 +36,8 @@ struct VerifyArgs {
   bool quiet = false;
   bool json = false;
   std::string dump_case, device_impl;  // --compare with a device dump: the block
+  double budget = -1;                  // --budget REL: relative error per stage
+  std::string png, svg;                // error growth per layer (all-layer dumps)
   bool invariants = false;             // --invariants DUMP: no reference
   std::string causal;                  // --invariants: the causal rule ("" = the dump's)
 };
@@ -62,6 +67,7 @@ nlohmann::json ReportJson(const CaseReport& r, double atol, double rtol) {
       j["max_abs"] = Num(s.max_abs);
       j["max_rel"] = Num(s.max_rel);
       j["max_err_over_tol"] = Num(s.max_ratio);
+      j["rel_l2"] = Num(s.rel_l2);
       if (!s.bound.empty()) j["bound"] = s.bound;
       j["bad"] = s.mismatches;
       if (s.first_bad >= 0) {
@@ -93,6 +99,7 @@ void PrintCaseReport(const CaseReport& r, double atol, double rtol, bool quiet) 
   // |got - expected| / tolerance of a stage (> 1 fails).
   const std::string tol = r.tolerance == "bound"        ? std::string("tolerance=rounding bounds")
                           : r.tolerance == "invariants" ? std::string("checks=invariants")
+                          : r.tolerance == "budget"     ? std::string("tolerance=relative-error budget")
                                                         : "atol=" + FormatG(atol) + " rtol=" + FormatG(rtol);
   // The stage column fits the longest name ("decode.12.heads_out").
   int w = 10;
@@ -117,7 +124,8 @@ void PrintCaseReport(const CaseReport& r, double atol, double rtol, bool quiet) 
         continue;
       }
       // err/tol with the bound's type ("0.031 f32"), or "fixed" tolerance.
-      const std::string ratio = FormatG(s.max_ratio, 2) + " " + (s.bound.empty() ? "fixed" : s.bound);
+      const std::string ratio =
+          FormatG(s.max_ratio, 2) + " " + (s.budget ? "budget" : s.bound.empty() ? "fixed" : s.bound);
       std::printf("  %-*s %12.3e %12.3e %10lld  %-18s %-13s %s%s%s\n", w, stage.c_str(), s.max_abs,
                   s.max_rel, static_cast<long long>(s.mismatches),
                   s.first_bad < 0 ? "-" : s.first_bad_index.c_str(), ratio.c_str(),
@@ -143,6 +151,11 @@ void PrintCaseReport(const CaseReport& r, double atol, double rtol, bool quiet) 
     std::printf("  => match (%zu stages compared)\n",
                 static_cast<size_t>(std::count_if(r.stages.begin(), r.stages.end(),
                                                   [](const StageReport& s) { return s.compared; })));
+  } else if (bad->budget) {  // a relative-error budget (a model against its optimised self)
+    std::printf("  => FIRST OVER BUDGET: stage '%s': relative error %.3g > budget %.3g (largest "
+                "element error %.3g at %s)\n",
+                EscapeLine(bad->stage).c_str(), bad->rel_l2, bad->rel_l2 / std::max(bad->max_ratio, 1e-300),
+                bad->max_abs, bad->first_bad < 0 ? "-" : bad->first_bad_index.c_str());
   } else if (bad->input) {  // not a break: GOT was computed from other inputs
     std::printf("  => INPUT DIFFERS: '%s'%s%s: GOT was computed from other inputs than "
                 "EXPECTED, so no stage break can be named (give the port the case's inputs)\n",
@@ -175,12 +188,125 @@ void PrintReport(const CaseReport& r, double atol, double rtol, bool quiet, bool
   PrintCaseReport(r, atol, rtol, quiet);
 }
 
+// ---- a model against its optimised self: error per layer and stage ---------
+// Stage names "[decode.<s>.]layer.<l>.<stage>" of all-layer dumps.
+struct LayerName {
+  int64_t step = -1;  // -1 = the prefill
+  int64_t layer = -1;
+  std::string stage;
+};
+bool ParseLayerName(const std::string& n, LayerName* out) {
+  std::string rest = n;
+  LayerName ln;
+  auto number = [](const std::string& s, size_t from, size_t* end) -> int64_t {
+    size_t i = from;
+    int64_t v = 0;
+    while (i < s.size() && s[i] >= '0' && s[i] <= '9') v = v * 10 + (s[i++] - '0');
+    *end = i;
+    return i > from ? v : -1;
+  };
+  size_t e = 0;
+  if (rest.rfind("decode.", 0) == 0) {
+    ln.step = number(rest, 7, &e);
+    if (ln.step < 0 || e >= rest.size() || rest[e] != '.') return false;
+    rest = rest.substr(e + 1);
+  }
+  if (rest.rfind("layer.", 0) != 0) return false;
+  ln.layer = number(rest, 6, &e);
+  if (ln.layer < 0 || e >= rest.size() || rest[e] != '.') return false;
+  ln.stage = rest.substr(e + 1);
+  *out = ln;
+  return true;
+}
+
+// Prints the relative error of every stage kind at every layer (the
+// prefill's table, then block_out per decode step) and writes the --png /
+// --svg error-growth plot, when GOT and EXPECTED are all-layer dumps.
+int LayerErrors(const VerifyArgs& a, const CaseReport& r) {
+  std::map<int64_t, std::map<int64_t, std::map<std::string, double>>> err;  // step, layer, stage
+  std::vector<std::string> kinds;
+  int64_t layers = 0;
+  for (const StageReport& s : r.stages) {
+    LayerName ln;
+    if (!s.compared || s.input || !ParseLayerName(s.stage, &ln)) continue;
+    err[ln.step][ln.layer][ln.stage] = s.rel_l2;
+    if (std::find(kinds.begin(), kinds.end(), ln.stage) == kinds.end()) kinds.push_back(ln.stage);
+    layers = std::max(layers, ln.layer + 1);
+  }
+  if (err.empty()) {
+    if (!a.png.empty() || !a.svg.empty()) {
+      PrintError("verify", "--png/--svg plot the error per layer of all-layer dumps (trace "
+                           "--all-layers --safetensors); these stages have no layer.<l>. names");
+      return kExitUsage;
+    }
+    return kExitOk;
+  }
+  if (!a.json) {
+    auto cell = [](double v) {
+      char b[16];
+      if (std::isnan(v)) return std::string("-");
+      std::snprintf(b, sizeof b, v == 0 ? "0" : "%.1e", v);
+      return std::string(b);
+    };
+    for (const auto& [step, per_layer] : err) {
+      if (step >= 0 && step != err.rbegin()->first) continue;  // the prefill and the last step
+      std::printf("relative error ||got - ref|| / ||ref|| per layer (%s):\n  %-6s",
+                  step < 0 ? "prefill" : ("decode step " + std::to_string(step)).c_str(), "layer");
+      for (const std::string& k : kinds) std::printf(" %9.9s", k.c_str());
+      std::printf("\n");
+      for (const auto& [l, st] : per_layer) {
+        std::printf("  %-6lld", static_cast<long long>(l));
+        for (const std::string& k : kinds) {
+          auto it = st.find(k);
+          std::printf(" %9s", it == st.end() ? "-" : cell(it->second).c_str());
+        }
+        std::printf("\n");
+      }
+    }
+  }
+  if (a.png.empty() && a.svg.empty()) return kExitOk;
+  player::ErrorPlot p;
+  p.title = "error growth: " + a.files[0] + " vs " + a.files[1];
+  p.budget = a.budget;
+  for (int64_t l = 0; l < layers; ++l) p.x_labels.push_back(std::to_string(l));
+  const int64_t last = err.rbegin()->first;
+  for (const char* k : {"q", "k", "v", "weights", "heads_out", "out", "ffn", "block_out"}) {
+    if (std::find(kinds.begin(), kinds.end(), k) == kinds.end() || !err.count(-1)) continue;
+    player::ErrorCurve c{k, std::vector<double>(static_cast<size_t>(layers), std::nan(""))};
+    for (const auto& [l, st] : err.at(-1))
+      if (auto it = st.find(k); it != st.end()) c.values[static_cast<size_t>(l)] = it->second;
+    p.curves.push_back(std::move(c));
+  }
+  if (last >= 0) {  // the residual stream at the last decode step
+    player::ErrorCurve c{"block_out, decode " + std::to_string(last),
+                         std::vector<double>(static_cast<size_t>(layers), std::nan(""))};
+    for (const auto& [l, st] : err.at(last))
+      if (auto it = st.find("block_out"); it != st.end()) c.values[static_cast<size_t>(l)] = it->second;
+    p.curves.push_back(std::move(c));
+  }
+  for (const auto& [path, png] : {std::pair<const std::string*, bool>{&a.png, true}, {&a.svg, false}}) {
+    if (path->empty()) continue;
+    Result<std::string> img = png ? player::ErrorPlotPng(p) : player::ErrorPlotSvg(p);
+    Status st = img.ok() ? WriteFileAtomic(*path, img.value()) : img.status();
+    if (!st.ok()) {
+      PrintError("verify", st.message());
+      return kExitUsage;
+    }
+    if (!a.json) std::printf("wrote %s (error growth per layer)\n", EscapeLine(*path).c_str());
+  }
+  return kExitOk;
+}
+
 // The comparison the flags ask for: --atol/--rtol make "auto" fixed.
 Result<CompareOptions> Options(const VerifyArgs& a) {
   CompareOptions o;
   o.atol = a.atol;
   o.rtol = a.rtol;
   o.tolerance = a.tolerance;
+  o.budget = a.budget;
+  if (a.budget >= 0 && a.tolerance == "bound") {
+    return InvalidArgument("--budget judges each stage's relative error: drop --tolerance bound");
+  }
   if (a.tolerance == "bound" && (a.atol >= 0 || a.rtol >= 0)) {
     return InvalidArgument("--tolerance bound uses rounding bounds: drop --atol/--rtol, or use "
                            "--tolerance fixed");
@@ -305,7 +431,14 @@ int RunVerify(const VerifyArgs& a) {
                     static_cast<long long>(g.block_line), g.stages.size());
       }
     }
-    PrintReport(r.value(), r->atol, r->rtol, a.quiet, a.json);
+    // All-layer dumps (thousands of stages): the per-layer table below
+    // instead of one line per stage.
+    const bool layered = std::any_of(r->stages.begin(), r->stages.end(), [](const StageReport& s) {
+      LayerName ln;
+      return ParseLayerName(s.stage, &ln);
+    });
+    PrintReport(r.value(), r->atol, r->rtol, a.quiet || layered, a.json);
+    if (int rc = LayerErrors(a, r.value()); rc != kExitOk) return rc;
     if (a.json) {
       nlohmann::json doc = {{"schema", "attnflow-verify/1"},
                             {"cases", g_json_cases},
@@ -395,6 +528,15 @@ void AddVerifyOptions(CLI::App& sub, VerifyArgs& a) {
   sub.add_option("--device-impl", a.device_impl,
                  "--compare with a device dump: the block of this implementation, e.g. "
                  "micro-f32 or micro-s8 (default: the only one)");
+  sub.add_option("--budget", a.budget,
+                 "--compare: a stage passes when its relative error ||got - expected|| / "
+                 "||expected|| is at most this (a model against its optimised self: another "
+                 "quantisation, KV cache or attention path); names the first stage over it")
+      ->check(NonNegative());
+  sub.add_option("--png", a.png,
+                 "--compare of all-layer dumps: write the error growth per layer as a PNG plot");
+  sub.add_option("--svg", a.svg,
+                 "--compare of all-layer dumps: write the error growth per layer as an SVG plot");
   sub.add_flag("--invariants", a.invariants,
                "Check one dump alone, no reference: rows of weights sum to one, masked and "
                "future weights are exactly zero, lse = log sum exp(masked), out = weights . v "

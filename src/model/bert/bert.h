@@ -104,6 +104,7 @@ class BertModel : public EncoderModel {
   // composed pair (ops::Linear, then ops::LayerNorm) instead of the fused
   // norm epilogue; both give the same bits. Not while embedding.
   void set_fuse_norm(bool on) { fuse_norm_ = on; }
+  void SetReferenceAttention(bool on) override { reference_attention_ = on; }
 
  private:
   BertModel() = default;
@@ -129,6 +130,7 @@ class BertModel : public EncoderModel {
   ops::PackArena arena_;  // storage of every layer's packed weights (outlives layers_)
   std::vector<BertLayer> layers_;
   bool fuse_norm_ = true;
+  bool reference_attention_ = false;
 };
 
 }  // namespace attnflow::bert

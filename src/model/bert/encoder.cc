@@ -12,14 +12,18 @@
 // rows at padded positions.
 //
 // Stage capture (StageCapture): model-level "embed" [B,L,E]; for layer
-// `capture.layer`: q k v [B,H,L,Dh], then the float64 reference attention's
-// scores scaled masked weights lse and heads_out (its "out") [B,H,L,Dh],
-// concat [B,L,E], out (attention output dense) [B,L,E], residual
-// (x + out) [B,L,E], norm (LayerNorm 1) [B,L,E], ffn (second FFN dense)
-// [B,L,E], block_out (LayerNorm 2) [B,L,E] (the attention stages of padded
-// query rows are not meaningful: their q is zero). The captured layer runs the
-// reference attention so every intermediate exists; other layers use the
-// fast kernels.
+// `capture.layer` (every layer, each under "layer.<l>.", with
+// kCaptureAllLayers): q k v [B,H,L,Dh], the float64 reference's scores
+// scaled masked weights lse on the same q, k, v (run beside the layer's own
+// attention, so capture does not change the numbers), heads_out (the
+// layer's attention output) [B,H,L,Dh], concat [B,L,E], out (attention
+// output dense) [B,L,E], residual (x + out) [B,L,E], norm (LayerNorm 1)
+// [B,L,E], ffn (second FFN dense) [B,L,E], block_out (LayerNorm 2) [B,L,E]
+// (the attention stages of padded query rows are not meaningful: their q is
+// zero). A captured layer computes its dense + residual + LayerNorm as the
+// composed pair (bit-identical to the fused epilogue, tests compare them).
+// SetReferenceAttention(true) runs every layer's attention through
+// reference::Sdpa (float64, rounded to f32) instead of the kernels.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -194,7 +198,8 @@ Status BertModel::Forward(const std::vector<std::vector<int32_t>>& ids, Tensor* 
     T += static_cast<int64_t>(seq.size());
     L = std::max<int64_t>(L, static_cast<int64_t>(seq.size()));
   }
-  if (capture.sink != nullptr && (capture.layer < 0 || capture.layer >= cfg_.num_layers)) {
+  if (capture.sink != nullptr && capture.layer != kCaptureAllLayers &&
+      (capture.layer < 0 || capture.layer >= cfg_.num_layers)) {
     return OutOfRange("bert: capture layer " + std::to_string(capture.layer) +
                       " is outside [0, " + std::to_string(cfg_.num_layers) + ")");
   }
@@ -235,12 +240,14 @@ Status BertModel::Forward(const std::vector<std::vector<int32_t>>& ids, Tensor* 
     if (t.ok()) to_padded(t->data<float>(), src, E);
     return t;
   };
-  StageSink* sink = capture.sink;
-  auto put = [&](const char* name, const float* packed) {
-    if (sink == nullptr || !sink->Wants(name)) return;
+  StageSink* sink = capture.sink;  // model-level stages; a layer's go to lsink
+  StageSink* lsink = nullptr;
+  auto put_to = [&](StageSink* to, const char* name, const float* packed) {
+    if (to == nullptr || !to->Wants(name)) return;
     Result<Tensor> t = padded_copy(packed);
-    if (t.ok()) sink->Put(name, t->view());
+    if (t.ok()) to->Put(name, t->view());
   };
+  auto put = [&](const char* name, const float* packed) { put_to(lsink, name, packed); };
   if (states != nullptr) states->clear();
   auto keep_state = [&]() -> Status {
     if (states == nullptr) return Status::Ok();
@@ -261,13 +268,16 @@ Status BertModel::Forward(const std::vector<std::vector<int32_t>>& ids, Tensor* 
     for (int64_t i = 0; i < n; ++i) ops::Add(t + i * E, t + i * E, type_, E, pool);
   }
   ops::LayerNorm(x, E, tmp, E, emb_ln_g_, emb_ln_b_, cfg_.layer_norm_eps, T, E, pool);
-  put("embed", x);
+  put_to(sink, "embed", x);
   ATTNFLOW_RETURN_IF_ERROR(keep_state());
 
   const TensorView kv_lens = MakeView(lens.data(), DType::kI64, {B});
   for (int64_t l = 0; l < cfg_.num_layers; ++l) {
     const BertLayer& W = layers_[static_cast<size_t>(l)];
-    const bool cap = sink != nullptr && l == capture.layer;
+    const bool cap =
+        sink != nullptr && (capture.layer == kCaptureAllLayers || l == capture.layer);
+    PrefixSink prefixed(sink, "layer." + std::to_string(l) + ".");
+    lsink = !cap ? nullptr : capture.layer == kCaptureAllLayers ? &prefixed : sink;
     // Q|K|V = x · Wqkvᵀ + b            [T, 3E]
     ops::Linear(qkv, 3 * E, x, E, W.w_qkv, {.bias = W.b_qkv}, T, pool);
     if (padded) to_padded(qkv_pad, qkv, 3 * E);
@@ -280,17 +290,29 @@ Status BertModel::Forward(const std::vector<std::vector<int32_t>>& ids, Tensor* 
         MakeStridedView(ctx_pad, DType::kF32, {B, H, L, Dh}, {L * E, Dh, E, 1});
     SdpaOptions opt;
     opt.kv_lens = kv_lens;
-    if (cap) {
-      for (auto [name, view] : {std::pair<const char*, const TensorView*>{"q", &q},
-                                {"k", &k}, {"v", &v}}) {
-        if (sink->Wants(name)) sink->Put(name, *view);
-      }
-      RenamingSink rename(sink, RenamingSink::OutAsHeadsOut);
-      Result<Tensor> lse = Tensor::Zeros(DType::kF32, {B, H, L});
-      if (!lse.ok()) return lse.status();
-      ATTNFLOW_RETURN_IF_ERROR(reference::Sdpa(out, lse->view(), q, k, v, opt, &rename));
+    if (reference_attention_) {
+      ATTNFLOW_RETURN_IF_ERROR(reference::Sdpa(out, TensorView{}, q, k, v, opt));
     } else {
       ATTNFLOW_RETURN_IF_ERROR(Attention(out, TensorView{}, q, k, v, opt));
+    }
+    if (cap) {
+      for (auto [name, view] : {std::pair<const char*, const TensorView*>{"q", &q},
+                                {"k", &k}, {"v", &v}, {"heads_out", &out}}) {
+        if (lsink->Wants(name)) lsink->Put(name, *view);
+      }
+      // The score stages from the float64 reference on the same q, k, v
+      // (its own "out" is dropped: heads_out is the layer's).
+      RenamingSink scores(lsink, [](std::string_view st) {
+        return st == "out" ? std::string_view() : st;
+      });
+      bool want = false;
+      for (const char* st : {"scores", "scaled", "masked", "weights", "lse"})
+        want = want || lsink->Wants(st);
+      if (want) {
+        Result<Tensor> ref = Tensor::Zeros(DType::kF64, {B, H, L, Dh});
+        if (!ref.ok()) return ref.status();
+        ATTNFLOW_RETURN_IF_ERROR(reference::Sdpa(ref->view(), TensorView{}, q, k, v, opt, &scores));
+      }
     }
     if (padded) to_packed(ctx, ctx_pad, E);
     if (cap) put("concat", ctx);

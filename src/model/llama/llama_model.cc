@@ -89,6 +89,7 @@ class LlamaModel : public DecoderModel {
   const ModelInfo& info() const override { return info_; }
   const Tokenizer& tokenizer() const override { return *tok_; }
   void Reset() override { cache_len_ = 0; }
+  void SetReferenceAttention(bool on) override { reference_attention_ = on; }
   int64_t CacheLength() const override { return cache_len_; }
   ThreadPool& Pool() override { return *pool_; }
   Status Forward(const std::vector<int32_t>& ids, bool all_logits, Tensor* logits,
@@ -109,9 +110,11 @@ class LlamaModel : public DecoderModel {
   // The one-token forward as one phased region (see the file comment).
   // Caller checked the id, the context and the cache capacity.
   Status DecodeStep(int32_t id, Tensor* logits);
-  bool CanFuseDecode() const { return opt_.fused_decode && info_.head_dim % kDecodeRows == 0; }
+  bool CanFuseDecode() const {
+    return opt_.fused_decode && !reference_attention_ && info_.head_dim % kDecodeRows == 0;
+  }
   void StoreKv(uint8_t* cache, int64_t r, const float* src, int64_t n) const;
-  void CaptureLayer(const StageCapture& cap, int64_t T, int64_t Lk, const TensorView& qv,
+  void CaptureLayer(StageSink* sink, int64_t T, int64_t Lk, const TensorView& qv,
                     const TensorView& kv, const TensorView& vv, const TensorView& ov);
 
   std::string path_;
@@ -126,6 +129,7 @@ class LlamaModel : public DecoderModel {
   std::vector<float> output_norm_;
   float eps_ = 1e-5f;
   std::vector<float> inv_freq_;  // [D/2]
+  bool reference_attention_ = false;  // SetReferenceAttention
   int64_t max_ctx_ = 0;
 
   std::unique_ptr<ThreadPool> own_pool_;
@@ -419,9 +423,8 @@ Status LlamaModel::Forward(const std::vector<int32_t>& ids, bool all_logits, Ten
   }
 }
 
-void LlamaModel::CaptureLayer(const StageCapture& cap, int64_t T, int64_t Lk, const TensorView& qv,
+void LlamaModel::CaptureLayer(StageSink* sink, int64_t T, int64_t Lk, const TensorView& qv,
                               const TensorView& kv, const TensorView& vv, const TensorView& ov) {
-  StageSink* sink = cap.sink;
   const int64_t H = info_.num_heads, Hkv = info_.num_kv_heads, D = info_.head_dim;
   // q/k back to HF's half-rotation layout: GGUF dim 2i+j <-> HF j*D/2 + i.
   auto unpermute = [&](const TensorView& src, int64_t heads, int64_t L, const char* name) {
@@ -498,8 +501,14 @@ Status LlamaModel::ForwardImpl(const std::vector<int32_t>& ids, bool all_logits,
   cos_.resize(t_ * D / 2);
   sin_.resize(t_ * D / 2);
   const bool cap_on = capture.sink != nullptr;
+  // Model-level stages go to capture.sink; a captured layer's to lsink
+  // (under "layer.<l>." when every layer is captured).
+  StageSink* lsink = capture.sink;
+  auto put_to = [&](StageSink* to, const char* name, const float* data, const Shape& shape) {
+    if (to != nullptr && to->Wants(name)) to->Put(name, ViewOf(data, DType::kF32, shape));
+  };
   auto put = [&](const char* name, const float* data, const Shape& shape) {
-    if (cap_on && capture.sink->Wants(name)) capture.sink->Put(name, ViewOf(data, DType::kF32, shape));
+    put_to(lsink, name, data, shape);
   };
 
   ThreadPool& pool = *pool_;
@@ -507,11 +516,14 @@ Status LlamaModel::ForwardImpl(const std::vector<int32_t>& ids, bool all_logits,
   pos_.resize(t_);
   for (int64_t t = 0; t < T; ++t) pos_[static_cast<size_t>(t)] = p0 + t;
   ops::RopeTables(cos_.data(), sin_.data(), pos_.data(), inv_freq_.data(), 1.0, T, D);
-  put("embed", x_.data(), {1, T, E});
+  put_to(capture.sink, "embed", x_.data(), {1, T, E});
 
   for (size_t l = 0; l < layers_.size(); ++l) {
     const Layer& L = layers_[l];
-    const bool cap_layer = cap_on && static_cast<int64_t>(l) == capture.layer;
+    const bool cap_layer =
+        cap_on && (capture.layer == kCaptureAllLayers || static_cast<int64_t>(l) == capture.layer);
+    PrefixSink prefixed(capture.sink, "layer." + std::to_string(l) + ".");
+    lsink = capture.layer == kCaptureAllLayers ? &prefixed : capture.sink;
     ops::RmsNorm(h_.data(), E, x_.data(), E, L.attn_norm.data(), eps_, T, E, pool);
     if (cap_layer) put("norm", h_.data(), {1, T, E});
     ATTNFLOW_RETURN_IF_ERROR(ops::QMatMul({{q_.data(), H * D, &L.q}, {k_.data(), Hkv * D, &L.k}, {v_.data(), Hkv * D, &L.v}},
@@ -546,10 +558,11 @@ Status LlamaModel::ForwardImpl(const std::vector<int32_t>& ids, bool all_logits,
     so.causal = Causal::kBottomRight;
     KernelOptions ko;
     ko.pool = pool_;
-    Status st = Attention(ov, TensorView(), qv, kv, vv, so, ko);
+    Status st = reference_attention_ ? reference::Sdpa(ov, TensorView(), qv, kv, vv, so)
+                                     : Attention(ov, TensorView(), qv, kv, vv, so, ko);
     if (!st.ok()) return Status(st.code(), "llama: layer " + std::to_string(l) + ": " + st.message());
     if (cap_layer) {
-      CaptureLayer(capture, T, Lk, qv, kv, vv, ov);
+      CaptureLayer(lsink, T, Lk, qv, kv, vv, ov);
       put("concat", att_.data(), {1, T, H * D});
     }
     ATTNFLOW_RETURN_IF_ERROR(ops::QMatMul({{tmp_.data(), E, &L.o}}, att_.data(), H * D, T, *pool_, scratch_, opt_.gemm_min_tokens));
@@ -574,6 +587,8 @@ Status LlamaModel::ForwardImpl(const std::vector<int32_t>& ids, bool all_logits,
   if (!out.ok()) return out.status();
   ATTNFLOW_RETURN_IF_ERROR(ops::QMatMul({{out->data<float>(), V, &output_}}, h_.data(), E, rows, *pool_, scratch_,
                                   opt_.gemm_min_tokens));
+  put_to(capture.sink, "final_norm", h_.data(), {1, rows, E});
+  put_to(capture.sink, "logits", out->data<float>(), {1, rows, V});
   *logits = std::move(out).value();
   cache_len_ += T;
   return Status::Ok();
