@@ -29,14 +29,35 @@ inline TensorView BroadcastAttnMask(const SdpaOptions& opt, const SdpaDims& d) {
   return mask;
 }
 
-// The float64 score q[b,h,i,:] · k[b,hk,j,:], summed over c in order.
+// The float64 score q[b,h,i,:] · k[b,hk,j,:]: four partial sums over
+// c mod 4, added as (s0 + s1) + (s2 + s3) (one fixed order for every layout
+// and dtype, so any strides give the same bits; four chains instead of one
+// so the oracle is not bound by the latency of one long addition chain).
+// F32 rows with unit stride (every model's q and cache) are read through
+// their pointers, other views element by element.
 inline double QkDot(const TensorView& q, const TensorView& k, int64_t b, int64_t h, int64_t hk,
                     int64_t i, int64_t j, int64_t head_dim) {
-  double acc = 0.0;
-  for (int64_t c = 0; c < head_dim; ++c) {
-    acc += q.load(q.offset(b, h, i, c)) * k.load(k.offset(b, hk, j, c));
+  double s[4] = {0.0, 0.0, 0.0, 0.0};
+  if (q.dtype == DType::kF32 && k.dtype == DType::kF32 && q.strides[3] == 1 &&
+      k.strides[3] == 1) {
+    const float* qr = static_cast<const float*>(q.data) + q.offset(b, h, i, 0);
+    const float* kr = static_cast<const float*>(k.data) + k.offset(b, hk, j, 0);
+    double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
+    int64_t c = 0;
+    for (; c + 4 <= head_dim; c += 4) {
+      s0 += double(qr[c]) * double(kr[c]);
+      s1 += double(qr[c + 1]) * double(kr[c + 1]);
+      s2 += double(qr[c + 2]) * double(kr[c + 2]);
+      s3 += double(qr[c + 3]) * double(kr[c + 3]);
+    }
+    double* tail[4] = {&s0, &s1, &s2, &s3};
+    for (; c < head_dim; ++c) *tail[c & 3] += double(qr[c]) * double(kr[c]);
+    return (s0 + s1) + (s2 + s3);
+  } else {
+    for (int64_t c = 0; c < head_dim; ++c)
+      s[c & 3] += q.load(q.offset(b, h, i, c)) * k.load(k.offset(b, hk, j, c));
   }
-  return acc;
+  return (s[0] + s[1]) + (s[2] + s[3]);
 }
 
 struct RowLogits {

@@ -87,7 +87,17 @@ Status Sdpa(const TensorView& out, const TensorView& lse, const TensorView& q,
       const int64_t hk = KvHeadFor(h, H, Hkv);
       for (int64_t i = 0; i < Lq; ++i) {
         RowLogits logit = RowLogits::Of(opt, mask, bool_mask, b, h, i, Lq, diag_kv, valid_kv);
+        // A key outside the row's visible range has logit -inf whatever its
+        // score; its score is computed only when a stage shows it.
+        const bool all_scores = st.scores.defined() || st.scaled.defined();
         for (int64_t j = 0; j < Lk; ++j) {
+          if (!all_scores && (j < logit.kr.first || j > logit.kr.last)) {
+            s[j] = kNaN;
+            m[j] = kNegInf;
+            if (st.masked.defined())
+              st.masked.data<double>()[((b * H + h) * Lq + i) * Lk + j] = kNegInf;
+            continue;
+          }
           const double acc = QkDot(q, k, b, h, hk, i, j, D);
           s[j] = acc;
           double x = acc * d.scale;
@@ -118,7 +128,10 @@ Status Sdpa(const TensorView& out, const TensorView& lse, const TensorView& q,
           row_lse = logit.max + std::log(sum);
         }
         for (int64_t c = 0; c < Dv; ++c) o[c] = 0.0;
-        for (int64_t j = 0; j < Lk; ++j) {
+        // The weighted sum, unless nobody asked for out (a capture that
+        // wants the weights only).
+        const bool want_out = !out.empty_view() || st.out.defined();
+        for (int64_t j = 0; want_out && j < Lk; ++j) {
           if (w[j] == 0.0) continue;  // exact zeros contribute nothing (also Inf*0)
           for (int64_t c = 0; c < Dv; ++c) o[c] += w[j] * v.load(v.offset(b, hk, j, c));
         }

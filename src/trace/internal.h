@@ -58,6 +58,8 @@ KernelCheck RunKernelCheck(const Tensor* q, const Tensor* k, const Tensor* v,
 inline double Elem(const Tensor& t, int64_t i) { return t.view().load(i); }
 // A contiguous F32 copy (rounding once).
 Result<Tensor> ToF32(const Tensor& t);
+// The same from a view (any dtype and strides).
+Result<Tensor> ViewToF32(const TensorView& v);
 
 // Appends the "layers" view (views.cc): weights [1,H,L,L] of every layer.
 Status AddLayersView(const std::vector<const Tensor*>& per_layer,

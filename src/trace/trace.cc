@@ -86,10 +86,39 @@ void Collector::MoveOrdered(std::vector<NamedTensor>* out) {
   items_.clear();
 }
 
+Result<Tensor> ViewToF32(const TensorView& v) {
+  Result<Tensor> r = Tensor::Zeros(DType::kF32, Shape(v.shape.begin(), v.shape.begin() + v.rank));
+  if (!r.ok()) return r.status();
+  float* dst = r->data<float>();
+  const int64_t n = v.numel();
+  if (v.dtype == DType::kF64 && v.is_contiguous()) {
+    const double* src = static_cast<const double*>(v.data);
+    for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(src[i]);
+    return r;
+  }
+  int64_t idx[4] = {0, 0, 0, 0};
+  for (int64_t e = 0; e < n; ++e) {
+    dst[e] = static_cast<float>(v.load(v.offset(idx[0], idx[1], idx[2], idx[3])));
+    for (int d = v.rank - 1; d >= 0; --d) {
+      if (++idx[d] < v.shape[d]) break;
+      idx[d] = 0;
+    }
+  }
+  return r;
+}
+
 Result<Tensor> ToF32(const Tensor& t) {
   Result<Tensor> r = Tensor::Zeros(DType::kF32, t.shape());
   if (!r.ok()) return r.status();
-  for (int64_t i = 0; i < t.numel(); ++i) r->data<float>()[i] = static_cast<float>(Elem(t, i));
+  const int64_t n = t.numel();
+  float* dst = r->data<float>();
+  if (t.dtype() == DType::kF64) {  // the reference's stages: one pass over the doubles
+    const double* src = t.data<double>();
+    for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(src[i]);
+    return r;
+  }
+  const TensorView v = t.view();
+  for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(v.load(i));
   return r;
 }
 
@@ -453,8 +482,11 @@ namespace {
 // order, which is the dataflow order.
 class LayerCapture : public StageSink {
  public:
-  LayerCapture(int64_t traced, bool view, bool keep, bool keep_rows)
-      : traced_(traced), view_(view), keep_(keep), keep_rows_(keep_rows) {}
+  // layer_in: report the block output of the layer before the traced one
+  // as its "layer_in" (the encoders' page shows it; a pre-norm decoder's
+  // pipeline starts at its norm).
+  LayerCapture(int64_t traced, bool view, bool keep, bool keep_rows, bool layer_in)
+      : traced_(traced), view_(view), keep_(keep), keep_rows_(keep_rows), layer_in_(layer_in) {}
 
   bool Wants(std::string_view name) const override {
     int64_t l = -1;
@@ -462,15 +494,16 @@ class LayerCapture : public StageSink {
     if (l < 0) return st == "embed" || keep_;  // model level: embed, final_norm, logits
     if (l == traced_) return true;
     if (st == "weights") return view_ || keep_;
-    if (l == traced_ - 1 && st == "block_out") return true;
+    if (layer_in_ && l == traced_ - 1 && st == "block_out") return true;
     if (st == "scores" || st == "scaled" || st == "masked" || st == "lse") return keep_ && keep_rows_;
     return keep_;
   }
   void Put(std::string_view name, const TensorView& value) override {
     int64_t l = -1;
     Split(name, &l);
-    Result<Tensor> copy = Tensor::FromView(value);
-    if (copy.ok() && l >= 0 && l != traced_ && value.dtype == DType::kF64) copy = internal::ToF32(*copy);
+    // Other layers' float64 stages are kept as float32 (half the memory).
+    const bool narrow = l >= 0 && l != traced_ && value.dtype == DType::kF64;
+    Result<Tensor> copy = narrow ? internal::ViewToF32(value) : Tensor::FromView(value);
     if (!copy.ok()) {
       if (status_.ok()) status_ = copy.status();
       return;
@@ -488,7 +521,7 @@ class LayerCapture : public StageSink {
     for (const NamedTensor& it : items_) {
       if (it.name == "embed") rec.Put("embed", it.value.view());
       else if (it.name.rfind(pre, 0) == 0) rec.Put(it.name.substr(pre.size()), it.value.view());
-      else if (it.name == before) rec.Put("layer_in", it.value.view());
+      else if (layer_in_ && it.name == before) rec.Put("layer_in", it.value.view());
     }
     ATTNFLOW_RETURN_IF_ERROR(rec.status());
     rec.MoveOrdered(out);
@@ -517,7 +550,7 @@ class LayerCapture : public StageSink {
     return name.substr(dot + 1);
   }
   int64_t traced_;
-  bool view_, keep_, keep_rows_;
+  bool view_, keep_, keep_rows_, layer_in_;
   std::vector<NamedTensor> items_;
   Status status_;
 };
@@ -595,7 +628,7 @@ Result<Trace> TraceEncoder(EncoderModel& model, std::string_view text,
   t.tokens = TokensOf(model.tokenizer(), ids.value());
   const int64_t L = static_cast<int64_t>(ids->size());
   // One forward pass captures every layer the trace needs.
-  LayerCapture cap(o.layer, o.all_layers, o.keep_layer_stages, KeepRows(info, o, L, L));
+  LayerCapture cap(o.layer, o.all_layers, o.keep_layer_stages, KeepRows(info, o, L, L), true);
   ATTNFLOW_RETURN_IF_ERROR(CaptureEncoderPass(model, {ids.value()}, o, &cap));
   ATTNFLOW_RETURN_IF_ERROR(FinishModelTrace(cap, info.name, o.layer, &t));
   if (o.all_layers) ATTNFLOW_RETURN_IF_ERROR(AddLayersViewFrom(cap, info.num_layers, &t));
@@ -659,7 +692,7 @@ Result<std::vector<Trace>> TraceEncoderBatch(EncoderModel& model,
     ids.push_back(std::move(r).value());
   }
   // One padded forward pass, as sentence-transformers runs a batch.
-  LayerCapture cap(o.layer, false, false, false);
+  LayerCapture cap(o.layer, false, false, false, true);
   ATTNFLOW_RETURN_IF_ERROR(CaptureEncoderPass(model, ids, o, &cap));
   std::vector<NamedTensor> batch_stages;
   ATTNFLOW_RETURN_IF_ERROR(cap.PageStages(&batch_stages));
@@ -737,7 +770,7 @@ Result<Trace> TraceDecoder(DecoderModel& model, std::string_view prompt,
   const int64_t n = static_cast<int64_t>(ids->size()), total = n + o.decode_steps;
   // One forward pass captures every layer the trace needs (the layers view,
   // the all-layer dump); each decode step is one more.
-  LayerCapture cap(o.layer, o.all_layers, o.keep_layer_stages, KeepRows(info, o, n, n));
+  LayerCapture cap(o.layer, o.all_layers, o.keep_layer_stages, KeepRows(info, o, n, n), false);
   StageCapture sc;
   sc.sink = &cap;
   sc.layer = kCaptureAllLayers;
@@ -758,7 +791,7 @@ Result<Trace> TraceDecoder(DecoderModel& model, std::string_view prompt,
     step.token = {next, model.tokenizer().TokenText(next), model.tokenizer().TokenBytes(next)};
     step.position = model.CacheLength();
     const int64_t lk = step.position + 1;
-    LayerCapture scap(o.layer, false, o.keep_layer_stages, KeepRows(info, o, 1, lk));
+    LayerCapture scap(o.layer, false, o.keep_layer_stages, KeepRows(info, o, 1, lk), false);
     StageCapture ssc;
     ssc.sink = &scap;
     ssc.layer = kCaptureAllLayers;

@@ -249,15 +249,16 @@ TEST(PadBatch, EverySentenceEqualsItsUnpaddedRun) {
       EXPECT_EQ(t.pad_keys, want_pad);
       // The property of padding: the real tokens' stages, and the layer's
       // output, equal the sentence run alone (float32 GEMMs over a different
-      // number of packed rows: equal to float32 rounding).
+      // number of packed rows and the attention kernels over another padded
+      // length: equal to float32 rounding, 5e-5 on values up to ~10).
       for (const char* s : {"embed", "q", "k", "v", "heads_out", "concat", "out", "residual",
                             "norm", "ffn", "block_out"}) {
         const Tensor* a = t.Find(s);
         const Tensor* c = one->Find(s);
         ASSERT_TRUE(a != nullptr && c != nullptr) << s;
-        EXPECT_LE(RowsDiff(*a, *c, n), 1e-5) << s;
+        EXPECT_LE(RowsDiff(*a, *c, n), 5e-5) << s;
       }
-      if (layer > 0) EXPECT_LE(RowsDiff(*t.Find("layer_in"), *one->Find("layer_in"), n), 1e-5);
+      if (layer > 0) EXPECT_LE(RowsDiff(*t.Find("layer_in"), *one->Find("layer_in"), n), 5e-5);
       for (const char* s : {"scaled", "masked", "weights"})
         EXPECT_LE(RowsDiff(*t.Find(s), *one->Find(s), n, n), 1e-5) << s;
       // Pad keys: masked for every query row (pad rows too), weight 0.

@@ -308,11 +308,7 @@ Status BertModel::Forward(const std::vector<std::vector<int32_t>>& ids, Tensor* 
       bool want = false;
       for (const char* st : {"scores", "scaled", "masked", "weights", "lse"})
         want = want || lsink->Wants(st);
-      if (want) {
-        Result<Tensor> ref = Tensor::Zeros(DType::kF64, {B, H, L, Dh});
-        if (!ref.ok()) return ref.status();
-        ATTNFLOW_RETURN_IF_ERROR(reference::Sdpa(ref->view(), TensorView{}, q, k, v, opt, &scores));
-      }
+      if (want) ATTNFLOW_RETURN_IF_ERROR(reference::Sdpa(TensorView{}, TensorView{}, q, k, v, opt, &scores));
     }
     if (padded) to_packed(ctx, ctx_pad, E);
     if (cap) put("concat", ctx);

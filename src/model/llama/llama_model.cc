@@ -446,22 +446,49 @@ void LlamaModel::CaptureLayer(StageSink* sink, int64_t T, int64_t Lk, const Tens
     if (t.ok()) {
       Result<Tensor> f = Tensor::Zeros(DType::kF32, t->shape());
       if (f.ok()) {
-        for (int64_t i = 0; i < t->numel(); ++i) f->data<float>()[i] = static_cast<float>(t->view().load(i));
+        const TensorView tv = t->view();
+        for (int64_t i = 0; i < tv.numel(); ++i) f->data<float>()[i] = static_cast<float>(tv.load(i));
         sink->Put("v", f->view());
       }
     }
   }
-  static const char* kScoreStages[] = {"scores", "scaled", "masked", "weights", "lse"};
-  bool want_scores = false;
-  for (const char* s : kScoreStages) want_scores = want_scores || sink->Wants(s);
-  if (want_scores) {
-    // The float64 reference on the same views reports the score stages.
-    Result<Tensor> out = Tensor::Zeros(DType::kF64, {1, H, T, D});
-    if (out.ok()) {
-      SdpaOptions so;
-      so.causal = Causal::kBottomRight;
-      RenamingSink ss(sink, DropOut);
-      (void)reference::Sdpa(out->view(), TensorView(), qv, kv, vv, so, &ss);
+  // The float64 reference on the same views reports the score stages (no
+  // output: the layer's own is heads_out), one query head per task on the
+  // model's pool (rows are independent: the bits do not depend on it).
+  std::vector<std::string> want;
+  for (const char* s : {"scores", "scaled", "masked", "weights", "lse"})
+    if (sink->Wants(s)) want.push_back(s);
+  if (!want.empty()) {
+    SdpaOptions so;
+    so.causal = Causal::kBottomRight;
+    auto head = [](const TensorView& v, int64_t h) {  // [1,1,L,D] of head h
+      TensorView s = v;
+      s.shape[1] = 1;
+      s.data = static_cast<char*>(v.data) + h * v.strides[1] * static_cast<int64_t>(DTypeSize(v.dtype));
+      return s;
+    };
+    std::vector<StageRecorder> per;
+    for (int64_t h = 0; h < H; ++h) per.emplace_back(want);
+    const int64_t G = H / Hkv;
+    pool_->ParallelFor(H, [&](int64_t h, int) {
+      (void)reference::Sdpa(TensorView(), TensorView(), head(qv, h), head(kv, h / G), head(vv, h / G),
+                            so, &per[static_cast<size_t>(h)]);
+    });
+    for (const std::string& name : want) {  // the heads side by side: [1, H, T(, Lk)]
+      const Tensor* h0 = per[0].Find(name);
+      if (h0 == nullptr) continue;
+      Shape sh = h0->shape();
+      sh[1] = H;
+      Result<Tensor> all = Tensor::Zeros(DType::kF64, sh);
+      if (!all.ok()) continue;
+      const int64_t n = h0->numel();
+      bool complete = true;
+      for (int64_t h = 0; h < H; ++h) {
+        const Tensor* t = per[static_cast<size_t>(h)].Find(name);
+        if (t == nullptr || t->numel() != n) complete = false;
+        else std::memcpy(all->data<double>() + h * n, t->data<double>(), static_cast<size_t>(n) * sizeof(double));
+      }
+      if (complete) sink->Put(name, all->view());
     }
   }
   if (sink->Wants("heads_out")) sink->Put("heads_out", ov);
