@@ -224,15 +224,16 @@ class Parser {
         f[3].substr(0, 5) != "impl=") {
       return Err(
           line_no_,
-          "a block header is 'AFDUMP attnflow-dump/1 case=<NAME> kind=<sdpa|mha> impl=<IMPL>'");
+          "a block header is 'AFDUMP attnflow-dump/1 case=<NAME> kind=<KIND> impl=<IMPL>'");
     }
     const std::string_view name = f[1].substr(5), kind = f[2].substr(5), impl = f[3].substr(5);
     if (!IsIdentifier(name)) {
       return Err(line_no_, "case name '" + Shown(name) + "' is not a C identifier of 1 to " +
                                std::to_string(kDeviceDumpMaxName) + " characters");
     }
-    if (kind != "sdpa" && kind != "mha") {
-      return Err(line_no_, "kind '" + Shown(kind) + "' is not sdpa or mha");
+    if (!IsIdentifier(kind)) {
+      return Err(line_no_, "kind '" + Shown(kind) + "' is not a C identifier (sdpa, mha, or a "
+                           "model's kind such as decoder)");
     }
     if (!IsImplName(impl)) {
       return Err(line_no_, "impl '" + Shown(impl) + "' is not 1 to " +

@@ -248,7 +248,7 @@ TEST(DeviceDump, EveryErrorClassNamesFileLineAndProblem) {
        "does not repeat the open part 'a' 0 2 (line 4)"},
       {"done names another block", Replace(v, "AFDUMP done c1", "AFDUMP done c2"), 10,
        "'done' must name the open block"},
-      {"bad kind", Replace(v, "kind=sdpa", "kind=conv"), 1, "kind 'conv' is not sdpa or mha"},
+      {"bad kind", Replace(v, "kind=sdpa", "kind=2conv"), 1, "kind '2conv' is not a C identifier"},
       {"case not an identifier", Replace(v, "case=c1", "case=1c"), 1,
        "case name '1c' is not a C identifier"},
       {"header field order", Replace(v, "case=c1 kind=sdpa", "kind=sdpa case=c1"), 1,

@@ -448,8 +448,8 @@ done
 # print it) is named at its stage: an f32 row stage and an int8 row stage
 # (checked against the int8 case --s8-expected writes); a changed kernel
 # output whose probes agree is said to break inside the fused kernel loop.
-plant_dump() {  # CASE IMPL STAGE OUT_LOG: first value of STAGE's first part changed
-  python3 - "$OUT/plant/dump_uart.log" "$4" "$1" "$2" "$3" <<'PY'
+plant_dump() {  # CASE IMPL STAGE OUT_LOG [SRC_LOG]: first value of STAGE's first part changed
+  python3 - "${5:-$OUT/plant/dump_uart.log}" "$4" "$1" "$2" "$3" <<'PY'
 import struct, sys
 src, dst, case, impl, stage = sys.argv[1:]
 lines = open(src).read().split("\n")
@@ -508,6 +508,28 @@ verify_planted sdpa_boolmask_2d micro-f32 out "$ROOT/tests/data/golden/sdpa_bool
   "inside the fused kernel loop"
 verify_planted sdpa_boolmask_2d micro-s8 out "$s8x" "inside the fused kernel loop"
 log "stage dumps: $t AFDUMP log of 4 case x path blocks verified on the host by attnflow verify --compare; planted breaks named at f32 and int8 row stages and inside the fused kernel loop"
+
+# 6b. A model on the device against its reference, every layer of every
+# step: the int8 tiny Llama built with -DTL_DUMP prints each stage of each
+# layer at each position (decode.<pos>.layer.<l>.<stage>), compared on the
+# host with the NumPy integer model's (tests/data/edge/tiny_llama_s8_stages.
+# safetensors, tools/edge/tiny_llama/int8_model.py): every stage equal; a
+# value changed in layer 1's q at position 20 is named there.
+TLD=$OUT/$t/tiny_llama_s8_dump
+$(edge_cc $t) $(edge_cflags $t) -O2 -std=c99 -Wall -Wextra -Werror $INC -DTL_DUMP $(edge_ldflags $t) \
+  -o "$TLD.elf" "$ROOT/micro/tiny/tiny_llama_s8_main.c" "$OUT/$t"/af_*.o -lm
+edge_qemu $t "$TLD.elf" > "$TLD.log" 2>&1 || fail "the tiny Llama dump program failed on $t: $(tail -5 "$TLD.log")"
+TLX=$ROOT/tests/data/edge/tiny_llama_s8_stages.safetensors
+"$CLI" verify --compare "$TLD.log" "$TLX" > "$TLD.verify.txt" 2>&1 ||
+  fail "verify --compare of the tiny Llama's per-layer dump on $t: $(grep -E '=>|error' "$TLD.verify.txt" | head -5)"
+plant_dump tiny_llama_s8 micro-s8 decode.20.layer.1.q "$TLD.bad.log" "$TLD.log"
+set +e
+"$CLI" verify --compare "$TLD.bad.log" "$TLX" > "$TLD.bad.txt" 2>&1
+rc=$?
+set -e
+((rc == 1)) && grep -q "FIRST MISMATCH: stage 'decode.20.layer.1.q'" "$TLD.bad.txt" ||
+  fail "a changed q in the tiny Llama's dump was not named at decode.20.layer.1.q (exit $rc): $(grep '=>' "$TLD.bad.txt")"
+log "tiny Llama int8 on $t: every layer of all $(grep -c 'AFDUMP tensor decode\.[0-9]*\.logits' "$TLD.log") steps dumped and equal to the NumPy model on the host; a planted break named at decode.20.layer.1.q"
 
 # 7a. No heap, stdio, abort or C++ runtime in the library objects.
 for t in "${EDGE_TARGETS[@]}"; do

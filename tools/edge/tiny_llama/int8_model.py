@@ -290,19 +290,37 @@ def main():
             S[("f", "logits")] = logits
             return logits
 
-    # (a) Free-running greedy generation: what the device must reproduce.
+    # (a) Free-running greedy generation: what the device must reproduce,
+    # every layer's stages of every step kept for the device's all-layer
+    # dump (tiny_llama_s8_stages.safetensors: "decode.<pos>.layer.<l>.<stage>"
+    # under the golden names, then final_norm and logits).
+    DUMP = [("norm1", "norm", "I8"), ("q", "q", "I8"), ("k", "k", "I8"), ("v", "v", "I8"),
+            ("attn", "heads_out", "I8"), ("resid_attn", "residual", "I32"),
+            ("norm2", "ffn_norm", "I8"), ("ffn", "swiglu", "I8"), ("resid_ffn", "block_out", "I32")]
+    layer_dump = []
+
+    def keep_stages(pos):
+        for l in range(NL):
+            for key, name, dt in DUMP:
+                layer_dump.append(("decode.%d.layer.%d.%s" % (pos, l, name), dt,
+                                   np.array(m.stages[(l, key)], dtype=np.int64)))
+        layer_dump.append(("decode.%d.final_norm" % pos, "I8", np.array(m.stages[("f", "normf")])))
+        layer_dump.append(("decode.%d.logits" % pos, "I32", np.array(m.stages[("f", "logits")])))
+
     m = Model()
     prompt = exp["prompt_ids"]
     ids = list(prompt)
     logits_log = []
     for i, t in enumerate(prompt):
         lg = m.step(t, i)
+        keep_stages(i)
     for g in range(len(exp["generated_ids"])):
         logits_log.append(lg)
         nxt = int(np.argmax(lg))
         ids.append(nxt)
         if g + 1 < len(exp["generated_ids"]):
             lg = m.step(nxt, len(ids) - 1)
+            keep_stages(len(ids) - 1)
     gen = ids[len(prompt):]
     f32 = exp["generated_ids"]
     first_div = next((i for i in range(len(gen)) if gen[i] != f32[i]), len(gen))
@@ -379,6 +397,18 @@ def main():
                            "heads": str(H), "kv_heads": str(HKV), "ff": str(FF),
                            "layers": str(NL), "max_len": str(T), "vocab_size": str(V),
                            "eps": str(eps_int), "residual_scale_log2": str(-RSH)})
+
+    # The device's per-layer dump, compared by `attnflow verify --compare`.
+    write_int_safetensors(
+        "tiny_llama_s8_stages.safetensors",
+        [("token_ids", "I32", np.array(ids[:len(layer_dump) // (NL * len(DUMP) + 2)]))] + layer_dump,
+        {"format": "attnflow-tiny-llama-s8-stages/1", "kind": "decoder",
+         "stages": ",".join(n for n, _, _ in layer_dump), "inputs": "token_ids",
+         "description": "every layer of every step of the int8 tiny Llama (NumPy integer model, "
+                        "tools/edge/tiny_llama/int8_model.py): decode.<pos>.layer.<l>.<stage>, "
+                        "int8 stages and int32 residuals; the device's AFDUMP (tiny_llama_s8 "
+                        "built with -DTL_DUMP) must equal them bit for bit"})
+
 
 if __name__ == "__main__":
     main()
