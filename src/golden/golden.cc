@@ -596,6 +596,19 @@ Result<CaseReport> CompareStages(const GotStages& got, const SafetensorsFile& ex
                            " (line " + std::to_string(got.block_line) + ") is kind " + got.kind +
                            ", but " + expected.path() + " is a " + rep.kind + " case");
   }
+  // Two model dumps of different architectures are not two runs of one
+  // model: an error, not a verdict.
+  if (meta.count("trace_format") && got.metadata.count("trace_format")) {
+    for (const char* key : {"num_heads", "num_kv_heads", "source"}) {
+      auto e = meta.find(key);
+      auto g = got.metadata.find(key);
+      if (e != meta.end() && g != got.metadata.end() && e->second != g->second) {
+        return InvalidArgument("verify: " + got.path + " and " + expected.path() +
+                               " are traces of different models or sources (" + key + " " +
+                               QuoteBounded(g->second) + " vs " + QuoteBounded(e->second) + ")");
+      }
+    }
+  }
   double a = kGoldenDefaultTol, r = kGoldenDefaultTol;
   for (auto [key, dst] : {std::pair<const char*, double*>{"atol", &a}, {"rtol", &r}}) {
     auto it = meta.find(key);

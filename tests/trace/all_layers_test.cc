@@ -196,6 +196,11 @@ TEST(AllLayers, MiniLmReferenceAttentionEntersAtLayer0HeadsOut) {
   SafetensorsFile f = Open(ref);
   EXPECT_TRUE(f.Has("layer.5.block_out"));
   EXPECT_TRUE(f.Has("layer.0.weights"));
+  // A dump of another model is an error (exit 2), not a verdict.
+  ASSERT_EQ(RunCli("trace -q --safetensors " + dir.P("toy.safetensors")).code, 0);
+  testing::CliResult other = RunCli("verify --compare " + dir.P("toy.safetensors") + " " + ref);
+  EXPECT_EQ(other.code, 2) << other.text;
+  EXPECT_NE(other.text.find("traces of different models"), std::string::npos) << other.text;
 }
 
 }  // namespace
