@@ -255,3 +255,36 @@ TEST_F(VerifyDump, NpyFileAndDirectory) {
 
 }  // namespace
 }  // namespace attnflow
+
+namespace attnflow {
+namespace {
+
+// The committed console log of the emulated rv32imc board (README quick
+// start, step 5): every block it holds still verifies against its case —
+// f32 blocks against the golden case with float32 rounding bounds, int8
+// blocks against export-c's int8 case — and passes the invariants alone.
+TEST(CommittedDeviceLog, EveryBlockVerifies) {
+  const std::string root = ATTNFLOW_SOURCE_DIR;
+  const std::string log = root + "/tests/data/edge/uart_rv32imc.log";
+  const std::string dir = ::testing::TempDir() + "/attnflow_uart_log_" + std::to_string(getpid());
+  fs::create_directories(dir);
+  for (const char* c : {"sdpa_basic", "sdpa_boolmask_2d", "mha_self_e16_h4"}) {
+    const std::string golden = root + "/tests/data/golden/" + c + ".safetensors";
+    CliResult f = RunCli("verify --compare " + log + " " + golden + " --case " + c +
+                         " --device-impl micro-f32");
+    EXPECT_EQ(f.code, 0) << c << "\n" << f.text;
+    EXPECT_NE(f.text.find("tolerance=rounding bounds"), std::string::npos) << f.text;
+    if (std::string(c).rfind("sdpa", 0) == 0) {
+      const std::string s8 = dir + "/" + c + ".s8.safetensors";
+      ASSERT_EQ(RunCli("export-c " + golden + " --out " + dir + "/" + c + ".h --s8-expected " + s8).code, 0);
+      CliResult q = RunCli("verify --compare " + log + " " + s8 + " --case " + c + " --device-impl micro-s8");
+      EXPECT_EQ(q.code, 0) << c << "\n" << q.text;
+      CliResult inv = RunCli("verify --invariants " + log + " --case " + c + " --device-impl micro-f32");
+      EXPECT_EQ(inv.code, 0) << c << "\n" << inv.text;
+    }
+  }
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace attnflow
