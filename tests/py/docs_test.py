@@ -298,6 +298,29 @@ class DocsTest(unittest.TestCase):
                     self.check_defaults(f"{rel}:{n}", line, errors)
         self.assertEqual(errors, [], "\n" + "\n".join(errors))
 
+    def test_code_fences_close(self):
+        """Every ``` block closes with a bare ``` line: a closing fence with
+        text after it does not close (CommonMark), and the rest of the page
+        renders as code."""
+        errors = []
+        for doc in DOCS:
+            rel = doc.relative_to(SRC)
+            open_at = None
+            for n, line in enumerate(doc.read_text(encoding="utf-8").splitlines(), 1):
+                m = re.match(r"^\s{0,3}```(.*)$", line)
+                if not m:
+                    continue
+                if open_at is None:
+                    open_at = n
+                elif m.group(1).strip():
+                    errors.append(f"{rel}:{n}: a fence with text after it inside the block opened "
+                                  f"at line {open_at} (does not close it)")
+                else:
+                    open_at = None
+            if open_at is not None:
+                errors.append(f"{rel}:{open_at}: code block never closed")
+        self.assertEqual(errors, [], "\n" + "\n".join(errors))
+
     def test_help_defaults_and_examples_agree_with_the_cli(self):
         errors = []
         for h in self.cli.all_helps():
