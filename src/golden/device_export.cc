@@ -962,8 +962,9 @@ std::string Exporter::Header() const {
       auto it = m.find(s);
       return RefLit(it == m.end() ? Ref{} : it->second);
     };
-    return "{" + get("scores") + ", " + get("scaled") + ", " + get("masked") + ", " +
-           get("weights") + ", " + get("lse") + ", " + get("out") + "}";
+    return "{.scores = " + get("scores") + ", .scaled = " + get("scaled") + ", .masked = " +
+           get("masked") + ", .weights = " + get("weights") + ", .lse = " + get("lse") +
+           ", .out = " + get("out") + "}";
   };
   const char* mt = e_.mask_type == AF_MASK_BOOL  ? "AF_MASK_BOOL"
                    : e_.mask_type == AF_MASK_F32 ? "AF_MASK_F32"

@@ -197,6 +197,11 @@ CLI::Validator Finite() {
       "FINITE");
 }
 
+std::string Count(int64_t n, std::string_view one, std::string_view many) {
+  return std::to_string(n) + " " +
+         (n == 1 ? std::string(one) : many.empty() ? std::string(one) + "s" : std::string(many));
+}
+
 bool ResolveModel(const std::string& cmd, const std::string& value,
                   const std::string& default_key, std::string* path,
                   std::string* display) {

@@ -86,6 +86,10 @@ bool ResolveModel(const std::string& cmd, const std::string& value,
                   const std::string& default_key, std::string* path,
                   std::string* display);
 
+// "1 token", "2 tokens": a count with its noun in the right number
+// (`many` defaults to `one` + "s").
+std::string Count(int64_t n, std::string_view one, std::string_view many = {});
+
 // A byte size: "320KiB", "4MiB", "1.5GB", "4096" (bytes); binary (KiB, MiB,
 // GiB, TiB) and decimal (KB, MB, GB, TB) units, case-insensitive, optional
 // "B". Errors name `option`.

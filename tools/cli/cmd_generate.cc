@@ -343,11 +343,11 @@ Status Generate(Loaded& L, const std::vector<int32_t>& new_ids, int64_t max_toke
 }
 
 void ReportStats(const GenStats& s) {
-  std::fprintf(stderr, "[prefill] %lld tokens in %.1f ms: %.1f tokens/s\n",
-               static_cast<long long>(s.prompt_tokens), s.prefill_ms,
+  std::fprintf(stderr, "[prefill] %s in %.1f ms: %.1f tokens/s\n",
+               Count(s.prompt_tokens, "token").c_str(), s.prefill_ms,
                s.prefill_ms > 0 ? 1000.0 * s.prompt_tokens / s.prefill_ms : 0.0);
-  std::fprintf(stderr, "[decode] %lld tokens generated, %lld decode steps: %.2f ms/token\n",
-               static_cast<long long>(s.generated), static_cast<long long>(s.decode_steps),
+  std::fprintf(stderr, "[decode] %s generated, %s: %.2f ms/token\n",
+               Count(s.generated, "token").c_str(), Count(s.decode_steps, "decode step").c_str(),
                s.decode_steps > 0 ? s.decode_ms / s.decode_steps : 0.0);
 }
 
@@ -449,8 +449,8 @@ int RunGenerate(const GenArgs& a) {
     std::printf("\n");
   }
   std::fflush(stdout);
-  std::fprintf(stderr, "[stop] %s after %lld tokens\n", StopText(stats.stop),
-               static_cast<long long>(stats.generated));
+  std::fprintf(stderr, "[stop] %s after %s\n", StopText(stats.stop),
+               Count(stats.generated, "token").c_str());
   if (!a.quiet) ReportStats(stats);
   if (!a.quiet && floor != nullptr) {
     const FloorSummary f = SummariseFloor(stats, *floor);
@@ -702,7 +702,8 @@ ATTNFLOW_REGISTER_COMMAND(
                      "Benchmarks: after every decode step, time a plain read of this many bytes "
                      "(the step's weight-streaming floor) on the same threads; prints decode/floor "
                      "per step ([floor] line, \"floor\" in --json)")
-          ->check(InRange(int64_t{1}, int64_t{1} << 40));
+          ->check(InRange(int64_t{1}, int64_t{1} << 40))
+          ->default_str("");  // off unless given
       sub.add_flag("--truncate", a->truncate,
                    "Drop prompt tokens from the left when the prompt does not fit the context");
       sub.add_flag("--json", a->json,

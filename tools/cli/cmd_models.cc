@@ -46,10 +46,11 @@ int RunModels(bool paths_only) {
       continue;
     }
     const ModelInfo& i = (*model)->info();
-    std::printf("         architecture %s · %lld layers · %lld heads (%lld kv) · d_model %lld · "
+    std::printf("         architecture %s · %s · %s (%lld kv) · d_model %lld · "
                 "%.1f M parameters · weights %s · %.1f MiB on disk · context %lld\n",
-                EscapeLine(i.architecture).c_str(), (long long)i.num_layers, (long long)i.num_heads,
-                (long long)i.num_kv_heads, (long long)i.hidden, i.num_params / 1e6,
+                EscapeLine(i.architecture).c_str(), Count(i.num_layers, "layer").c_str(),
+                Count(i.num_heads, "head").c_str(), (long long)i.num_kv_heads, (long long)i.hidden,
+                i.num_params / 1e6,
                 EscapeLine(i.weight_dtype).c_str(), DiskBytes(*p) / 1048576.0,
                 (long long)i.max_positions);
   }

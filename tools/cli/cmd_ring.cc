@@ -758,9 +758,11 @@ void AddShapeOptions(CLI::App* c, RingArgs* a, bool verify) {
   c->add_option("--heads", a->heads, "H (default 8)")->check(InRange(int64_t{1}, int64_t{1} << 16));
   c->add_option("--kv-heads", a->kv_heads, "Hkv (default 2)")->check(InRange(int64_t{1}, int64_t{1} << 16));
   c->add_option("--q-len", a->q_len, "global query length (default 1024); decode: new tokens, 1..4 (default 1)")
-      ->check(InRange(int64_t{0}, int64_t{1} << 32));
+      ->check(InRange(int64_t{0}, int64_t{1} << 32))
+      ->default_str("");  // the mode's default, above
   c->add_option("--kv-len", a->kv_len, "global key length (default: q-len; decode: 4096)")
-      ->check(InRange(int64_t{0}, int64_t{1} << 32));
+      ->check(InRange(int64_t{0}, int64_t{1} << 32))
+      ->default_str("");
   c->add_option("--head-dim", a->head_dim, "D = Dv (default 64)")->check(InRange(int64_t{1}, int64_t{256}));
   c->add_option("--causal", a->causal,
                 "none, top_left or bottom_right (default: top_left for prefill, bottom_right for decode)");

@@ -231,11 +231,10 @@ int RunFrom(const TraceArgs& a) {
     return kExitUsage;
   }
   // Everything below comes from the JSON file: escaped (EscapeLine).
-  std::printf("trace %s: %s · %s · %lld tokens · %lld heads shown · %lld decode steps\n",
-              EscapeLine(a.from).c_str(), EscapeLine(s->source).c_str(),
-              EscapeLine(s->model).c_str(),
-              static_cast<long long>(s->num_tokens), static_cast<long long>(s->num_heads_shown),
-              static_cast<long long>(s->decode_steps));
+  std::printf("trace %s: %s · %s · %s · %s shown · %s\n", EscapeLine(a.from).c_str(),
+              EscapeLine(s->source).c_str(), EscapeLine(s->model).c_str(),
+              Count(s->num_tokens, "token").c_str(), Count(s->num_heads_shown, "head").c_str(),
+              Count(s->decode_steps, "decode step").c_str());
   if (!s->note.empty()) std::printf("view: %s\n", EscapeLine(s->note).c_str());
   if (!a.html.empty()) {
     const int rc = WriteHtml(a.html, text.value());
@@ -339,15 +338,16 @@ int WriteBatch(const TraceArgs& a, const std::vector<trace::Trace>& traces) {
   if (!BuildPage(a, to_json, &page)) return kExitUsage;
   const player::TraceSummary& s = page.summary;
   const trace::Trace& t0 = traces.front();
-  std::printf("attnflow trace: %s (encoder batch) · layer %lld · %zu sentences padded to %zu tokens"
-              " · %lld heads × d_k %lld · mask kv_lens\n",
-              EscapeLine(t0.info.name).c_str(), static_cast<long long>(t0.layer), traces.size(),
-              t0.tokens.size(), static_cast<long long>(t0.info.num_heads),
-              static_cast<long long>(t0.info.head_dim));
+  std::printf("attnflow trace: %s (encoder batch) · layer %lld · %s padded to %s · %s × d_k %lld"
+              " · mask kv_lens\n",
+              EscapeLine(t0.info.name).c_str(), static_cast<long long>(t0.layer),
+              Count(int64_t(traces.size()), "sentence").c_str(),
+              Count(int64_t(t0.tokens.size()), "token").c_str(),
+              Count(t0.info.num_heads, "head").c_str(), static_cast<long long>(t0.info.head_dim));
   for (const auto& t : traces) {
     const size_t real = t.tokens.size() - t.pad_keys.size();
-    std::printf("  sentence %lld: %zu tokens + %zu [PAD]", static_cast<long long>(t.batch_index),
-                real, t.pad_keys.size());
+    std::printf("  sentence %lld: %s + %zu [PAD]", static_cast<long long>(t.batch_index),
+                Count(int64_t(real), "token").c_str(), t.pad_keys.size());
     if (!a.quiet) {
       std::printf(" ·");
       for (size_t i = 0; i < std::min<size_t>(real, 16); ++i)
@@ -602,12 +602,11 @@ int RunTrace(TraceArgs a) {
   Page page;
   if (!BuildPage(a, to_json, &page)) return kExitUsage;
   const player::TraceSummary& s = page.summary;
-  std::printf("attnflow trace: %s (%s) · layer %lld · %zu tokens · %lld heads × d_k %lld · mask %s"
-              " · %zu decode steps\n",
+  std::printf("attnflow trace: %s (%s) · layer %lld · %s · %s × d_k %lld · mask %s · %s\n",
               EscapeLine(t.info.name).c_str(), EscapeLine(t.source).c_str(),
-              static_cast<long long>(t.layer),
-              t.tokens.size(), static_cast<long long>(t.info.num_heads),
-              static_cast<long long>(t.info.head_dim), CausalName(t.causal), t.decode.size());
+              static_cast<long long>(t.layer), Count(int64_t(t.tokens.size()), "token").c_str(),
+              Count(t.info.num_heads, "head").c_str(), static_cast<long long>(t.info.head_dim),
+              CausalName(t.causal), Count(int64_t(t.decode.size()), "decode step").c_str());
   if (!a.quiet) {
     std::printf("  tokens (␣ = space):");
     const size_t show = std::min<size_t>(t.tokens.size(), 24);
