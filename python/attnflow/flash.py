@@ -21,9 +21,11 @@
 #    deterministic); return_attn_probs returns (out, lse, None): the
 #    dropout-mask tensor S_dmask does not exist without dropout.
 #  * flash_attn_with_kvcache appends k/v in place at cache_seqlens (as
-#    FlashAttention does) and has no backward. rotary_cos/sin and
-#    cache_leftpad are not supported (ValueError; apply RoPE to q and k
-#    before the call).
+#    FlashAttention does) and has no backward: its output never requires
+#    grad. rotary_cos/sin and cache_leftpad are not supported (ValueError;
+#    apply RoPE to q and k before the call).
+#  * As FlashAttention: outputs are contiguous [B, Lq, H, D]; a returned LSE
+#    is +inf (not attnflow's -inf) for a row with no visible key.
 from __future__ import annotations
 
 import numbers
@@ -32,6 +34,13 @@ from typing import Optional, Sequence, Tuple, Union
 import torch
 
 from ._sdpa import _CAUSAL, _ops, _scale_value, _softcap_value, scaled_dot_product_attention
+
+
+def _fa_lse(lse):
+    """FlashAttention's LSE convention: a row with no visible key has LSE
+    +inf (its kernels store INFINITY for an empty row, so exp(x - lse) is 0
+    in their backward); attnflow's own API keeps -inf (docs/semantics.md)."""
+    return torch.where(torch.isneginf(lse), torch.full_like(lse, float("inf")), lse)
 
 
 def _causal_code(causal: bool) -> int:
@@ -78,8 +87,8 @@ def flash_attn_func(q, k, v, dropout_p: float = 0.0, softmax_scale: Optional[flo
         enable_gqa=True, causal="bottom_right" if causal else None,
         window=None if (wl, wr) == (-1, -1) else (wl, wr), softcap=softcap,
         alibi_slopes=alibi_slopes, return_lse=True)
-    out = out.transpose(1, 2)
-    return (out, lse, None) if return_attn_probs else out
+    out = out.transpose(1, 2).contiguous()  # FlashAttention returns [B, Lq, H, D] contiguous
+    return (out, _fa_lse(lse), None) if return_attn_probs else out
 
 
 def flash_attn_kvpacked_func(q, kv, dropout_p: float = 0.0, softmax_scale=None,
@@ -258,7 +267,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: in
     out, lse = _ops(torch).varlen(q, k, v, cu_q, cu_k, alibi, _causal_code(causal),
                                   _scale_value(softmax_scale, op), wl, wr,
                                   _softcap_value(softcap, op))
-    return (out, lse.to(torch.float32), None) if return_attn_probs else out
+    return (out, _fa_lse(lse.to(torch.float32)), None) if return_attn_probs else out
 
 
 def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
@@ -367,11 +376,17 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         raise ValueError(f"{op}: cache_leftpad is not supported (keys must start at position 0)")
     for name, x in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
         _tensor(op, name, x)
-    if torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad
-                                       for x in (q, k_cache, v_cache, k, v)):
-        raise RuntimeError(f"{op}: inputs require grad, but the KV-cache call has no backward "
-                           f"(as in FlashAttention); use flash_attn_func / flash_attn_varlen_func "
-                           f"for training, or wrap the call in torch.no_grad()")
+    # The KV-cache call has no backward (as in FlashAttention): inputs that
+    # require grad give an output that does not (computed without autograd).
+    with torch.no_grad():
+        return _with_kvcache(op, q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx,
+                             block_table, softmax_scale, causal, wl, wr, softcap, alibi_slopes,
+                             return_softmax_lse)
+
+
+def _with_kvcache(op, q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, block_table,
+                  softmax_scale, causal, wl, wr, softcap, alibi_slopes, return_softmax_lse):
+    """flash_attn_with_kvcache after its option checks (under no_grad)."""
     if (k is None) != (v is None):
         raise ValueError(f"{op}: pass both k and v (new keys/values) or neither")
     rows, seqlens, writes = _kvcache_plan(op, q, k_cache, v_cache, k, v, cache_seqlens,
@@ -400,5 +415,5 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
             window=None if (wl, wr) == (-1, -1) else (wl, wr), softcap=softcap,
             alibi_slopes=alibi_slopes, kv_lens=seqlens, kv_align="per_sequence",
             return_lse=True)
-    out = out.transpose(1, 2)
-    return (out, lse) if return_softmax_lse else out
+    out = out.transpose(1, 2).contiguous()
+    return (out, _fa_lse(lse)) if return_softmax_lse else out

@@ -273,6 +273,22 @@ af::TensorView ViewOfHandle(nb::handle h, const char* op, const char* name, Arra
     if (PyErr_Occurred()) throw nb::python_error();
     return v;
   }
+  // An output (out, lse, dq, dk, dv) must be writable: a read-only buffer
+  // (e.g. a NumPy array over bytes) is refused, never written through.
+  const std::string_view n(name);
+  if (n == "out" || n == "lse" || n == "dq" || n == "dk" || n == "dv") {
+    if (PyObject_CheckBuffer(h.ptr())) {
+      Py_buffer b;
+      if (PyObject_GetBuffer(h.ptr(), &b, PyBUF_WRITABLE) != 0) {
+        PyErr_Clear();
+        PyErr_SetString(PyExc_ValueError, (std::string(op) + ": " + name +
+                                           " is read-only; the output must be a writable array")
+                                              .c_str());
+        throw nb::python_error();
+      }
+      PyBuffer_Release(&b);
+    }
+  }
   Array a;
   if (!nb::try_cast(h, a)) {
     RaiseType(std::string(op) + ": " + name + " must be a torch tensor, a NumPy array or a "

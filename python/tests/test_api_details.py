@@ -153,10 +153,38 @@ def test_flash_api_argument_errors():
                                       rotary_sin=torch.ones(5, 4))
     with pytest.raises(ValueError, match="cache_leftpad"):
         flash.flash_attn_with_kvcache(q, q, q, cache_leftpad=torch.zeros(1, dtype=torch.int32))
-    with pytest.raises(RuntimeError, match="no backward"):
-        flash.flash_attn_with_kvcache(q.requires_grad_(), q.detach(), q.detach())
+    # As FlashAttention: the KV-cache call has no backward; its output does
+    # not require grad even when the inputs do.
+    assert not flash.flash_attn_with_kvcache(q.requires_grad_(), q.detach(), q.detach()).requires_grad
     cu = torch.tensor([0, 5], dtype=torch.int32)
     with pytest.raises(ValueError, match="max_seqlen_q=3 is less than"):
         flash.flash_attn_varlen_func(q[0], q[0], q[0], cu, cu, 3, 5)
     with pytest.raises(ValueError, match=r"attention_varlen: cu_seqlens_q\[1\] = 5"):
         flash.flash_attn_varlen_func(q[0, :4].detach(), q[0].detach(), q[0].detach(), cu, cu, 5, 5)
+
+
+def test_flash_api_matches_flashattention_conventions():
+    """Contiguous [B, Lq, H, D] outputs (out.view(B, S, H*D) works), LSE +inf
+    for a row with no visible key (FlashAttention's kernels store INFINITY),
+    and the private core refuses a read-only output array."""
+    g = torch.Generator().manual_seed(3)
+    q = torch.randn(2, 5, 4, 8, generator=g)
+    k = torch.randn(2, 7, 2, 8, generator=g)
+    out, lse, _ = flash.flash_attn_func(q, k, k, return_attn_probs=True)
+    assert out.is_contiguous() and out.view(2, 5, 32).shape == (2, 5, 32)
+    out = flash.flash_attn_func(q, k, k, causal=True, window_size=(0, 0))
+    assert out.is_contiguous()
+    # A decode step whose cache holds nothing for sequence 1: no visible key.
+    kc = torch.randn(2, 6, 2, 8, generator=g)
+    o, l = flash.flash_attn_with_kvcache(q[:, :1], kc, kc, cache_seqlens=torch.tensor([3, 0]),
+                                         return_softmax_lse=True)
+    assert o.is_contiguous()
+    assert torch.isposinf(l[1]).all() and torch.isfinite(l[0]).all()
+    assert torch.equal(o[1], torch.zeros_like(o[1]))
+    # The private core: a read-only output (NumPy over bytes) is refused.
+    from attnflow import _attnflow as core
+    qn = np.zeros((1, 1, 2, 4), np.float32)
+    ro = np.frombuffer(bytes(32), dtype=np.float32).reshape(1, 1, 2, 4)
+    with pytest.raises(ValueError, match="out is read-only"):
+        core.sdpa(ro, None, qn, qn, qn, None, None, None, 0, 0.5, -1, -1, 0)
+
