@@ -136,7 +136,7 @@ class DecoderModel : public Model {
 
 // Load options of a decoder (GGUF) model.
 struct DecoderOptions {
-  DType kv_dtype = DType::kF32;  // KV cache: kF32 or kF16
+  DType kv_dtype = DType::kF32;  // KV cache: kF32, kF16 or kBF16
   int num_threads = 0;           // 0 = the default pool (ATTNFLOW_NUM_THREADS)
   int64_t max_context = 0;       // cap on the context, 0 = the model's own
   bool fast_dot = false;         // int8-activation decode dot (inexact; llama::LlamaOptions)

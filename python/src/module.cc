@@ -758,9 +758,10 @@ Decoder* LoadDecoder(const std::string& path, const std::string& kv_dtype, int t
                      int64_t max_context, bool fast_dot) {
   af::DecoderOptions o;
   if (kv_dtype == "f16") o.kv_dtype = af::DType::kF16;
+  else if (kv_dtype == "bf16") o.kv_dtype = af::DType::kBF16;
   else if (kv_dtype != "f32") {
-    PyErr_SetString(PyExc_ValueError,
-                    ("attnflow.SmolLM2: kv_dtype must be 'f32' or 'f16', got '" + kv_dtype + "'").c_str());
+    PyErr_SetString(PyExc_ValueError, ("attnflow.SmolLM2: kv_dtype must be 'f32', 'f16' or "
+                                       "'bf16', got " + af::QuoteBounded(kv_dtype)).c_str());
     throw nb::python_error();
   }
   o.num_threads = threads;

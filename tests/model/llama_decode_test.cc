@@ -66,11 +66,11 @@ void ExpectFusedEqualsOpByOp(const TinyOpts& to, DType kv, const std::vector<int
 // The fused decode step (matvec chunks with RoPE / SwiGLU / cache append
 // applied to each chunk, per-task norms; here one region per token) gives
 // exactly the op-by-op path's logits, step after step (so the cache it
-// writes is the same too), for 1-7 threads, both cache dtypes, tied and
+// writes is the same too), for 1-7 threads, every cache dtype, tied and
 // untied heads and every weight type of the tiny model (quantised, F16, F32).
 TEST(LlamaLoader, FusedDecodeStepEqualsOpByOp) {
   for (bool tied : {false, true}) {
-    for (DType kv : {DType::kF32, DType::kF16}) {
+    for (DType kv : {DType::kF32, DType::kF16, DType::kBF16}) {
       SCOPED_TRACE(std::string("tied ") + (tied ? "1" : "0") + ", kv " + DTypeName(kv));
       TinyOpts to;
       to.tied = tied;

@@ -241,11 +241,11 @@ TEST(SmolLm2, ResultsDoNotDependOnThreadCount) {
 }
 
 // SmolLM2's decode steps through the fused region path equal the op-by-op
-// path bit for bit (Q4_1 + Q8_0 head, both cache dtypes).
+// path bit for bit (Q4_1 + Q8_0 head, every cache dtype).
 TEST(SmolLm2, FusedDecodeStepEqualsOpByOp) {
   REQUIRE_MODEL();
   std::vector<int32_t> ids = Tok(Shared()).Encode("One region per layer must not change a bit:", true).value();
-  for (DType kv : {DType::kF32, DType::kF16}) {
+  for (DType kv : {DType::kF32, DType::kF16, DType::kBF16}) {
     std::vector<std::vector<float>> outs;
     for (bool fused : {false, true}) {
       llama::LlamaOptions o;

@@ -138,8 +138,10 @@ int LoadFor(const char* cmd, const GenArgs& a, Loaded* out) {
   DecoderOptions lo;
   if (a.kv_dtype == "f16") {
     lo.kv_dtype = DType::kF16;
+  } else if (a.kv_dtype == "bf16") {
+    lo.kv_dtype = DType::kBF16;
   } else if (a.kv_dtype != "f32") {
-    PrintError(cmd, "--kv-dtype must be f32 or f16, got " + a.kv_dtype);
+    PrintError(cmd, "--kv-dtype must be f32, f16 or bf16, got " + a.kv_dtype);
     return kExitUsage;
   }
   if (a.ctx_size == 1) {
@@ -665,8 +667,8 @@ void AddCommon(CLI::App& sub, GenArgs& a) {
       ->check(InRange(int64_t{0}, int64_t{1} << 30));
   sub.add_option("--top-p", a.sampling.top_p, "Nucleus mass in (0, 1]")->check(InRange(0.0, 1.0));
   sub.add_option("--seed", a.sampling.seed, "RNG seed for sampling");
-  sub.add_option("--kv-dtype", a.kv_dtype, "KV cache dtype: f32 | f16")
-      ->check(CLI::IsMember({"f32", "f16"}));
+  sub.add_option("--kv-dtype", a.kv_dtype, "KV cache dtype: f32 | f16 | bf16")
+      ->check(CLI::IsMember({"f32", "f16", "bf16"}));
   sub.add_option("--threads", a.threads, "Worker threads (0 = ATTNFLOW_NUM_THREADS or all cores)")
       ->check(InRange(0, 1024));
   sub.add_option("--system", a.system, "System message for --chat / chat");

@@ -530,7 +530,7 @@ int RunTrace(TraceArgs a) {
     Result<std::unique_ptr<Model>> m = Status::Ok();
     if (gguf) {
       DecoderOptions dopt;
-      dopt.kv_dtype = a.kv_dtype == "f16" ? DType::kF16 : DType::kF32;
+      dopt.kv_dtype = a.kv_dtype == "f16" ? DType::kF16 : a.kv_dtype == "bf16" ? DType::kBF16 : DType::kF32;
       Result<std::unique_ptr<DecoderModel>> d = LoadDecoderModel(path, dopt);
       if (d.ok()) m = std::unique_ptr<Model>(std::move(d).value());
       else m = d.status();
@@ -594,7 +594,9 @@ int RunTrace(TraceArgs a) {
   if (!display.empty()) t.info.name = display;
   if (model != nullptr) {
     t.attention_impl = a.impl;
-    if (dynamic_cast<DecoderModel*>(model.get()) != nullptr) t.kv_dtype = a.kv_dtype == "f16" ? "F16" : "F32";
+    if (dynamic_cast<DecoderModel*>(model.get()) != nullptr) {
+      t.kv_dtype = a.kv_dtype == "f16" ? "F16" : a.kv_dtype == "bf16" ? "BF16" : "F32";
+    }
   }
   const PageSerializer to_json = [&t](const player::PageOptions& po) {
     return player::TraceToJson(t, po);
@@ -711,9 +713,9 @@ void AddTraceOptions(CLI::App& sub, TraceArgs& a) {
   sub.add_option("--causal", a.causal, "Toy mask: none, top_left (default), bottom_right")
       ->check(CLI::IsMember({"none", "top_left", "bottom_right"}));
   sub.add_option("--kv-dtype", a.kv_dtype,
-                 "Decoder KV cache: f32 or f16 (compare a model with its optimised self: "
+                 "Decoder KV cache: f32, f16 or bf16 (compare a model with its optimised self: "
                  "verify --compare OPT REF)")
-      ->check(CLI::IsMember({"f32", "f16"}))
+      ->check(CLI::IsMember({"f32", "f16", "bf16"}))
       ->capture_default_str();
   sub.add_option("--impl", a.impl,
                  "Model attention: kernels (the fast path) or reference (float64 "

@@ -74,6 +74,19 @@ struct Layer {
 
 constexpr int64_t kDecodeRows = 16;  // rows per chunk in a decode region phase
 
+// The one writer of the KV cache: n floats into element dst of a cache of
+// dtype dt (F32 copied, F16 / BF16 rounded to nearest even), for the
+// prefill's appends and the fused decode step's alike.
+void StoreRow(uint8_t* cache, int64_t dst, const float* src, int64_t n, DType dt) {
+  if (dt == DType::kF32) {
+    std::memcpy(reinterpret_cast<float*>(cache) + dst, src, static_cast<size_t>(n) * sizeof(float));
+  } else if (dt == DType::kF16) {
+    for (int64_t d = 0; d < n; ++d) reinterpret_cast<uint16_t*>(cache)[dst + d] = F32ToF16(src[d]);
+  } else {
+    for (int64_t d = 0; d < n; ++d) reinterpret_cast<uint16_t*>(cache)[dst + d] = F32ToBF16(src[d]);
+  }
+}
+
 // The reference's score stages pass through; its "out" is dropped (the
 // model reports the fast kernel's output as heads_out).
 std::string_view DropOut(std::string_view s) { return s == "out" ? std::string_view() : s; }
@@ -199,8 +212,8 @@ Status LlamaModel::LoadVector(const std::string& name, int64_t n, std::vector<fl
 Result<std::unique_ptr<DecoderModel>> LlamaModel::Load(const char** stage, Result<GgufFile> f,
                                                        const std::string& path,
                                                        const LlamaOptions& opt) {
-  if (opt.kv_dtype != DType::kF32 && opt.kv_dtype != DType::kF16) {
-    return InvalidArgument(std::string("llama: kv cache dtype must be F32 or F16, got ") +
+  if (opt.kv_dtype != DType::kF32 && opt.kv_dtype != DType::kF16 && opt.kv_dtype != DType::kBF16) {
+    return InvalidArgument(std::string("llama: kv cache dtype must be F32, F16 or BF16, got ") +
                            DTypeName(opt.kv_dtype));
   }
   if (!f.ok()) return f.status();
@@ -566,15 +579,8 @@ Status LlamaModel::ForwardImpl(const std::vector<int32_t>& ids, bool all_logits,
         const float* ks = k_.data() + (t * Hkv + hk) * D;
         const float* vs = v_.data() + (t * Hkv + hk) * D;
         const int64_t dst = (hk * cap_ + p0 + t) * D;
-        if (opt_.kv_dtype == DType::kF32) {
-          std::memcpy(reinterpret_cast<float*>(kc) + dst, ks, static_cast<size_t>(D) * sizeof(float));
-          std::memcpy(reinterpret_cast<float*>(vc) + dst, vs, static_cast<size_t>(D) * sizeof(float));
-        } else {
-          for (int64_t d = 0; d < D; ++d) {
-            reinterpret_cast<uint16_t*>(kc)[dst + d] = F32ToF16(ks[d]);
-            reinterpret_cast<uint16_t*>(vc)[dst + d] = F32ToF16(vs[d]);
-          }
-        }
+        StoreRow(kc, dst, ks, D, opt_.kv_dtype);
+        StoreRow(vc, dst, vs, D, opt_.kv_dtype);
       }
     }
     const TensorView qv = MakeStridedView(q_.data(), DType::kF32, {1, H, T, D}, {T * H * D, D, H * D, 1});
@@ -625,11 +631,7 @@ void LlamaModel::StoreKv(uint8_t* cache, int64_t r, const float* src, int64_t n)
   // Row r of the layer's [Hkv * D] k or v output: head r / D, dims from r % D.
   const int64_t D = info_.head_dim;
   const int64_t dst = ((r / D) * cap_ + cache_len_) * D + r % D;
-  if (opt_.kv_dtype == DType::kF32) {
-    std::memcpy(reinterpret_cast<float*>(cache) + dst, src, static_cast<size_t>(n) * sizeof(float));
-  } else {
-    for (int64_t d = 0; d < n; ++d) reinterpret_cast<uint16_t*>(cache)[dst + d] = F32ToF16(src[d]);
-  }
+  StoreRow(cache, dst, src, n, opt_.kv_dtype);
 }
 
 Status LlamaModel::DecodeStep(int32_t id, Tensor* logits) {

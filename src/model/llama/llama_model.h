@@ -20,7 +20,7 @@
 // Invariants: weights are read in place from the read-only mapping (no
 // dequantised copy; see ops::QMatMul in attnflow/ops.h); the KV cache holds RoPE'd keys and values
 // for positions [0, CacheLength()) in [kv_head, capacity, head_dim] layout
-// (head-major: attention streams each head's keys; F32 or F16); Forward()
+// (head-major: attention streams each head's keys; F32, F16 or BF16); Forward()
 // either appends all its ids to the cache or leaves CacheLength() unchanged
 // (on error); logits never depend on the thread count.
 // A model object holds one sequence's cache: it is not safe to call Forward()
@@ -39,7 +39,7 @@
 namespace attnflow::llama {
 
 struct LlamaOptions {
-  DType kv_dtype = DType::kF32;  // kF32 or kF16
+  DType kv_dtype = DType::kF32;  // kF32, kF16 or kBF16
   int num_threads = 0;           // 0 = DefaultPool() (ATTNFLOW_NUM_THREADS)
   // Token count from which matmuls use the packed GEMM path (see ops::QMatMul in attnflow/ops.h).
   int64_t gemm_min_tokens = ops::kDefaultGemmMinTokens;
