@@ -449,3 +449,27 @@ TEST(RoundingBounds, MonotoneInTheUnitRoundoff) {
 
 }  // namespace
 }  // namespace attnflow
+
+namespace attnflow {
+namespace {
+
+// A stage always matches itself, whatever its bound: extreme inputs can give
+// a NaN or infinite per-element bound (found by the golden fuzz target:
+// tests/regress/golden/stage_with_nan_bound_matches_itself_*), and a
+// differing element under a NaN bound is still a mismatch.
+TEST(RoundingBounds, EqualValuesMatchUnderANaNBound) {
+  std::vector<float> x = {1.f, -2.f, 3e20f}, nan_bound(3, NAN), y = x;
+  const Shape shape = {3};
+  const TensorView a = MakeView(x.data(), DType::kF32, shape),
+                   t = MakeView(nan_bound.data(), DType::kF32, shape);
+  EXPECT_TRUE(CompareStageWithin("weights", a, MakeView(y.data(), DType::kF32, shape), t, "f32")
+                  .match);
+  y[1] = -2.5f;
+  const StageReport r =
+      CompareStageWithin("weights", a, MakeView(y.data(), DType::kF32, shape), t, "f32");
+  EXPECT_FALSE(r.match);
+  EXPECT_EQ(r.first_bad, 1);
+}
+
+}  // namespace
+}  // namespace attnflow

@@ -356,7 +356,7 @@ TEST(SmolLm2, ForwardErrors) {
   EXPECT_NE(st.message().find("context length 8"), std::string::npos) << st.message();
   EXPECT_EQ(m->CacheLength(), 6);
   EXPECT_TRUE(m->Forward({1, 2}, false, &l).ok());
-  o.kv_dtype = DType::kBF16;
+  o.kv_dtype = DType::kI8;
   EXPECT_EQ(llama::LoadLlamaGgufWithOptions(SmolLm2Path(), o).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(LoadModel("/nonexistent/x.gguf").status().code(), StatusCode::kIoError);
 }
@@ -529,7 +529,7 @@ TEST(SmolLm2Cli, GenerateAndChat) {
   EXPECT_NE(out.find("Tokyo"), std::string::npos) << out;
   // Usage errors exit 2 with a message.
   EXPECT_EQ(RunCmd(cli + " generate" + model, &out, true), 2) << out;  // no --prompt
-  EXPECT_EQ(RunCmd(cli + " generate" + model + " --prompt x --kv-dtype bf16", &out, true), 2) << out;
+  EXPECT_EQ(RunCmd(cli + " generate" + model + " --prompt x --kv-dtype int8", &out, true), 2) << out;
   EXPECT_EQ(RunCmd(cli + " generate --model /nonexistent.gguf --prompt x", &out, true), 2);
   EXPECT_NE(out.find("/nonexistent.gguf"), std::string::npos) << out;
   EXPECT_EQ(RunCmd("ATTNFLOW_VENV=/nonexistent " + cli + " generate --prompt x", &out, true), 2);
