@@ -12,7 +12,12 @@
 //    follows it), and an arena below the reported workspace is refused;
 //  * the stage probe accepts exactly what the kernel accepts;
 //  * a decode over a cache struct whose window or length was changed after
-//    init (the caller's struct) is refused or stays inside the storage.
+//    init (the caller's struct) is refused or stays inside the storage;
+//  * misuse is refused (include/attnflow/micro.h): a NaN/inf planted in q or
+//    a fuzzed huge scale gives AF_ERR_PARAM or finite outputs, never NaN;
+//    an output over an input or the arena gives AF_ERR_ALIAS; a fuzzed
+//    multiplier out of range gives AF_ERR_PARAM from af_linear_s8; a refused
+//    preparing call leaves its output as it was.
 #pragma once
 
 #include <cmath>
@@ -29,7 +34,7 @@ namespace micro_detail {
 
 constexpr uint32_t kCanary = 0xA5A5A5A5u;
 
-inline bool Known(af_status s) { return s >= AF_OK && s <= AF_ERR_ALIGN; }
+inline bool Known(af_status s) { return s >= AF_OK && s <= AF_ERR_ALIAS; }
 
 // f32 and int8 SDPA with options.
 inline void Sdpa(ByteReader& r) {
@@ -102,6 +107,11 @@ inline void Sdpa(ByteReader& r) {
   }
   const size_t arena_req = size_t(r.Range(0, 1024));
   std::vector<uint32_t> arena(arena_req / 4 + 8, kCanary);
+  // Misuse: a NaN or inf in q, a scale up to 3e38, out over q.
+  const int misuse = int(r.Range(0, 5));
+  if (misuse == 1 && nq > 0) q[r.Range(0, int64_t(nq) - 1)] = r.Bool() ? NAN : -INFINITY;
+  const float scales[4] = {0.25f, 1e30f, 3e38f, 1e-30f};
+  const float scale = misuse == 2 ? scales[r.Range(0, 3)] : 0.25f;
   for (int path = 0; path < 2; ++path) {
     af_sdpa_opts po = o;
     if (mt != 0) {
@@ -130,8 +140,21 @@ inline void Sdpa(ByteReader& r) {
     af_status st;
     if (path == 0) {
       st = af_sdpa_f32_ex(out.data(), lse.data(), q.data(), k.data(), v.data(),
-                          use_kl ? kv_lens.data() : nullptr, 0.25f, &s, &po, arena.data(),
+                          use_kl ? kv_lens.data() : nullptr, scale, &s, &po, arena.data(),
                           arena_req);
+      if (misuse == 1 && nq > 0)
+        FUZZ_CHECK(st != AF_OK, "a NaN/inf in q was accepted");
+      if (misuse == 3 && st == AF_OK && nq > 0 && nq <= no) {
+        // out over q (q copied first): the same call must now be refused.
+        std::vector<float> both(no + 1, 0.f);
+        std::copy(q.begin(), q.end(), both.begin());
+        const std::vector<float> before = both;
+        const af_status sa = af_sdpa_f32_ex(both.data(), nullptr, both.data(), k.data(), v.data(),
+                                            use_kl ? kv_lens.data() : nullptr, scale, &s, &po,
+                                            arena.data(), arena_req);
+        FUZZ_CHECK(sa == AF_ERR_ALIAS, "out over q was not refused as an overlap");
+        FUZZ_CHECK(both == before, "a refused overlapping call wrote");
+      }
     } else {
       af_s8_params p;
       const float sq = 1.f / 16, one = 1.f;
@@ -140,6 +163,11 @@ inline void Sdpa(ByteReader& r) {
       // The lean entry point refuses a softcap (the softcap one takes it).
       st = af_sdpa_s8_ex(out8.data(), q8.data(), k8.data(), v8.data(), kl, &p, &s, &po,
                          arena.data(), arena_req);
+      if (misuse == 4 && st == AF_OK && no > 0)  // the arena over out
+        FUZZ_CHECK(af_sdpa_s8_ex(reinterpret_cast<int8_t*>(arena.data()), q8.data(), k8.data(),
+                                 v8.data(), kl, &p, &s, &po, arena.data(), arena_req) ==
+                       AF_ERR_ALIAS,
+                   "an arena over out was not refused");
       FUZZ_CHECK(po.softcap_s8 == nullptr || st != AF_OK, "the lean entry point took a softcap");
       if (po.softcap_s8 != nullptr)
         st = af_sdpa_s8_softcap_ex(out8.data(), q8.data(), k8.data(), v8.data(), kl, &p, &s, &po,
@@ -157,19 +185,22 @@ inline void Sdpa(ByteReader& r) {
       }
       // The probe accepts the same call, for one row.
       if (s.batch > 0 && s.q_len > 0) {
-        std::vector<float> row(dim(s.kv_len) + 1);
-        std::vector<int32_t> irow(dim(s.kv_len) + 1);
+        // One row per stage (the probe refuses stage rows that overlap).
+        const size_t lk = dim(s.kv_len) + 1;
+        std::vector<float> row(4 * lk);
+        std::vector<int32_t> irow(3 * lk);
         float l;
         int32_t ws8;
         af_s8_params p;
         const float sq = 1.f / 16, one = 1.f;
         af_s8_prepare(&p, &sq, &sq, &one, &one, 1, 0.25f);
         const af_status ps =
-            path == 0 ? af_sdpa_f32_probe(row.data(), row.data(), row.data(), row.data(), &l,
-                                          q.data(), k.data(), use_kl ? kv_lens.data() : nullptr,
-                                          0.25f, &s, &po, s.batch - 1, s.num_heads - 1,
-                                          s.q_len - 1)
-                      : af_sdpa_s8_probe(irow.data(), irow.data(), irow.data(), &ws8, q8.data(),
+            path == 0 ? af_sdpa_f32_probe(row.data(), row.data() + lk, row.data() + 2 * lk,
+                                          row.data() + 3 * lk, &l, q.data(), k.data(),
+                                          use_kl ? kv_lens.data() : nullptr, scale, &s, &po,
+                                          s.batch - 1, s.num_heads - 1, s.q_len - 1)
+                      : af_sdpa_s8_probe(irow.data(), irow.data() + lk, irow.data() + 2 * lk,
+                                         &ws8, q8.data(),
                                          k8.data(), use_kl ? kv_lens.data() : nullptr, &p, &s,
                                          &po, s.batch - 1, s.num_heads - 1, s.q_len - 1);
         FUZZ_CHECK(ps == AF_OK, "the probe refused a row the kernel accepted");
@@ -239,16 +270,61 @@ inline void Mha(ByteReader& r) {
   if (st == AF_OK) FUZZ_CHECK(ws != 0 && arena_req >= ws, "mha accepted a too small arena");
 }
 
+// The int8 block pieces and the preparing functions with fuzzed
+// multipliers, scales and overlaps.
+inline void Pieces(ByteReader& r) {
+  const int32_t in = int32_t(r.Range(1, 8)), out = int32_t(r.Range(1, 8));
+  std::vector<int8_t> x(size_t(in) + 8), w(size_t(in) * out), y(size_t(out) + 16, 7);
+  for (auto& v : x) v = int8_t(r.U8());
+  for (auto& v : w) v = int8_t(r.U8());
+  std::vector<af_qmult> m(static_cast<size_t>(out));
+  bool in_range = true;
+  for (auto& q : m) {
+    q.mult = r.Bool() ? int32_t(r.U32()) : (1 << 30);
+    q.shift = r.Bool() ? int32_t(r.U32()) : int32_t(r.Range(-31, 30));
+    in_range = in_range && q.mult >= 0 && q.shift >= -31 && q.shift <= 30;
+  }
+  const int8_t* xp = r.Bool() ? y.data() + r.Range(0, 7) : x.data();  // x over y?
+  const bool overlap = xp != x.data() && xp < y.data() + out;
+  const std::vector<int8_t> y0 = y;
+  const af_status st = af_linear_s8(y.data(), xp, w.data(), nullptr, m.data(), in, out);
+  FUZZ_CHECK(Known(st), "unknown status");
+  FUZZ_CHECK((st == AF_OK) == (in_range && !overlap), "af_linear_s8 took misuse or refused a call");
+  if (st != AF_OK) FUZZ_CHECK(y == y0, "a refused af_linear_s8 wrote");
+  // Preparing: fuzzed scales (some NaN, inf, negative); refused = untouched.
+  const float pick[6] = {0.1f, 1e-3f, NAN, INFINITY, -1.f, 1e30f};
+  const int32_t n = int32_t(r.Range(1, 4));
+  const size_t un = static_cast<size_t>(n);
+  std::vector<float> sq(un), sk(un), mask(un * 3);
+  for (auto& v : sq) v = pick[r.Range(0, 5)];
+  for (auto& v : sk) v = pick[r.Range(0, 5)];
+  for (auto& v : mask) v = r.Bool() ? pick[r.Range(0, 5)] : -INFINITY;
+  af_s8_params p;
+  std::memset(&p, 0x5A, sizeof p);
+  af_s8_params p0 = p;
+  if (af_s8_prepare(&p, sq.data(), sk.data(), sq.data(), sk.data(), n, 0.25f) != AF_OK)
+    FUZZ_CHECK(std::memcmp(&p, &p0, sizeof p) == 0, "a refused af_s8_prepare wrote");
+  std::vector<int32_t> al(un, -5), mk(mask.size(), -5);
+  if (af_s8_alibi_prepare(al.data(), sq.data(), n, sq.data(), sk.data(), n, 0.25f) != AF_OK)
+    for (int32_t v : al) FUZZ_CHECK(v == -5, "a refused af_s8_alibi_prepare wrote");
+  if (af_s8_mask_prepare(mk.data(), mask.data(), int32_t(mask.size()), sq[0], sk[0], 0.25f) !=
+      AF_OK)
+    for (int32_t v : mk) FUZZ_CHECK(v == -5, "a refused af_s8_mask_prepare wrote");
+}
+
 }  // namespace micro_detail
 
 inline void FuzzMicro(const uint8_t* data, size_t size) {
   ByteReader r(data, size);
-  switch (r.Pick(3)) {
+  switch (r.Pick(4)) {
     case 0:
       micro_detail::Sdpa(r);
       break;
     case 1:
       micro_detail::Decode(r);
+      break;
+    case 2:
+      micro_detail::Pieces(r);
       break;
     default:
       micro_detail::Mha(r);

@@ -31,6 +31,17 @@
  *    read.
  *  - Pointers to float and int32 data must be 4-byte aligned
  *    (AF_ERR_ALIGN otherwise: Cortex-M FPU loads fault on misaligned data).
+ *  - Outputs (the arena's used bytes included) overlap neither an input nor
+ *    each other (AF_ERR_ALIAS), except where a function says it works in
+ *    place; an element-wise function then takes the very same array, never a
+ *    shifted one.
+ *  - f32 inputs are finite and in range (AF_ERR_PARAM otherwise, before
+ *    anything is written): the attention calls check q, the keys and values
+ *    a row may see, masks and slopes against AF_F32_LIMIT (docs/edge.md
+ *    "Inputs the C API refuses"); the other f32 ops check their activations.
+ *    Weights are the caller's constants: check them once with
+ *    af_check_finite_f32. A status other than AF_OK means no output byte
+ *    changed (af_mha_f32 documents its one exception).
  */
 #ifndef ATTNFLOW_MICRO_H_
 #define ATTNFLOW_MICRO_H_
@@ -49,7 +60,8 @@ typedef enum {
   AF_ERR_ARENA = 3,    /* arena too small (or misaligned) */
   AF_ERR_PARAM = 4,    /* a parameter (scale, kv_lens, window) is invalid */
   AF_ERR_FULL = 5,     /* KV cache full and no sliding window */
-  AF_ERR_ALIGN = 6     /* a pointer is not aligned to its element type */
+  AF_ERR_ALIGN = 6,    /* a pointer is not aligned to its element type */
+  AF_ERR_ALIAS = 7     /* an output overlaps an input, the arena or another output */
 } af_status;
 
 /* Short name of a status code ("ok", "null pointer", ...). */
@@ -60,6 +72,24 @@ typedef enum {
   AF_CAUSAL_TOP_LEFT = 1,
   AF_CAUSAL_BOTTOM_RIGHT = 2
 } af_causal;
+
+/* The f32 range bound (2^125): every term of a scaled score stays below it
+ * in magnitude, so their sum (at most three terms) and the softmax
+ * accumulators stay finite. Checked on every f32 attention call:
+ *   scale * max|q| * max|k| * head_dim <= AF_F32_LIMIT (and without scale),
+ *   max|v| * max(kv_len, 1) <= AF_F32_LIMIT, |slope| <= 2^108 (so
+ *   |slope| * (q_len + kv_len) < AF_F32_LIMIT), an additive mask value -inf
+ *   or finite and <= AF_F32_LIMIT, softcap <= AF_F32_LIMIT
+ * (max over the q rows and the keys/values some row may see). The KV cache
+ * holds rows with |k| <= AF_F32_CACHE_K_MAX and |v| <= AF_F32_CACHE_V_MAX
+ * (af_kv_cache_append refuses others), so a decode step checks q alone. */
+#define AF_F32_LIMIT 4.2535296e37f      /* 2^125 */
+#define AF_F32_CACHE_K_MAX 1.0995116e12f /* 2^40 */
+#define AF_F32_CACHE_V_MAX 1.2676506e30f /* 2^100 */
+
+/* AF_OK if x[0 .. n) are all finite, AF_ERR_PARAM otherwise (AF_ERR_NULL for
+ * x NULL with n > 0): the one-time check of f32 weights. */
+af_status af_check_finite_f32(const float* x, size_t n);
 
 /* Largest value of any one dimension (keeps every index product in 32 bits
  * for the sizes validated below). */
@@ -268,6 +298,11 @@ typedef struct {
 /* 0 for an invalid shape or one whose arena would not fit in size_t (the
  * size is computed in 64 bits, so it never wraps on 32-bit targets). */
 size_t af_mha_f32_workspace_bytes(const af_mha_shape* s);
+/* af_mha_f32 checks x_q, x_k, x_v, the weights and biases (finite) and every
+ * overlap before it writes. Its one late refusal: projections of finite
+ * inputs that leave the range of AF_F32_LIMIT give AF_ERR_PARAM from the
+ * attention of that batch element, after the earlier elements' rows of out
+ * (and stages) were written. */
 af_status af_mha_f32(float* out, const float* x_q, const float* x_k, const float* x_v,
                      const int32_t* kv_lens, const af_mha_weights_f32* w, float scale,
                      const af_mha_shape* s, void* arena, size_t arena_bytes,

@@ -17,6 +17,7 @@ const char* af_status_name(af_status s) {
     case AF_ERR_PARAM: return "invalid parameter";
     case AF_ERR_FULL: return "kv cache full";
     case AF_ERR_ALIGN: return "misaligned pointer";
+    case AF_ERR_ALIAS: return "overlapping buffers";
   }
   return "unknown status";
 }
@@ -116,6 +117,85 @@ void af_mha_seq_opts(af_sdpa_opts* ob, const af_sdpa_opts* o, int32_t b, int32_t
 }
 
 int af_aligned(const void* p, uintptr_t align) { return ((uintptr_t)p & (align - 1u)) == 0; }
+
+int af_overlap(af_span a, af_span b) {
+  const uintptr_t a0 = (uintptr_t)a.p, b0 = (uintptr_t)b.p;
+  if (a.p == NULL || b.p == NULL || a.n == 0 || b.n == 0) return 0;
+  return a0 < b0 ? b0 - a0 < a.n : a0 - b0 < b.n;
+}
+
+af_status af_alias_check(const af_span* outs, int32_t n_out, const af_span* ins, int32_t n_in) {
+  int32_t i, j;
+  for (i = 0; i < n_out; ++i) {
+    for (j = i + 1; j < n_out; ++j)
+      if (af_overlap(outs[i], outs[j])) return AF_ERR_ALIAS;
+    for (j = 0; j < n_in; ++j)
+      if (af_overlap(outs[i], ins[j])) return AF_ERR_ALIAS;
+  }
+  return AF_OK;
+}
+
+af_status af_same_or_apart(const void* y, const void* x, size_t bytes) {
+  af_span a, b;
+  a.p = y;
+  a.n = bytes;
+  b.p = x;
+  b.n = bytes;
+  return y == x || !af_overlap(a, b) ? AF_OK : AF_ERR_ALIAS;
+}
+
+int32_t af_opts_spans(const af_sdpa_opts* o, const af_sdpa_shape* s, af_span* spans) {
+  int32_t n = 0;
+  const size_t n_slopes = (size_t)(o != NULL && o->alibi_per_batch ? s->batch : 1) * s->num_heads;
+  if (o == NULL) return 0;
+  if (o->mask_type != AF_MASK_NONE) {
+    spans[n].p = o->mask;
+    spans[n++].n = (size_t)o->mask_shape[0] * o->mask_shape[1] * o->mask_shape[2] *
+                   o->mask_shape[3] * (o->mask_type == AF_MASK_BOOL ? 1u : 4u);
+  }
+  spans[n].p = o->alibi_slopes;
+  spans[n++].n = 4 * n_slopes;
+  spans[n].p = o->alibi_s8;
+  spans[n++].n = 4 * n_slopes;
+  spans[n].p = o->softcap_s8;
+  spans[n++].n = (size_t)16 * s->num_heads;
+  return n;
+}
+
+int af_scan_f32(const float* x, size_t n, uint32_t* max_abs) {
+  /* One max over |x| bit patterns, no early exit (a vectorisable
+   * reduction): NaN and inf are exactly the patterns >= 0x7f800000. */
+  uint32_t m = *max_abs, m1 = 0, m2 = 0, m3 = 0;
+  size_t i;
+  for (i = 0; i + 4 <= n; i += 4) { /* four chains: no loop-carried latency */
+    uint32_t u[4];
+    AF_COPY(u, x + i, 16);
+    u[0] &= 0x7fffffffu, u[1] &= 0x7fffffffu, u[2] &= 0x7fffffffu, u[3] &= 0x7fffffffu;
+    m = u[0] > m ? u[0] : m;
+    m1 = u[1] > m1 ? u[1] : m1;
+    m2 = u[2] > m2 ? u[2] : m2;
+    m3 = u[3] > m3 ? u[3] : m3;
+  }
+  for (; i < n; ++i) {
+    uint32_t u;
+    AF_COPY(&u, x + i, 4);
+    u &= 0x7fffffffu;
+    m = u > m ? u : m;
+  }
+  m1 = m1 > m3 ? m1 : m3;
+  m2 = m2 > m1 ? m2 : m1;
+  m = m > m2 ? m : m2;
+  *max_abs = m;
+  return m < 0x7f800000u;
+}
+
+af_status af_check_finite_f32(const float* x, size_t n) {
+  uint32_t m = 0;
+  if (n == 0) return AF_OK;
+  if (x == NULL) return AF_ERR_NULL;
+  if (!af_aligned(x, 4)) return AF_ERR_ALIGN;
+  return af_scan_f32(x, n, &m) ? AF_OK : AF_ERR_PARAM;
+}
 
 af_status af_kv_check(int32_t num_kv_heads, int32_t head_dim, int32_t v_dim, int32_t capacity,
                       int32_t max_capacity, int32_t window, int32_t length) {
@@ -247,7 +327,7 @@ af_status af_s8_check_opts(const af_sdpa_opts* o, const af_sdpa_shape* s, int wi
 }
 
 af_status af_f32_check_opts(const af_sdpa_opts* o, const af_sdpa_shape* s) {
-  int32_t h, n_slopes;
+  int32_t n_slopes;
   uint32_t cap_bits;
   af_status st;
   if (s == NULL) return AF_ERR_NULL;
@@ -257,13 +337,28 @@ af_status af_f32_check_opts(const af_sdpa_opts* o, const af_sdpa_shape* s) {
     return AF_ERR_PARAM; /* f32 takes alibi_slopes and softcap */
   n_slopes = o->alibi_per_batch ? s->batch * s->num_heads : s->num_heads;
   if (o->alibi_slopes != NULL) {
+    uint32_t m = 0;
     if (!af_aligned(o->alibi_slopes, 4)) return AF_ERR_ALIGN;
-    for (h = 0; h < n_slopes; ++h)
-      if (!af_finite_f32(o->alibi_slopes[h])) return AF_ERR_PARAM;
+    /* finite, |slope| <= 2^108: |slope| * (Lq + Lk) < 2^125 = AF_F32_LIMIT */
+    if (!af_scan_f32(o->alibi_slopes, (size_t)n_slopes, &m) || m > AF_F32_BITS_2P108)
+      return AF_ERR_PARAM;
   }
-  /* off (+0), or finite and > 0: sign bit clear, not inf/NaN */
+  /* off (+0), or in (0, AF_F32_LIMIT]: sign bit clear, bits <= the limit's */
   cap_bits = af_cap_bits(o);
-  if (cap_bits != 0 && ((cap_bits >> 31) || !af_finite_f32(o->softcap))) return AF_ERR_PARAM;
+  if (cap_bits != 0 && ((cap_bits >> 31) || cap_bits > AF_F32_BITS_LIMIT)) return AF_ERR_PARAM;
+  if (o->mask_type == AF_MASK_F32) { /* -inf or finite <= AF_F32_LIMIT; never NaN */
+    const float* mf = (const float*)o->mask;
+    const size_t n = (size_t)o->mask_shape[0] * o->mask_shape[1] * o->mask_shape[2] *
+                     o->mask_shape[3];
+    size_t i;
+    for (i = 0; i < n; ++i) {
+      uint32_t u;
+      AF_COPY(&u, mf + i, 4);
+      if (u == 0xff800000u) continue;                   /* -inf: hidden */
+      if ((u & 0x7fffffffu) >= 0x7f800000u) return AF_ERR_PARAM; /* NaN, +inf */
+      if (!(u >> 31) && u > AF_F32_BITS_LIMIT) return AF_ERR_PARAM;
+    }
+  }
   return AF_OK;
 }
 

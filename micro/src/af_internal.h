@@ -77,6 +77,28 @@ af_status af_softcap_s8_check(const int32_t* c, int32_t num_heads);
 /* 1 if p is aligned to `align` bytes (NULL counts as aligned). */
 int af_aligned(const void* p, uintptr_t align);
 
+/* ------------------------------------------------------- misuse checks --- */
+/* A byte range [p, p + n) of one argument (p NULL or n 0: none). */
+typedef struct {
+  const void* p;
+  size_t n;
+} af_span;
+/* 1 if the two ranges share a byte (address arithmetic on uintptr_t, so
+ * unrelated arrays compare without undefined behaviour). */
+int af_overlap(af_span a, af_span b);
+/* AF_ERR_ALIAS if an output range overlaps another output or an input. */
+af_status af_alias_check(const af_span* outs, int32_t n_out, const af_span* ins, int32_t n_in);
+/* In-place element-wise ops: AF_ERR_ALIAS if y and x overlap without being
+ * the same array (a shifted view would read what it already wrote). */
+af_status af_same_or_apart(const void* y, const void* x, size_t bytes);
+/* The input ranges of options o for shape s (mask, ALiBi slopes of either
+ * path, softcap constants): writes up to 4 spans, returns how many. */
+int32_t af_opts_spans(const af_sdpa_opts* o, const af_sdpa_shape* s, af_span* spans);
+/* Scans n floats read as bits (integer only): *max_abs raised to the
+ * largest |x| bit pattern (non-negative floats order as their bits); returns
+ * 0 if that maximum is a NaN or inf (this or an earlier scan), else 1. */
+int af_scan_f32(const float* x, size_t n, uint32_t* max_abs);
+
 /* What the per-key work of one query row needs: the row's mask (already
  * offset to its (b, h, i) row; key stride msj 0 or 1), its ALiBi slope and
  * its diagonal d. `kind` is a bit set of AF_BIAS_*; 0 means "no per-key
@@ -227,6 +249,14 @@ AF_INLINE int32_t af_pair_segments(int32_t f0, int32_t l0, int32_t f1, int32_t l
   if (two) from[n] = f1, to[n] = l1, rowsel[n++] = 1;
   return n;
 }
+
+/* Bit patterns of the f32 range bounds (positive floats order as their
+ * bits): AF_F32_LIMIT = 2^125, the slope bound 2^108, the cache's K and V
+ * bounds 2^40 and 2^100. */
+#define AF_F32_BITS_LIMIT 0x7e000000u
+#define AF_F32_BITS_2P108 0x75800000u
+#define AF_F32_BITS_CACHE_K 0x53800000u
+#define AF_F32_BITS_CACHE_V 0x71800000u
 
 /* 1 unless x is NaN or +-inf, read from its bits: no float compare, so an
  * integer-only path that shares a check links no soft-float routine. */

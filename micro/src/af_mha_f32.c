@@ -41,6 +41,56 @@ static void af_project_heads(float* y, const float* x, const float* w, const flo
   }
 }
 
+/* Finite inputs and weights, and outputs (out, the stages, the arena's ws
+ * bytes) apart from the inputs and from each other. */
+static af_status af_mha_f32_misuse(const float* out, const float* x_q, const float* x_k,
+                                   const float* x_v, const int32_t* kv_lens,
+                                   const af_mha_weights_f32* w, const af_mha_shape* s, int32_t dh,
+                                   const af_sdpa_opts* o, const void* arena, size_t ws,
+                                   const af_mha_stages_f32* st) {
+  const size_t B = (size_t)s->batch, E = (size_t)s->embed, Ekv = (size_t)s->num_kv_heads * dh;
+  const size_t nq = B * s->q_len * E, nk = B * s->kv_len * E, nkv = B * s->kv_len * Ekv;
+  af_sdpa_shape full;
+  af_span outs[8], ins[16];
+  int32_t n_in = 0, i;
+  uint32_t m = 0;
+  const float* arrays[11];
+  size_t counts[11];
+  arrays[0] = x_q, counts[0] = nq;
+  arrays[1] = x_k, counts[1] = nk;
+  arrays[2] = x_v, counts[2] = nk;
+  arrays[3] = w->w_q, counts[3] = E * E;
+  arrays[4] = w->w_k, counts[4] = Ekv * E;
+  arrays[5] = w->w_v, counts[5] = Ekv * E;
+  arrays[6] = w->w_o, counts[6] = E * E;
+  arrays[7] = w->b_q, counts[7] = E;
+  arrays[8] = w->b_k, counts[8] = Ekv;
+  arrays[9] = w->b_v, counts[9] = Ekv;
+  arrays[10] = w->b_o, counts[10] = E;
+  for (i = 0; i < 11; ++i) {
+    if (arrays[i] != NULL && !af_scan_f32(arrays[i], counts[i], &m)) return AF_ERR_PARAM;
+    ins[n_in].p = arrays[i];
+    ins[n_in++].n = arrays[i] != NULL ? counts[i] * 4 : 0;
+  }
+  ins[n_in].p = kv_lens, ins[n_in++].n = B * 4;
+  full.batch = s->batch, full.num_heads = s->num_heads, full.num_kv_heads = s->num_kv_heads;
+  full.q_len = s->q_len, full.kv_len = s->kv_len, full.head_dim = full.v_dim = dh;
+  full.causal = s->causal;
+  n_in += af_opts_spans(o, &full, ins + n_in);
+  outs[0].p = out, outs[0].n = nq * 4;
+  outs[1].p = arena, outs[1].n = ws;
+  for (i = 2; i < 8; ++i) outs[i].p = NULL, outs[i].n = 0;
+  if (st != NULL) {
+    outs[2].p = st->q, outs[2].n = nq * 4;
+    outs[3].p = st->k, outs[3].n = nkv * 4;
+    outs[4].p = st->v, outs[4].n = nkv * 4;
+    outs[5].p = st->heads_out, outs[5].n = nq * 4;
+    outs[6].p = st->concat, outs[6].n = nq * 4;
+    outs[7].p = st->lse, outs[7].n = B * s->num_heads * s->q_len * 4;
+  }
+  return af_alias_check(outs, 8, ins, n_in);
+}
+
 af_status af_mha_f32_ex(float* out, const float* x_q, const float* x_k, const float* x_v,
                         const int32_t* kv_lens, const af_mha_weights_f32* w, float scale,
                         const af_mha_shape* s, const af_sdpa_opts* o, void* arena,
@@ -67,6 +117,9 @@ af_status af_mha_f32_ex(float* out, const float* x_q, const float* x_k, const fl
   if ((st = af_mha_check_call(s, &sd, kv_lens, o, 0)) != AF_OK) return st;
   ws = af_mha_f32_workspace_bytes(s);
   if (ws == 0 || arena_bytes < ws || ((uintptr_t)arena & 3u)) return AF_ERR_ARENA;
+  if ((st = af_mha_f32_misuse(out, x_q, x_k, x_v, kv_lens, w, s, sd.head_dim, o, arena, ws,
+                              stages)) != AF_OK)
+    return st;
   {
     const int32_t E = s->embed, H = s->num_heads, Hkv = s->num_kv_heads, dh = sd.head_dim;
     const int32_t Lq = s->q_len, Lk = s->kv_len, Ekv = Hkv * dh;

@@ -48,6 +48,60 @@ static void af_project_heads_s8(int8_t* y, const int8_t* x, const int8_t* w, con
   }
 }
 
+/* Every row multiplier in range (mult >= 0, shift in [-31, 30]) and the
+ * outputs (out, the stages, the arena's ws bytes) apart from the inputs and
+ * from each other. */
+static af_status af_mha_s8_misuse(const int8_t* out, const int8_t* x_q, const int8_t* x_k,
+                                  const int8_t* x_v, const int32_t* kv_lens,
+                                  const af_mha_weights_s8* w, const af_s8_params* p,
+                                  const af_mha_shape* s, int32_t dh, const af_sdpa_opts* o,
+                                  const void* arena, size_t ws, const af_mha_stages_s8* st) {
+  const size_t B = (size_t)s->batch, E = (size_t)s->embed, Ekv = (size_t)s->num_kv_heads * dh;
+  const size_t nq = B * s->q_len * E, nk = B * s->kv_len * E, nkv = B * s->kv_len * Ekv;
+  const af_qmult* ms[4];
+  size_t rows[4], i, r;
+  af_sdpa_shape full;
+  af_span outs[7], ins[21];
+  int32_t n_in = 0;
+  ms[0] = w->m_q, rows[0] = E;
+  ms[1] = w->m_k, rows[1] = Ekv;
+  ms[2] = w->m_v, rows[2] = Ekv;
+  ms[3] = w->m_o, rows[3] = E;
+  for (i = 0; i < 4; ++i) {
+    for (r = 0; r < rows[i]; ++r)
+      if (ms[i][r].mult < 0 || ms[i][r].shift < -31 || ms[i][r].shift > 30) return AF_ERR_PARAM;
+    ins[n_in].p = ms[i], ins[n_in++].n = rows[i] * sizeof(af_qmult);
+  }
+  ins[n_in].p = x_q, ins[n_in++].n = nq;
+  ins[n_in].p = x_k, ins[n_in++].n = nk;
+  ins[n_in].p = x_v, ins[n_in++].n = nk;
+  ins[n_in].p = w->w_q, ins[n_in++].n = E * E;
+  ins[n_in].p = w->w_k, ins[n_in++].n = Ekv * E;
+  ins[n_in].p = w->w_v, ins[n_in++].n = Ekv * E;
+  ins[n_in].p = w->w_o, ins[n_in++].n = E * E;
+  ins[n_in].p = w->b_q, ins[n_in++].n = E * 4;
+  ins[n_in].p = w->b_k, ins[n_in++].n = Ekv * 4;
+  ins[n_in].p = w->b_v, ins[n_in++].n = Ekv * 4;
+  ins[n_in].p = w->b_o, ins[n_in++].n = E * 4;
+  ins[n_in].p = kv_lens, ins[n_in++].n = B * 4;
+  ins[n_in].p = p, ins[n_in++].n = sizeof *p;
+  full.batch = s->batch, full.num_heads = s->num_heads, full.num_kv_heads = s->num_kv_heads;
+  full.q_len = s->q_len, full.kv_len = s->kv_len, full.head_dim = full.v_dim = dh;
+  full.causal = s->causal;
+  n_in += af_opts_spans(o, &full, ins + n_in);
+  outs[0].p = out, outs[0].n = nq;
+  outs[1].p = arena, outs[1].n = ws;
+  for (i = 2; i < 7; ++i) outs[i].p = NULL, outs[i].n = 0;
+  if (st != NULL) {
+    outs[2].p = st->q, outs[2].n = nq;
+    outs[3].p = st->k, outs[3].n = nkv;
+    outs[4].p = st->v, outs[4].n = nkv;
+    outs[5].p = st->heads_out, outs[5].n = nq;
+    outs[6].p = st->concat, outs[6].n = nq;
+  }
+  return af_alias_check(outs, 7, ins, n_in);
+}
+
 af_status af_mha_s8(int8_t* out, const int8_t* x_q, const int8_t* x_k, const int8_t* x_v,
                     const int32_t* kv_lens, const af_mha_weights_s8* w, const af_s8_params* p,
                     const af_mha_shape* s, const af_sdpa_opts* o, void* arena, size_t arena_bytes,
@@ -69,6 +123,9 @@ af_status af_mha_s8(int8_t* out, const int8_t* x_q, const int8_t* x_k, const int
   if (o != NULL && o->v_layout != AF_V_ROWS) return AF_ERR_PARAM; /* v is projected here */
   ws = af_mha_s8_workspace_bytes(s);
   if (ws == 0 || arena_bytes < ws || ((uintptr_t)arena & 3u)) return AF_ERR_ARENA;
+  if ((st = af_mha_s8_misuse(out, x_q, x_k, x_v, kv_lens, w, p, s, sd.head_dim, o, arena, ws,
+                             stages)) != AF_OK)
+    return st;
   {
     const int32_t E = s->embed, H = s->num_heads, Hkv = s->num_kv_heads, dh = sd.head_dim;
     const int32_t Lq = s->q_len, Lk = s->kv_len, Ekv = Hkv * dh;

@@ -1,11 +1,32 @@
 /* af_nn_f32.c — the f32 building blocks of a transformer block for the micro
  * library (include/attnflow/micro.h): LayerNorm, RMSNorm, linear layer,
  * ReLU, residual add, RoPE (both layouts) and its tables (af_rope_table
- * writes the f32 and the int8 path's Q15 table), SiLU, GELU, SwiGLU. No heap; fp32 accumulation in index order; outputs may
- * alias inputs only where stated. */
+ * writes the f32 and the int8 path's Q15 table), SiLU, GELU, SwiGLU. No
+ * heap; fp32 accumulation in index order. Every op refuses a NaN or inf in
+ * its activations (AF_ERR_PARAM) and an output that overlaps an input
+ * (AF_ERR_ALIAS), except the element-wise ones in place on the very same
+ * array, before it writes. */
 #include <math.h>
 
 #include "af_internal.h"
+
+/* 1 if x[0 .. n) are finite (the activations every op checks). */
+static int af_finite_n(const float* x, int32_t n) {
+  uint32_t m = 0;
+  return af_scan_f32(x, (size_t)n, &m);
+}
+
+/* AF_ERR_ALIAS if the output range [y, y + ny floats) overlaps one of the
+ * (up to three, NULL = none) other ranges. */
+static af_status af_apart(const float* y, size_t ny, const void* a, size_t na, const void* b,
+                          size_t nb, const void* c, size_t nc) {
+  af_span out, ins[3];
+  out.p = y, out.n = ny * 4;
+  ins[0].p = a, ins[0].n = na * 4;
+  ins[1].p = b, ins[1].n = nb * 4;
+  ins[2].p = c, ins[2].n = nc * 4;
+  return af_alias_check(&out, 1, ins, 3);
+}
 
 af_status af_layernorm_f32(float* y, const float* x, const float* w, const float* b, int32_t n,
                            float eps) {
@@ -15,7 +36,10 @@ af_status af_layernorm_f32(float* y, const float* x, const float* w, const float
   if (!af_aligned(y, 4) || !af_aligned(x, 4) || !af_aligned(w, 4) || !af_aligned(b, 4))
     return AF_ERR_ALIGN;
   if (n < 1) return AF_ERR_SHAPE;
-  if (!(eps > 0.f)) return AF_ERR_PARAM;
+  if (!(eps > 0.f) || !af_finite_n(x, n)) return AF_ERR_PARAM;
+  if (af_same_or_apart(y, x, (size_t)n * 4) != AF_OK ||
+      af_apart(y, (size_t)n, w, (size_t)n, b, (size_t)n, NULL, 0) != AF_OK)
+    return AF_ERR_ALIAS; /* in place (y == x) works: x[i] is read before y[i] is written */
   for (i = 0; i < n; ++i) mean += x[i];
   mean /= (float)n;
   for (i = 0; i < n; ++i) var += (x[i] - mean) * (x[i] - mean);
@@ -34,7 +58,10 @@ af_status af_rmsnorm_f32(float* y, const float* x, const float* w, int32_t n, fl
   if (y == NULL || x == NULL) return AF_ERR_NULL;
   if (!af_aligned(y, 4) || !af_aligned(x, 4) || !af_aligned(w, 4)) return AF_ERR_ALIGN;
   if (n < 1) return AF_ERR_SHAPE;
-  if (!(eps > 0.f)) return AF_ERR_PARAM;
+  if (!(eps > 0.f) || !af_finite_n(x, n)) return AF_ERR_PARAM;
+  if (af_same_or_apart(y, x, (size_t)n * 4) != AF_OK ||
+      af_apart(y, (size_t)n, w, (size_t)n, NULL, 0, NULL, 0) != AF_OK)
+    return AF_ERR_ALIAS; /* in place (y == x) works */
   for (i = 0; i < n; ++i) ss += x[i] * x[i];
   inv = 1.f / sqrtf(ss / (float)n + eps);
   for (i = 0; i < n; ++i) y[i] = x[i] * inv * (w ? w[i] : 1.f);
@@ -48,7 +75,9 @@ af_status af_linear_f32(float* y, const float* x, const float* w, const float* b
   if (!af_aligned(y, 4) || !af_aligned(x, 4) || !af_aligned(w, 4) || !af_aligned(b, 4))
     return AF_ERR_ALIGN;
   if (in < 1 || out < 1 || (uint64_t)in * (uint64_t)out >= ((uint64_t)1 << 31)) return AF_ERR_SHAPE;
-  if (y == x) return AF_ERR_PARAM; /* y must not alias x */
+  if (af_apart(y, (size_t)out, x, (size_t)in, w, (size_t)in * out, b, (size_t)out) != AF_OK)
+    return AF_ERR_ALIAS; /* every y[o] reads all of x */
+  if (!af_finite_n(x, in)) return AF_ERR_PARAM;
   for (o = 0; o < out; ++o) {
     const float* wr = w + (size_t)o * in;
     float acc = 0.f;
@@ -62,6 +91,7 @@ af_status af_relu_f32(float* x, int32_t n) {
   int32_t i;
   const af_status st = af_vec_check(n, 4, x, x, x);
   if (st != AF_OK) return st;
+  if (!af_finite_n(x, n)) return AF_ERR_PARAM;
   for (i = 0; i < n; ++i)
     if (x[i] < 0.f) x[i] = 0.f;
   return AF_OK;
@@ -71,6 +101,8 @@ af_status af_add_f32(float* y, const float* x, int32_t n) {
   int32_t i;
   const af_status st = af_vec_check(n, 4, y, x, x);
   if (st != AF_OK) return st;
+  if (af_same_or_apart(y, x, (size_t)n * 4) != AF_OK) return AF_ERR_ALIAS;
+  if (!af_finite_n(y, n) || !af_finite_n(x, n)) return AF_ERR_PARAM;
   for (i = 0; i < n; ++i) y[i] += x[i];
   return AF_OK;
 }
@@ -83,6 +115,10 @@ af_status af_rope_f32(float* x, int32_t num_heads, int32_t head_dim, const float
   af_status st = af_vec_check(0, 4, x, cos_t, sin_t);
   if (st == AF_OK) st = af_rope_check(num_heads, head_dim, layout);
   if (st != AF_OK) return st;
+  if (af_apart(x, (size_t)num_heads * head_dim, cos_t, (size_t)head_dim / 2, sin_t,
+               (size_t)head_dim / 2, NULL, 0) != AF_OK)
+    return AF_ERR_ALIAS;
+  if (!af_finite_n(x, num_heads * head_dim)) return AF_ERR_PARAM;
   for (h = 0; h < num_heads; ++h) {
     float* xh = x + (size_t)h * head_dim;
     for (i = 0; i < head_dim / 2; ++i) {
@@ -104,6 +140,13 @@ af_status af_rope_table(float* cos_t, float* sin_t, int16_t* cos_q15, int16_t* s
     return AF_ERR_NULL;
   if (head_dim < 2 || head_dim % 2 || head_dim > AF_MAX_DIM || pos < 0) return AF_ERR_SHAPE;
   if (!(theta > 1.0) || !(theta < 1e300)) return AF_ERR_PARAM;
+  {
+    af_span a, b;
+    a.p = f32 ? (const void*)cos_t : (const void*)cos_q15;
+    b.p = f32 ? (const void*)sin_t : (const void*)sin_q15;
+    a.n = b.n = (size_t)head_dim / 2 * (f32 ? 4 : 2);
+    if (af_overlap(a, b)) return AF_ERR_ALIAS;
+  }
   for (i = 0; i < head_dim / 2; ++i) {
     /* theta_i = pos * theta^(-2i/D), as HF transformers' inv_freq */
     const double ang = (double)pos * pow(theta, -2.0 * i / head_dim);
@@ -134,6 +177,7 @@ af_status af_silu_f32(float* x, int32_t n) {
   int32_t i;
   const af_status st = af_vec_check(n, 4, x, x, x);
   if (st != AF_OK) return st;
+  if (!af_finite_n(x, n)) return AF_ERR_PARAM;
   for (i = 0; i < n; ++i) x[i] = x[i] * af_sigmoid(x[i]);
   return AF_OK;
 }
@@ -142,6 +186,7 @@ af_status af_gelu_f32(float* x, int32_t n) {
   int32_t i;
   const af_status st = af_vec_check(n, 4, x, x, x);
   if (st != AF_OK) return st;
+  if (!af_finite_n(x, n)) return AF_ERR_PARAM;
   for (i = 0; i < n; ++i) x[i] = 0.5f * x[i] * (1.f + erff(x[i] * 0.70710678118654752f));
   return AF_OK;
 }
@@ -150,6 +195,10 @@ af_status af_swiglu_f32(float* out, const float* gate, const float* up, int32_t 
   int32_t i;
   const af_status st = af_vec_check(n, 4, out, gate, up);
   if (st != AF_OK) return st;
+  if (af_same_or_apart(out, gate, (size_t)n * 4) != AF_OK ||
+      af_same_or_apart(out, up, (size_t)n * 4) != AF_OK)
+    return AF_ERR_ALIAS; /* out == gate or out == up works */
+  if (!af_finite_n(gate, n) || !af_finite_n(up, n)) return AF_ERR_PARAM;
   for (i = 0; i < n; ++i) {
     const float g = gate[i];
     out[i] = g * af_sigmoid(g) * up[i];

@@ -54,14 +54,38 @@ static int32_t af_dot_s8_bias(const int8_t* wr, const int8_t* x, int32_t b, int3
   return af_sat32_64((int64_t)b + af_dot_s8(wr, x, in));
 }
 
-static af_status af_linear_s8_check(const void* y, const int8_t* x, const int8_t* w,
-                                    const af_qmult* m, int32_t in, int32_t out) {
+/* 1 if m is a multiplier af_s8_mul_by_qmult takes: mult >= 0, shift in
+ * [-31, 30]. */
+static int af_qmult_ok(af_qmult m) { return m.mult >= 0 && m.shift >= -31 && m.shift <= 30; }
+
+/* AF_ERR_ALIAS if the output [y, y + ny bytes) overlaps one of the (up to
+ * four, NULL = none) input ranges. */
+static af_status af_apart_s8(const void* y, size_t ny, const void* a, size_t na, const void* b,
+                             size_t nb, const void* c, size_t nc, const void* d, size_t nd) {
+  af_span out, ins[4];
+  out.p = y, out.n = ny;
+  ins[0].p = a, ins[0].n = na;
+  ins[1].p = b, ins[1].n = nb;
+  ins[2].p = c, ins[2].n = nc;
+  ins[3].p = d, ins[3].n = nd;
+  return af_alias_check(&out, 1, ins, 4);
+}
+
+/* Shape, alignment, every row's multiplier and the output (y int8 [out] or
+ * r int32 [out], `y_bytes` per element) apart from x, w, b and m. */
+static af_status af_linear_s8_check(const void* y, size_t y_bytes, const int8_t* x,
+                                    const int8_t* w, const int32_t* b, const af_qmult* m,
+                                    int32_t in, int32_t out) {
+  int32_t o;
   if (y == NULL || x == NULL || w == NULL || m == NULL) return AF_ERR_NULL;
-  if (!af_aligned(m, 4)) return AF_ERR_ALIGN;
+  if (!af_aligned(m, 4) || !af_aligned(b, 4)) return AF_ERR_ALIGN;
   if (in < 1 || out < 1 || in > AF_MAX_DIM || out > AF_MAX_DIM)
     return AF_ERR_SHAPE;
   if ((uint64_t)in * (uint64_t)out >= ((uint64_t)1 << 31)) return AF_ERR_SHAPE;
-  return AF_OK;
+  for (o = 0; o < out; ++o)
+    if (!af_qmult_ok(m[o])) return AF_ERR_PARAM;
+  return af_apart_s8(y, (size_t)out * y_bytes, x, (size_t)in, w, (size_t)in * out, b,
+                     (size_t)out * 4, m, (size_t)out * sizeof(af_qmult));
 }
 
 /* The one int8 linear layer: v[o] = mulq(x . w[o] + b[o], m[o]) stored as
@@ -69,11 +93,11 @@ static af_status af_linear_s8_check(const void* y, const int8_t* x, const int8_t
  * r[o] = sat32(r[o] + v[o]) (y NULL: the residual stream r, 4-byte aligned). */
 static af_status af_linear_s8_any(int8_t* y, int32_t* r, const int8_t* x, const int8_t* w,
                                   const int32_t* b, const af_qmult* m, int32_t in, int32_t out) {
-  af_status st = af_linear_s8_check(y ? (const void*)y : (const void*)r, x, w, m, in, out);
+  af_status st;
   int32_t o;
-  if (st != AF_OK) return st;
-  if (y != NULL && (const void*)y == (const void*)x) return AF_ERR_PARAM;
   if (y == NULL && !af_aligned(r, 4)) return AF_ERR_ALIGN;
+  st = af_linear_s8_check(y ? (const void*)y : (const void*)r, y ? 1 : 4, x, w, b, m, in, out);
+  if (st != AF_OK) return st;
   for (o = 0; o < out; ++o) {
     const int32_t v =
         af_s8_mul_by_qmult(af_dot_s8_bias(w + (size_t)o * in, x, b ? b[o] : 0, in), m[o]);
@@ -126,6 +150,9 @@ af_status af_layernorm_s8(int8_t* y, const int32_t* x, const int32_t* g, const i
   if (!af_aligned(x, 4) || !af_aligned(g, 4) || !af_aligned(b, 4)) return AF_ERR_ALIGN;
   if (n < 1 || n > 65536) return AF_ERR_SHAPE;
   if (eps < 1) return AF_ERR_PARAM;
+  if (af_apart_s8(y, (size_t)n, x, (size_t)n * 4, g, (size_t)n * 4, b, (size_t)n * 4, NULL, 0) !=
+      AF_OK)
+    return AF_ERR_ALIAS;
   for (i = 0; i < n; ++i) sum += x[i];
   mean = af_floor_div(sum, n);
   /* Sum of squares in unsigned 64 bits, saturated (|x - mean| < 2^32, so a
@@ -165,6 +192,8 @@ af_status af_rmsnorm_s8(int8_t* y, const int32_t* x, const int32_t* g, int32_t n
   if (!af_aligned(x, 4) || !af_aligned(g, 4)) return AF_ERR_ALIGN;
   if (n < 1 || n > 65536) return AF_ERR_SHAPE;
   if (eps < 1) return AF_ERR_PARAM;
+  if (af_apart_s8(y, (size_t)n, x, (size_t)n * 4, g, (size_t)n * 4, NULL, 0, NULL, 0) != AF_OK)
+    return AF_ERR_ALIAS;
   /* Sum of squares in unsigned 64 bits, saturated (|x| <= 2^31: a square
    * fits; only an extreme vector saturates, which flattens the output). */
   for (i = 0; i < n; ++i) {
@@ -191,6 +220,9 @@ af_status af_rope_s8(int8_t* x, int32_t num_heads, int32_t head_dim, const int16
   st = af_vec_check(0, 2, cos_q15, sin_q15, sin_q15);
   if (st == AF_OK) st = af_rope_check(num_heads, head_dim, layout);
   if (st != AF_OK) return st;
+  if (af_apart_s8(x, (size_t)num_heads * head_dim, cos_q15, (size_t)head_dim, sin_q15,
+                  (size_t)head_dim, NULL, 0, NULL, 0) != AF_OK)
+    return AF_ERR_ALIAS;
   for (h = 0; h < num_heads; ++h) {
     int8_t* xh = x + (size_t)h * head_dim;
     for (i = 0; i < head_dim / 2; ++i) {
@@ -208,6 +240,8 @@ af_status af_act_s8(int8_t* x, int32_t n, const int8_t* table) {
   int32_t i;
   const af_status st = af_vec_check(n, 1, x, table, table);
   if (st != AF_OK) return st;
+  if (af_apart_s8(x, (size_t)n, table, 256, NULL, 0, NULL, 0, NULL, 0) != AF_OK)
+    return AF_ERR_ALIAS;
   for (i = 0; i < n; ++i) x[i] = table[(int32_t)x[i] + 128];
   return AF_OK;
 }
@@ -217,7 +251,11 @@ af_status af_swiglu_s8(int8_t* out, const int8_t* gate, const int8_t* up, int32_
   int32_t i;
   if (out == NULL || gate == NULL || up == NULL || silu_table == NULL) return AF_ERR_NULL;
   if (n < 0) return AF_ERR_SHAPE;
-  if (m.mult < 0 || m.shift < -31 || m.shift > 30) return AF_ERR_PARAM;
+  if (!af_qmult_ok(m)) return AF_ERR_PARAM;
+  if (af_same_or_apart(out, gate, (size_t)n) != AF_OK ||
+      af_same_or_apart(out, up, (size_t)n) != AF_OK ||
+      af_apart_s8(out, (size_t)n, silu_table, 256, NULL, 0, NULL, 0, NULL, 0) != AF_OK)
+    return AF_ERR_ALIAS; /* out == gate or out == up works */
   for (i = 0; i < n; ++i) {
     const int32_t a = silu_table[(int32_t)gate[i] + 128]; /* silu(gate) in s_act */
     out[i] = af_sat8(af_s8_mul_by_qmult(a * up[i], m));

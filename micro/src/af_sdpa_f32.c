@@ -346,30 +346,146 @@ size_t af_sdpa_f32_workspace_bytes(const af_sdpa_shape* s) {
   return (size_t)2 * AF_KEY_TILE * sizeof(float); /* accumulators live in `out` */
 }
 
-/* Everything af_sdpa_f32_ex and the probe check before touching memory. */
-static af_status af_sdpa_f32_check(const float* q, const float* k, const int32_t* kv_lens,
-                                   float scale, const af_sdpa_shape* s, const af_sdpa_opts* o) {
+/* x = *m * 2^*e with *m in [1, 2) for a finite x >= 0 (x = 0: *m = 0), read
+ * from the bits (a subnormal is first scaled by 2^64, exactly). */
+static void af_f32_split(float x, float* m, int32_t* e) {
+  uint32_t u;
+  int32_t ex = 0;
+  if (x == 0.f) {
+    *m = 0.f;
+    *e = 0;
+    return;
+  }
+  if (x < 1.17549435e-38f) { /* FLT_MIN */
+    x *= 18446744073709551616.f; /* 2^64 */
+    ex = -64;
+  }
+  AF_COPY(&u, &x, 4);
+  *e = ex + (int32_t)((u >> 23) & 0xffu) - 127;
+  u = (u & 0x007fffffu) | 0x3f800000u;
+  AF_COPY(m, &u, 4);
+}
+
+/* 1 if the product of n (<= 4) finite factors >= 0 is at most AF_F32_LIMIT
+ * = 2^125, without forming it: exponents add as integers, mantissas
+ * multiply in [1, 2^n) (no overflow, no double: a single-precision FPU or
+ * the soft-float routines the f32 path links anyway). */
+static int af_f32_product_ok(const float* x, int32_t n) {
+  float m = 1.f;
+  int32_t e = 0, i;
+  for (i = 0; i < n; ++i) {
+    float mi;
+    int32_t ei;
+    af_f32_split(x[i], &mi, &ei);
+    if (mi == 0.f) return 1;
+    m *= mi;
+    e += ei;
+  }
+  if (e <= 125 - n) return 1; /* m < 2^n */
+  if (e > 125) return 0;      /* m >= 1 */
+  return m <= (float)(1u << (125 - e)); /* 125 - e in [0, n) */
+}
+
+/* af_f32_product_ok of two scan maxima (bit patterns) and two factors. */
+static int af_f32_bound_ok(uint32_t a_bits, uint32_t b_bits, float c, float d) {
+  float x[4];
+  AF_COPY(&x[0], &a_bits, 4);
+  AF_COPY(&x[1], &b_bits, 4);
+  x[2] = c;
+  x[3] = d;
+  return af_f32_product_ok(x, 4);
+}
+
+/* The finite-input and range rule of micro.h (AF_F32_LIMIT): q whole, and
+ * per batch element the keys and values in the union of its rows' visible
+ * ranges (the only ones the kernel reads; v NULL: the probe, no values). */
+static af_status af_sdpa_f32_inputs(const float* q, const float* k, const float* v,
+                                    const int32_t* kv_lens, float scale, const af_sdpa_shape* s,
+                                    const af_sdpa_opts* o) {
+  const int32_t D = s->head_dim, Dv = s->v_dim, Lk = s->kv_len;
+  uint32_t mq = 0, mk = 0, mv = 0;
+  int32_t b, g, i;
+  if (!af_scan_f32(q, (size_t)s->batch * s->num_heads * s->q_len * D, &mq)) return AF_ERR_PARAM;
+  for (b = 0; b < s->batch; ++b) {
+    const int32_t valid = kv_lens ? kv_lens[b] : Lk;
+    int32_t lo = Lk, hi = -1;
+    for (i = 0; i < s->q_len; ++i) {
+      int32_t f, l;
+      af_row_keys(s, o, i, valid, &f, &l);
+      if (f <= l && f < lo) lo = f;
+      if (f <= l && l > hi) hi = l;
+    }
+    for (g = 0; lo <= hi && g < s->num_kv_heads; ++g) {
+      const size_t row0 = ((size_t)b * s->num_kv_heads + g) * Lk + lo, n = (size_t)(hi - lo + 1);
+      if (!af_scan_f32(k + row0 * D, n * D, &mk)) return AF_ERR_PARAM;
+      if (v != NULL && !af_scan_f32(v + row0 * Dv, n * Dv, &mv)) return AF_ERR_PARAM;
+    }
+  }
+  {
+    const uint32_t one = 0x3f800000u; /* 1.f */
+    if (!af_f32_bound_ok(mq, mk, (float)D, 1.f) || !af_f32_bound_ok(mq, mk, (float)D, scale) ||
+        !af_f32_bound_ok(mv, one, (float)(Lk > 0 ? Lk : 1), 1.f))
+      return AF_ERR_PARAM;
+  }
+  return AF_OK;
+}
+
+/* Everything af_sdpa_f32_ex and the probe check before touching memory
+ * (v NULL: the probe). */
+static af_status af_sdpa_f32_check(const float* q, const float* k, const float* v,
+                                   const int32_t* kv_lens, float scale, const af_sdpa_shape* s,
+                                   const af_sdpa_opts* o) {
   af_status st = af_sdpa_check_shape(s);
   if (st != AF_OK) return st;
   if (q == NULL || k == NULL) return AF_ERR_NULL;
   if (!af_aligned(q, 4) || !af_aligned(k, 4) || !af_aligned(kv_lens, 4)) return AF_ERR_ALIGN;
   if (!af_scale_ok(scale)) return AF_ERR_PARAM;
   if ((st = af_check_kv_lens(kv_lens, s)) != AF_OK) return st;
-  return af_f32_check_opts(o, s);
+  if ((st = af_f32_check_opts(o, s)) != AF_OK) return st;
+  return af_sdpa_f32_inputs(q, k, v, kv_lens, scale, s, o);
+}
+
+/* The input ranges of an f32 attention call (q, k, v, kv_lens, options):
+ * fills ins (at least 8) and returns their count. */
+static int32_t af_sdpa_f32_spans(af_span* ins, const float* q, const float* k, const float* v,
+                                 const int32_t* kv_lens, const af_sdpa_shape* s,
+                                 const af_sdpa_opts* o) {
+  const size_t kv = (size_t)s->batch * s->num_kv_heads * s->kv_len;
+  ins[0].p = q;
+  ins[0].n = (size_t)s->batch * s->num_heads * s->q_len * s->head_dim * 4;
+  ins[1].p = k;
+  ins[1].n = kv * s->head_dim * 4;
+  ins[2].p = v;
+  ins[2].n = kv * s->v_dim * 4;
+  ins[3].p = kv_lens;
+  ins[3].n = (size_t)s->batch * 4;
+  return 4 + af_opts_spans(o, s, ins + 4);
 }
 
 af_status af_sdpa_f32_ex(float* out, float* lse, const float* q, const float* k,
                          const float* v, const int32_t* kv_lens, float scale,
                          const af_sdpa_shape* s, const af_sdpa_opts* o, void* arena,
                          size_t arena_bytes) {
-  af_status st = af_sdpa_f32_check(q, k, kv_lens, scale, s, o);
+  af_status st;
   int32_t b, h, i;
   float* sbuf;
-  if (st != AF_OK) return st;
+  if ((st = af_sdpa_f32_check(q, k, v, kv_lens, scale, s, o)) != AF_OK) return st;
   if (out == NULL || v == NULL || arena == NULL) return AF_ERR_NULL;
   if (!af_aligned(out, 4) || !af_aligned(lse, 4) || !af_aligned(v, 4)) return AF_ERR_ALIGN;
   if (arena_bytes < af_sdpa_f32_workspace_bytes(s) || ((uintptr_t)arena & 3u))
     return AF_ERR_ARENA;
+  {
+    const size_t rows = (size_t)s->batch * s->num_heads * s->q_len;
+    af_span outs[3], ins[8];
+    const int32_t n_in = af_sdpa_f32_spans(ins, q, k, v, kv_lens, s, o);
+    outs[0].p = out;
+    outs[0].n = rows * s->v_dim * 4;
+    outs[1].p = lse;
+    outs[1].n = rows * 4;
+    outs[2].p = arena;
+    outs[2].n = af_sdpa_f32_workspace_bytes(s);
+    if ((st = af_alias_check(outs, 3, ins, n_in)) != AF_OK) return st;
+  }
   sbuf = (float*)arena; /* two score tiles; the rows accumulate in `out` */
   {
     const int32_t H = s->num_heads, G = s->num_heads / s->num_kv_heads;
@@ -434,7 +550,7 @@ af_status af_sdpa_f32_probe(float* scores, float* scaled, float* masked, float* 
                             float* lse, const float* q, const float* k, const int32_t* kv_lens,
                             float scale, const af_sdpa_shape* s, const af_sdpa_opts* o,
                             int32_t b, int32_t h, int32_t i) {
-  af_status st = af_sdpa_f32_check(q, k, kv_lens, scale, s, o);
+  af_status st = af_sdpa_f32_check(q, k, NULL, kv_lens, scale, s, o);
   int32_t f, l, j;
   float m = -INFINITY, sum = 0.f;
   af_row_bias rb;
@@ -445,6 +561,17 @@ af_status af_sdpa_f32_probe(float* scores, float* scaled, float* masked, float* 
   if (!af_aligned(scores, 4) || !af_aligned(scaled, 4) || !af_aligned(masked, 4) ||
       !af_aligned(weights, 4) || !af_aligned(lse, 4))
     return AF_ERR_ALIGN;
+  {
+    const size_t row = (size_t)s->kv_len * 4;
+    af_span outs[5], ins[8];
+    const int32_t n_in = af_sdpa_f32_spans(ins, q, k, NULL, kv_lens, s, o);
+    outs[0].p = scores, outs[0].n = row;
+    outs[1].p = scaled, outs[1].n = row;
+    outs[2].p = masked, outs[2].n = row;
+    outs[3].p = weights, outs[3].n = row;
+    outs[4].p = lse, outs[4].n = 4;
+    if ((st = af_alias_check(outs, 5, ins, n_in)) != AF_OK) return st;
+  }
   qr = q + (((size_t)b * s->num_heads + h) * s->q_len + i) * s->head_dim;
   kh = k + ((size_t)b * s->num_kv_heads + h / (s->num_heads / s->num_kv_heads)) * s->kv_len *
                s->head_dim;
@@ -499,6 +626,21 @@ af_status af_kv_cache_append(af_kv_cache* c, const float* k_new,
   if (st != AF_OK) return st;
   if (k_new == NULL || v_new == NULL) return AF_ERR_NULL;
   if (!af_aligned(k_new, 4) || !af_aligned(v_new, 4)) return AF_ERR_ALIGN;
+  {
+    /* finite rows within the cache's bounds (micro.h AF_F32_CACHE_*), the
+     * new rows apart from the storage they are copied into */
+    const size_t nk = (size_t)c->num_kv_heads * c->head_dim, nv = (size_t)c->num_kv_heads * c->v_dim;
+    uint32_t mk = 0, mv = 0;
+    af_span outs[2], ins[2];
+    if (!af_scan_f32(k_new, nk, &mk) || !af_scan_f32(v_new, nv, &mv) ||
+        mk > AF_F32_BITS_CACHE_K || mv > AF_F32_BITS_CACHE_V)
+      return AF_ERR_PARAM;
+    outs[0].p = c->k, outs[0].n = nk * c->capacity * 4;
+    outs[1].p = c->v, outs[1].n = nv * c->capacity * 4;
+    ins[0].p = k_new, ins[0].n = nk * 4;
+    ins[1].p = v_new, ins[1].n = nv * 4;
+    if ((st = af_alias_check(outs, 2, ins, 2)) != AF_OK) return st;
+  }
   if (c->window == 0 && c->length >= c->capacity) return AF_ERR_FULL;
   if (c->length == 0x7fffffff) return AF_ERR_FULL;
   slot = c->length % c->capacity;
@@ -538,12 +680,35 @@ af_status af_decode_f32_softcap(float* out, float* lse, const float* q, const af
   if (num_heads < 1 || num_heads > AF_MAX_DIM || num_heads % c->num_kv_heads != 0)
     return AF_ERR_SHAPE;
   if (!af_scale_ok(scale)) return AF_ERR_PARAM;
-  if (!(softcap == 0.f || af_scale_ok(softcap))) return AF_ERR_PARAM; /* finite, >= 0 */
-  if (alibi_slopes)
-    for (h = 0; h < num_heads; ++h)
-      if (!af_finite_f32(alibi_slopes[h])) return AF_ERR_PARAM;
+  /* finite, >= 0, <= AF_F32_LIMIT */
+  if (!(softcap == 0.f || (af_scale_ok(softcap) && softcap <= AF_F32_LIMIT))) return AF_ERR_PARAM;
+  {
+    /* q finite and, against the cache's bound on |k|, in range; slopes
+     * finite with |slope| <= 2^108 */
+    uint32_t mq = 0, ms = 0;
+    const uint32_t kmax = AF_F32_BITS_CACHE_K;
+    if (!af_scan_f32(q, (size_t)num_heads * c->head_dim, &mq) ||
+        !af_f32_bound_ok(mq, kmax, (float)c->head_dim, 1.f) ||
+        !af_f32_bound_ok(mq, kmax, (float)c->head_dim, scale))
+      return AF_ERR_PARAM;
+    if (alibi_slopes && (!af_scan_f32(alibi_slopes, (size_t)num_heads, &ms) ||
+                         ms > AF_F32_BITS_2P108))
+      return AF_ERR_PARAM;
+  }
   if (arena_bytes < af_decode_f32_workspace_bytes(c, num_heads) || ((uintptr_t)arena & 3u))
     return AF_ERR_ARENA;
+  {
+    const size_t kv = (size_t)c->num_kv_heads * c->capacity * 4;
+    af_span outs[3], ins[4];
+    outs[0].p = out, outs[0].n = (size_t)num_heads * c->v_dim * 4;
+    outs[1].p = lse, outs[1].n = (size_t)num_heads * 4;
+    outs[2].p = arena, outs[2].n = af_decode_f32_workspace_bytes(c, num_heads);
+    ins[0].p = q, ins[0].n = (size_t)num_heads * c->head_dim * 4;
+    ins[1].p = c->k, ins[1].n = kv * c->head_dim;
+    ins[2].p = c->v, ins[2].n = kv * c->v_dim;
+    ins[3].p = alibi_slopes, ins[3].n = (size_t)num_heads * 4;
+    if ((st = af_alias_check(outs, 3, ins, 4)) != AF_OK) return st;
+  }
   sbuf = (float*)arena;
   /* Visible positions [first, length): the last `window` ones, or all
    * (length <= capacity then). */

@@ -82,7 +82,10 @@ static int32_t af_sat32(int64_t x) {
 }
 
 int32_t af_s8_mul_by_qmult(int32_t x, af_qmult m) {
-  return af_sat32(af_round_shift64((int64_t)x * m.mult, 31 - m.shift));
+  /* 31 - shift in 64 bits: defined for any shift (callers check the range;
+   * an out-of-range one gives a saturated result, never undefined behaviour) */
+  const int64_t sh = 31 - (int64_t)m.shift;
+  return af_sat32(af_round_shift64((int64_t)x * m.mult, sh < 0 ? 0 : (sh > 63 ? 63 : (int32_t)sh)));
 }
 
 int32_t af_s8_exp2_neg_q15(int32_t u) {
@@ -1588,6 +1591,20 @@ static af_status af_sdpa_s8_check(const int8_t* q, const int8_t* k, const int32_
   return AF_OK;
 }
 
+/* The input ranges of an int8 attention call (q, k, v, kv_lens, params,
+ * options): fills ins (at least 9) and returns their count. */
+static int32_t af_sdpa_s8_spans(af_span* ins, const int8_t* q, const int8_t* k, const int8_t* v,
+                                const int32_t* kv_lens, const af_s8_params* p,
+                                const af_sdpa_shape* s, const af_sdpa_opts* o) {
+  const size_t kv = (size_t)s->batch * s->num_kv_heads * s->kv_len;
+  ins[0].p = q, ins[0].n = (size_t)s->batch * s->num_heads * s->q_len * s->head_dim;
+  ins[1].p = k, ins[1].n = kv * s->head_dim;
+  ins[2].p = v, ins[2].n = kv * s->v_dim;
+  ins[3].p = kv_lens, ins[3].n = (size_t)s->batch * 4;
+  ins[4].p = p, ins[4].n = sizeof *p;
+  return 5 + af_opts_spans(o, s, ins + 5);
+}
+
 /* af_sdpa_s8_ex with the softcap stage `cap` (NULL: none linked). */
 static af_status af_sdpa_s8_run(int8_t* out, const int8_t* q, const int8_t* k, const int8_t* v,
                                 const int32_t* kv_lens, const af_s8_params* p,
@@ -1600,6 +1617,13 @@ static af_status af_sdpa_s8_run(int8_t* out, const int8_t* q, const int8_t* k, c
   if (out == NULL || v == NULL || arena == NULL) return AF_ERR_NULL;
   if (arena_bytes < af_sdpa_s8_workspace_bytes(s) || ((uintptr_t)arena & 3u))
     return AF_ERR_ARENA;
+  {
+    af_span outs[2], ins[9];
+    const int32_t n_in = af_sdpa_s8_spans(ins, q, k, v, kv_lens, p, s, o);
+    outs[0].p = out, outs[0].n = (size_t)s->batch * s->num_heads * s->q_len * s->v_dim;
+    outs[1].p = arena, outs[1].n = af_sdpa_s8_workspace_bytes(s);
+    if ((st = af_alias_check(outs, 2, ins, n_in)) != AF_OK) return st;
+  }
   sb0 = (int32_t*)arena;
   sb1 = sb0 + AF_S8_KEY_TILE;
   acc0 = sb1 + AF_S8_KEY_TILE;
@@ -1695,6 +1719,15 @@ af_status af_kv_cache_s8_append(af_kv_cache_s8* c, const int8_t* k_new, const in
   af_status st = af_kv_cache_s8_check(c);
   if (st != AF_OK) return st;
   if (k_new == NULL || v_new == NULL) return AF_ERR_NULL;
+  {
+    const size_t kv = (size_t)c->num_kv_heads * c->capacity;
+    af_span outs[2], ins[2];
+    outs[0].p = c->k, outs[0].n = kv * c->head_dim;
+    outs[1].p = c->v, outs[1].n = kv * c->v_dim;
+    ins[0].p = k_new, ins[0].n = (size_t)c->num_kv_heads * c->head_dim;
+    ins[1].p = v_new, ins[1].n = (size_t)c->num_kv_heads * c->v_dim;
+    if ((st = af_alias_check(outs, 2, ins, 2)) != AF_OK) return st;
+  }
   if (c->window == 0 && c->length >= c->capacity) return AF_ERR_FULL;
   if (c->length == 0x7fffffff) return AF_ERR_FULL;
   slot = c->length % c->capacity;
@@ -1738,6 +1771,19 @@ static af_status af_decode_s8_run(int8_t* out, const int8_t* q, const af_kv_cach
   if (softcap_s8 != NULL && (st = cap->check(softcap_s8, num_heads)) != AF_OK) return st;
   if (arena_bytes < af_decode_s8_workspace_bytes(c, num_heads) || ((uintptr_t)arena & 3u))
     return AF_ERR_ARENA;
+  {
+    const size_t kv = (size_t)c->num_kv_heads * c->capacity;
+    af_span outs[2], ins[6];
+    outs[0].p = out, outs[0].n = (size_t)num_heads * c->v_dim;
+    outs[1].p = arena, outs[1].n = af_decode_s8_workspace_bytes(c, num_heads);
+    ins[0].p = q, ins[0].n = (size_t)num_heads * c->head_dim;
+    ins[1].p = c->k, ins[1].n = kv * c->head_dim;
+    ins[2].p = c->v, ins[2].n = kv * c->v_dim;
+    ins[3].p = p, ins[3].n = sizeof *p;
+    ins[4].p = alibi_s8, ins[4].n = (size_t)num_heads * 4;
+    ins[5].p = softcap_s8, ins[5].n = (size_t)num_heads * 16;
+    if ((st = af_alias_check(outs, 2, ins, 6)) != AF_OK) return st;
+  }
   sbuf = (int32_t*)arena;
   acc = sbuf + AF_S8_KEY_TILE;
   /* Visible positions [first, length): the last `window` ones, or all. */
@@ -1832,6 +1878,16 @@ af_status af_sdpa_s8_probe(int32_t* scores, int32_t* masked, int32_t* weights,
   if (!af_aligned(scores, 4) || !af_aligned(masked, 4) || !af_aligned(weights, 4) ||
       !af_aligned(weight_sum, 4))
     return AF_ERR_ALIGN;
+  {
+    const size_t row = (size_t)s->kv_len * 4;
+    af_span outs[4], ins[9];
+    const int32_t n_in = af_sdpa_s8_spans(ins, q, k, NULL, kv_lens, p, s, o);
+    outs[0].p = scores, outs[0].n = row;
+    outs[1].p = masked, outs[1].n = row;
+    outs[2].p = weights, outs[2].n = row;
+    outs[3].p = weight_sum, outs[3].n = 4;
+    if ((st = af_alias_check(outs, 4, ins, n_in)) != AF_OK) return st;
+  }
   em = p->exp_mult[p->num_scale_heads == 1 ? 0 : h];
   hi_cut = (16 * 256) >> em.shift;
   qr = q + (((size_t)b * s->num_heads + h) * s->q_len + i) * s->head_dim;

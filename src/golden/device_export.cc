@@ -25,6 +25,7 @@
 #include <initializer_list>
 #include <map>
 #include <sstream>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -75,11 +76,80 @@ std::string RefLit(const Ref& r) {
   return "{" + std::to_string(r.off) + "u, " + std::to_string(r.count) + "u}";
 }
 
+// Why `s` cannot name a case in the generated C header ("" = it can): the
+// header declares `s` and `s_blob` at file scope next to <stdint.h>,
+// <stddef.h> and attnflow/micro.h, compiled as C99 to C23 or C++.
+std::string CIdentifierProblem(const std::string& s) {
+  static const std::set<std::string> kReserved = {
+      // C keywords (C89 to C23) and the C++ ones a mixed build would see
+      "auto", "break", "case", "char", "const", "continue", "default", "do", "double", "else",
+      "enum", "extern", "float", "for", "goto", "if", "inline", "int", "long", "register",
+      "restrict", "return", "short", "signed", "sizeof", "static", "struct", "switch", "typedef",
+      "union", "unsigned", "void", "volatile", "while", "alignas", "alignof", "bool", "constexpr",
+      "false", "nullptr", "static_assert", "thread_local", "true", "typeof", "typeof_unqual",
+      "asm", "class", "delete", "new", "namespace", "operator", "private", "protected", "public",
+      "template", "this", "throw", "try", "catch", "virtual", "friend", "mutable", "using",
+      "typename", "explicit", "export", "noexcept", "decltype", "concept", "requires",
+      // names the header's includes define, and the program's entry point
+      "NULL", "size_t", "ptrdiff_t", "wchar_t", "max_align_t", "offsetof", "main"};
+  if (s.empty()) return "is empty";
+  if (s.size() > 63) return "is longer than 63 characters (C99's significant length)";
+  if (!(std::isalpha(static_cast<unsigned char>(s[0])) || s[0] == '_'))
+    return "does not start with a letter or '_'";
+  for (char c : s)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_'))
+      return "holds a character other than a letter, a digit or '_'";
+  if (kReserved.count(s)) return "is a C/C++ keyword or a name the header's includes define";
+  // <math.h> (the header includes it): the functions with their f and l
+  // twins, POSIX's Bessel functions, the classification macros
+  static const std::set<std::string> kMath = [] {
+    const char* base[] = {
+        "acos", "asin", "atan", "atan2", "cos", "sin", "tan", "acosh", "asinh", "atanh", "cosh",
+        "sinh", "tanh", "exp", "exp2", "expm1", "frexp", "ilogb", "ldexp", "log", "log10",
+        "log1p", "log2", "logb", "modf", "scalbn", "scalbln", "cbrt", "fabs", "hypot", "pow",
+        "sqrt", "erf", "erfc", "lgamma", "tgamma", "ceil", "floor", "nearbyint", "rint", "lrint",
+        "llrint", "round", "lround", "llround", "trunc", "fmod", "remainder", "remquo",
+        "copysign", "nan", "nextafter", "nexttoward", "fdim", "fmax", "fmin", "fma", "j0", "j1",
+        "jn", "y0", "y1", "yn", "gamma", "signgam"};
+    std::set<std::string> m = {"fpclassify", "isfinite", "isinf", "isnan", "isnormal",
+                               "signbit", "isgreater", "isgreaterequal", "isless",
+                               "islessequal", "islessgreater", "isunordered", "NAN", "INFINITY",
+                               "HUGE_VAL", "HUGE_VALF", "HUGE_VALL", "MATH_ERRNO",
+                               "MATH_ERREXCEPT", "math_errhandling", "errno"};
+    for (const char* b : base) {
+      m.insert(b);
+      m.insert(std::string(b) + "f");
+      m.insert(std::string(b) + "l");
+    }
+    return m;
+  }();
+  if (kMath.count(s)) return "is a <math.h> name (the header includes <math.h>)";
+  if (s.rfind("FP_", 0) == 0) return "may clash with a <math.h> macro (FP_*)";
+  if (s[0] == '_' && (s.size() == 1 || s[1] == '_' || std::isupper(static_cast<unsigned char>(s[1]))))
+    return "is reserved to the implementation ('_' then '_' or a capital)";
+  if (s.size() > 2 && s.compare(s.size() - 2, 2, "_t") == 0)
+    return "ends in '_t' (reserved for types: stdint.h, POSIX)";
+  const std::string lower = [&] {
+    std::string l = s;
+    for (char& c : l) c = char(std::tolower(static_cast<unsigned char>(c)));
+    return l;
+  }();
+  if (lower.rfind("af_", 0) == 0) return "starts with af_/AF_, the micro library's prefix";
+  if (lower.rfind("int", 0) == 0 || lower.rfind("uint", 0) == 0) {
+    // INT8_MAX, UINT32_C, intptr_t ...: stdint.h's macros and types
+    if (s.find('_') != std::string::npos || s.rfind("intptr", 0) == 0)
+      return "may clash with a <stdint.h> name (INTn_MAX, UINTn_C, ...)";
+  }
+  return "";
+}
+
+// The file stem as a case name: every other character becomes '_', and a
+// name CIdentifierProblem refuses gets the prefix "case_".
 std::string Ident(std::string s) {
   for (char& c : s)
     if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-  if (s.empty() || std::isdigit(static_cast<unsigned char>(s[0]))) s = "case_" + s;
-  if (s.size() > 63) s.resize(63);
+  if (s.size() > 58) s.resize(58);
+  if (!CIdentifierProblem(s).empty()) s = "case_" + s;
   return s;
 }
 
@@ -1046,8 +1116,13 @@ Result<DeviceExport> Exporter::Run() {
     Refuse("kind '" + c_.kind + "' is not attention the micro library runs (sdpa, mha)");
     return err_;
   }
-  e_.name = o_.name.empty() ? Ident(std::filesystem::path(c_.path).stem().string())
-                            : Ident(o_.name);
+  if (!o_.name.empty()) {
+    const std::string why = CIdentifierProblem(o_.name);
+    if (!why.empty())
+      return InvalidArgument("export: --name " + QuoteBounded(o_.name) +
+                             " cannot name the case in C: it " + why);
+  }
+  e_.name = o_.name.empty() ? Ident(std::filesystem::path(c_.path).stem().string()) : o_.name;
   e_.atol = float(c_.atol);
   e_.rtol = float(c_.rtol);
   if ((c_.kind == "mha" ? Mha() : Sdpa()) != 0) return err_;

@@ -249,5 +249,32 @@ TEST_F(ExportC, BadOptionValuesAreUsageErrors) {
   EXPECT_FALSE(fs::exists(dir_ / "c.h"));
 }
 
+TEST_F(ExportC, ANameThatCannotNameACaseInCIsRefused) {
+  // Each of these would give a header that does not compile (a keyword, a
+  // <math.h> or <stdint.h> name the header includes, a reserved or library
+  // prefix) or is not an identifier at all: refused, nothing written.
+  for (const char* bad : {"int", "static", "bool", "sin", "expf", "_Case", "__x", "my_t",
+                          "af_case", "AF_CASE", "INT8_MAX", "NAN", "a-b", "9lives", "main"}) {
+    const fs::path h = dir_ / "c.h";
+    auto r = RunCli("export-c " + Golden("sdpa_basic") + " --out " + h.string() + " --name '" +
+                    bad + "'");
+    EXPECT_EQ(r.code, 2) << bad << ": " << r.text;
+    EXPECT_NE(r.text.find("cannot name the case in C"), std::string::npos) << r.text;
+    EXPECT_FALSE(fs::exists(h)) << bad;
+  }
+  // A file stem that is a keyword gets a prefix; the header then compiles
+  // as C99 with the harness's af_golden.h.
+  const fs::path in = dir_ / "int.safetensors";
+  fs::copy_file(Golden("sdpa_basic"), in);
+  const fs::path h = dir_ / "int.h";
+  auto r = RunCli("export-c " + in.string() + " --out " + h.string());
+  ASSERT_EQ(r.code, 0) << r.text;
+  EXPECT_NE(ReadText(h).find("static const af_golden_case case_int = {"), std::string::npos);
+  const std::string src = std::string(ATTNFLOW_SOURCE_DIR);
+  const std::string cc = "cc -std=c99 -Wall -Werror -fsyntax-only -I" + src + "/micro/harness -I" +
+                         src + "/include -include " + h.string() + " -x c /dev/null";
+  EXPECT_EQ(std::system(cc.c_str()), 0) << cc;
+}
+
 }  // namespace
 }  // namespace attnflow

@@ -409,6 +409,7 @@ int main(void) {
   }
   r += af_s8_exp2_neg_q15(3) == 0;
   r += af_s8_mul_by_qmult(5, qm[0]) == 12345;
+  r |= af_check_finite_f32(fbuf, 64);
   return r + (af_status_name((af_status)r)[0] == 0);
 }
 C
