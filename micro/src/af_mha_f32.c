@@ -115,11 +115,12 @@ af_status af_mha_f32_ex(float* out, const float* x_q, const float* x_k, const fl
     return AF_ERR_ALIGN;
   if (!(scale > 0.f && scale <= 3.0e38f)) return AF_ERR_PARAM;
   if ((st = af_mha_check_call(s, &sd, kv_lens, o, 0)) != AF_OK) return st;
-  ws = af_mha_f32_workspace_bytes(s);
-  if (ws == 0 || arena_bytes < ws || ((uintptr_t)arena & 3u)) return AF_ERR_ARENA;
-  if ((st = af_mha_f32_misuse(out, x_q, x_k, x_v, kv_lens, w, s, sd.head_dim, o, arena, ws,
+  if ((st = af_mha_f32_misuse(out, x_q, x_k, x_v, kv_lens, w, s, sd.head_dim, o, arena,
+                              af_mha_f32_workspace_bytes(s),
                               stages)) != AF_OK)
     return st;
+  ws = af_mha_f32_workspace_bytes(s);
+  if (ws == 0 || arena_bytes < ws || ((uintptr_t)arena & 3u)) return AF_ERR_ARENA;
   {
     const int32_t E = s->embed, H = s->num_heads, Hkv = s->num_kv_heads, dh = sd.head_dim;
     const int32_t Lq = s->q_len, Lk = s->kv_len, Ekv = Hkv * dh;

@@ -121,11 +121,12 @@ af_status af_mha_s8(int8_t* out, const int8_t* x_q, const int8_t* x_k, const int
     return AF_ERR_ALIGN;
   if ((st = af_mha_check_call(s, &sd, kv_lens, o, 1)) != AF_OK) return st;
   if (o != NULL && o->v_layout != AF_V_ROWS) return AF_ERR_PARAM; /* v is projected here */
-  ws = af_mha_s8_workspace_bytes(s);
-  if (ws == 0 || arena_bytes < ws || ((uintptr_t)arena & 3u)) return AF_ERR_ARENA;
-  if ((st = af_mha_s8_misuse(out, x_q, x_k, x_v, kv_lens, w, p, s, sd.head_dim, o, arena, ws,
+  if ((st = af_mha_s8_misuse(out, x_q, x_k, x_v, kv_lens, w, p, s, sd.head_dim, o, arena,
+                             af_mha_s8_workspace_bytes(s),
                              stages)) != AF_OK)
     return st;
+  ws = af_mha_s8_workspace_bytes(s);
+  if (ws == 0 || arena_bytes < ws || ((uintptr_t)arena & 3u)) return AF_ERR_ARENA;
   {
     const int32_t E = s->embed, H = s->num_heads, Hkv = s->num_kv_heads, dh = sd.head_dim;
     const int32_t Lq = s->q_len, Lk = s->kv_len, Ekv = Hkv * dh;

@@ -16,6 +16,13 @@ static int af_finite_n(const float* x, int32_t n) {
   return af_scan_f32(x, (size_t)n, &m);
 }
 
+/* An in-place activation over x[0 .. n): af_vec_check, then finite. */
+static af_status af_act_f32_check(const float* x, int32_t n) {
+  const af_status st = af_vec_check(n, 4, x, x, x);
+  if (st != AF_OK) return st;
+  return af_finite_n(x, n) ? AF_OK : AF_ERR_PARAM;
+}
+
 /* AF_ERR_ALIAS if the output range [y, y + ny floats) overlaps one of the
  * (up to three, NULL = none) other ranges. */
 static af_status af_apart(const float* y, size_t ny, const void* a, size_t na, const void* b,
@@ -89,9 +96,8 @@ af_status af_linear_f32(float* y, const float* x, const float* w, const float* b
 
 af_status af_relu_f32(float* x, int32_t n) {
   int32_t i;
-  const af_status st = af_vec_check(n, 4, x, x, x);
+  const af_status st = af_act_f32_check(x, n);
   if (st != AF_OK) return st;
-  if (!af_finite_n(x, n)) return AF_ERR_PARAM;
   for (i = 0; i < n; ++i)
     if (x[i] < 0.f) x[i] = 0.f;
   return AF_OK;
@@ -175,18 +181,16 @@ static float af_sigmoid(float x) {
 
 af_status af_silu_f32(float* x, int32_t n) {
   int32_t i;
-  const af_status st = af_vec_check(n, 4, x, x, x);
+  const af_status st = af_act_f32_check(x, n);
   if (st != AF_OK) return st;
-  if (!af_finite_n(x, n)) return AF_ERR_PARAM;
   for (i = 0; i < n; ++i) x[i] = x[i] * af_sigmoid(x[i]);
   return AF_OK;
 }
 
 af_status af_gelu_f32(float* x, int32_t n) {
   int32_t i;
-  const af_status st = af_vec_check(n, 4, x, x, x);
+  const af_status st = af_act_f32_check(x, n);
   if (st != AF_OK) return st;
-  if (!af_finite_n(x, n)) return AF_ERR_PARAM;
   for (i = 0; i < n; ++i) x[i] = 0.5f * x[i] * (1.f + erff(x[i] * 0.70710678118654752f));
   return AF_OK;
 }
