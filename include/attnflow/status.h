@@ -33,6 +33,9 @@ const char* StatusCodeName(StatusCode code);
 // "...' (N bytes)". Messages never echo an unbounded user string.
 constexpr size_t kMaxQuotedBytes = 80;
 std::string QuoteBounded(std::string_view s, size_t max_bytes = kMaxQuotedBytes);
+// "1 head", "3 heads", "2 queries": a count and its noun in the right number
+// (`many` defaults to `one` + "s"), the one writer of counts in messages.
+std::string CountOf(int64_t n, std::string_view one, std::string_view many = {});
 
 class [[nodiscard]] Status {
  public:

@@ -24,6 +24,11 @@ std::string QuoteBounded(std::string_view s, size_t max_bytes) {
   return "'" + std::string(s.substr(0, n)) + "...' (" + std::to_string(s.size()) + " bytes)";
 }
 
+std::string CountOf(int64_t n, std::string_view one, std::string_view many) {
+  return std::to_string(n) + " " +
+         (n == 1 ? std::string(one) : many.empty() ? std::string(one) + "s" : std::string(many));
+}
+
 std::string Status::ToString() const {
   if (ok()) return "ok";
   return std::string(StatusCodeName(code_)) + ": " + message_;

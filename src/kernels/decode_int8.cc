@@ -319,10 +319,9 @@ Status DecodeKvS8(const TensorView& out, const TensorView& lse, const TensorView
                 (pl.pack_k ? ", K tiles copied zero-padded: D=" + std::to_string(D) +
                                  " is not a multiple of the lanes"
                            : std::string()) +
-                "); " + std::to_string(pl.n_splits) + " splits of " + std::to_string(split_len) +
-                " keys (fixed by shape and lengths), tiles of " + std::to_string(pl.tkv) +
-                " keys, merged by log-sum-exp in split order; " + std::to_string(pl.num_tasks) +
-                " tasks" +
+                "); " + CountOf(pl.n_splits, "split") + " of " + CountOf(split_len, "key") +
+                " (fixed by shape and lengths), tiles of " + CountOf(pl.tkv, "key") +
+                ", merged by log-sum-exp in split order; " + CountOf(pl.num_tasks, "task") +
                 (run_inline ? "; tiny call (<= 2^19 FLOP): its tasks run on the calling thread"
                             : "");
   }

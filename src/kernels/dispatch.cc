@@ -241,15 +241,13 @@ void PlanPrefill(const SdpaDims& d, const KernelOptions& kopt, Plan* pl,
   const double o_b = 4.0 * pl->rows * pl->dvp;
   const double total = qt_b + kv_b + s_b + o_b;
   const int64_t l2 = L2Bytes();
-  ch->reason += "tile " + std::to_string(pl->rows) + " rows (" +
-                std::to_string(pl->tq) + " queries x " + std::to_string(pl->hc) +
-                " heads of a kv group) x " + std::to_string(pl->tkv) +
-                " keys: Q^T " + KiB(qt_b) + " + K/V " + KiB(kv_b) + " + S " +
+  ch->reason += "tile " + CountOf(pl->rows, "row") + " (" + CountOf(pl->tq, "query", "queries") +
+                " x " + CountOf(pl->hc, "head") + " of a kv group) x " +
+                CountOf(pl->tkv, "key") + ": Q^T " + KiB(qt_b) + " + K/V " + KiB(kv_b) + " + S " +
                 KiB(s_b) + " + O " + KiB(o_b) + " = " + KiB(total) +
                 (total <= static_cast<double>(l2) ? " fits" : " exceeds") +
                 " L2 " + KiB(static_cast<double>(l2)) + "; " +
-                std::to_string(pl->num_tasks) +
-                " tasks (b, kv head, q tile), fixed by shape";
+                CountOf(pl->num_tasks, "task") + " (b, kv head, q tile), fixed by shape";
 }
 
 void PlanDecode(const SdpaDims& d, const KernelOptions& kopt, Plan* pl,
@@ -279,13 +277,12 @@ void PlanDecode(const SdpaDims& d, const KernelOptions& kopt, Plan* pl,
   ch->num_splits = pl->n_splits;
   ch->num_tasks = pl->num_tasks;
   if (!explain) return;
-  ch->reason += std::to_string(pl->rows) + " query rows (" + std::to_string(G) +
-                " heads x " + std::to_string(d.q_len) +
-                " queries) per kv head share each K/V element; " +
-                std::to_string(pl->n_splits) + " splits of " +
-                std::to_string(split_len) + " keys (fixed by shape) merged by "
-                "log-sum-exp in split order; " + std::to_string(pl->num_tasks) +
-                " tasks";
+  ch->reason += CountOf(pl->rows, "query row") + " (" + CountOf(G, "head") + " x " +
+                CountOf(d.q_len, "query", "queries") +
+                ") per kv head share each K/V element; " + CountOf(pl->n_splits, "split") +
+                " of " + CountOf(split_len, "key") +
+                " (fixed by shape) merged by log-sum-exp in split order; " +
+                CountOf(pl->num_tasks, "task");
 }
 
 // Chooses the kernel and its partition (the reason text only with

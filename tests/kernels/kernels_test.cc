@@ -146,6 +146,11 @@ TEST(Dispatch, AutoPicksByShapeAndExplains) {
   EXPECT_EQ(k.choice.kernel, KernelKind::kSplitKvDecode) << k.choice.ToString();
   EXPECT_GE(k.choice.num_splits, 1);
   EXPECT_FALSE(k.choice.simd_target.empty());
+  // Counts in the right number: 2 query heads per kv head, 1 query, 1 split.
+  EXPECT_NE(k.choice.reason.find("2 query rows (2 heads x 1 query)"), std::string::npos)
+      << k.choice.reason;
+  EXPECT_NE(k.choice.reason.find("1 split of "), std::string::npos) << k.choice.reason;
+  EXPECT_EQ(k.choice.reason.find("1 splits"), std::string::npos) << k.choice.reason;
 
   s.Lq = 64;
   in = Make(s);

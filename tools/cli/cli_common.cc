@@ -198,8 +198,7 @@ CLI::Validator Finite() {
 }
 
 std::string Count(int64_t n, std::string_view one, std::string_view many) {
-  return std::to_string(n) + " " +
-         (n == 1 ? std::string(one) : many.empty() ? std::string(one) + "s" : std::string(many));
+  return CountOf(n, one, many);
 }
 
 bool ResolveModel(const std::string& cmd, const std::string& value,
