@@ -82,10 +82,12 @@ static af_status af_linear_s8_check(const void* y, size_t y_bytes, const int8_t*
   if (in < 1 || out < 1 || in > AF_MAX_DIM || out > AF_MAX_DIM)
     return AF_ERR_SHAPE;
   if ((uint64_t)in * (uint64_t)out >= ((uint64_t)1 << 31)) return AF_ERR_SHAPE;
+  if (af_apart_s8(y, (size_t)out * y_bytes, x, (size_t)in, w, (size_t)in * out, b,
+                  (size_t)out * 4, m, (size_t)out * sizeof(af_qmult)) != AF_OK)
+    return AF_ERR_ALIAS; /* checked before any array is read */
   for (o = 0; o < out; ++o)
     if (!af_qmult_ok(m[o])) return AF_ERR_PARAM;
-  return af_apart_s8(y, (size_t)out * y_bytes, x, (size_t)in, w, (size_t)in * out, b,
-                     (size_t)out * 4, m, (size_t)out * sizeof(af_qmult));
+  return AF_OK;
 }
 
 /* The one int8 linear layer: v[o] = mulq(x . w[o] + b[o], m[o]) stored as
